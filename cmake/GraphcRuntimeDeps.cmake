@@ -1,0 +1,85 @@
+# Enforces DESIGN.md's rule that the runtime never links MLIR or LLVM: it has to run
+# where they are absent (the lent GPU machines, a carried working tree).
+#
+# Runtime targets are declared with graphc_runtime_target(<target>);
+# graphc_check_runtime_deps() runs at the end of the top-level CMakeLists.txt, walks
+# every declared target's link closure and include directories, and stops the
+# configure step with FATAL_ERROR when it finds MLIR or LLVM there.
+
+define_property(GLOBAL PROPERTY GRAPHC_RUNTIME_TARGETS
+  BRIEF_DOCS "Targets that belong to the runtime"
+  FULL_DOCS "Targets that must not depend on MLIR or LLVM")
+
+function(graphc_runtime_target target)
+  set_property(GLOBAL APPEND PROPERTY GRAPHC_RUNTIME_TARGETS ${target})
+endfunction()
+
+# True when a link item or include directory names MLIR or LLVM.
+function(_graphc_is_mlir_or_llvm item out)
+  string(TOLOWER "${item}" lower)
+  if(item MATCHES "^(MLIR|LLVM)" OR lower MATCHES "(^|[/-])(lib)?(mlir|llvm)"
+     OR lower MATCHES "/llvm-[0-9]+/")
+    set(${out} TRUE PARENT_SCOPE)
+  else()
+    set(${out} FALSE PARENT_SCOPE)
+  endif()
+endfunction()
+
+# Sets <out> to the path to the first MLIR/LLVM item in <target>'s link closure.
+function(_graphc_find_forbidden target path out)
+  set(${out} "" PARENT_SCOPE)
+  if(NOT TARGET ${target})
+    return()
+  endif()
+  get_target_property(type ${target} TYPE)
+  set(items)
+  set(includes)
+  if(NOT type STREQUAL "INTERFACE_LIBRARY")
+    get_target_property(libs ${target} LINK_LIBRARIES)
+    get_target_property(incs ${target} INCLUDE_DIRECTORIES)
+    list(APPEND items ${libs})
+    list(APPEND includes ${incs})
+  endif()
+  get_target_property(ilibs ${target} INTERFACE_LINK_LIBRARIES)
+  get_target_property(iincs ${target} INTERFACE_INCLUDE_DIRECTORIES)
+  list(APPEND items ${ilibs})
+  list(APPEND includes ${iincs})
+  list(FILTER items EXCLUDE REGEX "-NOTFOUND$")
+  list(FILTER includes EXCLUDE REGEX "-NOTFOUND$")
+  foreach(inc IN LISTS includes)
+    _graphc_is_mlir_or_llvm("${inc}" bad)
+    if(bad)
+      set(${out} "${path} -> include dir ${inc}" PARENT_SCOPE)
+      return()
+    endif()
+  endforeach()
+  foreach(item IN LISTS items)
+    string(REGEX REPLACE "^\\$<LINK_ONLY:(.*)>$" "\\1" item "${item}")
+    _graphc_is_mlir_or_llvm("${item}" bad)
+    if(bad)
+      set(${out} "${path} -> ${item}" PARENT_SCOPE)
+      return()
+    endif()
+    if(TARGET ${item})
+      _graphc_find_forbidden(${item} "${path} -> ${item}" found)
+      if(found)
+        set(${out} "${found}" PARENT_SCOPE)
+        return()
+      endif()
+    endif()
+  endforeach()
+endfunction()
+
+function(graphc_check_runtime_deps)
+  get_property(targets GLOBAL PROPERTY GRAPHC_RUNTIME_TARGETS)
+  foreach(target IN LISTS targets)
+    _graphc_find_forbidden(${target} ${target} found)
+    if(found)
+      message(FATAL_ERROR
+        "runtime target depends on MLIR/LLVM (${found}); the runtime must build "
+        "and run without them (DESIGN.md)")
+    endif()
+  endforeach()
+  list(LENGTH targets n)
+  message(STATUS "graphc: ${n} runtime target(s) checked free of MLIR/LLVM")
+endfunction()

@@ -1,0 +1,40 @@
+//===- Pipeline.h - the graphc compile pipeline -----------------*- C++ -*-===//
+//
+// The one place that decides which passes `graphc compile` runs and in what
+// order. Phases are an ordered enum so the driver can stop after any of them
+// (`--compile-to=PHASE`) and print the IR.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef GRAPHC_COMPILER_PIPELINE_PIPELINE_H
+#define GRAPHC_COMPILER_PIPELINE_PIPELINE_H
+
+#include "mlir/Pass/PassManager.h"
+#include "llvm/ADT/StringRef.h"
+
+#include <optional>
+
+namespace graphc {
+
+/// The phases of DESIGN.md's pipeline that exist so far, in order.
+enum class Phase {
+  /// Model contract checked; batch size set and every shape re-inferred.
+  Verify,
+};
+constexpr Phase kLastPhase = Phase::Verify;
+
+llvm::StringRef phaseName(Phase phase);
+
+struct PipelineOptions {
+  /// 0 leaves the model's batch dimension as written.
+  int64_t batchSize = 0;
+  Phase stopAfter = kLastPhase;
+};
+
+/// Adds the passes of every phase up to `options.stopAfter` to `pm`, which must
+/// be anchored on builtin.module.
+void buildCompilePipeline(mlir::OpPassManager &pm, const PipelineOptions &options);
+
+} // namespace graphc
+
+#endif // GRAPHC_COMPILER_PIPELINE_PIPELINE_H

@@ -1,0 +1,24 @@
+//===- Passes.h - graphc compiler passes ------------------------*- C++ -*-===//
+//
+// Declarations and registration of the passes in Passes.td.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef GRAPHC_COMPILER_TRANSFORMS_PASSES_H
+#define GRAPHC_COMPILER_TRANSFORMS_PASSES_H
+
+#include "dialects/nn/IR/NNDialect.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Pass/Pass.h"
+
+namespace graphc {
+
+#define GEN_PASS_DECL
+#include "compiler/Transforms/Passes.h.inc"
+
+#define GEN_PASS_REGISTRATION
+#include "compiler/Transforms/Passes.h.inc"
+
+} // namespace graphc
+
+#endif // GRAPHC_COMPILER_TRANSFORMS_PASSES_H

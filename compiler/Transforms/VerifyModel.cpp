@@ -1,0 +1,121 @@
+//===- VerifyModel.cpp - check the model contract -------------------------===//
+//
+// Implements --graphc-verify-model: the first phase of `graphc compile`. The op
+// verifiers have already checked every op; this pass checks what makes a module
+// a trainable model (see Passes.td), so later phases can rely on it.
+//
+//===----------------------------------------------------------------------===//
+
+#include "compiler/Transforms/Passes.h"
+
+#include "dialects/nn/IR/NNOps.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/StringSet.h"
+
+#define DEBUG_TYPE "graphc-verify-model"
+
+namespace graphc {
+#define GEN_PASS_DEF_VERIFYMODEL
+#include "compiler/Transforms/Passes.h.inc"
+} // namespace graphc
+
+using namespace mlir;
+
+namespace graphc {
+namespace {
+
+LogicalResult verifyForwardSignature(func::FuncOp forward) {
+  FunctionType type = forward.getFunctionType();
+  if (type.getNumInputs() != 2)
+    return forward.emitError("@forward must take (%images, %labels), got ")
+           << type.getNumInputs() << " argument(s)";
+  auto images = llvm::dyn_cast<RankedTensorType>(type.getInput(0));
+  if (!images || !llvm::isa<FloatType>(images.getElementType()) ||
+      (images.getRank() != 2 && images.getRank() != 4))
+    return forward.emitError("@forward's images must be a float tensor of rank 2 "
+                             "or 4 (NCHW), got ")
+           << type.getInput(0);
+  auto labels = llvm::dyn_cast<RankedTensorType>(type.getInput(1));
+  if (!labels || labels.getRank() != 1 ||
+      !(labels.getElementType().isSignlessInteger(32) ||
+        labels.getElementType().isSignlessInteger(64)))
+    return forward.emitError("@forward's labels must be a rank-1 i32 or i64 "
+                             "tensor, got ")
+           << type.getInput(1);
+  int64_t batch = images.getDimSize(0), labelBatch = labels.getDimSize(0);
+  if (!ShapedType::isDynamic(batch) && !ShapedType::isDynamic(labelBatch) &&
+      batch != labelBatch)
+    return forward.emitError("images and labels disagree on the batch size: ")
+           << batch << " vs " << labelBatch;
+  if (type.getNumResults() != 1)
+    return forward.emitError("@forward must return exactly one value, the loss; "
+                             "it returns ")
+           << type.getNumResults();
+  return success();
+}
+
+struct VerifyModelPass : impl::VerifyModelBase<VerifyModelPass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    func::FuncOp forward;
+    for (Operation &op : module.getBody()->getOperations()) {
+      if (llvm::isa<nn::ParameterOp, nn::StateOp>(op))
+        continue;
+      auto func = llvm::dyn_cast<func::FuncOp>(op);
+      if (func && func.getSymName() == "forward" && !forward) {
+        forward = func;
+        continue;
+      }
+      op.emitError("a model holds only nn.parameter, nn.state and one "
+                   "func.func @forward; found ")
+          << (func ? "func.func @" + func.getSymName().str()
+                   : op.getName().getStringRef().str());
+      return signalPassFailure();
+    }
+    if (!forward) {
+      module.emitError("the model has no func.func @forward");
+      return signalPassFailure();
+    }
+    if (forward.isExternal()) {
+      forward.emitError("@forward has no body");
+      return signalPassFailure();
+    }
+    if (failed(verifyForwardSignature(forward)))
+      return signalPassFailure();
+    if (!forward.getBody().hasOneBlock()) {
+      forward.emitError("@forward must be a single block (no control flow)");
+      return signalPassFailure();
+    }
+
+    llvm::StringSet<> read;
+    for (Operation &op : forward.getBody().front()) {
+      if (auto load = llvm::dyn_cast<nn::LoadOp>(op))
+        read.insert(load.getVariable());
+      if (!llvm::isa<nn::NNDialect>(op.getDialect()) &&
+          !llvm::isa<func::ReturnOp>(op)) {
+        op.emitError("op '") << op.getName()
+                             << "' is not an nn op; a model body holds only nn ops";
+        return signalPassFailure();
+      }
+    }
+
+    Value loss = forward.getBody().front().getTerminator()->getOperand(0);
+    if (!loss.getDefiningOp<nn::SoftmaxCrossEntropyOp>()) {
+      forward.emitError("@forward must return the result of "
+                        "nn.softmax_cross_entropy (the loss)");
+      return signalPassFailure();
+    }
+
+    for (auto param : module.getOps<nn::ParameterOp>()) {
+      if (!read.contains(param.getSymName())) {
+        param.emitError("parameter @")
+            << param.getSymName()
+            << " is never read by @forward, so it would get no gradient";
+        return signalPassFailure();
+      }
+    }
+  }
+};
+
+} // namespace
+} // namespace graphc

@@ -1,0 +1,513 @@
+//===- NNOps.td - nn dialect ops ---------------------------*- tablegen -*-===//
+//
+// The forward ops of the `nn` dialect. Every op infers its result type, so a model
+// file spells operand types only and `--batch-size` can re-infer every shape.
+// Shape, dtype and attribute rules are checked in NNOps.cpp; each rule has a case
+// in test/Dialect/nn/invalid.mlir.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef GRAPHC_NN_OPS
+#define GRAPHC_NN_OPS
+
+include "dialects/nn/IR/NNBase.td"
+include "mlir/IR/SymbolInterfaces.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+
+//===----------------------------------------------------------------------===//
+// Variables: parameters and state
+//===----------------------------------------------------------------------===//
+
+class NN_VariableOp<string mnemonic> : NN_Op<mnemonic,
+    [Symbol, HasParent<"::mlir::ModuleOp">]> {
+  let arguments = (ins
+    SymbolNameAttr:$sym_name,
+    TypeAttrOf<AnyStaticShapeTensor>:$type,
+    NN_InitializerAttr:$initializer,
+    OptionalAttr<F64Attr>:$init_value);
+  let assemblyFormat = [{
+    $sym_name `:` $type `=` $initializer (`(` $init_value^ `)`)? attr-dict
+  }];
+  let hasVerifier = 1;
+  code extraVarDecls = [{
+    /// Number of scalar elements of the variable.
+    int64_t getNumElements() { return getType().getNumElements(); }
+  }];
+}
+
+def NN_ParameterOp : NN_VariableOp<"parameter"> {
+  let summary = "declares a trainable parameter of the model";
+  let description = [{
+    A named, statically shaped tensor that the optimizer trains. Names follow
+    the PyTorch state-dict convention so checkpoints map one to one. The
+    initializer is one of `zeros`, `ones`, `constant(v)`, `normal(std)`,
+    `uniform(bound)` (U(-bound, bound)), `kaiming_normal` (fan-in, ReLU gain),
+    `kaiming_normal_fan_out`, `kaiming_uniform` and `xavier_uniform`; the fan-based
+    ones need a rank of at least 2.
+
+    ```mlir
+    nn.parameter @conv1.weight : tensor<64x3x7x7xf32> = kaiming_normal_fan_out
+    nn.parameter @fc.weight : tensor<1000x2048xf32> = normal(0.01)
+    ```
+  }];
+  let extraClassDeclaration = extraVarDecls;
+}
+
+def NN_StateOp : NN_VariableOp<"state"> {
+  let summary = "declares non-trainable state that persists across steps";
+  let description = [{
+    Like `nn.parameter`, but not trained and not counted as a parameter: batch
+    norm running statistics, and later optimizer slots and the step counter.
+
+    ```mlir
+    nn.state @bn1.running_mean : tensor<64xf32> = zeros
+    nn.state @bn1.running_var : tensor<64xf32> = ones
+    ```
+  }];
+  let extraClassDeclaration = extraVarDecls;
+}
+
+def NN_LoadOp : NN_Op<"load", [
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>,
+    MemoryEffects<[MemRead]>]> {
+  let summary = "reads the current value of a parameter or state";
+  let description = [{
+    ```mlir
+    %w = nn.load @conv1.weight : tensor<64x3x7x7xf32>
+    ```
+    The result type must equal the declared type of the variable.
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$variable);
+  let results = (outs AnyStaticShapeTensor:$result);
+  let assemblyFormat = "$variable attr-dict `:` type($result)";
+}
+
+def NN_ConstantOp : NN_Op<"constant", [
+    ConstantLike, Pure, InferTypeOpAdaptor]> {
+  let summary = "a constant tensor";
+  let description = [{
+    ```mlir
+    %half = nn.constant dense<5.000000e-01> : tensor<f32>
+    ```
+  }];
+  let arguments = (ins ElementsAttr:$value);
+  let results = (outs NN_AnyTensor:$result);
+  let assemblyFormat = "attr-dict $value";
+  let hasFolder = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise
+//===----------------------------------------------------------------------===//
+
+class NN_UnaryFloatOp<string mnemonic, list<Trait> traits = []> :
+    NN_Op<mnemonic, !listconcat(traits,
+        [Pure, SameOperandsAndResultType, InferTypeOpInterface])> {
+  let arguments = (ins NN_FloatTensor:$input);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+}
+
+def NN_ReluOp : NN_UnaryFloatOp<"relu"> {
+  let summary = "max(x, 0)";
+  let description = [{
+    ```mlir
+    %y = nn.relu %x : tensor<?x64x112x112xf32>
+    ```
+  }];
+  let hasFolder = 1;
+}
+
+def NN_NegOp : NN_UnaryFloatOp<"neg"> {
+  let summary = "-x";
+  let description = "`%y = nn.neg %x : tensor<4xf32>`";
+  let hasFolder = 1;
+}
+
+def NN_ExpOp : NN_UnaryFloatOp<"exp"> {
+  let summary = "e^x";
+  let description = "`%y = nn.exp %x : tensor<4xf32>`";
+}
+
+def NN_LogOp : NN_UnaryFloatOp<"log"> {
+  let summary = "natural logarithm";
+  let description = "`%y = nn.log %x : tensor<4xf32>`";
+}
+
+def NN_RsqrtOp : NN_UnaryFloatOp<"rsqrt"> {
+  let summary = "1 / sqrt(x)";
+  let description = "`%y = nn.rsqrt %x : tensor<4xf32>`";
+}
+
+class NN_BinaryOp<string mnemonic, list<Trait> traits = []> :
+    NN_Op<mnemonic, !listconcat(traits,
+        [Pure, SameOperandsAndResultType, InferTypeOpInterface])> {
+  let arguments = (ins NN_NumericTensor:$lhs, NN_NumericTensor:$rhs);
+  let results = (outs NN_NumericTensor:$result);
+  let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($result)";
+  let hasFolder = 1;
+  let description = [{
+    Both operands have the result's type; broadcasting is explicit
+    (`nn.broadcast`), which keeps gradients and fusion simple.
+
+    ```mlir
+    %y = nn.}] # mnemonic # [{ %a, %b : tensor<?x256x56x56xf32>
+    ```
+  }];
+}
+
+def NN_AddOp : NN_BinaryOp<"add", [Commutative]> { let summary = "a + b"; }
+def NN_SubOp : NN_BinaryOp<"sub"> { let summary = "a - b"; }
+def NN_MulOp : NN_BinaryOp<"mul", [Commutative]> { let summary = "a * b"; }
+def NN_DivOp : NN_BinaryOp<"div"> { let summary = "a / b"; }
+def NN_MaxOp : NN_BinaryOp<"max", [Commutative]> { let summary = "max(a, b)"; }
+
+def NN_SelectOp : NN_Op<"select", [Pure,
+    AllTypesMatch<["true_value", "false_value", "result"]>,
+    AllShapesMatch<["condition", "result"]>,
+    DeclareOpInterfaceMethods<InferTypeOpInterface>]> {
+  let summary = "condition ? a : b, elementwise";
+  let description = [{
+    ```mlir
+    %y = nn.select %mask, %a, %b : tensor<?x10xi1>, tensor<?x10xf32>
+    ```
+  }];
+  let arguments = (ins NN_BoolTensor:$condition, NN_AnyTensor:$true_value,
+                       NN_AnyTensor:$false_value);
+  let results = (outs NN_AnyTensor:$result);
+  let assemblyFormat = [{
+    $condition `,` $true_value `,` $false_value attr-dict `:`
+    type($condition) `,` type($result)
+  }];
+}
+
+def NN_CmpOp : NN_Op<"cmp", [Pure, AllTypesMatch<["lhs", "rhs"]>,
+    InferTypeOpAdaptor]> {
+  let summary = "elementwise comparison producing i1";
+  let description = [{
+    ```mlir
+    %m = nn.cmp gt, %a, %b : tensor<?x10xf32>
+    ```
+  }];
+  let arguments = (ins NN_CmpPredicateAttr:$predicate, NN_NumericTensor:$lhs,
+                       NN_NumericTensor:$rhs);
+  let results = (outs NN_BoolTensor:$result);
+  let assemblyFormat = "$predicate `,` $lhs `,` $rhs attr-dict `:` type($lhs)";
+}
+
+def NN_CastOp : NN_Op<"cast", [Pure, InferTypeOpAdaptor]> {
+  let summary = "converts the element type";
+  let description = [{
+    Float-to-float rounds to nearest even; float-to-int truncates toward zero.
+
+    ```mlir
+    %h = nn.cast %x : tensor<?x64x56x56xf32> to f16
+    ```
+  }];
+  let arguments = (ins NN_AnyTensor:$input, TypeAttr:$element_type);
+  let results = (outs NN_AnyTensor:$result);
+  let assemblyFormat = "$input `:` type($input) `to` $element_type attr-dict";
+  let hasFolder = 1;
+}
+
+def NN_BroadcastOp : NN_Op<"broadcast", [Pure, InferTypeOpAdaptor]> {
+  let summary = "broadcasts a tensor to the shape of another";
+  let description = [{
+    Operand dimension `i` maps to result dimension `dims[i]` (strictly
+    increasing); it must equal that dimension or be 1. The result takes its
+    shape from `shape_of`, whose values are not read, so the batch size flows
+    through. This is how a per-channel scale meets an NCHW activation:
+
+    ```mlir
+    %s = nn.broadcast %scale to %x dims [1] : tensor<64xf32>, tensor<?x64x56x56xf32>
+    ```
+  }];
+  let arguments = (ins NN_AnyTensor:$input, NN_AnyTensor:$shape_of,
+                       DenseI64ArrayAttr:$dims);
+  let results = (outs NN_AnyTensor:$result);
+  let assemblyFormat = [{
+    $input `to` $shape_of `dims` $dims attr-dict `:` type($input) `,` type($shape_of)
+  }];
+  let hasFolder = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Reductions
+//===----------------------------------------------------------------------===//
+
+class NN_ReduceOp<string mnemonic> : NN_Op<mnemonic, [Pure, InferTypeOpAdaptor]> {
+  let arguments = (ins NN_NumericTensor:$input, DenseI64ArrayAttr:$dims,
+                       UnitAttr:$keep_dims);
+  let results = (outs NN_NumericTensor:$result);
+  let assemblyFormat = [{
+    $input `dims` $dims (`keep_dims` $keep_dims^)? attr-dict `:` type($input)
+  }];
+  let description = [{
+    Reduces over `dims` (non-empty, strictly increasing, in range); with
+    `keep_dims` the reduced dimensions stay as size 1.
+
+    ```mlir
+    %r = nn.}] # mnemonic # [{ %x dims [0, 2, 3] keep_dims : tensor<?x64x56x56xf32>
+    ```
+  }];
+}
+
+def NN_ReduceSumOp : NN_ReduceOp<"reduce_sum"> { let summary = "sum over dims"; }
+def NN_ReduceMeanOp : NN_ReduceOp<"reduce_mean"> { let summary = "mean over dims"; }
+def NN_ReduceMaxOp : NN_ReduceOp<"reduce_max"> { let summary = "max over dims"; }
+
+//===----------------------------------------------------------------------===//
+// Convolution, normalization, pooling
+//===----------------------------------------------------------------------===//
+
+def NN_Conv2DOp : NN_Op<"conv2d", [Pure, InferTypeOpAdaptor]> {
+  let summary = "2-D convolution, NCHW input and OIHW filter";
+  let description = [{
+    `filter` is `[O, C / groups, KH, KW]`; the optional `bias` is `[O]`.
+    `strides` and `dilations` are `[h, w]` (default 1), `padding` is
+    `[top, bottom, left, right]` (default 0), `groups` divides both C and O.
+    Output size per spatial dim: `(in + pads - dilation * (k - 1) - 1) / stride + 1`,
+    which must be at least 1.
+
+    ```mlir
+    %y = nn.conv2d %x, %w strides [2, 2] padding [3, 3, 3, 3]
+        : tensor<?x3x224x224xf32>, tensor<64x3x7x7xf32>
+    ```
+  }];
+  let arguments = (ins NN_FloatTensor:$input, NN_FloatTensor:$filter,
+                       Optional<NN_FloatTensor>:$bias,
+                       OptionalAttr<DenseI64ArrayAttr>:$strides,
+                       OptionalAttr<DenseI64ArrayAttr>:$padding,
+                       OptionalAttr<DenseI64ArrayAttr>:$dilations,
+                       OptionalAttr<I64Attr>:$groups);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $filter (`,` $bias^)? (`strides` $strides^)? (`padding` $padding^)?
+    (`dilations` $dilations^)? (`groups` $groups^)? attr-dict `:`
+    type($input) `,` type($filter) (`,` type($bias)^)?
+  }];
+  let extraClassDeclaration = [{
+    /// The attributes with their defaults filled in.
+    ::llvm::SmallVector<int64_t, 2> getStridesOrDefault();
+    ::llvm::SmallVector<int64_t, 4> getPaddingOrDefault();
+    ::llvm::SmallVector<int64_t, 2> getDilationsOrDefault();
+    int64_t getGroupsOrDefault() { return getGroups().value_or(1); }
+  }];
+}
+
+def NN_BatchNormOp : NN_Op<"batch_norm", [Pure, InferTypeOpAdaptor,
+    AllTypesMatch<["scale", "shift", "running_mean", "running_var"]>]> {
+  let summary = "batch normalization (training mode)";
+  let description = [{
+    Normalizes each channel (dimension 1 of an NC or NCHW input) with the
+    batch's mean and biased variance, then applies `scale` and `shift`. The
+    running statistics are operands so that the training step can update
+    them (`momentum`, PyTorch convention: new = (1 - m) * old + m * batch) and
+    the evaluation step can normalize with them. Parameters are `[C]`, of the
+    input's element type or f32 (mixed precision keeps them in f32).
+
+    ```mlir
+    %y = nn.batch_norm %x, %gamma, %beta, %mean, %var epsilon 1.0e-05 momentum 0.1
+        : tensor<?x64x112x112xf32>, tensor<64xf32>
+    ```
+  }];
+  let arguments = (ins NN_FloatTensor:$input, NN_FloatTensor:$scale,
+                       NN_FloatTensor:$shift, NN_FloatTensor:$running_mean,
+                       NN_FloatTensor:$running_var,
+                       DefaultValuedAttr<F64Attr, "1e-5">:$epsilon,
+                       DefaultValuedAttr<F64Attr, "0.1">:$momentum);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $scale `,` $shift `,` $running_mean `,` $running_var
+    `epsilon` $epsilon `momentum` $momentum attr-dict `:`
+    type($input) `,` type($scale)
+  }];
+  let hasVerifier = 1;
+}
+
+class NN_Pool2DOp<string mnemonic> : NN_Op<mnemonic, [Pure, InferTypeOpAdaptor]> {
+  let results = (outs NN_FloatTensor:$result);
+  code poolDecls = [{
+    ::llvm::SmallVector<int64_t, 2> getStridesOrDefault();
+    ::llvm::SmallVector<int64_t, 4> getPaddingOrDefault();
+  }];
+}
+
+def NN_MaxPool2DOp : NN_Pool2DOp<"max_pool2d"> {
+  let summary = "2-D max pooling over NCHW";
+  let description = [{
+    `window` and `strides` are `[h, w]` (strides default to the window),
+    `padding` is `[top, bottom, left, right]`; each pad is at most half the
+    window, and padded cells never win the max.
+
+    ```mlir
+    %y = nn.max_pool2d %x window [3, 3] strides [2, 2] padding [1, 1, 1, 1]
+        : tensor<?x64x112x112xf32>
+    ```
+  }];
+  let arguments = (ins NN_FloatTensor:$input, DenseI64ArrayAttr:$window,
+                       OptionalAttr<DenseI64ArrayAttr>:$strides,
+                       OptionalAttr<DenseI64ArrayAttr>:$padding);
+  let assemblyFormat = [{
+    $input `window` $window (`strides` $strides^)? (`padding` $padding^)?
+    attr-dict `:` type($input)
+  }];
+  let extraClassDeclaration = poolDecls;
+}
+
+def NN_AvgPool2DOp : NN_Pool2DOp<"avg_pool2d"> {
+  let summary = "2-D average pooling over NCHW";
+  let description = [{
+    As `nn.max_pool2d`; with `exclude_padding` the divisor counts only the
+    cells inside the input (PyTorch's `count_include_pad=False`).
+
+    ```mlir
+    %y = nn.avg_pool2d %x window [2, 2] strides [2, 2] : tensor<?x64x28x28xf32>
+    ```
+  }];
+  let arguments = (ins NN_FloatTensor:$input, DenseI64ArrayAttr:$window,
+                       OptionalAttr<DenseI64ArrayAttr>:$strides,
+                       OptionalAttr<DenseI64ArrayAttr>:$padding,
+                       UnitAttr:$exclude_padding);
+  let assemblyFormat = [{
+    $input `window` $window (`strides` $strides^)? (`padding` $padding^)?
+    (`exclude_padding` $exclude_padding^)? attr-dict `:` type($input)
+  }];
+  let extraClassDeclaration = poolDecls;
+}
+
+def NN_GlobalAvgPoolOp : NN_Op<"global_avg_pool", [Pure, InferTypeOpAdaptor]> {
+  let summary = "mean over the spatial dims: [N, C, H, W] -> [N, C]";
+  let description = [{
+    ```mlir
+    %y = nn.global_avg_pool %x : tensor<?x2048x7x7xf32>
+    ```
+  }];
+  let arguments = (ins NN_FloatTensor:$input);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+}
+
+//===----------------------------------------------------------------------===//
+// Shape
+//===----------------------------------------------------------------------===//
+
+def NN_ReshapeOp : NN_Op<"reshape", [Pure, InferTypeOpAdaptor]> {
+  let summary = "reshapes to `shape`, at most one entry -1 (inferred)";
+  let description = [{
+    Entries are positive sizes or a single `-1`, which takes whatever the
+    element count leaves. When the input is static the element counts must
+    agree.
+
+    ```mlir
+    %y = nn.reshape %x shape [-1, 2048] : tensor<?x2048x1x1xf32>
+    ```
+  }];
+  let arguments = (ins NN_AnyTensor:$input, DenseI64ArrayAttr:$shape);
+  let results = (outs NN_AnyTensor:$result);
+  let assemblyFormat = "$input `shape` $shape attr-dict `:` type($input)";
+  let hasFolder = 1;
+}
+
+def NN_FlattenOp : NN_Op<"flatten", [Pure, InferTypeOpAdaptor]> {
+  let summary = "collapses dims [start_dim, rank) into one";
+  let description = [{
+    ```mlir
+    %y = nn.flatten %x start_dim 1 : tensor<?x512x7x7xf32>   // tensor<?x25088xf32>
+    ```
+  }];
+  let arguments = (ins NN_AnyTensor:$input,
+                       DefaultValuedAttr<I64Attr, "1">:$start_dim);
+  let results = (outs NN_AnyTensor:$result);
+  let assemblyFormat = "$input `start_dim` $start_dim attr-dict `:` type($input)";
+  let hasFolder = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Dense layers
+//===----------------------------------------------------------------------===//
+
+def NN_LinearOp : NN_Op<"linear", [Pure, InferTypeOpAdaptor]> {
+  let summary = "x * W^T + b, with W as [out, in] (PyTorch layout)";
+  let description = [{
+    ```mlir
+    %y = nn.linear %x, %w, %b : tensor<?x2048xf32>, tensor<1000x2048xf32>, tensor<1000xf32>
+    ```
+  }];
+  let arguments = (ins NN_FloatTensor:$input, NN_FloatTensor:$weight,
+                       Optional<NN_FloatTensor>:$bias);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $weight (`,` $bias^)? attr-dict `:` type($input) `,` type($weight)
+    (`,` type($bias)^)?
+  }];
+}
+
+def NN_MatmulOp : NN_Op<"matmul", [Pure, InferTypeOpAdaptor]> {
+  let summary = "(batched) matrix product with optional transposes";
+  let description = [{
+    Rank 2 (`[M, K] x [K, N]`) or rank 3 with equal batch dims; `transpose_a` /
+    `transpose_b` swap the last two dims of an operand first.
+
+    ```mlir
+    %c = nn.matmul %a, %b transpose_b : tensor<?x784xf32>, tensor<10x784xf32>
+    ```
+  }];
+  let arguments = (ins NN_FloatTensor:$lhs, NN_FloatTensor:$rhs,
+                       UnitAttr:$transpose_a, UnitAttr:$transpose_b);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = [{
+    $lhs `,` $rhs (`transpose_a` $transpose_a^)? (`transpose_b` $transpose_b^)?
+    attr-dict `:` type($lhs) `,` type($rhs)
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Regularization and loss
+//===----------------------------------------------------------------------===//
+
+def NN_DropoutOp : NN_Op<"dropout", [Pure, SameOperandsAndResultType,
+    InferTypeOpInterface]> {
+  let summary = "inverted dropout with a seeded mask";
+  let description = [{
+    Zeroes each element with probability `rate` (0 <= rate < 1) and scales the
+    survivors by 1 / (1 - rate); the identity in evaluation. The mask comes
+    from `seed` and the step counter, so runs are reproducible.
+
+    ```mlir
+    %y = nn.dropout %x rate 5.0e-01 seed 7 : tensor<?x4096xf32>
+    ```
+  }];
+  let arguments = (ins NN_FloatTensor:$input, F64Attr:$rate,
+                       DefaultValuedAttr<I64Attr, "0">:$seed);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = "$input `rate` $rate `seed` $seed attr-dict `:` type($input)";
+  let hasVerifier = 1;
+  let hasFolder = 1;
+}
+
+def NN_SoftmaxCrossEntropyOp : NN_Op<"softmax_cross_entropy", [Pure,
+    InferTypeOpAdaptor]> {
+  let summary = "mean softmax cross-entropy of logits against integer labels";
+  let description = [{
+    `logits` is `[N, K]` float, `labels` is `[N]` i32 or i64 class indices;
+    the result is the mean loss over the batch as a rank-0 f32 tensor. With
+    `label_smoothing` s (0 <= s < 1) the target is (1 - s) one-hot + s / K.
+
+    ```mlir
+    %loss = nn.softmax_cross_entropy %logits, %labels label_smoothing 1.0e-01
+        : tensor<?x1000xf32>, tensor<?xi32>
+    ```
+  }];
+  let arguments = (ins NN_FloatTensor:$logits, AnyRankedTensor:$labels,
+                       DefaultValuedAttr<F64Attr, "0.0">:$label_smoothing);
+  let results = (outs 0DTensorOf<[F32]>:$loss);
+  let assemblyFormat = [{
+    $logits `,` $labels `label_smoothing` $label_smoothing attr-dict `:`
+    type($logits) `,` type($labels)
+  }];
+  let hasVerifier = 1;
+}
+
+#endif // GRAPHC_NN_OPS

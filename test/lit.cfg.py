@@ -1,0 +1,21 @@
+# lit configuration of graphc's FileCheck tests.
+import os
+
+import lit.formats
+from lit.llvm import llvm_config
+
+config.name = "graphc"
+# The external shell (bash) so tests can check exact exit codes with $?.
+config.test_format = lit.formats.ShTest(execute_external=True)
+config.suffixes = [".mlir", ".test"]
+config.excludes = ["lit.cfg.py", "lit.site.cfg.py", "CMakeLists.txt", "Inputs",
+                   "unit", "cmake"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.graphc_obj_root, "test")
+
+llvm_config.use_default_substitutions()
+config.substitutions.append(("%models", os.path.join(config.graphc_src_root, "models")))
+config.substitutions.append(("%python", config.python_executable))
+llvm_config.with_environment("PATH", config.graphc_tools_dir, append_path=True)
+llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
+llvm_config.add_tool_substitutions(["graphc", "graphc-opt"], [config.graphc_tools_dir])

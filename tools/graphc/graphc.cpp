@@ -1,0 +1,182 @@
+//===- graphc.cpp - the graphc compiler driver ----------------------------===//
+//
+//   graphc info MODEL [--batch-size N] [--layers]
+//   graphc compile MODEL [--batch-size N] [--compile-to=PHASE] [-o OUT]
+//
+// `info` prints the model's parameter count and forward cost; `compile` runs the
+// pipeline (compiler/Pipeline) up to a phase and writes the IR. Every error is one
+// located diagnostic (file:line:col: error: ...) or one line naming the problem,
+// and exit status 1.
+//
+//===----------------------------------------------------------------------===//
+
+#include "compiler/Analysis/ModelStats.h"
+#include "compiler/Pipeline/Pipeline.h"
+#include "dialects/nn/IR/NNDialect.h"
+#include "dialects/nn/IR/NNOps.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Support/FileUtilities.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/ToolOutputFile.h"
+#include "llvm/Support/WithColor.h"
+
+using namespace mlir;
+namespace cl = llvm::cl;
+
+namespace {
+
+cl::SubCommand infoCommand("info", "Print a model's parameter count and forward cost");
+cl::SubCommand compileCommand("compile", "Compile a model through the pipeline");
+
+cl::opt<std::string> modelPath(cl::Positional, cl::Required,
+                               cl::desc("<model.mlir>"), cl::sub(infoCommand),
+                               cl::sub(compileCommand));
+cl::opt<int64_t> batchSize("batch-size",
+                           cl::desc("Batch size to infer every shape with "
+                                    "(info: default 1; compile: as written)"),
+                           cl::init(0), cl::sub(infoCommand), cl::sub(compileCommand));
+cl::opt<bool> showLayers("layers", cl::desc("Also print one line per op"),
+                         cl::sub(infoCommand));
+cl::opt<graphc::Phase> compileTo(
+    "compile-to", cl::desc("Stop after this phase and print the IR"),
+    cl::values(clEnumValN(graphc::Phase::Verify, "verify",
+                          "model contract checked, batch size set")),
+    cl::init(graphc::kLastPhase), cl::sub(compileCommand));
+cl::opt<std::string> outputPath("o", cl::desc("Output file (default: stdout)"),
+                                cl::value_desc("file"), cl::init("-"),
+                                cl::sub(compileCommand));
+
+int fail(const llvm::Twine &message) {
+  llvm::WithColor::error(llvm::errs(), "graphc") << message << "\n";
+  return 1;
+}
+
+/// Parses the model; diagnostics go to stderr as file:line:col: error: ...
+OwningOpRef<ModuleOp> parseModel(MLIRContext &context, llvm::SourceMgr &sourceMgr) {
+  return parseSourceFile<ModuleOp>(sourceMgr, ParserConfig(&context));
+}
+
+std::string shapeOf(Value value) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  llvm::interleave(llvm::cast<RankedTensorType>(value.getType()).getShape(), os, "x");
+  return text;
+}
+
+/// "4.09 GMAC", "7.84 kMAC": three significant figures in the largest unit
+/// that keeps the value at least 1.
+std::string withUnit(double value, llvm::StringRef unit) {
+  const std::pair<double, const char *> prefixes[] = {
+      {1e12, "T"}, {1e9, "G"}, {1e6, "M"}, {1e3, "k"}, {1, ""}};
+  for (auto [scale, prefix] : prefixes)
+    if (value >= scale || scale == 1)
+      return llvm::formatv("{0:f2} {1}{2}", value / scale, prefix, unit).str();
+  llvm_unreachable("the last prefix always matches");
+}
+
+void printInfo(const graphc::ModelStats &stats, llvm::StringRef path) {
+  llvm::raw_ostream &os = llvm::outs();
+  os << "model:       " << path << "\n";
+  os << "parameters:  " << stats.parameters << " in " << stats.parameterTensors
+     << " tensors\n";
+  os << "state:       " << stats.stateElements << " elements in "
+     << stats.stateTensors << " tensors\n";
+  os << "forward per image: " << withUnit(stats.macsPerImage(), "MAC") << " = "
+     << withUnit(stats.flopsPerImage(), "FLOP") << " (conv2d, linear, matmul: "
+     << stats.macs / stats.batchSize << " MAC) + "
+     << withUnit(stats.otherFlopsPerImage(), "FLOP") << " other\n";
+  os << "forward at batch " << stats.batchSize << ": "
+     << withUnit(2.0 * stats.macs + stats.otherFlops, "FLOP") << ", "
+     << llvm::formatv("{0:f1}", stats.activationBytes / (1024.0 * 1024.0))
+     << " MiB of activations\n";
+}
+
+void printLayers(const graphc::ModelStats &stats) {
+  llvm::raw_ostream &os = llvm::outs();
+  os << "\n" << llvm::right_justify("line", 6) << "  "
+     << llvm::left_justify("op", 27) << llvm::left_justify("layer", 29)
+     << llvm::left_justify("output", 19) << llvm::right_justify("params", 10)
+     << llvm::right_justify("MMAC/img", 11) << "\n";
+  for (const graphc::LayerStats &layer : stats.layers) {
+    unsigned line = 0;
+    if (auto loc = llvm::dyn_cast<FileLineColLoc>(layer.op->getLoc()))
+      line = loc.getLine();
+    std::string output =
+        layer.op->getNumResults() == 1 ? shapeOf(layer.op->getResult(0)) : "";
+    if (output.empty())
+      output = "scalar";
+    os << llvm::format("%6u  %-26s %-28s %-18s %10lld %10.2f\n", line,
+                       layer.op->getName().getStringRef().str().c_str(),
+                       layer.name.empty() ? "-" : layer.name.c_str(), output.c_str(),
+                       static_cast<long long>(layer.parameters),
+                       layer.macs / 1e6 / stats.batchSize);
+  }
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM initLLVM(argc, argv);
+  cl::ParseCommandLineOptions(argc, argv,
+                              "graphc: a training-graph compiler\n\n"
+                              "  graphc info MODEL [--batch-size N] [--layers]\n"
+                              "  graphc compile MODEL [--batch-size N] "
+                              "[--compile-to=PHASE] [-o OUT]\n");
+  if (!infoCommand && !compileCommand)
+    return fail("expected a command, 'info' or 'compile' (see graphc --help)");
+  if (batchSize < 0 || (batchSize == 0 && batchSize.getNumOccurrences()))
+    return fail("--batch-size must be positive, got " + llvm::Twine(batchSize));
+
+  std::string errorMessage;
+  if (llvm::sys::fs::is_directory(modelPath))
+    return fail("cannot read model '" + modelPath + "': it is a directory");
+  std::unique_ptr<llvm::MemoryBuffer> file = openInputFile(modelPath, &errorMessage);
+  if (!file)
+    return fail("cannot read model '" + modelPath + "': " + errorMessage);
+
+  DialectRegistry registry;
+  registry.insert<graphc::nn::NNDialect, func::FuncDialect>();
+  MLIRContext context(registry);
+  llvm::SourceMgr sourceMgr;
+  sourceMgr.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
+  SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context);
+
+  OwningOpRef<ModuleOp> module = parseModel(context, sourceMgr);
+  if (!module)
+    return 1;
+
+  graphc::PipelineOptions options;
+  options.batchSize = infoCommand && batchSize == 0 ? 1 : batchSize;
+  options.stopAfter = infoCommand ? graphc::Phase::Verify : compileTo;
+  PassManager pm(&context, ModuleOp::getOperationName());
+  graphc::buildCompilePipeline(pm, options);
+  if (failed(pm.run(*module)))
+    return 1;
+
+  if (infoCommand) {
+    FailureOr<graphc::ModelStats> stats = graphc::computeModelStats(*module);
+    if (failed(stats))
+      return 1;
+    printInfo(*stats, modelPath);
+    if (showLayers)
+      printLayers(*stats);
+    return 0;
+  }
+
+  std::unique_ptr<llvm::ToolOutputFile> output =
+      openOutputFile(outputPath, &errorMessage);
+  if (!output)
+    return fail("cannot write '" + outputPath + "': " + errorMessage);
+  module->print(output->os());
+  output->os() << "\n";
+  output->keep();
+  return 0;
+}
