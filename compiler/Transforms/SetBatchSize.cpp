@@ -34,7 +34,7 @@ struct SetBatchSizePass : impl::SetBatchSizeBase<SetBatchSizePass> {
     ModuleOp module = getOperation();
     if (batchSize <= 0) {
       module.emitError("graphc-set-batch-size needs batch-size > 0, got ")
-          << batchSize;
+          << static_cast<int64_t>(batchSize);
       return signalPassFailure();
     }
     auto forward = module.lookupSymbol<func::FuncOp>("forward");
@@ -51,7 +51,7 @@ struct SetBatchSizePass : impl::SetBatchSizeBase<SetBatchSizePass> {
         return signalPassFailure();
       }
       SmallVector<int64_t> shape(type.getShape());
-      shape[0] = batchSize;
+      shape[0] = static_cast<int64_t>(batchSize);
       arg.setType(type.clone(shape));
     }
 

@@ -145,6 +145,8 @@ int main(int argc, char **argv) {
   DialectRegistry registry;
   registry.insert<graphc::nn::NNDialect, func::FuncDialect>();
   MLIRContext context(registry);
+  // Diagnostics point at the user's file; a dump of the IR would bury them.
+  context.printOpOnDiagnostic(false);
   llvm::SourceMgr sourceMgr;
   sourceMgr.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
   SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context);
@@ -152,6 +154,10 @@ int main(int argc, char **argv) {
   OwningOpRef<ModuleOp> module = parseModel(context, sourceMgr);
   if (!module)
     return 1;
+  // The module the parser wraps around top-level ops sits at line 0; errors
+  // about the model as a whole (e.g. no @forward) read better at 1:1.
+  if (auto loc = llvm::dyn_cast<FileLineColLoc>(module->getLoc()); loc && !loc.getLine())
+    (*module)->setLoc(FileLineColLoc::get(loc.getFilename(), 1, 1));
 
   graphc::PipelineOptions options;
   options.batchSize = infoCommand && batchSize == 0 ? 1 : batchSize;

@@ -10,7 +10,6 @@
 #define GRAPHC_NN_BASE
 
 include "mlir/IR/OpBase.td"
-include "mlir/IR/AttrTypeBase.td"
 include "mlir/IR/EnumAttr.td"
 
 def NN_Dialect : Dialect {
@@ -26,7 +25,6 @@ def NN_Dialect : Dialect {
   }];
   let cppNamespace = "::graphc::nn";
   let hasConstantMaterializer = 1;
-  let useDefaultAttributePrinterParser = 1;
 }
 
 def NN_Initializer : I32EnumAttr<"Initializer",
@@ -42,11 +40,6 @@ def NN_Initializer : I32EnumAttr<"Initializer",
       I32EnumAttrCase<"xavier_uniform", 8>
     ]> {
   let cppNamespace = "::graphc::nn";
-  let genSpecializedAttr = 0;
-}
-
-def NN_InitializerAttr : EnumAttr<NN_Dialect, NN_Initializer, "initializer"> {
-  let assemblyFormat = "$value";
 }
 
 def NN_CmpPredicate : I32EnumAttr<"CmpPredicate",
@@ -59,11 +52,6 @@ def NN_CmpPredicate : I32EnumAttr<"CmpPredicate",
       I32EnumAttrCase<"ge", 5>
     ]> {
   let cppNamespace = "::graphc::nn";
-  let genSpecializedAttr = 0;
-}
-
-def NN_CmpPredicateAttr : EnumAttr<NN_Dialect, NN_CmpPredicate, "predicate"> {
-  let assemblyFormat = "$value";
 }
 
 //===----------------------------------------------------------------------===//

@@ -1,6 +1,6 @@
 //===- NNDialect.cpp - nn dialect registration ----------------------------===//
 //
-// Registers the ops and attributes of the `nn` dialect and materializes folded
+// Registers the ops of the `nn` dialect and materializes folded
 // constants as `nn.constant`.
 //
 //===----------------------------------------------------------------------===//
@@ -9,8 +9,6 @@
 
 #include "dialects/nn/IR/NNOps.h"
 #include "mlir/IR/Builders.h"
-#include "mlir/IR/DialectImplementation.h"
-#include "llvm/ADT/TypeSwitch.h"
 
 using namespace mlir;
 using namespace graphc::nn;
@@ -18,17 +16,10 @@ using namespace graphc::nn;
 #include "dialects/nn/IR/NNDialect.cpp.inc"
 #include "dialects/nn/IR/NNEnums.cpp.inc"
 
-#define GET_ATTRDEF_CLASSES
-#include "dialects/nn/IR/NNAttrs.cpp.inc"
-
 void NNDialect::initialize() {
   addOperations<
 #define GET_OP_LIST
 #include "dialects/nn/IR/NNOps.cpp.inc"
-      >();
-  addAttributes<
-#define GET_ATTRDEF_LIST
-#include "dialects/nn/IR/NNAttrs.cpp.inc"
       >();
 }
 

@@ -1,6 +1,6 @@
 //===- NNDialect.h - nn dialect ---------------------------------*- C++ -*-===//
 //
-// The `nn` dialect's class, enums and attributes. Ops are in NNOps.h.
+// The `nn` dialect's class and enums. Ops are in NNOps.h.
 //
 //===----------------------------------------------------------------------===//
 
@@ -12,8 +12,5 @@
 
 #include "dialects/nn/IR/NNDialect.h.inc"
 #include "dialects/nn/IR/NNEnums.h.inc"
-
-#define GET_ATTRDEF_CLASSES
-#include "dialects/nn/IR/NNAttrs.h.inc"
 
 #endif // GRAPHC_DIALECTS_NN_IR_NNDIALECT_H

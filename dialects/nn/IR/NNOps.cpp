@@ -16,6 +16,7 @@
 #include "mlir/IR/Matchers.h"
 #include "mlir/IR/OpImplementation.h"
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/Support/FormatVariadic.h"
 
 using namespace mlir;
 using namespace graphc::nn;
@@ -45,6 +46,10 @@ bool isStatic(int64_t size) { return !ShapedType::isDynamic(size); }
 bool extentsConflict(int64_t a, int64_t b) {
   return isStatic(a) && isStatic(b) && a != b;
 }
+
+/// Attribute values in messages as written ("0.5", "1e-05"), not "5.000000e-01".
+std::string str(double value) { return llvm::formatv("{0}", value).str(); }
+std::string str(const APFloat &value) { return str(value.convertToDouble()); }
 
 std::string shapeString(ArrayRef<int64_t> shape) {
   std::string s;
@@ -113,8 +118,7 @@ static LogicalResult verifyVariable(Operation *op, RankedTensorType type,
   if ((init == Initializer::normal || init == Initializer::uniform) &&
       !(value->convertToDouble() > 0.0))
     return op->emitOpError("initializer '")
-           << stringifyInitializer(init) << "' needs a positive scale, got "
-           << value->convertToDouble();
+           << stringifyInitializer(init) << "' needs a positive scale, got " << str(*value);
   bool fanBased = init == Initializer::kaiming_normal ||
                   init == Initializer::kaiming_normal_fan_out ||
                   init == Initializer::kaiming_uniform ||
@@ -290,7 +294,6 @@ LogicalResult BroadcastOp::inferReturnTypes(MLIRContext *,
     return inferError<BroadcastOp>(loc, "expects one entry in 'dims' per operand "
                                    "dimension (", input.getRank(), "), got ",
                                    dims.size());
-  SmallVector<int64_t> shape(target.getShape());
   for (auto [i, dim] : llvm::enumerate(dims)) {
     if (dim < 0 || dim >= target.getRank())
       return inferError<BroadcastOp>(loc, "'dims' entry ", dim,
@@ -298,6 +301,9 @@ LogicalResult BroadcastOp::inferReturnTypes(MLIRContext *,
                                      target.getRank());
     if (i > 0 && dim <= dims[i - 1])
       return inferError<BroadcastOp>(loc, "'dims' must be strictly increasing");
+  }
+  SmallVector<int64_t> shape(target.getShape());
+  for (auto [i, dim] : llvm::enumerate(dims)) {
     int64_t from = input.getDimSize(i);
     if (isStatic(from) && from != 1 && extentsConflict(from, shape[dim]))
       return inferError<BroadcastOp>(loc, "operand dimension ", i, " (", from,
@@ -476,9 +482,9 @@ LogicalResult BatchNormOp::verify() {
   double epsilon = getEpsilon().convertToDouble();
   double momentum = getMomentum().convertToDouble();
   if (!(epsilon > 0.0))
-    return emitOpError("expects epsilon > 0, got ") << epsilon;
+    return emitOpError("expects epsilon > 0, got ") << str(epsilon);
   if (!(momentum >= 0.0 && momentum <= 1.0))
-    return emitOpError("expects momentum in [0, 1], got ") << momentum;
+    return emitOpError("expects momentum in [0, 1], got ") << str(momentum);
   return success();
 }
 
@@ -716,7 +722,7 @@ LogicalResult MatmulOp::inferReturnTypes(MLIRContext *, std::optional<Location> 
 LogicalResult DropoutOp::verify() {
   double rate = getRate().convertToDouble();
   if (!(rate >= 0.0 && rate < 1.0))
-    return emitOpError("expects a rate in [0, 1), got ") << rate;
+    return emitOpError("expects a rate in [0, 1), got ") << str(rate);
   return success();
 }
 
@@ -755,7 +761,7 @@ LogicalResult SoftmaxCrossEntropyOp::inferReturnTypes(
 LogicalResult SoftmaxCrossEntropyOp::verify() {
   double smoothing = getLabelSmoothing().convertToDouble();
   if (!(smoothing >= 0.0 && smoothing < 1.0))
-    return emitOpError("expects label_smoothing in [0, 1), got ") << smoothing;
+    return emitOpError("expects label_smoothing in [0, 1), got ") << str(smoothing);
   return success();
 }
 

@@ -24,7 +24,7 @@ class NN_VariableOp<string mnemonic> : NN_Op<mnemonic,
   let arguments = (ins
     SymbolNameAttr:$sym_name,
     TypeAttrOf<AnyStaticShapeTensor>:$type,
-    NN_InitializerAttr:$initializer,
+    NN_Initializer:$initializer,
     OptionalAttr<F64Attr>:$init_value);
   let assemblyFormat = [{
     $sym_name `:` $type `=` $initializer (`(` $init_value^ `)`)? attr-dict
@@ -190,7 +190,7 @@ def NN_CmpOp : NN_Op<"cmp", [Pure, AllTypesMatch<["lhs", "rhs"]>,
     %m = nn.cmp gt, %a, %b : tensor<?x10xf32>
     ```
   }];
-  let arguments = (ins NN_CmpPredicateAttr:$predicate, NN_NumericTensor:$lhs,
+  let arguments = (ins NN_CmpPredicate:$predicate, NN_NumericTensor:$lhs,
                        NN_NumericTensor:$rhs);
   let results = (outs NN_BoolTensor:$result);
   let assemblyFormat = "$predicate `,` $lhs `,` $rhs attr-dict `:` type($lhs)";

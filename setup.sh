@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Installs what graphc needs from Debian, builds it, and runs the main job or the
+# tests. Idempotent: packages already present are not reinstalled and the build
+# is incremental.
+#
+#   ./setup.sh run     install, build, then the main job on ResNet-50
+#   ./setup.sh test    install, build, then every test (lit + GoogleTest + CMake)
+#   ./setup.sh build   install and build only
+set -euo pipefail
+cd "$(dirname "$0")"
+
+BUILD_DIR=${GRAPHC_BUILD_DIR:-build}
+PACKAGES=(
+  # compiler: MLIR/LLVM 19, lit/FileCheck, and what LLVM's CMake package links
+  libmlir-19-dev mlir-19-tools llvm-19-dev llvm-19-tools lld-19
+  libzstd-dev zlib1g-dev libedit-dev libncurses-dev libxml2-dev libffi-dev
+  # build and test tools
+  cmake ninja-build g++ python3 googletest libgtest-dev libbenchmark-dev
+  # runtime: plan format, CPU kernels, multi-rank, data
+  flatbuffers-compiler libflatbuffers-dev libdnnl-dev openmpi-bin libopenmpi-dev
+  dataset-fashion-mnist
+)
+
+install_packages() {
+  local missing=()
+  for pkg in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" ||
+      missing+=("$pkg")
+  done
+  if [ ${#missing[@]} -eq 0 ]; then
+    return
+  fi
+  echo "setup: installing ${missing[*]}"
+  local sudo=""
+  if [ "$(id -u)" -ne 0 ]; then sudo=sudo; fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}" >/dev/null
+}
+
+build() {
+  if [ ! -f "$BUILD_DIR/build.ninja" ]; then
+    cmake -G Ninja -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release
+  fi
+  cmake --build "$BUILD_DIR"
+}
+
+case "${1:-run}" in
+  build)
+    install_packages
+    build
+    ;;
+  run)
+    install_packages
+    build
+    "$BUILD_DIR/bin/graphc" info models/resnet50.mlir --batch-size 32
+    "$BUILD_DIR/bin/graphc" compile models/resnet50.mlir --batch-size 32 \
+      -o "$BUILD_DIR/resnet50.verified.mlir"
+    echo "setup: compiled models/resnet50.mlir through every phase that exists;" \
+         "IR in $BUILD_DIR/resnet50.verified.mlir"
+    ;;
+  test)
+    install_packages
+    build
+    cd "$BUILD_DIR"
+    ctest --output-on-failure
+    ;;
+  *)
+    echo "usage: $0 [run|test|build]" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,652 @@
+// RUN: graphc-opt %s -split-input-file -verify-diagnostics
+
+// One split per verifier rule of the nn dialect, in NNOps.td order.
+
+// Tests that a constant initializer needs its value.
+// expected-error@+1 {{initializer 'constant' needs a value}}
+nn.parameter @p : tensor<4xf32> = constant
+
+// -----
+
+// Tests that normal needs its standard deviation.
+// expected-error@+1 {{initializer 'normal' needs a value}}
+nn.parameter @p : tensor<4xf32> = normal
+
+// -----
+
+// Tests that zeros takes no value.
+// expected-error@+1 {{initializer 'zeros' takes no value}}
+nn.parameter @p : tensor<4xf32> = zeros(1.0)
+
+// -----
+
+// Tests that a normal or uniform scale must be positive.
+// expected-error@+1 {{initializer 'uniform' needs a positive scale, got -1}}
+nn.parameter @p : tensor<4xf32> = uniform(-1.0)
+
+// -----
+
+// Tests that fan-based initializers need rank >= 2.
+// expected-error@+1 {{initializer 'kaiming_normal' needs a tensor of rank >= 2 to compute fans, got rank 1}}
+nn.parameter @p : tensor<4xf32> = kaiming_normal
+
+// -----
+
+// Tests that parameters must be float.
+// expected-error@+1 {{parameters are trainable and must be float}}
+nn.parameter @p : tensor<4xi32> = zeros
+
+// -----
+
+// Tests that state must be float, i32 or i64.
+// expected-error@+1 {{state must be float, i32 or i64}}
+nn.state @s : tensor<4xi8> = zeros
+
+// -----
+
+// Tests that variables have static shapes.
+// expected-error@+1 {{type attribute of statically shaped tensor}}
+nn.parameter @p : tensor<?x4xf32> = zeros
+
+// -----
+
+// Tests that variables are not empty.
+// expected-error@+1 {{declares an empty tensor}}
+nn.state @s : tensor<0x4xf32> = zeros
+
+// -----
+
+// Tests that variables are declared at module level.
+func.func @f() {
+  // expected-error@+1 {{expects parent op 'builtin.module'}}
+  nn.parameter @p : tensor<4xf32> = zeros
+  return
+}
+
+// -----
+
+// Tests that a load names a declared variable.
+func.func @f() -> tensor<4xf32> {
+  // expected-error@+1 {{'missing' does not name an nn.parameter or nn.state}}
+  %0 = nn.load @missing : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+// Tests that a load names a variable, not another symbol.
+func.func @g() { return }
+func.func @f() -> tensor<4xf32> {
+  // expected-error@+1 {{'g' does not name an nn.parameter or nn.state}}
+  %0 = nn.load @g : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+// Tests that a load has the declared type.
+nn.parameter @p : tensor<4xf32> = zeros
+func.func @f() -> tensor<5xf32> {
+  // expected-error@+1 {{result type 'tensor<5xf32>' does not match the declared type 'tensor<4xf32>' of @p}}
+  %0 = nn.load @p : tensor<5xf32>
+  return %0 : tensor<5xf32>
+}
+
+// -----
+
+// Tests that float-only elementwise ops reject integers.
+func.func @f(%x: tensor<4xi32>) -> tensor<4xi32> {
+  // expected-error@+1 {{must be ranked tensor of 16-bit float or bfloat16 type or 32-bit float or 64-bit float values}}
+  %0 = nn.exp %x : tensor<4xi32>
+  return %0 : tensor<4xi32>
+}
+
+// -----
+
+// Tests that binary operands have one type.
+func.func @f(%a: tensor<4xf32>, %b: tensor<5xf32>) -> tensor<4xf32> {
+  // expected-error@+1 {{requires the same type for all operands and results}}
+  %0 = "nn.add"(%a, %b) : (tensor<4xf32>, tensor<5xf32>) -> tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+// Tests that select's condition is i1.
+func.func @f(%c: tensor<4xf32>, %a: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error@+1 {{must be ranked tensor of 1-bit signless integer values}}
+  %0 = nn.select %c, %a, %a : tensor<4xf32>, tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+// Tests that select's condition has the values' shape.
+func.func @f(%c: tensor<3xi1>, %a: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error@+1 {{failed to verify that all of {condition, result} have same shape}}
+  %0 = nn.select %c, %a, %a : tensor<3xi1>, tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+// Tests that comparison operands have one type.
+func.func @f(%a: tensor<4xf32>, %b: tensor<4xf16>) -> tensor<4xi1> {
+  // expected-error@+1 {{failed to verify that all of {lhs, rhs} have same type}}
+  %0 = "nn.cmp"(%a, %b) {predicate = 2 : i32} : (tensor<4xf32>, tensor<4xf16>) -> tensor<4xi1>
+  return %0 : tensor<4xi1>
+}
+
+// -----
+
+// Tests that casts go to a supported element type.
+func.func @f(%x: tensor<4xf32>) -> tensor<4xi8> {
+  // expected-error@+1 {{cannot cast to 'i8'; expects a float, i1, i32 or i64 element type}}
+  %0 = nn.cast %x : tensor<4xf32> to i8
+  return %0 : tensor<4xi8>
+}
+
+// -----
+
+// Tests that broadcast has one dims entry per operand dimension.
+func.func @f(%v: tensor<8xf32>, %x: tensor<2x8xf32>) -> tensor<2x8xf32> {
+  // expected-error@+1 {{expects one entry in 'dims' per operand dimension (1), got 2}}
+  %0 = nn.broadcast %v to %x dims [0, 1] : tensor<8xf32>, tensor<2x8xf32>
+  return %0 : tensor<2x8xf32>
+}
+
+// -----
+
+// Tests that broadcast dims are in range.
+func.func @f(%v: tensor<8xf32>, %x: tensor<2x8xf32>) -> tensor<2x8xf32> {
+  // expected-error@+1 {{'dims' entry 2 is out of range for a result of rank 2}}
+  %0 = nn.broadcast %v to %x dims [2] : tensor<8xf32>, tensor<2x8xf32>
+  return %0 : tensor<2x8xf32>
+}
+
+// -----
+
+// Tests that broadcast dims strictly increase.
+func.func @f(%v: tensor<2x8xf32>, %x: tensor<2x8xf32>) -> tensor<2x8xf32> {
+  // expected-error@+1 {{'dims' must be strictly increasing}}
+  %0 = nn.broadcast %v to %x dims [1, 0] : tensor<2x8xf32>, tensor<2x8xf32>
+  return %0 : tensor<2x8xf32>
+}
+
+// -----
+
+// Tests that a broadcast dimension is 1 or equal to the result's.
+func.func @f(%v: tensor<3xf32>, %x: tensor<?x64x7x7xf32>) -> tensor<?x64x7x7xf32> {
+  // expected-error@+1 {{operand dimension 0 (3) must be 1 or equal result dimension 1 (64)}}
+  %0 = nn.broadcast %v to %x dims [1] : tensor<3xf32>, tensor<?x64x7x7xf32>
+  return %0 : tensor<?x64x7x7xf32>
+}
+
+// -----
+
+// Tests that a reduction names at least one dimension.
+func.func @f(%x: tensor<2x3xf32>) -> tensor<2x3xf32> {
+  // expected-error@+1 {{expects at least one dimension to reduce}}
+  %0 = nn.reduce_sum %x dims [] : tensor<2x3xf32>
+  return %0 : tensor<2x3xf32>
+}
+
+// -----
+
+// Tests that reduction dimensions are in range.
+func.func @f(%x: tensor<2x3xf32>) -> tensor<2xf32> {
+  // expected-error@+1 {{reduction dimension 2 is out of range for rank 2}}
+  %0 = nn.reduce_mean %x dims [2] : tensor<2x3xf32>
+  return %0 : tensor<2xf32>
+}
+
+// -----
+
+// Tests that reduction dimensions strictly increase.
+func.func @f(%x: tensor<2x3xf32>) -> tensor<f32> {
+  // expected-error@+1 {{reduction dimensions must be strictly increasing}}
+  %0 = nn.reduce_max %x dims [1, 1] : tensor<2x3xf32>
+  return %0 : tensor<f32>
+}
+
+// -----
+
+// Tests that conv2d takes an NCHW input.
+func.func @f(%x: tensor<4x16x16xf32>, %w: tensor<8x4x3x3xf32>) {
+  // expected-error@+1 {{expects an NCHW input of rank 4, got rank 3}}
+  %0 = nn.conv2d %x, %w : tensor<4x16x16xf32>, tensor<8x4x3x3xf32>
+  return
+}
+
+// -----
+
+// Tests that conv2d takes an OIHW filter.
+func.func @f(%x: tensor<1x4x16x16xf32>, %w: tensor<8x4x3xf32>) {
+  // expected-error@+1 {{expects an OIHW filter of rank 4, got rank 3}}
+  %0 = nn.conv2d %x, %w : tensor<1x4x16x16xf32>, tensor<8x4x3xf32>
+  return
+}
+
+// -----
+
+// Tests that conv2d input and filter share an element type.
+func.func @f(%x: tensor<1x4x16x16xf16>, %w: tensor<8x4x3x3xf32>) {
+  // expected-error@+1 {{input element type 'f16' differs from filter element type 'f32'}}
+  %0 = nn.conv2d %x, %w : tensor<1x4x16x16xf16>, tensor<8x4x3x3xf32>
+  return
+}
+
+// -----
+
+// Tests that conv2d strides have two entries.
+func.func @f(%x: tensor<1x4x16x16xf32>, %w: tensor<8x4x3x3xf32>) {
+  // expected-error@+1 {{expects 'strides' to have 2 entries, got 1}}
+  %0 = nn.conv2d %x, %w strides [2] : tensor<1x4x16x16xf32>, tensor<8x4x3x3xf32>
+  return
+}
+
+// -----
+
+// Tests that conv2d strides are positive.
+func.func @f(%x: tensor<1x4x16x16xf32>, %w: tensor<8x4x3x3xf32>) {
+  // expected-error@+1 {{expects every 'strides' entry to be >= 1, got 0}}
+  %0 = nn.conv2d %x, %w strides [1, 0] : tensor<1x4x16x16xf32>, tensor<8x4x3x3xf32>
+  return
+}
+
+// -----
+
+// Tests that conv2d padding has four entries.
+func.func @f(%x: tensor<1x4x16x16xf32>, %w: tensor<8x4x3x3xf32>) {
+  // expected-error@+1 {{expects 'padding' to have 4 entries, got 2}}
+  %0 = nn.conv2d %x, %w padding [1, 1] : tensor<1x4x16x16xf32>, tensor<8x4x3x3xf32>
+  return
+}
+
+// -----
+
+// Tests that conv2d padding is not negative.
+func.func @f(%x: tensor<1x4x16x16xf32>, %w: tensor<8x4x3x3xf32>) {
+  // expected-error@+1 {{expects every 'padding' entry to be >= 0, got -1}}
+  %0 = nn.conv2d %x, %w padding [1, 1, -1, 1] : tensor<1x4x16x16xf32>, tensor<8x4x3x3xf32>
+  return
+}
+
+// -----
+
+// Tests that conv2d dilations are positive.
+func.func @f(%x: tensor<1x4x16x16xf32>, %w: tensor<8x4x3x3xf32>) {
+  // expected-error@+1 {{expects every 'dilations' entry to be >= 1, got 0}}
+  %0 = nn.conv2d %x, %w dilations [0, 1] : tensor<1x4x16x16xf32>, tensor<8x4x3x3xf32>
+  return
+}
+
+// -----
+
+// Tests that conv2d groups are positive.
+func.func @f(%x: tensor<1x4x16x16xf32>, %w: tensor<8x4x3x3xf32>) {
+  // expected-error@+1 {{expects 'groups' >= 1, got 0}}
+  %0 = nn.conv2d %x, %w groups 0 : tensor<1x4x16x16xf32>, tensor<8x4x3x3xf32>
+  return
+}
+
+// -----
+
+// Tests that conv2d groups divide the output channels.
+func.func @f(%x: tensor<1x6x16x16xf32>, %w: tensor<8x2x3x3xf32>) {
+  // expected-error@+1 {{output channels (8) must be divisible by groups (3)}}
+  %0 = nn.conv2d %x, %w groups 3 : tensor<1x6x16x16xf32>, tensor<8x2x3x3xf32>
+  return
+}
+
+// -----
+
+// Tests that conv2d groups divide the input channels.
+func.func @f(%x: tensor<1x5x16x16xf32>, %w: tensor<8x2x3x3xf32>) {
+  // expected-error@+1 {{input channels (5) must be divisible by groups (2)}}
+  %0 = nn.conv2d %x, %w groups 2 : tensor<1x5x16x16xf32>, tensor<8x2x3x3xf32>
+  return
+}
+
+// -----
+
+// Tests that the conv2d filter matches the input channels per group.
+func.func @f(%x: tensor<1x3x16x16xf32>, %w: tensor<8x4x3x3xf32>) {
+  // expected-error@+1 {{filter expects 4 input channels per group but the input has 3 channels in 1 group(s)}}
+  %0 = nn.conv2d %x, %w : tensor<1x3x16x16xf32>, tensor<8x4x3x3xf32>
+  return
+}
+
+// -----
+
+// Tests that the conv2d bias has one entry per output channel.
+func.func @f(%x: tensor<1x4x16x16xf32>, %w: tensor<8x4x3x3xf32>, %b: tensor<4xf32>) {
+  // expected-error@+1 {{expects a bias of shape [8], got [4]}}
+  %0 = nn.conv2d %x, %w, %b : tensor<1x4x16x16xf32>, tensor<8x4x3x3xf32>, tensor<4xf32>
+  return
+}
+
+// -----
+
+// Tests that the conv2d bias has the input's element type.
+func.func @f(%x: tensor<1x4x16x16xf32>, %w: tensor<8x4x3x3xf32>, %b: tensor<8xf16>) {
+  // expected-error@+1 {{bias element type 'f16' differs from input element type 'f32'}}
+  %0 = nn.conv2d %x, %w, %b : tensor<1x4x16x16xf32>, tensor<8x4x3x3xf32>, tensor<8xf16>
+  return
+}
+
+// -----
+
+// Tests that the conv2d window fits the padded input.
+func.func @f(%x: tensor<1x4x4x16xf32>, %w: tensor<8x4x3x3xf32>) {
+  // expected-error@+1 {{the 3-wide window (dilation 2) does not fit the padded height 4}}
+  %0 = nn.conv2d %x, %w dilations [2, 1] : tensor<1x4x4x16xf32>, tensor<8x4x3x3xf32>
+  return
+}
+
+// -----
+
+// Tests that a spelled-out result type must match the inferred one.
+func.func @f(%x: tensor<1x4x16x16xf32>, %w: tensor<8x4x3x3xf32>) {
+  // expected-error@+2 {{inferred type(s) 'tensor<1x8x14x14xf32>' are incompatible with return type(s) of operation 'tensor<1x8x16x16xf32>'}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = "nn.conv2d"(%x, %w) : (tensor<1x4x16x16xf32>, tensor<8x4x3x3xf32>) -> tensor<1x8x16x16xf32>
+  return
+}
+
+// -----
+
+// Tests that batch_norm takes an NC or NCHW input.
+func.func @f(%x: tensor<2x8x5xf32>, %p: tensor<8xf32>) {
+  // expected-error@+1 {{expects an NC or NCHW input, got rank 3}}
+  %0 = nn.batch_norm %x, %p, %p, %p, %p epsilon 1.0e-5 momentum 0.1 : tensor<2x8x5xf32>, tensor<8xf32>
+  return
+}
+
+// -----
+
+// Tests that batch_norm parameters have one entry per channel.
+func.func @f(%x: tensor<2x8x5x5xf32>, %p: tensor<4xf32>) {
+  // expected-error@+1 {{expects per-channel parameters of shape [8], got [4]}}
+  %0 = nn.batch_norm %x, %p, %p, %p, %p epsilon 1.0e-5 momentum 0.1 : tensor<2x8x5x5xf32>, tensor<4xf32>
+  return
+}
+
+// -----
+
+// Tests that batch_norm parameters are of the input's type or f32.
+func.func @f(%x: tensor<2x8x5x5xf16>, %p: tensor<8xf64>) {
+  // expected-error@+1 {{parameters must be 'f16' or f32, got 'f64'}}
+  %0 = nn.batch_norm %x, %p, %p, %p, %p epsilon 1.0e-5 momentum 0.1 : tensor<2x8x5x5xf16>, tensor<8xf64>
+  return
+}
+
+// -----
+
+// Tests that the four batch_norm parameters share one type.
+func.func @f(%x: tensor<2x8xf32>, %p: tensor<8xf32>, %q: tensor<8xf16>) {
+  // expected-error@+1 {{failed to verify that all of {scale, shift, running_mean, running_var} have same type}}
+  %0 = "nn.batch_norm"(%x, %p, %q, %p, %p) : (tensor<2x8xf32>, tensor<8xf32>, tensor<8xf16>, tensor<8xf32>, tensor<8xf32>) -> tensor<2x8xf32>
+  return
+}
+
+// -----
+
+// Tests that batch_norm epsilon is positive.
+func.func @f(%x: tensor<2x8xf32>, %p: tensor<8xf32>) {
+  // expected-error@+1 {{expects epsilon > 0, got 0}}
+  %0 = nn.batch_norm %x, %p, %p, %p, %p epsilon 0.0 momentum 0.1 : tensor<2x8xf32>, tensor<8xf32>
+  return
+}
+
+// -----
+
+// Tests that batch_norm momentum is in [0, 1].
+func.func @f(%x: tensor<2x8xf32>, %p: tensor<8xf32>) {
+  // expected-error@+1 {{expects momentum in [0, 1], got 1.5}}
+  %0 = nn.batch_norm %x, %p, %p, %p, %p epsilon 1.0e-5 momentum 1.5 : tensor<2x8xf32>, tensor<8xf32>
+  return
+}
+
+// -----
+
+// Tests that pooling takes an NCHW input.
+func.func @f(%x: tensor<2x8xf32>) {
+  // expected-error@+1 {{expects an NCHW input of rank 4, got rank 2}}
+  %0 = nn.max_pool2d %x window [2, 2] : tensor<2x8xf32>
+  return
+}
+
+// -----
+
+// Tests that the pooling window has two positive entries.
+func.func @f(%x: tensor<1x8x6x6xf32>) {
+  // expected-error@+1 {{expects every 'window' entry to be >= 1, got 0}}
+  %0 = nn.max_pool2d %x window [0, 2] : tensor<1x8x6x6xf32>
+  return
+}
+
+// -----
+
+// Tests that the pooling window has exactly two entries.
+func.func @f(%x: tensor<1x8x6x6xf32>) {
+  // expected-error@+1 {{expects 'window' to have 2 entries, got 3}}
+  %0 = nn.avg_pool2d %x window [2, 2, 2] : tensor<1x8x6x6xf32>
+  return
+}
+
+// -----
+
+// Tests that pooling strides are positive.
+func.func @f(%x: tensor<1x8x6x6xf32>) {
+  // expected-error@+1 {{expects every 'strides' entry to be >= 1, got 0}}
+  %0 = nn.avg_pool2d %x window [2, 2] strides [0, 0] : tensor<1x8x6x6xf32>
+  return
+}
+
+// -----
+
+// Tests that pooling pads at most half the window.
+func.func @f(%x: tensor<1x8x6x6xf32>) {
+  // expected-error@+1 {{padding must be at most half the window (3) on each side}}
+  %0 = nn.max_pool2d %x window [3, 3] padding [2, 2, 1, 1] : tensor<1x8x6x6xf32>
+  return
+}
+
+// -----
+
+// Tests that the pooling window fits the padded input.
+func.func @f(%x: tensor<1x8x6x2xf32>) {
+  // expected-error@+1 {{the 3-wide window does not fit the padded width 2}}
+  %0 = nn.max_pool2d %x window [3, 3] : tensor<1x8x6x2xf32>
+  return
+}
+
+// -----
+
+// Tests that global_avg_pool takes an NCHW input.
+func.func @f(%x: tensor<2x8xf32>) {
+  // expected-error@+1 {{expects an NCHW input of rank 4}}
+  %0 = nn.global_avg_pool %x : tensor<2x8xf32>
+  return
+}
+
+// -----
+
+// Tests that reshape infers at most one dimension.
+func.func @f(%x: tensor<2x6xf32>) {
+  // expected-error@+1 {{at most one 'shape' entry may be -1}}
+  %0 = nn.reshape %x shape [-1, -1] : tensor<2x6xf32>
+  return
+}
+
+// -----
+
+// Tests that reshape sizes are positive.
+func.func @f(%x: tensor<2x6xf32>) {
+  // expected-error@+1 {{'shape' entries must be positive or -1, got 0}}
+  %0 = nn.reshape %x shape [0, 12] : tensor<2x6xf32>
+  return
+}
+
+// -----
+
+// Tests that reshape keeps the element count.
+func.func @f(%x: tensor<2x6xf32>) {
+  // expected-error@+1 {{cannot reshape 12 elements into 10}}
+  %0 = nn.reshape %x shape [2, 5] : tensor<2x6xf32>
+  return
+}
+
+// -----
+
+// Tests that reshape's inferred dimension divides the element count.
+func.func @f(%x: tensor<2x6xf32>) {
+  // expected-error@+1 {{cannot reshape 12 elements into [5, -1]}}
+  %0 = nn.reshape %x shape [5, -1] : tensor<2x6xf32>
+  return
+}
+
+// -----
+
+// Tests that flatten's start_dim is in range.
+func.func @f(%x: tensor<2x6xf32>) {
+  // expected-error@+1 {{'start_dim' 2 is out of range for rank 2}}
+  %0 = nn.flatten %x start_dim 2 : tensor<2x6xf32>
+  return
+}
+
+// -----
+
+// Tests that linear takes a rank-2 input and weight.
+func.func @f(%x: tensor<2x3x4xf32>, %w: tensor<5x4xf32>) {
+  // expected-error@+1 {{expects a [N, in] input and an [out, in] weight, got [2, 3, 4] and [5, 4]}}
+  %0 = nn.linear %x, %w : tensor<2x3x4xf32>, tensor<5x4xf32>
+  return
+}
+
+// -----
+
+// Tests that linear's input features match the weight.
+func.func @f(%x: tensor<?x3xf32>, %w: tensor<5x4xf32>) {
+  // expected-error@+1 {{input features (3) differ from weight input features (4)}}
+  %0 = nn.linear %x, %w : tensor<?x3xf32>, tensor<5x4xf32>
+  return
+}
+
+// -----
+
+// Tests that linear's input and weight share an element type.
+func.func @f(%x: tensor<?x4xf16>, %w: tensor<5x4xf32>) {
+  // expected-error@+1 {{input element type 'f16' differs from weight element type 'f32'}}
+  %0 = nn.linear %x, %w : tensor<?x4xf16>, tensor<5x4xf32>
+  return
+}
+
+// -----
+
+// Tests that linear's bias has one entry per output.
+func.func @f(%x: tensor<?x4xf32>, %w: tensor<5x4xf32>, %b: tensor<4xf32>) {
+  // expected-error@+1 {{expects a bias of shape [5], got [4]}}
+  %0 = nn.linear %x, %w, %b : tensor<?x4xf32>, tensor<5x4xf32>, tensor<4xf32>
+  return
+}
+
+// -----
+
+// Tests that matmul operands have rank 2 or 3, the same.
+func.func @f(%a: tensor<2x3xf32>, %b: tensor<1x3x4xf32>) {
+  // expected-error@+1 {{expects two operands of rank 2, or two of rank 3 (batched), got 2 and 3}}
+  %0 = nn.matmul %a, %b : tensor<2x3xf32>, tensor<1x3x4xf32>
+  return
+}
+
+// -----
+
+// Tests that matmul contraction dimensions agree, after transposes.
+func.func @f(%a: tensor<2x3xf32>, %b: tensor<3x4xf32>) {
+  // expected-error@+1 {{contraction dimensions differ: 3 and 4}}
+  %0 = nn.matmul %a, %b transpose_b : tensor<2x3xf32>, tensor<3x4xf32>
+  return
+}
+
+// -----
+
+// Tests that batched matmul batch dimensions agree.
+func.func @f(%a: tensor<2x2x3xf32>, %b: tensor<5x3x4xf32>) {
+  // expected-error@+1 {{batch dimensions differ: 2 and 5}}
+  %0 = nn.matmul %a, %b : tensor<2x2x3xf32>, tensor<5x3x4xf32>
+  return
+}
+
+// -----
+
+// Tests that matmul operands share an element type.
+func.func @f(%a: tensor<2x3xf32>, %b: tensor<3x4xf16>) {
+  // expected-error@+1 {{operand element types differ: 'f32' and 'f16'}}
+  %0 = nn.matmul %a, %b : tensor<2x3xf32>, tensor<3x4xf16>
+  return
+}
+
+// -----
+
+// Tests that the dropout rate is below 1.
+func.func @f(%x: tensor<4xf32>) {
+  // expected-error@+1 {{expects a rate in [0, 1), got 1}}
+  %0 = nn.dropout %x rate 1.0 seed 0 : tensor<4xf32>
+  return
+}
+
+// -----
+
+// Tests that the dropout rate is not negative.
+func.func @f(%x: tensor<4xf32>) {
+  // expected-error@+1 {{expects a rate in [0, 1), got -0.5}}
+  %0 = nn.dropout %x rate -0.5 seed 0 : tensor<4xf32>
+  return
+}
+
+// -----
+
+// Tests that loss logits are [N, classes].
+func.func @f(%x: tensor<8xf32>, %y: tensor<8xi32>) {
+  // expected-error@+1 {{expects float logits of shape [N, classes]}}
+  %0 = nn.softmax_cross_entropy %x, %y label_smoothing 0.0 : tensor<8xf32>, tensor<8xi32>
+  return
+}
+
+// -----
+
+// Tests that labels are integer class indices.
+func.func @f(%x: tensor<8x10xf32>, %y: tensor<8xf32>) {
+  // expected-error@+1 {{expects i32 or i64 class-index labels, got 'f32'}}
+  %0 = nn.softmax_cross_entropy %x, %y label_smoothing 0.0 : tensor<8x10xf32>, tensor<8xf32>
+  return
+}
+
+// -----
+
+// Tests that labels are one index per example.
+func.func @f(%x: tensor<8x10xf32>, %y: tensor<8x10xi32>) {
+  // expected-error@+1 {{expects labels of shape [N], got rank 2}}
+  %0 = nn.softmax_cross_entropy %x, %y label_smoothing 0.0 : tensor<8x10xf32>, tensor<8x10xi32>
+  return
+}
+
+// -----
+
+// Tests that logits and labels have one batch size.
+func.func @f(%x: tensor<8x10xf32>, %y: tensor<4xi32>) {
+  // expected-error@+1 {{batch of logits (8) differs from batch of labels (4)}}
+  %0 = nn.softmax_cross_entropy %x, %y label_smoothing 0.0 : tensor<8x10xf32>, tensor<4xi32>
+  return
+}
+
+// -----
+
+// Tests that label smoothing is in [0, 1).
+func.func @f(%x: tensor<8x10xf32>, %y: tensor<8xi32>) {
+  // expected-error@+1 {{expects label_smoothing in [0, 1), got 1}}
+  %0 = nn.softmax_cross_entropy %x, %y label_smoothing 1.0 : tensor<8x10xf32>, tensor<8xi32>
+  return
+}

@@ -1,0 +1,111 @@
+// RUN: graphc-opt %s | graphc-opt | FileCheck %s
+// RUN: graphc-opt %s -mlir-print-op-generic | graphc-opt | FileCheck %s
+
+// CHECK: nn.parameter @conv.weight : tensor<8x4x3x3xf32> = kaiming_normal_fan_out
+nn.parameter @conv.weight : tensor<8x4x3x3xf32> = kaiming_normal_fan_out
+// CHECK: nn.parameter @fc.weight : tensor<10x8xf32> = normal(1.000000e-02)
+nn.parameter @fc.weight : tensor<10x8xf32> = normal(0.01)
+// CHECK: nn.parameter @fc.bias : tensor<10xf32> = uniform(5.000000e-01)
+nn.parameter @fc.bias : tensor<10xf32> = uniform(0.5)
+// CHECK: nn.parameter @gain : tensor<2x2xf32> = constant(2.500000e-01)
+nn.parameter @gain : tensor<2x2xf32> = constant(0.25)
+// CHECK: nn.state @bn.running_var : tensor<8xf32> = ones
+nn.state @bn.running_var : tensor<8xf32> = ones
+// CHECK: nn.state @step : tensor<i64> = zeros
+nn.state @step : tensor<i64> = zeros
+
+// CHECK-LABEL: func.func @variables
+func.func @variables() -> tensor<8x4x3x3xf32> {
+  // CHECK: nn.load @conv.weight : tensor<8x4x3x3xf32>
+  %w = nn.load @conv.weight : tensor<8x4x3x3xf32>
+  return %w : tensor<8x4x3x3xf32>
+}
+
+// CHECK-LABEL: func.func @elementwise
+// CHECK-SAME: (%[[A:.+]]: tensor<?x4xf32>, %[[B:.+]]: tensor<?x4xf32>)
+func.func @elementwise(%a: tensor<?x4xf32>, %b: tensor<?x4xf32>) -> tensor<?x4xf16> {
+  // CHECK: %[[C:.+]] = nn.constant dense<5.000000e-01> : tensor<f32>
+  %c = nn.constant dense<0.5> : tensor<f32>
+  // CHECK: nn.relu %[[A]] : tensor<?x4xf32>
+  %0 = nn.relu %a : tensor<?x4xf32>
+  // CHECK: nn.neg
+  %1 = nn.neg %0 : tensor<?x4xf32>
+  // CHECK: nn.exp
+  %2 = nn.exp %1 : tensor<?x4xf32>
+  // CHECK: nn.log
+  %3 = nn.log %2 : tensor<?x4xf32>
+  // CHECK: nn.rsqrt
+  %4 = nn.rsqrt %3 : tensor<?x4xf32>
+  // CHECK: nn.add %{{.+}}, %[[B]] : tensor<?x4xf32>
+  %5 = nn.add %4, %b : tensor<?x4xf32>
+  // CHECK: nn.sub
+  %6 = nn.sub %5, %b : tensor<?x4xf32>
+  // CHECK: nn.mul
+  %7 = nn.mul %6, %b : tensor<?x4xf32>
+  // CHECK: nn.div
+  %8 = nn.div %7, %b : tensor<?x4xf32>
+  // CHECK: nn.max
+  %9 = nn.max %8, %b : tensor<?x4xf32>
+  // CHECK: %[[HALF:.+]] = nn.broadcast %[[C]] to %[[A]] dims [] : tensor<f32>, tensor<?x4xf32>
+  %half = nn.broadcast %c to %a dims [] : tensor<f32>, tensor<?x4xf32>
+  // CHECK: %[[M:.+]] = nn.cmp gt, %{{.+}}, %[[HALF]] : tensor<?x4xf32>
+  %m = nn.cmp gt, %9, %half : tensor<?x4xf32>
+  // CHECK: nn.select %[[M]], %{{.+}}, %[[HALF]] : tensor<?x4xi1>, tensor<?x4xf32>
+  %s = nn.select %m, %9, %half : tensor<?x4xi1>, tensor<?x4xf32>
+  // CHECK: nn.cast %{{.+}} : tensor<?x4xf32> to f16
+  %h = nn.cast %s : tensor<?x4xf32> to f16
+  return %h : tensor<?x4xf16>
+}
+
+// CHECK-LABEL: func.func @reductions
+func.func @reductions(%x: tensor<?x8x5x5xf32>) -> (tensor<8xf32>, tensor<1x8x1x1xf32>, tensor<?x8xf32>) {
+  // CHECK: nn.reduce_sum %{{.+}} dims [0, 2, 3] : tensor<?x8x5x5xf32>
+  %0 = nn.reduce_sum %x dims [0, 2, 3] : tensor<?x8x5x5xf32>
+  // CHECK: nn.reduce_mean %{{.+}} dims [0, 2, 3] keep_dims : tensor<?x8x5x5xf32>
+  %1 = nn.reduce_mean %x dims [0, 2, 3] keep_dims : tensor<?x8x5x5xf32>
+  // CHECK: nn.reduce_max %{{.+}} dims [2, 3] : tensor<?x8x5x5xf32>
+  %2 = nn.reduce_max %x dims [2, 3] : tensor<?x8x5x5xf32>
+  return %0, %1, %2 : tensor<8xf32>, tensor<1x8x1x1xf32>, tensor<?x8xf32>
+}
+
+// CHECK-LABEL: func.func @conv_norm_pool
+func.func @conv_norm_pool(%x: tensor<?x4x16x16xf32>, %w: tensor<8x4x3x3xf32>,
+                          %gw: tensor<8x2x3x3xf32>, %b: tensor<8xf32>)
+    -> (tensor<?x8x8x8xf32>, tensor<?x8x6x6xf32>, tensor<?x8x4x4xf32>, tensor<?x8xf32>) {
+  // CHECK: nn.conv2d %{{.+}}, %{{.+}}, %{{.+}} strides [2, 2] padding [1, 1, 1, 1] : tensor<?x4x16x16xf32>, tensor<8x4x3x3xf32>, tensor<8xf32>
+  %0 = nn.conv2d %x, %w, %b strides [2, 2] padding [1, 1, 1, 1]
+      : tensor<?x4x16x16xf32>, tensor<8x4x3x3xf32>, tensor<8xf32>
+  // CHECK: nn.conv2d %{{.+}}, %{{.+}} strides [2, 2] dilations [2, 2] groups 2 : tensor<?x4x16x16xf32>, tensor<8x2x3x3xf32>
+  %1 = nn.conv2d %x, %gw strides [2, 2] dilations [2, 2] groups 2
+      : tensor<?x4x16x16xf32>, tensor<8x2x3x3xf32>
+  // CHECK: nn.batch_norm %{{.+}} epsilon 1.000000e-03 momentum 1.000000e-01 : tensor<?x8x8x8xf32>, tensor<8xf32>
+  %2 = nn.batch_norm %0, %b, %b, %b, %b epsilon 1.0e-3 momentum 0.1
+      : tensor<?x8x8x8xf32>, tensor<8xf32>
+  // CHECK: nn.max_pool2d %{{.+}} window [3, 3] strides [2, 2] padding [1, 1, 1, 1] : tensor<?x8x8x8xf32>
+  %3 = nn.max_pool2d %2 window [3, 3] strides [2, 2] padding [1, 1, 1, 1]
+      : tensor<?x8x8x8xf32>
+  // CHECK: nn.avg_pool2d %{{.+}} window [2, 2] strides [1, 1] exclude_padding : tensor<?x8x4x4xf32>
+  %4 = nn.avg_pool2d %3 window [2, 2] strides [1, 1] exclude_padding : tensor<?x8x4x4xf32>
+  // CHECK: nn.global_avg_pool %{{.+}} : tensor<?x8x6x6xf32>
+  %5 = nn.global_avg_pool %1 : tensor<?x8x6x6xf32>
+  return %2, %1, %3, %5 : tensor<?x8x8x8xf32>, tensor<?x8x6x6xf32>, tensor<?x8x4x4xf32>, tensor<?x8xf32>
+}
+
+// CHECK-LABEL: func.func @dense_and_loss
+func.func @dense_and_loss(%x: tensor<?x8x2x2xf32>, %w: tensor<10x32xf32>, %b: tensor<10xf32>,
+                          %labels: tensor<?xi64>, %m: tensor<3x4x5xf32>, %n: tensor<3x6x5xf32>)
+    -> (tensor<f32>, tensor<3x4x6xf32>) {
+  // CHECK: nn.flatten %{{.+}} start_dim 1 : tensor<?x8x2x2xf32>
+  %0 = nn.flatten %x start_dim 1 : tensor<?x8x2x2xf32>
+  // CHECK: nn.reshape %{{.+}} shape [-1, 32] : tensor<?x32xf32>
+  %1 = nn.reshape %0 shape [-1, 32] : tensor<?x32xf32>
+  // CHECK: nn.dropout %{{.+}} rate 2.500000e-01 seed 3 : tensor<?x32xf32>
+  %2 = nn.dropout %1 rate 0.25 seed 3 : tensor<?x32xf32>
+  // CHECK: nn.linear %{{.+}}, %{{.+}}, %{{.+}} : tensor<?x32xf32>, tensor<10x32xf32>, tensor<10xf32>
+  %3 = nn.linear %2, %w, %b : tensor<?x32xf32>, tensor<10x32xf32>, tensor<10xf32>
+  // CHECK: nn.softmax_cross_entropy %{{.+}}, %{{.+}} label_smoothing 1.000000e-01 : tensor<?x10xf32>, tensor<?xi64>
+  %4 = nn.softmax_cross_entropy %3, %labels label_smoothing 0.1 : tensor<?x10xf32>, tensor<?xi64>
+  // CHECK: nn.matmul %{{.+}}, %{{.+}} transpose_b : tensor<3x4x5xf32>, tensor<3x6x5xf32>
+  %5 = nn.matmul %m, %n transpose_b : tensor<3x4x5xf32>, tensor<3x6x5xf32>
+  return %4, %5 : tensor<f32>, tensor<3x4x6xf32>
+}

@@ -1,0 +1,106 @@
+// RUN: graphc-opt %s -split-input-file -graphc-verify-model -verify-diagnostics | FileCheck %s
+
+// Tests that a well-formed model passes unchanged.
+// CHECK: nn.parameter @fc.weight
+// CHECK-LABEL: func.func @forward
+// CHECK: nn.linear
+nn.parameter @fc.weight : tensor<10x784xf32> = zeros
+func.func @forward(%images: tensor<?x784xf32>, %labels: tensor<?xi32>) -> tensor<f32> {
+  %w = nn.load @fc.weight : tensor<10x784xf32>
+  %0 = nn.linear %images, %w : tensor<?x784xf32>, tensor<10x784xf32>
+  %1 = nn.softmax_cross_entropy %0, %labels label_smoothing 0.0 : tensor<?x10xf32>, tensor<?xi32>
+  return %1 : tensor<f32>
+}
+
+// -----
+
+// Tests that a model needs @forward.
+// expected-error@+1 {{the model has no func.func @forward}}
+module {
+  nn.parameter @w : tensor<2x2xf32> = zeros
+}
+
+// -----
+
+// Tests that a model holds nothing but variables and @forward.
+// expected-error@+1 {{a model holds only nn.parameter, nn.state and one func.func @forward; found func.func @helper}}
+func.func @helper() { return }
+
+// -----
+
+// Tests that @forward has a body.
+// expected-error@+1 {{@forward has no body}}
+func.func private @forward(tensor<?x4xf32>, tensor<?xi32>) -> tensor<f32>
+
+// -----
+
+// Tests that @forward takes images and labels.
+// expected-error@+1 {{@forward must take (%images, %labels), got 1 argument(s)}}
+func.func @forward(%images: tensor<?x4xf32>) -> tensor<f32> {
+  %0 = nn.reduce_sum %images dims [0, 1] : tensor<?x4xf32>
+  return %0 : tensor<f32>
+}
+
+// -----
+
+// Tests that images are float tensors of rank 2 or 4.
+// expected-error@+1 {{@forward's images must be a float tensor of rank 2 or 4 (NCHW), got 'tensor<?x4x4xf32>'}}
+func.func @forward(%images: tensor<?x4x4xf32>, %labels: tensor<?xi32>) -> tensor<f32> {
+  %0 = nn.reduce_sum %images dims [0, 1, 2] : tensor<?x4x4xf32>
+  return %0 : tensor<f32>
+}
+
+// -----
+
+// Tests that labels are integer class indices.
+// expected-error@+1 {{@forward's labels must be a rank-1 i32 or i64 tensor, got 'tensor<?xf32>'}}
+func.func @forward(%images: tensor<?x4xf32>, %labels: tensor<?xf32>) -> tensor<f32> {
+  %0 = nn.reduce_sum %images dims [0, 1] : tensor<?x4xf32>
+  return %0 : tensor<f32>
+}
+
+// -----
+
+// Tests that images and labels agree on the batch size.
+// expected-error@+1 {{images and labels disagree on the batch size: 8 vs 4}}
+func.func @forward(%images: tensor<8x4xf32>, %labels: tensor<4xi32>) -> tensor<f32> {
+  %0 = nn.reduce_sum %images dims [0, 1] : tensor<8x4xf32>
+  return %0 : tensor<f32>
+}
+
+// -----
+
+// Tests that @forward returns exactly the loss.
+// expected-error@+1 {{@forward must return exactly one value, the loss; it returns 2}}
+func.func @forward(%images: tensor<?x4xf32>, %labels: tensor<?xi32>) -> (tensor<f32>, tensor<?x4xf32>) {
+  %0 = nn.softmax_cross_entropy %images, %labels label_smoothing 0.0 : tensor<?x4xf32>, tensor<?xi32>
+  return %0, %images : tensor<f32>, tensor<?x4xf32>
+}
+
+// -----
+
+// Tests that the loss comes from nn.softmax_cross_entropy.
+// expected-error@+1 {{@forward must return the result of nn.softmax_cross_entropy (the loss)}}
+func.func @forward(%images: tensor<?x4xf32>, %labels: tensor<?xi32>) -> tensor<f32> {
+  %0 = nn.reduce_sum %images dims [0, 1] : tensor<?x4xf32>
+  return %0 : tensor<f32>
+}
+
+// -----
+
+// Tests that the body holds only nn ops.
+func.func @forward(%images: tensor<?x4xf32>, %labels: tensor<?xi32>) -> tensor<f32> {
+  // expected-error@+1 {{op 'func.call' is not an nn op; a model body holds only nn ops}}
+  %0 = func.call @forward(%images, %labels) : (tensor<?x4xf32>, tensor<?xi32>) -> tensor<f32>
+  return %0 : tensor<f32>
+}
+
+// -----
+
+// Tests that every parameter is read, or it would get no gradient.
+// expected-error@+1 {{parameter @unused is never read by @forward, so it would get no gradient}}
+nn.parameter @unused : tensor<4x4xf32> = zeros
+func.func @forward(%images: tensor<?x4xf32>, %labels: tensor<?xi32>) -> tensor<f32> {
+  %0 = nn.softmax_cross_entropy %images, %labels label_smoothing 0.0 : tensor<?x4xf32>, tensor<?xi32>
+  return %0 : tensor<f32>
+}

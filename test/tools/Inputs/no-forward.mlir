@@ -1,0 +1,1 @@
+nn.parameter @w : tensor<4x4xf32> = zeros
