@@ -44,7 +44,8 @@ def VerifyModel : Pass<"graphc-verify-model", "::mlir::ModuleOp"> {
     1. the module holds only `nn.parameter`, `nn.state` and one
        `func.func @forward`;
     2. `@forward` takes `(%images, %labels)`: images a float tensor of rank 2
-       or 4, labels a rank-1 i32/i64 tensor with the same batch dimension;
+       or 4, static but for the batch dimension, labels a rank-1 i32/i64
+       tensor with the same batch dimension;
     3. it returns one rank-0 f32 loss computed by `nn.softmax_cross_entropy`;
     4. its body holds only `nn` ops and `func.return`, in one block;
     5. every `nn.parameter` is read by `@forward` (an unread one would get no

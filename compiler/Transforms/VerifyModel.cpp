@@ -35,6 +35,10 @@ LogicalResult verifyForwardSignature(func::FuncOp forward) {
     return forward.emitError("@forward's images must be a float tensor of rank 2 "
                              "or 4 (NCHW), got ")
            << type.getInput(0);
+  if (llvm::any_of(images.getShape().drop_front(), ShapedType::isDynamic))
+    return forward.emitError("@forward's images may be dynamic only in the batch "
+                             "dimension, got ")
+           << type.getInput(0);
   auto labels = llvm::dyn_cast<RankedTensorType>(type.getInput(1));
   if (!labels || labels.getRank() != 1 ||
       !(labels.getElementType().isSignlessInteger(32) ||

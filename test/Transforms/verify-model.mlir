@@ -52,6 +52,15 @@ func.func @forward(%images: tensor<?x4x4xf32>, %labels: tensor<?xi32>) -> tensor
 
 // -----
 
+// Tests that only the batch dimension of the images may be dynamic.
+// expected-error@+1 {{@forward's images may be dynamic only in the batch dimension, got 'tensor<?x?xf32>'}}
+func.func @forward(%images: tensor<?x?xf32>, %labels: tensor<?xi32>) -> tensor<f32> {
+  %0 = nn.softmax_cross_entropy %images, %labels label_smoothing 0.0 : tensor<?x?xf32>, tensor<?xi32>
+  return %0 : tensor<f32>
+}
+
+// -----
+
 // Tests that labels are integer class indices.
 // expected-error@+1 {{@forward's labels must be a rank-1 i32 or i64 tensor, got 'tensor<?xf32>'}}
 func.func @forward(%images: tensor<?x4xf32>, %labels: tensor<?xf32>) -> tensor<f32> {

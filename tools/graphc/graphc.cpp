@@ -132,8 +132,12 @@ int main(int argc, char **argv) {
                               "[--compile-to=PHASE] [-o OUT]\n");
   if (!infoCommand && !compileCommand)
     return fail("expected a command, 'info' or 'compile' (see graphc --help)");
-  if (batchSize < 0 || (batchSize == 0 && batchSize.getNumOccurrences()))
-    return fail("--batch-size must be positive, got " + llvm::Twine(batchSize));
+  // 2^20 keeps every per-batch count (FLOPs, bytes) far inside int64.
+  constexpr int64_t kMaxBatchSize = int64_t(1) << 20;
+  if (batchSize < 0 || (batchSize == 0 && batchSize.getNumOccurrences()) ||
+      batchSize > kMaxBatchSize)
+    return fail("--batch-size must be in [1, " + llvm::Twine(kMaxBatchSize) +
+                "], got " + llvm::Twine(batchSize));
 
   std::string errorMessage;
   if (llvm::sys::fs::is_directory(modelPath))

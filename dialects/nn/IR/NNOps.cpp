@@ -16,6 +16,7 @@
 #include "mlir/IR/Matchers.h"
 #include "mlir/IR/OpImplementation.h"
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/Support/MathExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 
 using namespace mlir;
@@ -128,6 +129,13 @@ static LogicalResult verifyVariable(Operation *op, RankedTensorType type,
            << stringifyInitializer(init)
            << "' needs a tensor of rank >= 2 to compute fans, got rank "
            << type.getRank();
+  // Sizes are multiplied in int64 everywhere (element counts, costs, arena
+  // offsets); 2^40 elements (4 TiB of f32) bounds them far from overflow.
+  int64_t elements = 1;
+  for (int64_t size : type.getShape())
+    if (size != 0 && (llvm::MulOverflow(elements, size, elements) ||
+                      elements > (int64_t(1) << 40)))
+      return op->emitOpError("declares more than 2^40 elements: ") << type;
   if (type.getNumElements() == 0)
     return op->emitOpError("declares an empty tensor ") << type;
   return success();

@@ -56,6 +56,12 @@ nn.state @s : tensor<0x4xf32> = zeros
 
 // -----
 
+// Tests that variables stay far from overflowing int64 sizes.
+// expected-error@+1 {{declares more than 2^40 elements: 'tensor<1048576x1048576x2xf32>'}}
+nn.parameter @p : tensor<1048576x1048576x2xf32> = zeros
+
+// -----
+
 // Tests that variables are declared at module level.
 func.func @f() {
   // expected-error@+1 {{expects parent op 'builtin.module'}}
