@@ -54,6 +54,15 @@ def NN_CmpPredicate : I32EnumAttr<"CmpPredicate",
   let cppNamespace = "::graphc::nn";
 }
 
+def NN_LrDecay : I32EnumAttr<"LrDecay",
+    "learning-rate decay after warmup", [
+      I32EnumAttrCase<"constant", 0>,
+      I32EnumAttrCase<"cosine", 1>,
+      I32EnumAttrCase<"step", 2>
+    ]> {
+  let cppNamespace = "::graphc::nn";
+}
+
 //===----------------------------------------------------------------------===//
 // Type constraints
 //===----------------------------------------------------------------------===//
@@ -63,6 +72,11 @@ def NN_IntTensor : RankedTensorOf<[I32, I64]>;
 def NN_BoolTensor : RankedTensorOf<[I1]>;
 def NN_NumericTensor : RankedTensorOf<[F16, BF16, F32, F64, I32, I64]>;
 def NN_AnyTensor : RankedTensorOf<[F16, BF16, F32, F64, I1, I32, I64]>;
+def NN_F32Scalar : 0DTensorOf<[F32]>,
+    BuildableType<"::mlir::RankedTensorType::get({}, $_builder.getF32Type())">;
+def NN_I64Scalar : 0DTensorOf<[I64]>,
+    BuildableType<"::mlir::RankedTensorType::get({}, $_builder.getI64Type())">;
+
 class NN_Op<string mnemonic, list<Trait> traits = []> :
     Op<NN_Dialect, mnemonic, traits>;
 

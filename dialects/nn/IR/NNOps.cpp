@@ -15,6 +15,7 @@
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/Matchers.h"
 #include "mlir/IR/OpImplementation.h"
+#include "mlir/IR/TypeUtilities.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/MathExtras.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -156,22 +157,47 @@ LogicalResult StateOp::verify() {
   return verifyVariable(*this, getType(), getInitializer(), getInitValue());
 }
 
-LogicalResult LoadOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
-  Operation *symbol =
-      symbolTable.lookupNearestSymbolFrom(*this, getVariableAttr());
-  RankedTensorType declared;
+/// The declared type of the nn.parameter (or, unless `parametersOnly`, the
+/// nn.state) that `op` names, or a failure reported on `op`.
+static FailureOr<RankedTensorType>
+lookupVariableType(Operation *op, SymbolTableCollection &symbolTable,
+                   FlatSymbolRefAttr name, bool parametersOnly) {
+  Operation *symbol = symbolTable.lookupNearestSymbolFrom(op, name);
   if (auto param = llvm::dyn_cast_or_null<ParameterOp>(symbol))
-    declared = param.getType();
-  else if (auto state = llvm::dyn_cast_or_null<StateOp>(symbol))
-    declared = state.getType();
-  else
-    return emitOpError("'") << getVariable()
-                            << "' does not name an nn.parameter or nn.state";
-  if (declared != getType())
-    return emitOpError("result type ")
-           << getType() << " does not match the declared type " << declared
-           << " of @" << getVariable();
+    return param.getType();
+  if (auto state = llvm::dyn_cast_or_null<StateOp>(symbol); state && !parametersOnly)
+    return state.getType();
+  return op->emitOpError("'") << name.getValue() << "' does not name an "
+                              << (parametersOnly ? "nn.parameter"
+                                                 : "nn.parameter or nn.state");
+}
+
+/// Verifies that `type` is the declared type of the variable `name`.
+static LogicalResult verifyVariableUse(Operation *op, SymbolTableCollection &table,
+                                       FlatSymbolRefAttr name, Type type,
+                                       bool parametersOnly = false) {
+  FailureOr<RankedTensorType> declared =
+      lookupVariableType(op, table, name, parametersOnly);
+  if (failed(declared))
+    return failure();
+  if (*declared != type)
+    return op->emitOpError("type ") << type << " does not match the declared type "
+                                    << *declared << " of @" << name.getValue();
   return success();
+}
+
+LogicalResult LoadOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  return verifyVariableUse(*this, symbolTable, getVariableAttr(), getType());
+}
+
+LogicalResult AssignOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  return verifyVariableUse(*this, symbolTable, getVariableAttr(),
+                           getValue().getType());
+}
+
+LogicalResult ApplyGradientOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  return verifyVariableUse(*this, symbolTable, getParameterAttr(),
+                           getGradient().getType(), /*parametersOnly=*/true);
 }
 
 //===----------------------------------------------------------------------===//
@@ -376,8 +402,74 @@ GRAPHC_REDUCE_INFER(ReduceMaxOp)
 #undef GRAPHC_REDUCE_INFER
 
 //===----------------------------------------------------------------------===//
-// Conv2DOp
+// Conv2DOp and its gradients
 //===----------------------------------------------------------------------===//
+
+namespace {
+
+/// The geometry attributes shared by nn.conv2d and its gradient ops, with
+/// defaults filled in and checked.
+struct ConvGeometry {
+  SmallVector<int64_t, 2> strides, dilations;
+  SmallVector<int64_t, 4> padding;
+  int64_t groups;
+};
+
+template <typename OpT, typename AdaptorT>
+FailureOr<ConvGeometry> getConvGeometry(std::optional<Location> loc,
+                                        AdaptorT adaptor) {
+  ConvGeometry g;
+  g.strides = orDefault2(adaptor.getStrides(), {1, 1});
+  g.dilations = orDefault2(adaptor.getDilations(), {1, 1});
+  ArrayRef<int64_t> padding =
+      adaptor.getPadding() ? *adaptor.getPadding() : ArrayRef<int64_t>(kNoPadding);
+  g.padding.assign(padding.begin(), padding.end());
+  if (failed(checkWindowAttr<OpT>(loc, "strides", g.strides, 2, 1)) ||
+      failed(checkWindowAttr<OpT>(loc, "padding", g.padding, 4, 0)) ||
+      failed(checkWindowAttr<OpT>(loc, "dilations", g.dilations, 2, 1)))
+    return failure();
+  g.groups = static_cast<int64_t>(adaptor.getGroups().value_or(1));
+  if (g.groups < 1)
+    return inferError<OpT>(loc, "expects 'groups' >= 1, got ", g.groups);
+  return g;
+}
+
+/// The forward convolution's output `[OH, OW]`, or an error when the kernel
+/// does not fit.
+template <typename OpT>
+FailureOr<SmallVector<int64_t, 2>> convOutputSpatial(std::optional<Location> loc,
+                                                     ArrayRef<int64_t> inputHW,
+                                                     ArrayRef<int64_t> kernelHW,
+                                                     const ConvGeometry &g) {
+  SmallVector<int64_t, 2> out;
+  for (int i = 0; i < 2; ++i) {
+    int64_t size = slidingWindowOutputSize(inputHW[i], kernelHW[i], g.strides[i],
+                                           g.padding[2 * i], g.padding[2 * i + 1],
+                                           g.dilations[i]);
+    if (isStatic(size) && size < 1)
+      return inferError<OpT>(loc, "the ", kernelHW[i], "-wide window (dilation ",
+                             g.dilations[i], ") does not fit the padded ",
+                             i == 0 ? "height" : "width", " ",
+                             inputHW[i] + g.padding[2 * i] + g.padding[2 * i + 1]);
+    out.push_back(size);
+  }
+  return out;
+}
+
+/// Checks that the forward output `[OH, OW]` matches the gradient's.
+template <typename OpT>
+LogicalResult checkGradOutputSpatial(std::optional<Location> loc,
+                                     ArrayRef<int64_t> expected,
+                                     RankedTensorType gradOutput) {
+  for (int i = 0; i < 2; ++i)
+    if (extentsConflict(expected[i], gradOutput.getDimSize(2 + i)))
+      return inferError<OpT>(loc, "grad_output is ", shapeString(gradOutput.getShape()),
+                             " but the forward op produces ", expected[0], "x",
+                             expected[1], " spatially");
+  return success();
+}
+
+} // namespace
 
 SmallVector<int64_t, 2> Conv2DOp::getStridesOrDefault() {
   return orDefault2(getStrides(), {1, 1});
@@ -408,18 +500,10 @@ LogicalResult Conv2DOp::inferReturnTypes(MLIRContext *, std::optional<Location> 
     return inferError<Op>(loc, "input element type ", input.getElementType(),
                           " differs from filter element type ",
                           filter.getElementType());
-  SmallVector<int64_t, 2> strides = orDefault2(adaptor.getStrides(), {1, 1});
-  SmallVector<int64_t, 2> dilations = orDefault2(adaptor.getDilations(), {1, 1});
-  ArrayRef<int64_t> padding =
-      adaptor.getPadding() ? *adaptor.getPadding() : ArrayRef<int64_t>(kNoPadding);
-  if (failed(checkWindowAttr<Op>(loc, "strides", strides, 2, 1)) ||
-      failed(checkWindowAttr<Op>(loc, "padding", padding, 4, 0)) ||
-      failed(checkWindowAttr<Op>(loc, "dilations", dilations, 2, 1)))
+  FailureOr<ConvGeometry> geometry = getConvGeometry<Op>(loc, adaptor);
+  if (failed(geometry))
     return failure();
-  int64_t groups = static_cast<int64_t>(adaptor.getGroups().value_or(1));
-  if (groups < 1)
-    return inferError<Op>(loc, "expects 'groups' >= 1, got ", groups);
-
+  int64_t groups = geometry->groups;
   int64_t channels = input.getDimSize(1);
   int64_t outChannels = filter.getDimSize(0);
   if (isStatic(outChannels) && outChannels % groups != 0)
@@ -442,19 +526,83 @@ LogicalResult Conv2DOp::inferReturnTypes(MLIRContext *, std::optional<Location> 
                             input.getElementType());
   }
 
-  SmallVector<int64_t, 4> shape = {input.getDimSize(0), outChannels};
-  for (int i = 0; i < 2; ++i) {
-    int64_t size = slidingWindowOutputSize(
-        input.getDimSize(2 + i), filter.getDimSize(2 + i), strides[i],
-        padding[2 * i], padding[2 * i + 1], dilations[i]);
-    if (isStatic(size) && size < 1)
-      return inferError<Op>(loc, "the ", filter.getDimSize(2 + i), "-wide window (dilation ",
-                            dilations[i], ") does not fit the padded ",
-                            i == 0 ? "height" : "width", " ",
-                            input.getDimSize(2 + i) + padding[2 * i] + padding[2 * i + 1]);
-    shape.push_back(size);
-  }
-  types.push_back(RankedTensorType::get(shape, input.getElementType()));
+  FailureOr<SmallVector<int64_t, 2>> spatial = convOutputSpatial<Op>(
+      loc, input.getShape().drop_front(2), filter.getShape().drop_front(2), *geometry);
+  if (failed(spatial))
+    return failure();
+  types.push_back(RankedTensorType::get(
+      {input.getDimSize(0), outChannels, (*spatial)[0], (*spatial)[1]},
+      input.getElementType()));
+  return success();
+}
+
+LogicalResult Conv2DBackwardDataOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+    SmallVectorImpl<Type> &types) {
+  using Op = Conv2DBackwardDataOp;
+  auto dy = rankedOf(adaptor.getGradOutput());
+  auto filter = rankedOf(adaptor.getFilter());
+  if (!dy || !filter || dy.getRank() != 4 || filter.getRank() != 4)
+    return inferError<Op>(loc, "expects a rank-4 grad_output and a rank-4 filter");
+  if (dy.getElementType() != filter.getElementType())
+    return inferError<Op>(loc, "grad_output and filter element types differ");
+  ArrayRef<int64_t> inputHW = adaptor.getInputSize();
+  if (failed(checkWindowAttr<Op>(loc, "input_size", inputHW, 2, 1)))
+    return failure();
+  FailureOr<ConvGeometry> g = getConvGeometry<Op>(loc, adaptor);
+  if (failed(g))
+    return failure();
+  if (extentsConflict(dy.getDimSize(1), filter.getDimSize(0)))
+    return inferError<Op>(loc, "grad_output has ", dy.getDimSize(1),
+                          " channels but the filter ", filter.getDimSize(0),
+                          " outputs");
+  if (isStatic(filter.getDimSize(0)) && filter.getDimSize(0) % g->groups != 0)
+    return inferError<Op>(loc, "output channels (", filter.getDimSize(0),
+                          ") must be divisible by groups (", g->groups, ")");
+  FailureOr<SmallVector<int64_t, 2>> spatial =
+      convOutputSpatial<Op>(loc, inputHW, filter.getShape().drop_front(2), *g);
+  if (failed(spatial) || failed(checkGradOutputSpatial<Op>(loc, *spatial, dy)))
+    return failure();
+  int64_t channels = isStatic(filter.getDimSize(1))
+                         ? filter.getDimSize(1) * g->groups
+                         : kDynamic;
+  types.push_back(RankedTensorType::get(
+      {dy.getDimSize(0), channels, inputHW[0], inputHW[1]}, dy.getElementType()));
+  return success();
+}
+
+LogicalResult Conv2DBackwardFilterOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+    SmallVectorImpl<Type> &types) {
+  using Op = Conv2DBackwardFilterOp;
+  auto input = rankedOf(adaptor.getInput());
+  auto dy = rankedOf(adaptor.getGradOutput());
+  if (!input || !dy || input.getRank() != 4 || dy.getRank() != 4)
+    return inferError<Op>(loc, "expects a rank-4 input and a rank-4 grad_output");
+  if (input.getElementType() != dy.getElementType())
+    return inferError<Op>(loc, "input and grad_output element types differ");
+  ArrayRef<int64_t> kernel = adaptor.getKernelSize();
+  if (failed(checkWindowAttr<Op>(loc, "kernel_size", kernel, 2, 1)))
+    return failure();
+  FailureOr<ConvGeometry> g = getConvGeometry<Op>(loc, adaptor);
+  if (failed(g))
+    return failure();
+  if (extentsConflict(input.getDimSize(0), dy.getDimSize(0)))
+    return inferError<Op>(loc, "input and grad_output batch sizes differ");
+  int64_t channels = input.getDimSize(1), outChannels = dy.getDimSize(1);
+  if ((isStatic(channels) && channels % g->groups != 0) ||
+      (isStatic(outChannels) && outChannels % g->groups != 0))
+    return inferError<Op>(loc, "groups (", g->groups,
+                          ") must divide input and output channels (", channels,
+                          ", ", outChannels, ")");
+  FailureOr<SmallVector<int64_t, 2>> spatial = convOutputSpatial<Op>(
+      loc, input.getShape().drop_front(2), kernel, *g);
+  if (failed(spatial) || failed(checkGradOutputSpatial<Op>(loc, *spatial, dy)))
+    return failure();
+  types.push_back(RankedTensorType::get(
+      {outChannels, isStatic(channels) ? channels / g->groups : kDynamic, kernel[0],
+       kernel[1]},
+      input.getElementType()));
   return success();
 }
 
@@ -500,22 +648,21 @@ LogicalResult BatchNormOp::verify() {
 // Pooling
 //===----------------------------------------------------------------------===//
 
+/// The output type of pooling `input` (checked to be NCHW) with a window.
 template <typename OpT>
-static LogicalResult inferPool2D(std::optional<Location> loc,
-                                 typename OpT::Adaptor adaptor,
-                                 SmallVectorImpl<Type> &types) {
-  auto input = rankedOf(adaptor.getInput());
+static FailureOr<RankedTensorType>
+inferPoolType(std::optional<Location> loc, RankedTensorType input,
+              ArrayRef<int64_t> window, std::optional<ArrayRef<int64_t>> stridesAttr,
+              std::optional<ArrayRef<int64_t>> paddingAttr) {
   if (!input)
     return inferError<OpT>(loc, "expects a ranked tensor operand");
   if (input.getRank() != 4)
     return inferError<OpT>(loc, "expects an NCHW input of rank 4, got rank ",
                            input.getRank());
-  ArrayRef<int64_t> window = adaptor.getWindow();
   if (failed(checkWindowAttr<OpT>(loc, "window", window, 2, 1)))
     return failure();
-  ArrayRef<int64_t> strides = adaptor.getStrides() ? *adaptor.getStrides() : window;
-  ArrayRef<int64_t> padding =
-      adaptor.getPadding() ? *adaptor.getPadding() : ArrayRef<int64_t>(kNoPadding);
+  ArrayRef<int64_t> strides = stridesAttr ? *stridesAttr : window;
+  ArrayRef<int64_t> padding = paddingAttr ? *paddingAttr : ArrayRef<int64_t>(kNoPadding);
   if (failed(checkWindowAttr<OpT>(loc, "strides", strides, 2, 1)) ||
       failed(checkWindowAttr<OpT>(loc, "padding", padding, 4, 0)))
     return failure();
@@ -534,7 +681,68 @@ static LogicalResult inferPool2D(std::optional<Location> loc,
                                  padding[2 * i + 1]);
     shape.push_back(size);
   }
-  types.push_back(RankedTensorType::get(shape, input.getElementType()));
+  return RankedTensorType::get(shape, input.getElementType());
+}
+
+template <typename OpT>
+static LogicalResult inferPool2D(std::optional<Location> loc,
+                                 typename OpT::Adaptor adaptor,
+                                 SmallVectorImpl<Type> &types) {
+  FailureOr<RankedTensorType> type =
+      inferPoolType<OpT>(loc, rankedOf(adaptor.getInput()), adaptor.getWindow(),
+                         adaptor.getStrides(), adaptor.getPadding());
+  if (failed(type))
+    return failure();
+  types.push_back(*type);
+  return success();
+}
+
+/// Checks that pooling `input` gives `gradOutput`'s shape.
+template <typename OpT>
+static LogicalResult checkPoolGradient(std::optional<Location> loc,
+                                       RankedTensorType input,
+                                       RankedTensorType gradOutput,
+                                       typename OpT::Adaptor adaptor) {
+  if (!gradOutput)
+    return inferError<OpT>(loc, "expects a ranked grad_output");
+  FailureOr<RankedTensorType> pooled = inferPoolType<OpT>(
+      loc, input, adaptor.getWindow(), adaptor.getStrides(), adaptor.getPadding());
+  if (failed(pooled))
+    return failure();
+  if (failed(verifyCompatibleShape(pooled->getShape(), gradOutput.getShape())) ||
+      pooled->getElementType() != gradOutput.getElementType())
+    return inferError<OpT>(loc, "grad_output ", gradOutput,
+                           " does not match the forward output ", *pooled);
+  return success();
+}
+
+LogicalResult MaxPool2DBackwardOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+    SmallVectorImpl<Type> &types) {
+  auto input = rankedOf(adaptor.getInput());
+  if (failed(checkPoolGradient<MaxPool2DBackwardOp>(
+          loc, input, rankedOf(adaptor.getGradOutput()), adaptor)))
+    return failure();
+  types.push_back(input);
+  return success();
+}
+
+LogicalResult AvgPool2DBackwardOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+    SmallVectorImpl<Type> &types) {
+  using Op = AvgPool2DBackwardOp;
+  auto dy = rankedOf(adaptor.getGradOutput());
+  ArrayRef<int64_t> inputHW = adaptor.getInputSize();
+  if (!dy || dy.getRank() != 4)
+    return inferError<Op>(loc, "expects a rank-4 grad_output");
+  if (failed(checkWindowAttr<Op>(loc, "input_size", inputHW, 2, 1)))
+    return failure();
+  auto input = RankedTensorType::get(
+      {dy.getDimSize(0), dy.getDimSize(1), inputHW[0], inputHW[1]},
+      dy.getElementType());
+  if (failed(checkPoolGradient<Op>(loc, input, dy, adaptor)))
+    return failure();
+  types.push_back(input);
   return success();
 }
 
@@ -727,12 +935,14 @@ LogicalResult MatmulOp::inferReturnTypes(MLIRContext *, std::optional<Location> 
 // Dropout and loss
 //===----------------------------------------------------------------------===//
 
-LogicalResult DropoutOp::verify() {
-  double rate = getRate().convertToDouble();
+static LogicalResult verifyRate(Operation *op, const APFloat &value) {
+  double rate = value.convertToDouble();
   if (!(rate >= 0.0 && rate < 1.0))
-    return emitOpError("expects a rate in [0, 1), got ") << str(rate);
+    return op->emitOpError("expects a rate in [0, 1), got ") << str(rate);
   return success();
 }
+
+LogicalResult DropoutOp::verify() { return verifyRate(*this, getRate()); }
 
 OpFoldResult DropoutOp::fold(FoldAdaptor) {
   if (getRate().isZero())
@@ -740,36 +950,163 @@ OpFoldResult DropoutOp::fold(FoldAdaptor) {
   return {};
 }
 
+template <typename OpT>
+static LogicalResult checkLogitsAndLabels(std::optional<Location> loc,
+                                         RankedTensorType logits,
+                                         RankedTensorType labels) {
+  if (!logits || !labels)
+    return inferError<OpT>(loc, "expects ranked tensor operands");
+  if (logits.getRank() != 2 || !llvm::isa<FloatType>(logits.getElementType()))
+    return inferError<OpT>(loc, "expects float logits of shape [N, classes], got ",
+                           logits);
+  if (labels.getRank() != 1)
+    return inferError<OpT>(loc, "expects labels of shape [N], got rank ",
+                           labels.getRank());
+  if (!labels.getElementType().isSignlessInteger(32) &&
+      !labels.getElementType().isSignlessInteger(64))
+    return inferError<OpT>(loc, "expects i32 or i64 class-index labels, got ",
+                           labels.getElementType());
+  if (extentsConflict(logits.getDimSize(0), labels.getDimSize(0)))
+    return inferError<OpT>(loc, "batch of logits (", logits.getDimSize(0),
+                           ") differs from batch of labels (", labels.getDimSize(0),
+                           ")");
+  return success();
+}
+
+static LogicalResult verifySmoothing(Operation *op, const APFloat &value) {
+  double smoothing = value.convertToDouble();
+  if (!(smoothing >= 0.0 && smoothing < 1.0))
+    return op->emitOpError("expects label_smoothing in [0, 1), got ") << str(smoothing);
+  return success();
+}
+
 LogicalResult SoftmaxCrossEntropyOp::inferReturnTypes(
     MLIRContext *context, std::optional<Location> loc, Adaptor adaptor,
     SmallVectorImpl<Type> &types) {
-  using Op = SoftmaxCrossEntropyOp;
-  auto logits = rankedOf(adaptor.getLogits());
-  auto labels = rankedOf(adaptor.getLabels());
-  if (!logits || !labels)
-    return inferError<Op>(loc, "expects ranked tensor operands");
-  if (logits.getRank() != 2 || !llvm::isa<FloatType>(logits.getElementType()))
-    return inferError<Op>(loc, "expects float logits of shape [N, classes], got ",
-                          logits);
-  if (labels.getRank() != 1)
-    return inferError<Op>(loc, "expects labels of shape [N], got rank ",
-                          labels.getRank());
-  if (!labels.getElementType().isSignlessInteger(32) &&
-      !labels.getElementType().isSignlessInteger(64))
-    return inferError<Op>(loc, "expects i32 or i64 class-index labels, got ",
-                          labels.getElementType());
-  if (extentsConflict(logits.getDimSize(0), labels.getDimSize(0)))
-    return inferError<Op>(loc, "batch of logits (", logits.getDimSize(0),
-                          ") differs from batch of labels (", labels.getDimSize(0),
-                          ")");
+  if (failed(checkLogitsAndLabels<SoftmaxCrossEntropyOp>(
+          loc, rankedOf(adaptor.getLogits()), rankedOf(adaptor.getLabels()))))
+    return failure();
   types.push_back(RankedTensorType::get({}, Float32Type::get(context)));
   return success();
 }
 
+LogicalResult SoftmaxCrossEntropyBackwardOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+    SmallVectorImpl<Type> &types) {
+  auto logits = rankedOf(adaptor.getLogits());
+  if (failed(checkLogitsAndLabels<SoftmaxCrossEntropyBackwardOp>(
+          loc, logits, rankedOf(adaptor.getLabels()))))
+    return failure();
+  types.push_back(logits);
+  return success();
+}
+
+LogicalResult SoftmaxCrossEntropyBackwardOp::verify() {
+  return verifySmoothing(*this, getLabelSmoothing());
+}
+
 LogicalResult SoftmaxCrossEntropyOp::verify() {
-  double smoothing = getLabelSmoothing().convertToDouble();
-  if (!(smoothing >= 0.0 && smoothing < 1.0))
-    return emitOpError("expects label_smoothing in [0, 1), got ") << str(smoothing);
+  return verifySmoothing(*this, getLabelSmoothing());
+}
+
+//===----------------------------------------------------------------------===//
+// Training-step ops
+//===----------------------------------------------------------------------===//
+
+LogicalResult DropoutMaskOp::inferReturnTypes(MLIRContext *,
+                                              std::optional<Location> loc,
+                                              Adaptor adaptor,
+                                              SmallVectorImpl<Type> &types) {
+  auto like = rankedOf(adaptor.getShapeOf());
+  if (!like)
+    return inferError<DropoutMaskOp>(loc, "expects a ranked tensor operand");
+  types.push_back(like);
+  return success();
+}
+
+LogicalResult DropoutMaskOp::verify() { return verifyRate(*this, getRate()); }
+
+LogicalResult ArgmaxOp::inferReturnTypes(MLIRContext *context,
+                                         std::optional<Location> loc, Adaptor adaptor,
+                                         SmallVectorImpl<Type> &types) {
+  auto input = rankedOf(adaptor.getInput());
+  if (!input)
+    return inferError<ArgmaxOp>(loc, "expects a ranked tensor operand");
+  int64_t dim = static_cast<int64_t>(adaptor.getDim());
+  if (dim < 0 || dim >= input.getRank())
+    return inferError<ArgmaxOp>(loc, "'dim' ", dim, " is out of range for rank ",
+                                input.getRank());
+  SmallVector<int64_t> shape(input.getShape());
+  shape.erase(shape.begin() + dim);
+  types.push_back(RankedTensorType::get(shape, IntegerType::get(context, 64)));
+  return success();
+}
+
+LogicalResult LrScheduleOp::verify() {
+  double base = getBaseLr().convertToDouble();
+  if (!(base > 0.0))
+    return emitOpError("expects base_lr > 0, got ") << str(base);
+  if (static_cast<int64_t>(getWarmupSteps()) < 0)
+    return emitOpError("expects warmup_steps >= 0, got ")
+           << static_cast<int64_t>(getWarmupSteps());
+  switch (getDecay()) {
+  case LrDecay::constant:
+    return success();
+  case LrDecay::cosine: {
+    double final = getFinalLr().convertToDouble();
+    if (static_cast<int64_t>(getTotalSteps()) <= static_cast<int64_t>(getWarmupSteps()))
+      return emitOpError("cosine decay needs total_steps > warmup_steps, got ")
+             << static_cast<int64_t>(getTotalSteps()) << " and "
+             << static_cast<int64_t>(getWarmupSteps());
+    if (!(final >= 0.0 && final <= base))
+      return emitOpError("expects final_lr in [0, base_lr], got ") << str(final);
+    return success();
+  }
+  case LrDecay::step: {
+    double gamma = getGamma().convertToDouble();
+    if (static_cast<int64_t>(getStepSize()) < 1)
+      return emitOpError("step decay needs step_size >= 1, got ")
+             << static_cast<int64_t>(getStepSize());
+    if (!(gamma > 0.0 && gamma <= 1.0))
+      return emitOpError("step decay needs gamma in (0, 1], got ") << str(gamma);
+    return success();
+  }
+  }
+  return success();
+}
+
+/// Rules shared by the optimizer ops.
+static LogicalResult verifyOptimizer(Operation *op, std::optional<APFloat> momentum,
+                                     const APFloat &weightDecay) {
+  if (momentum) {
+    double m = momentum->convertToDouble();
+    if (!(m >= 0.0 && m < 1.0))
+      return op->emitOpError("expects momentum in [0, 1), got ") << str(m);
+  }
+  double wd = weightDecay.convertToDouble();
+  if (!(wd >= 0.0))
+    return op->emitOpError("expects weight_decay >= 0, got ") << str(wd);
+  return success();
+}
+
+LogicalResult SgdOp::verify() {
+  return verifyOptimizer(*this, std::nullopt, getWeightDecay());
+}
+
+LogicalResult SgdMomentumOp::verify() {
+  if (failed(verifyOptimizer(*this, getMomentum(), getWeightDecay())))
+    return failure();
+  if (getNesterov() && getMomentum().isZero())
+    return emitOpError("Nesterov momentum needs momentum > 0");
+  return success();
+}
+
+LogicalResult LarsOp::verify() {
+  if (failed(verifyOptimizer(*this, getMomentum(), getWeightDecay())))
+    return failure();
+  double eta = getEta().convertToDouble();
+  if (!(eta > 0.0))
+    return emitOpError("expects eta > 0, got ") << str(eta);
   return success();
 }
 

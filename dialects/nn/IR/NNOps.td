@@ -510,4 +510,293 @@ def NN_SoftmaxCrossEntropyOp : NN_Op<"softmax_cross_entropy", [Pure,
   let hasVerifier = 1;
 }
 
+//===----------------------------------------------------------------------===//
+// Training step: state updates, gradients, optimizers
+//===----------------------------------------------------------------------===//
+
+def NN_AssignOp : NN_Op<"assign", [
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>,
+    MemoryEffects<[MemWrite]>]> {
+  let summary = "writes a new value into a parameter or state, in place";
+  let description = [{
+    Ops after it that `nn.load` the variable see the new value. The training
+    step ends with the assigns of every updated parameter and state.
+
+    ```mlir
+    nn.assign @bn1.running_mean, %new_mean : tensor<64xf32>
+    ```
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$variable, AnyStaticShapeTensor:$value);
+  let assemblyFormat = "$variable `,` $value attr-dict `:` type($value)";
+}
+
+def NN_ApplyGradientOp : NN_Op<"apply_gradient", [
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>,
+    MemoryEffects<[MemWrite]>]> {
+  let summary = "hands a parameter's gradient to the optimizer";
+  let description = [{
+    Written by graphc-autodiff, one per parameter, and replaced by the update
+    rule of the chosen optimizer in graphc-optimizer. Between the two, passes
+    may rewrite the gradient (loss scaling, allreduce).
+
+    ```mlir
+    nn.apply_gradient @fc.weight, %grad : tensor<10x784xf32>
+    ```
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$parameter, NN_FloatTensor:$gradient);
+  let assemblyFormat = "$parameter `,` $gradient attr-dict `:` type($gradient)";
+}
+
+class NN_ConvGeometryArgs {
+  dag geometry = (ins OptionalAttr<DenseI64ArrayAttr>:$strides,
+                      OptionalAttr<DenseI64ArrayAttr>:$padding,
+                      OptionalAttr<DenseI64ArrayAttr>:$dilations,
+                      OptionalAttr<I64Attr>:$groups);
+  string geometryFormat = [{
+    (`strides` $strides^)? (`padding` $padding^)? (`dilations` $dilations^)?
+    (`groups` $groups^)?
+  }];
+}
+
+def NN_Conv2DBackwardDataOp : NN_Op<"conv2d_backward_data",
+    [Pure, InferTypeOpAdaptor]>, NN_ConvGeometryArgs {
+  let summary = "gradient of nn.conv2d with respect to its input";
+  let description = [{
+    The transposed convolution of `grad_output` with `filter`, under the
+    forward op's geometry; `input_size` is the forward input's `[H, W]`
+    (strided convolutions lose it).
+
+    ```mlir
+    %dx = nn.conv2d_backward_data %dy, %w input_size [56, 56] strides [2, 2]
+        padding [1, 1, 1, 1] : tensor<8x128x28x28xf32>, tensor<128x128x3x3xf32>
+    ```
+  }];
+  let arguments = !con((ins NN_FloatTensor:$grad_output, NN_FloatTensor:$filter,
+                            DenseI64ArrayAttr:$input_size), geometry);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = "$grad_output `,` $filter `input_size` $input_size " #
+      geometryFormat # " attr-dict `:` type($grad_output) `,` type($filter)";
+}
+
+def NN_Conv2DBackwardFilterOp : NN_Op<"conv2d_backward_filter",
+    [Pure, InferTypeOpAdaptor]>, NN_ConvGeometryArgs {
+  let summary = "gradient of nn.conv2d with respect to its filter";
+  let description = [{
+    Correlates the forward `input` with `grad_output`; `kernel_size` is the
+    filter's `[KH, KW]`.
+
+    ```mlir
+    %dw = nn.conv2d_backward_filter %x, %dy kernel_size [3, 3] padding [1, 1, 1, 1]
+        : tensor<8x64x56x56xf32>, tensor<8x64x56x56xf32>
+    ```
+  }];
+  let arguments = !con((ins NN_FloatTensor:$input, NN_FloatTensor:$grad_output,
+                            DenseI64ArrayAttr:$kernel_size), geometry);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = "$input `,` $grad_output `kernel_size` $kernel_size " #
+      geometryFormat # " attr-dict `:` type($input) `,` type($grad_output)";
+}
+
+def NN_MaxPool2DBackwardOp : NN_Op<"max_pool2d_backward",
+    [Pure, InferTypeOpAdaptor]> {
+  let summary = "gradient of nn.max_pool2d";
+  let description = [{
+    Routes each output gradient to the input cell that won its window (the
+    first one on ties), recomputed from the forward `input`.
+
+    ```mlir
+    %dx = nn.max_pool2d_backward %x, %dy window [3, 3] strides [2, 2]
+        padding [1, 1, 1, 1] : tensor<8x64x112x112xf32>, tensor<8x64x56x56xf32>
+    ```
+  }];
+  let arguments = (ins NN_FloatTensor:$input, NN_FloatTensor:$grad_output,
+                       DenseI64ArrayAttr:$window,
+                       OptionalAttr<DenseI64ArrayAttr>:$strides,
+                       OptionalAttr<DenseI64ArrayAttr>:$padding);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $grad_output `window` $window (`strides` $strides^)?
+    (`padding` $padding^)? attr-dict `:` type($input) `,` type($grad_output)
+  }];
+}
+
+def NN_AvgPool2DBackwardOp : NN_Op<"avg_pool2d_backward",
+    [Pure, InferTypeOpAdaptor]> {
+  let summary = "gradient of nn.avg_pool2d";
+  let description = [{
+    Spreads each output gradient evenly over its window; `input_size` is the
+    forward input's `[H, W]`.
+
+    ```mlir
+    %dx = nn.avg_pool2d_backward %dy input_size [28, 28] window [2, 2]
+        : tensor<8x64x14x14xf32>
+    ```
+  }];
+  let arguments = (ins NN_FloatTensor:$grad_output, DenseI64ArrayAttr:$input_size,
+                       DenseI64ArrayAttr:$window,
+                       OptionalAttr<DenseI64ArrayAttr>:$strides,
+                       OptionalAttr<DenseI64ArrayAttr>:$padding,
+                       UnitAttr:$exclude_padding);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = [{
+    $grad_output `input_size` $input_size `window` $window (`strides` $strides^)?
+    (`padding` $padding^)? (`exclude_padding` $exclude_padding^)? attr-dict `:`
+    type($grad_output)
+  }];
+}
+
+def NN_SoftmaxCrossEntropyBackwardOp : NN_Op<"softmax_cross_entropy_backward",
+    [Pure, InferTypeOpAdaptor]> {
+  let summary = "gradient of nn.softmax_cross_entropy with respect to the logits";
+  let description = [{
+    `grad_loss * (softmax(logits) - target) / N`, with the target smoothed as
+    in the forward op.
+
+    ```mlir
+    %dlogits = nn.softmax_cross_entropy_backward %dloss, %logits, %labels
+        label_smoothing 1.000000e-01 : tensor<f32>, tensor<8x1000xf32>, tensor<8xi32>
+    ```
+  }];
+  let arguments = (ins NN_F32Scalar:$grad_loss, NN_FloatTensor:$logits,
+                       NN_IntTensor:$labels,
+                       DefaultValuedAttr<F64Attr, "0.0">:$label_smoothing);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = [{
+    $grad_loss `,` $logits `,` $labels `label_smoothing` $label_smoothing attr-dict
+    `:` type($grad_loss) `,` type($logits) `,` type($labels)
+  }];
+  let hasVerifier = 1;
+}
+
+def NN_DropoutMaskOp : NN_Op<"dropout_mask", [Pure, InferTypeOpAdaptor]> {
+  let summary = "the scaled keep-mask of inverted dropout";
+  let description = [{
+    A tensor shaped like `shape_of` (whose values are not read) holding 0 with
+    probability `rate` and 1 / (1 - rate) otherwise, drawn from a counter-based
+    generator keyed by `seed` and the step counter `step`, so each step gets a
+    fresh mask and a rerun the same one. Training-mode dropout is `x * mask`.
+
+    ```mlir
+    %m = nn.dropout_mask %x, %step rate 5.000000e-01 seed 1
+        : tensor<8x4096xf32>, tensor<i64>
+    ```
+  }];
+  let arguments = (ins NN_FloatTensor:$shape_of, NN_I64Scalar:$step,
+                       F64Attr:$rate, I64Attr:$seed);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = [{
+    $shape_of `,` $step `rate` $rate `seed` $seed attr-dict `:` type($shape_of) `,`
+    type($step)
+  }];
+  let hasVerifier = 1;
+}
+
+def NN_ArgmaxOp : NN_Op<"argmax", [Pure, InferTypeOpAdaptor]> {
+  let summary = "index of the largest element along a dimension (first on ties)";
+  let description = [{
+    ```mlir
+    %pred = nn.argmax %logits dim 1 : tensor<8x10xf32>   // tensor<8xi64>
+    ```
+  }];
+  let arguments = (ins NN_NumericTensor:$input, I64Attr:$dim);
+  let results = (outs RankedTensorOf<[I64]>:$result);
+  let assemblyFormat = "$input `dim` $dim attr-dict `:` type($input)";
+}
+
+def NN_LrScheduleOp : NN_Op<"lr_schedule", [Pure,
+    DeclareOpInterfaceMethods<InferTypeOpInterface>]> {
+  let summary = "the learning rate of a step, computed on the device";
+  let description = [{
+    For step `s` (0-based): during `warmup_steps` the rate rises linearly,
+    `base_lr * (s + 1) / warmup_steps`; after it, with `t = s - warmup_steps`:
+    `constant` keeps `base_lr`; `cosine` gives `final_lr + (base_lr - final_lr)
+    * (1 + cos(pi * min(t, T) / T)) / 2` with `T = total_steps - warmup_steps`;
+    `step` gives `base_lr * gamma ^ floor(t / step_size)`.
+
+    ```mlir
+    %lr = nn.lr_schedule %step {base_lr = 1.0e-01 : f64, decay = 1 : i32,
+        final_lr = 0.0 : f64, total_steps = 1000 : i64, warmup_steps = 50 : i64}
+        : tensor<i64>
+    ```
+  }];
+  let arguments = (ins NN_I64Scalar:$step, F64Attr:$base_lr,
+                       NN_LrDecay:$decay,
+                       DefaultValuedAttr<I64Attr, "0">:$warmup_steps,
+                       DefaultValuedAttr<I64Attr, "0">:$total_steps,
+                       DefaultValuedAttr<F64Attr, "0.0">:$final_lr,
+                       DefaultValuedAttr<I64Attr, "1">:$step_size,
+                       DefaultValuedAttr<F64Attr, "0.1">:$gamma);
+  let results = (outs NN_F32Scalar:$result);
+  let assemblyFormat = "$step attr-dict `:` type($step)";
+  let hasVerifier = 1;
+}
+
+class NN_OptimizerOp<string mnemonic, list<string> sameTyped> :
+    NN_Op<mnemonic, [Pure, AllTypesMatch<sameTyped>,
+                     DeclareOpInterfaceMethods<InferTypeOpInterface>]>;
+
+def NN_SgdOp : NN_OptimizerOp<"sgd", ["param", "grad", "new_param"]> {
+  let summary = "plain SGD step: p - lr * (g + weight_decay * p)";
+  let description = [{
+    ```mlir
+    %p2 = nn.sgd %p, %g, %lr weight_decay 1.000000e-04 : tensor<10x784xf32>
+    ```
+  }];
+  let arguments = (ins NN_FloatTensor:$param, NN_FloatTensor:$grad,
+                       NN_F32Scalar:$lr, F64Attr:$weight_decay);
+  let results = (outs NN_FloatTensor:$new_param);
+  let assemblyFormat = [{
+    $param `,` $grad `,` $lr `weight_decay` $weight_decay attr-dict `:` type($param)
+  }];
+  let hasVerifier = 1;
+}
+
+def NN_SgdMomentumOp : NN_OptimizerOp<"sgd_momentum",
+    ["param", "grad", "velocity", "new_param", "new_velocity"]> {
+  let summary = "SGD with momentum (PyTorch's rule), optionally Nesterov";
+  let description = [{
+    `d = g + weight_decay * p; v' = momentum * v + d;
+    p' = p - lr * (nesterov ? d + momentum * v' : v')`. Returns `(p', v')`.
+
+    ```mlir
+    %p2, %v2 = nn.sgd_momentum %p, %g, %v, %lr momentum 9.000000e-01
+        weight_decay 1.000000e-04 : tensor<64x3x7x7xf32>
+    ```
+  }];
+  let arguments = (ins NN_FloatTensor:$param, NN_FloatTensor:$grad,
+                       NN_FloatTensor:$velocity, NN_F32Scalar:$lr,
+                       F64Attr:$momentum, F64Attr:$weight_decay, UnitAttr:$nesterov);
+  let results = (outs NN_FloatTensor:$new_param, NN_FloatTensor:$new_velocity);
+  let assemblyFormat = [{
+    $param `,` $grad `,` $velocity `,` $lr `momentum` $momentum `weight_decay`
+    $weight_decay (`nesterov` $nesterov^)? attr-dict `:` type($param)
+  }];
+  let hasVerifier = 1;
+}
+
+def NN_LarsOp : NN_OptimizerOp<"lars",
+    ["param", "grad", "velocity", "new_param", "new_velocity"]> {
+  let summary = "LARS step (You et al. 2017): a per-layer trust ratio";
+  let description = [{
+    `local = eta * |p| / (|g| + weight_decay * |p|)` (1 when either norm is 0);
+    `v' = momentum * v + lr * local * (g + weight_decay * p); p' = p - v'`.
+    Returns `(p', v')`. Batch-norm and bias parameters are usually updated with
+    `nn.sgd_momentum` instead.
+
+    ```mlir
+    %p2, %v2 = nn.lars %p, %g, %v, %lr momentum 9.000000e-01
+        weight_decay 5.000000e-05 eta 1.000000e-03 : tensor<64x3x7x7xf32>
+    ```
+  }];
+  let arguments = (ins NN_FloatTensor:$param, NN_FloatTensor:$grad,
+                       NN_FloatTensor:$velocity, NN_F32Scalar:$lr,
+                       F64Attr:$momentum, F64Attr:$weight_decay, F64Attr:$eta);
+  let results = (outs NN_FloatTensor:$new_param, NN_FloatTensor:$new_velocity);
+  let assemblyFormat = [{
+    $param `,` $grad `,` $velocity `,` $lr `momentum` $momentum `weight_decay`
+    $weight_decay `eta` $eta attr-dict `:` type($param)
+  }];
+  let hasVerifier = 1;
+}
+
 #endif // GRAPHC_NN_OPS

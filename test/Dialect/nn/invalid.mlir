@@ -93,7 +93,7 @@ func.func @f() -> tensor<4xf32> {
 // Tests that a load has the declared type.
 nn.parameter @p : tensor<4xf32> = zeros
 func.func @f() -> tensor<5xf32> {
-  // expected-error@+1 {{result type 'tensor<5xf32>' does not match the declared type 'tensor<4xf32>' of @p}}
+  // expected-error@+1 {{type 'tensor<5xf32>' does not match the declared type 'tensor<4xf32>' of @p}}
   %0 = nn.load @p : tensor<5xf32>
   return %0 : tensor<5xf32>
 }
@@ -654,5 +654,250 @@ func.func @f(%x: tensor<8x10xf32>, %y: tensor<4xi32>) {
 func.func @f(%x: tensor<8x10xf32>, %y: tensor<8xi32>) {
   // expected-error@+1 {{expects label_smoothing in [0, 1), got 1}}
   %0 = nn.softmax_cross_entropy %x, %y label_smoothing 1.0 : tensor<8x10xf32>, tensor<8xi32>
+  return
+}
+
+// -----
+
+// Tests that an assign names a declared variable.
+func.func @f(%v: tensor<4xf32>) {
+  // expected-error@+1 {{'missing' does not name an nn.parameter or nn.state}}
+  nn.assign @missing, %v : tensor<4xf32>
+  return
+}
+
+// -----
+
+// Tests that an assign has the declared type.
+nn.state @s : tensor<4xf32> = zeros
+func.func @f(%v: tensor<5xf32>) {
+  // expected-error@+1 {{type 'tensor<5xf32>' does not match the declared type 'tensor<4xf32>' of @s}}
+  nn.assign @s, %v : tensor<5xf32>
+  return
+}
+
+// -----
+
+// Tests that gradients go to parameters, not state.
+nn.state @s : tensor<4xf32> = zeros
+func.func @f(%g: tensor<4xf32>) {
+  // expected-error@+1 {{'s' does not name an nn.parameter}}
+  nn.apply_gradient @s, %g : tensor<4xf32>
+  return
+}
+
+// -----
+
+// Tests that conv2d_backward_data's input_size has two entries.
+func.func @f(%dy: tensor<1x8x8x8xf32>, %w: tensor<8x4x3x3xf32>) {
+  // expected-error@+1 {{expects 'input_size' to have 2 entries, got 1}}
+  %0 = nn.conv2d_backward_data %dy, %w input_size [8] padding [1, 1, 1, 1] : tensor<1x8x8x8xf32>, tensor<8x4x3x3xf32>
+  return
+}
+
+// -----
+
+// Tests that conv2d_backward_data's grad_output matches the forward output.
+func.func @f(%dy: tensor<1x8x8x8xf32>, %w: tensor<8x4x3x3xf32>) {
+  // expected-error@+1 {{grad_output is [1, 8, 8, 8] but the forward op produces 16x16 spatially}}
+  %0 = nn.conv2d_backward_data %dy, %w input_size [16, 16] padding [1, 1, 1, 1] : tensor<1x8x8x8xf32>, tensor<8x4x3x3xf32>
+  return
+}
+
+// -----
+
+// Tests that conv2d_backward_data's grad_output has the filter's output channels.
+func.func @f(%dy: tensor<1x6x8x8xf32>, %w: tensor<8x4x3x3xf32>) {
+  // expected-error@+1 {{grad_output has 6 channels but the filter 8 outputs}}
+  %0 = nn.conv2d_backward_data %dy, %w input_size [8, 8] padding [1, 1, 1, 1] : tensor<1x6x8x8xf32>, tensor<8x4x3x3xf32>
+  return
+}
+
+// -----
+
+// Tests that conv2d_backward_filter's kernel_size is positive.
+func.func @f(%x: tensor<1x4x8x8xf32>, %dy: tensor<1x8x8x8xf32>) {
+  // expected-error@+1 {{expects every 'kernel_size' entry to be >= 1, got 0}}
+  %0 = nn.conv2d_backward_filter %x, %dy kernel_size [0, 3] : tensor<1x4x8x8xf32>, tensor<1x8x8x8xf32>
+  return
+}
+
+// -----
+
+// Tests that conv2d_backward_filter's grad_output matches the forward output.
+func.func @f(%x: tensor<1x4x8x8xf32>, %dy: tensor<1x8x8x8xf32>) {
+  // expected-error@+1 {{grad_output is [1, 8, 8, 8] but the forward op produces 6x6 spatially}}
+  %0 = nn.conv2d_backward_filter %x, %dy kernel_size [3, 3] : tensor<1x4x8x8xf32>, tensor<1x8x8x8xf32>
+  return
+}
+
+// -----
+
+// Tests that conv2d_backward_filter's operands share the batch.
+func.func @f(%x: tensor<2x4x8x8xf32>, %dy: tensor<1x8x8x8xf32>) {
+  // expected-error@+1 {{input and grad_output batch sizes differ}}
+  %0 = nn.conv2d_backward_filter %x, %dy kernel_size [1, 1] : tensor<2x4x8x8xf32>, tensor<1x8x8x8xf32>
+  return
+}
+
+// -----
+
+// Tests that conv2d_backward_filter's groups divide both channel counts.
+func.func @f(%x: tensor<1x4x8x8xf32>, %dy: tensor<1x6x8x8xf32>) {
+  // expected-error@+1 {{groups (4) must divide input and output channels (4, 6)}}
+  %0 = nn.conv2d_backward_filter %x, %dy kernel_size [1, 1] groups 4 : tensor<1x4x8x8xf32>, tensor<1x6x8x8xf32>
+  return
+}
+
+// -----
+
+// Tests that max_pool2d_backward's grad_output matches the forward output.
+func.func @f(%x: tensor<1x4x8x8xf32>, %dy: tensor<1x4x8x8xf32>) {
+  // expected-error@+1 {{grad_output 'tensor<1x4x8x8xf32>' does not match the forward output 'tensor<1x4x4x4xf32>'}}
+  %0 = nn.max_pool2d_backward %x, %dy window [2, 2] : tensor<1x4x8x8xf32>, tensor<1x4x8x8xf32>
+  return
+}
+
+// -----
+
+// Tests that avg_pool2d_backward's grad_output matches the forward output.
+func.func @f(%dy: tensor<1x4x4x4xf32>) {
+  // expected-error@+1 {{grad_output 'tensor<1x4x4x4xf32>' does not match the forward output 'tensor<1x4x5x5xf32>'}}
+  %0 = nn.avg_pool2d_backward %dy input_size [10, 10] window [2, 2] : tensor<1x4x4x4xf32>
+  return
+}
+
+// -----
+
+// Tests that softmax_cross_entropy_backward takes integer labels.
+func.func @f(%d: tensor<f32>, %x: tensor<8x10xf32>, %y: tensor<8xf32>) {
+  // expected-error@+1 {{must be ranked tensor of 32-bit signless integer or 64-bit signless integer values}}
+  %0 = "nn.softmax_cross_entropy_backward"(%d, %x, %y) : (tensor<f32>, tensor<8x10xf32>, tensor<8xf32>) -> tensor<8x10xf32>
+  return
+}
+
+// -----
+
+// Tests that softmax_cross_entropy_backward's smoothing is in [0, 1).
+func.func @f(%d: tensor<f32>, %x: tensor<8x10xf32>, %y: tensor<8xi32>) {
+  // expected-error@+1 {{expects label_smoothing in [0, 1), got -0.1}}
+  %0 = nn.softmax_cross_entropy_backward %d, %x, %y label_smoothing -0.1 : tensor<f32>, tensor<8x10xf32>, tensor<8xi32>
+  return
+}
+
+// -----
+
+// Tests that the dropout_mask rate is in [0, 1).
+func.func @f(%x: tensor<8x10xf32>, %s: tensor<i64>) {
+  // expected-error@+1 {{expects a rate in [0, 1), got 1}}
+  %0 = nn.dropout_mask %x, %s rate 1.0 seed 0 : tensor<8x10xf32>, tensor<i64>
+  return
+}
+
+// -----
+
+// Tests that argmax's dim is in range.
+func.func @f(%x: tensor<8x10xf32>) {
+  // expected-error@+1 {{'dim' 2 is out of range for rank 2}}
+  %0 = nn.argmax %x dim 2 : tensor<8x10xf32>
+  return
+}
+
+// -----
+
+// Tests that the base learning rate is positive.
+func.func @f(%s: tensor<i64>) {
+  // expected-error@+1 {{expects base_lr > 0, got 0}}
+  %0 = nn.lr_schedule %s {base_lr = 0.0 : f64, decay = 0 : i32} : tensor<i64>
+  return
+}
+
+// -----
+
+// Tests that warmup is not negative.
+func.func @f(%s: tensor<i64>) {
+  // expected-error@+1 {{expects warmup_steps >= 0, got -1}}
+  %0 = nn.lr_schedule %s {base_lr = 0.1 : f64, decay = 0 : i32, warmup_steps = -1 : i64} : tensor<i64>
+  return
+}
+
+// -----
+
+// Tests that cosine decay runs past the warmup.
+func.func @f(%s: tensor<i64>) {
+  // expected-error@+1 {{cosine decay needs total_steps > warmup_steps, got 5 and 5}}
+  %0 = nn.lr_schedule %s {base_lr = 0.1 : f64, decay = 1 : i32, warmup_steps = 5 : i64, total_steps = 5 : i64} : tensor<i64>
+  return
+}
+
+// -----
+
+// Tests that cosine decay ends between 0 and the base rate.
+func.func @f(%s: tensor<i64>) {
+  // expected-error@+1 {{expects final_lr in [0, base_lr], got 0.5}}
+  %0 = nn.lr_schedule %s {base_lr = 0.1 : f64, decay = 1 : i32, total_steps = 5 : i64, final_lr = 0.5 : f64} : tensor<i64>
+  return
+}
+
+// -----
+
+// Tests that step decay has a positive step size.
+func.func @f(%s: tensor<i64>) {
+  // expected-error@+1 {{step decay needs step_size >= 1, got 0}}
+  %0 = nn.lr_schedule %s {base_lr = 0.1 : f64, decay = 2 : i32, step_size = 0 : i64} : tensor<i64>
+  return
+}
+
+// -----
+
+// Tests that step decay's gamma is in (0, 1].
+func.func @f(%s: tensor<i64>) {
+  // expected-error@+1 {{step decay needs gamma in (0, 1], got 2}}
+  %0 = nn.lr_schedule %s {base_lr = 0.1 : f64, decay = 2 : i32, step_size = 10 : i64, gamma = 2.0 : f64} : tensor<i64>
+  return
+}
+
+// -----
+
+// Tests that weight decay is not negative.
+func.func @f(%p: tensor<4xf32>, %lr: tensor<f32>) {
+  // expected-error@+1 {{expects weight_decay >= 0, got -0.1}}
+  %0 = nn.sgd %p, %p, %lr weight_decay -0.1 : tensor<4xf32>
+  return
+}
+
+// -----
+
+// Tests that momentum is in [0, 1).
+func.func @f(%p: tensor<4xf32>, %lr: tensor<f32>) {
+  // expected-error@+1 {{expects momentum in [0, 1), got 1}}
+  %0:2 = nn.sgd_momentum %p, %p, %p, %lr momentum 1.0 weight_decay 0.0 : tensor<4xf32>
+  return
+}
+
+// -----
+
+// Tests that Nesterov needs momentum.
+func.func @f(%p: tensor<4xf32>, %lr: tensor<f32>) {
+  // expected-error@+1 {{Nesterov momentum needs momentum > 0}}
+  %0:2 = nn.sgd_momentum %p, %p, %p, %lr momentum 0.0 weight_decay 0.0 nesterov : tensor<4xf32>
+  return
+}
+
+// -----
+
+// Tests that the LARS coefficient is positive.
+func.func @f(%p: tensor<4xf32>, %lr: tensor<f32>) {
+  // expected-error@+1 {{expects eta > 0, got 0}}
+  %0:2 = nn.lars %p, %p, %p, %lr momentum 0.9 weight_decay 0.0 eta 0.0 : tensor<4xf32>
+  return
+}
+
+// -----
+
+// Tests that an optimizer's parameter, gradient and velocity share a type.
+func.func @f(%p: tensor<4xf32>, %g: tensor<5xf32>, %lr: tensor<f32>) {
+  // expected-error@+1 {{failed to verify that all of {param, grad, velocity, new_param, new_velocity} have same type}}
+  %0:2 = "nn.sgd_momentum"(%p, %g, %p, %lr) {momentum = 0.9, weight_decay = 0.0} : (tensor<4xf32>, tensor<5xf32>, tensor<4xf32>, tensor<f32>) -> (tensor<4xf32>, tensor<4xf32>)
   return
 }

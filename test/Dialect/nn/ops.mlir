@@ -109,3 +109,46 @@ func.func @dense_and_loss(%x: tensor<?x8x2x2xf32>, %w: tensor<10x32xf32>, %b: te
   %5 = nn.matmul %m, %n transpose_b : tensor<3x4x5xf32>, tensor<3x6x5xf32>
   return %4, %5 : tensor<f32>, tensor<3x4x6xf32>
 }
+
+// CHECK-LABEL: func.func @training_step_ops
+func.func @training_step_ops(%x: tensor<8x4x16x16xf32>, %w: tensor<8x4x3x3xf32>,
+                             %dy: tensor<8x8x8x8xf32>, %logits: tensor<8x10xf32>,
+                             %labels: tensor<8xi32>, %dloss: tensor<f32>,
+                             %step: tensor<i64>, %p: tensor<8x4x3x3xf32>) {
+  // CHECK: nn.conv2d_backward_data %{{.+}}, %{{.+}} input_size [16, 16] strides [2, 2] padding [1, 1, 1, 1] : tensor<8x8x8x8xf32>, tensor<8x4x3x3xf32>
+  %dx = nn.conv2d_backward_data %dy, %w input_size [16, 16] strides [2, 2] padding [1, 1, 1, 1]
+      : tensor<8x8x8x8xf32>, tensor<8x4x3x3xf32>
+  // CHECK: nn.conv2d_backward_filter %{{.+}}, %{{.+}} kernel_size [3, 3] strides [2, 2] padding [1, 1, 1, 1] : tensor<8x4x16x16xf32>, tensor<8x8x8x8xf32>
+  %dw = nn.conv2d_backward_filter %x, %dy kernel_size [3, 3] strides [2, 2] padding [1, 1, 1, 1]
+      : tensor<8x4x16x16xf32>, tensor<8x8x8x8xf32>
+  // CHECK: nn.max_pool2d_backward %{{.+}}, %{{.+}} window [2, 2] : tensor<8x4x16x16xf32>, tensor<8x4x8x8xf32>
+  %pooled = nn.max_pool2d %x window [2, 2] : tensor<8x4x16x16xf32>
+  %dmax = nn.max_pool2d_backward %x, %pooled window [2, 2] : tensor<8x4x16x16xf32>, tensor<8x4x8x8xf32>
+  // CHECK: nn.avg_pool2d_backward %{{.+}} input_size [16, 16] window [2, 2] : tensor<8x4x8x8xf32>
+  %davg = nn.avg_pool2d_backward %pooled input_size [16, 16] window [2, 2] : tensor<8x4x8x8xf32>
+  // CHECK: nn.softmax_cross_entropy_backward %{{.+}}, %{{.+}}, %{{.+}} label_smoothing 1.000000e-01 : tensor<f32>, tensor<8x10xf32>, tensor<8xi32>
+  %dlogits = nn.softmax_cross_entropy_backward %dloss, %logits, %labels label_smoothing 0.1
+      : tensor<f32>, tensor<8x10xf32>, tensor<8xi32>
+  // CHECK: nn.dropout_mask %{{.+}}, %{{.+}} rate 5.000000e-01 seed 1 : tensor<8x10xf32>, tensor<i64>
+  %mask = nn.dropout_mask %logits, %step rate 0.5 seed 1 : tensor<8x10xf32>, tensor<i64>
+  // CHECK: nn.argmax %{{.+}} dim 1 : tensor<8x10xf32>
+  %pred = nn.argmax %logits dim 1 : tensor<8x10xf32>
+  // CHECK: nn.lr_schedule %{{.+}} {base_lr = 1.000000e-01 : f64, decay = 1 : i32, total_steps = 100 : i64, warmup_steps = 5 : i64} : tensor<i64>
+  %lr = nn.lr_schedule %step {base_lr = 0.1 : f64, decay = 1 : i32, total_steps = 100 : i64, warmup_steps = 5 : i64} : tensor<i64>
+  // CHECK: nn.sgd %{{.+}}, %{{.+}}, %{{.+}} weight_decay 1.000000e-04 : tensor<8x4x3x3xf32>
+  %p1 = nn.sgd %p, %dw, %lr weight_decay 1.0e-4 : tensor<8x4x3x3xf32>
+  // CHECK: nn.sgd_momentum %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}} momentum 9.000000e-01 weight_decay 1.000000e-04 nesterov : tensor<8x4x3x3xf32>
+  %p2, %v2 = nn.sgd_momentum %p, %dw, %p, %lr momentum 0.9 weight_decay 1.0e-4 nesterov : tensor<8x4x3x3xf32>
+  // CHECK: nn.lars %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}} momentum 9.000000e-01 weight_decay 5.000000e-05 eta 1.000000e-03 : tensor<8x4x3x3xf32>
+  %p3, %v3 = nn.lars %p, %dw, %p, %lr momentum 0.9 weight_decay 5.0e-5 eta 1.0e-3 : tensor<8x4x3x3xf32>
+  return
+}
+
+// CHECK-LABEL: func.func @state_updates
+func.func @state_updates(%g: tensor<8x4x3x3xf32>, %v: tensor<8xf32>) {
+  // CHECK: nn.apply_gradient @conv.weight, %{{.+}} : tensor<8x4x3x3xf32>
+  nn.apply_gradient @conv.weight, %g : tensor<8x4x3x3xf32>
+  // CHECK: nn.assign @bn.running_var, %{{.+}} : tensor<8xf32>
+  nn.assign @bn.running_var, %v : tensor<8xf32>
+  return
+}
