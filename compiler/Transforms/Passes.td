@@ -10,6 +10,125 @@
 
 include "mlir/Pass/PassBase.td"
 
+def Autodiff : Pass<"graphc-autodiff", "::mlir::ModuleOp"> {
+  let summary = "Differentiates @forward into @train_step (reverse mode)";
+  let description = [{
+    Seeds d(loss) = 1, walks @forward backwards applying one gradient rule per
+    op (conv2d, pools, linear, matmul, loss, reductions, broadcasts and every
+    elementwise op), sums adjoints at fan-out, and ends each parameter's
+    gradient with `nn.apply_gradient`, in the order backward completes them.
+    Only values that depend on a parameter get adjoints. Needs static shapes
+    and decomposed training ops; a parameter that does not reach the loss is
+    an error that names it.
+
+    ```mlir
+    // before
+    func.func @forward(%x: tensor<8x4xf32>, %y: tensor<8xi32>) -> tensor<f32> {
+      %w = nn.load @fc.weight : tensor<3x4xf32>
+      %0 = nn.linear %x, %w : tensor<8x4xf32>, tensor<3x4xf32>
+      %1 = nn.softmax_cross_entropy %0, %y label_smoothing 0.0 : ...
+      return %1 : tensor<f32>
+    // after
+    func.func @train_step(...) -> tensor<f32> {
+      ...
+      %d = nn.softmax_cross_entropy_backward %one, %0, %y ...
+      %dw = nn.matmul %d, %x transpose_a : tensor<8x3xf32>, tensor<8x4xf32>
+      nn.apply_gradient @fc.weight, %dw : tensor<3x4xf32>
+      return %1 : tensor<f32>
+    ```
+  }];
+  let dependentDialects = ["::graphc::nn::NNDialect"];
+}
+
+def BuildEvalStep : Pass<"graphc-build-eval-step", "::mlir::ModuleOp"> {
+  let summary = "Adds @eval_step: inference-mode forward, logits and hit count";
+  let description = [{
+    Clones @forward as `@eval_step(images, labels) -> (logits, correct)`:
+    batch norm normalizes with the running statistics (one per-channel
+    multiply-add), dropout is the identity, and the loss becomes the number of
+    rows whose argmax equals the label (an i64 scalar).
+
+    ```mlir
+    func.func @eval_step(%images: tensor<8x784xf32>, %labels: tensor<8xi32>)
+        -> (tensor<8x10xf32>, tensor<i64>)
+    ```
+  }];
+  let dependentDialects = ["::graphc::nn::NNDialect"];
+}
+
+def DecomposeTrainingOps : Pass<"graphc-decompose-training-ops", "::mlir::ModuleOp"> {
+  let summary = "Rewrites training batch norm and dropout into simpler ops";
+  let description = [{
+    In @forward, `nn.batch_norm` becomes per-channel `nn.reduce_mean`s (batch
+    mean and biased variance) plus elementwise normalize and affine ops, and
+    the running statistics are updated with `nn.assign` (unbiased variance,
+    PyTorch's momentum convention). `nn.dropout` becomes `x * nn.dropout_mask`
+    keyed by its seed and the step counter `@graphc.step`.
+
+    ```mlir
+    // before
+    %y = nn.batch_norm %x, %g, %b, %m, %v epsilon 1.0e-05 momentum 0.1 : ...
+    // after
+    %mean = nn.reduce_mean %x dims [0, 2, 3] : tensor<8x4x5x5xf32>
+    %xc = nn.sub %x, %mean_b : tensor<8x4x5x5xf32>
+    ...
+    nn.assign @bn.running_mean, %new_mean : tensor<4xf32>
+    ```
+  }];
+  let dependentDialects = ["::graphc::nn::NNDialect"];
+}
+
+def Optimizer : Pass<"graphc-optimizer", "::mlir::ModuleOp"> {
+  let summary = "Replaces nn.apply_gradient with the optimizer's in-place update";
+  let description = [{
+    Each `nn.apply_gradient` becomes `nn.sgd`, `nn.sgd_momentum` (optionally
+    Nesterov) or `nn.lars`, with momentum buffers declared as state named
+    `<param>.momentum_buffer`. Weight decay skips rank-1 parameters (batch-norm
+    scales and shifts, biases) unless `exclude-bn-bias=false`; LARS updates
+    them with plain momentum (You et al. 2017). The learning rate is an
+    `nn.lr_schedule` of the step counter `@graphc.step`, which the step
+    increments.
+
+    ```mlir
+    // before
+    nn.apply_gradient @fc.weight, %dw : tensor<10x784xf32>
+    // after
+    %p = nn.load @fc.weight : tensor<10x784xf32>
+    %v = nn.load @fc.weight.momentum_buffer : tensor<10x784xf32>
+    %p2, %v2 = nn.sgd_momentum %p, %dw, %v, %lr momentum 9.000000e-01
+        weight_decay 1.000000e-04 : tensor<10x784xf32>
+    nn.assign @fc.weight, %p2 : tensor<10x784xf32>
+    nn.assign @fc.weight.momentum_buffer, %v2 : tensor<10x784xf32>
+    ```
+  }];
+  let options = [
+    Option<"optimizer", "optimizer", "std::string", /*default=*/"\"momentum\"",
+           "sgd, momentum, nesterov or lars">,
+    Option<"lr", "lr", "double", /*default=*/"0.1", "Base learning rate">,
+    Option<"momentum", "momentum", "double", /*default=*/"0.9",
+           "Momentum (all but sgd)">,
+    Option<"weightDecay", "weight-decay", "double", /*default=*/"1e-4",
+           "L2 weight decay">,
+    Option<"excludeBnBias", "exclude-bn-bias", "bool", /*default=*/"true",
+           "No weight decay (and no LARS scaling) for rank-1 parameters">,
+    Option<"larsEta", "lars-eta", "double", /*default=*/"0.001",
+           "LARS trust coefficient">,
+    Option<"lrDecay", "lr-decay", "std::string", /*default=*/"\"constant\"",
+           "After warmup: constant, cosine or step">,
+    Option<"warmupSteps", "warmup-steps", "int64_t", /*default=*/"0",
+           "Steps of linear warmup">,
+    Option<"totalSteps", "total-steps", "int64_t", /*default=*/"0",
+           "Length of the cosine schedule, warmup included">,
+    Option<"finalLr", "final-lr", "double", /*default=*/"0.0",
+           "Learning rate at the end of the cosine schedule">,
+    Option<"decayStepSize", "decay-step-size", "int64_t", /*default=*/"1",
+           "Steps between step decays">,
+    Option<"decayGamma", "decay-gamma", "double", /*default=*/"0.1",
+           "Factor of each step decay">
+  ];
+  let dependentDialects = ["::graphc::nn::NNDialect"];
+}
+
 def SetBatchSize : Pass<"graphc-set-batch-size", "::mlir::ModuleOp"> {
   let summary = "Sets the batch dimension of the model inputs and re-infers shapes";
   let description = [{

@@ -1,0 +1,416 @@
+//===- Autodiff.cpp - reverse-mode differentiation of @forward ------------===//
+//
+// Implements --graphc-autodiff: turns the (decomposed) forward function into
+// `@train_step`, which computes the loss, then the gradient of every parameter,
+// and hands each to the optimizer with nn.apply_gradient, in the order backward
+// produces them (the order data-parallel buckets need).
+//
+//===----------------------------------------------------------------------===//
+
+#include "compiler/Transforms/Passes.h"
+
+#include "compiler/Transforms/BuildUtils.h"
+#include "dialects/nn/IR/NNOps.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+#define DEBUG_TYPE "graphc-autodiff"
+
+namespace graphc {
+#define GEN_PASS_DEF_AUTODIFF
+#include "compiler/Transforms/Passes.h.inc"
+} // namespace graphc
+
+using namespace mlir;
+
+namespace graphc {
+namespace {
+
+RankedTensorType typeOf(Value v) { return llvm::cast<RankedTensorType>(v.getType()); }
+
+/// Holds the adjoint of every value on a path from a parameter to the loss and
+/// applies one gradient rule per op.
+class Differentiator {
+public:
+  Differentiator(OpBuilder &b) : b(b) {}
+
+  /// Marks the values that depend on a parameter: only they get adjoints, so
+  /// nothing is spent on, e.g., the gradient of the images.
+  void markActive(func::FuncOp func) {
+    for (Operation &op : func.getBody().front()) {
+      bool activeInput = false;
+      if (auto load = llvm::dyn_cast<nn::LoadOp>(op))
+        activeInput = static_cast<bool>(
+            SymbolTable::lookupNearestSymbolFrom<nn::ParameterOp>(
+                &op, load.getVariableAttr()));
+      else
+        activeInput = llvm::any_of(op.getOperands(),
+                                   [&](Value v) { return active.contains(v); });
+      if (!activeInput || llvm::isa<nn::CmpOp, nn::ArgmaxOp, nn::DropoutMaskOp>(op))
+        continue;
+      for (Value result : op.getResults())
+        if (llvm::isa<FloatType>(typeOf(result).getElementType()))
+          active.insert(result);
+    }
+  }
+
+  void seed(Value loss, Location loc) {
+    adjoints[loss] = scalarConstant(b, loc, b.getF32Type(), 1.0);
+  }
+
+  Value adjointOf(Value v) const { return adjoints.lookup(v); }
+
+  /// Emits the gradient ops of `op` given its result's adjoint.
+  LogicalResult backprop(Operation *op);
+
+private:
+  bool isActive(Value v) const { return active.contains(v); }
+
+  /// Adds `grad()` to `v`'s adjoint when `v` is active; `grad` builds lazily so
+  /// inactive operands cost nothing.
+  template <typename Fn> void accumulate(Value v, Fn &&grad) {
+    if (!isActive(v))
+      return;
+    Value g = grad();
+    auto [it, inserted] = adjoints.try_emplace(v, g);
+    if (!inserted)
+      it->second = b.create<nn::AddOp>(g.getLoc(), it->second, g);
+  }
+
+  Value zerosLike(Location loc, Value like) { return splatLike(b, loc, like, 0.0); }
+
+  /// Broadcasts `g`, the adjoint of a reduction of `input` over `dims`, back
+  /// to `input`'s shape.
+  Value unreduce(Location loc, Value g, Value input, ArrayRef<int64_t> dims,
+                 bool keepDims) {
+    int64_t rank = typeOf(input).getRank();
+    SmallVector<int64_t> kept;
+    for (int64_t d = 0; d < rank; ++d)
+      if (keepDims || !llvm::is_contained(dims, d))
+        kept.push_back(d);
+    return b.create<nn::BroadcastOp>(loc, g, input, b.getDenseI64ArrayAttr(kept));
+  }
+
+  /// The adjoint of a broadcast's operand: sum over the dims it was broadcast
+  /// along, then drop them.
+  Value unbroadcast(Location loc, Value g, nn::BroadcastOp op) {
+    RankedTensorType in = typeOf(op.getInput()), out = typeOf(op.getResult());
+    SmallVector<int64_t> summed;
+    for (int64_t d = 0; d < out.getRank(); ++d) {
+      auto pos = llvm::find(op.getDims(), d);
+      if (pos == op.getDims().end() ||
+          (in.getDimSize(pos - op.getDims().begin()) == 1 && out.getDimSize(d) != 1))
+        summed.push_back(d);
+    }
+    if (!summed.empty())
+      g = b.create<nn::ReduceSumOp>(loc, g, b.getDenseI64ArrayAttr(summed),
+                                    b.getUnitAttr());
+    if (typeOf(g) == in)
+      return g;
+    return b.create<nn::ReshapeOp>(loc, g, b.getDenseI64ArrayAttr(in.getShape()));
+  }
+
+  OpBuilder &b;
+  llvm::DenseSet<Value> active;
+  llvm::DenseMap<Value, Value> adjoints;
+};
+
+LogicalResult Differentiator::backprop(Operation *op) {
+  if (op->getNumResults() != 1 || !adjoints.count(op->getResult(0)))
+    return success(); // not on a path to the loss
+  Value dy = adjoints.lookup(op->getResult(0));
+  Location loc = op->getLoc();
+  auto mul = [&](Value a, Value c) -> Value { return b.create<nn::MulOp>(loc, a, c); };
+  auto select = [&](Value c, Value t, Value f) -> Value {
+    return b.create<nn::SelectOp>(loc, c, t, f);
+  };
+
+  return llvm::TypeSwitch<Operation *, LogicalResult>(op)
+      .Case([&](nn::ReluOp relu) {
+        accumulate(relu.getInput(), [&] {
+          Value zero = zerosLike(loc, dy);
+          Value positive = b.create<nn::CmpOp>(loc, nn::CmpPredicate::gt,
+                                               relu.getInput(), zero);
+          return select(positive, dy, zero);
+        });
+        return success();
+      })
+      .Case([&](nn::NegOp neg) {
+        accumulate(neg.getInput(), [&] { return b.create<nn::NegOp>(loc, dy); });
+        return success();
+      })
+      .Case([&](nn::ExpOp exp) {
+        accumulate(exp.getInput(), [&] { return mul(dy, exp.getResult()); });
+        return success();
+      })
+      .Case([&](nn::LogOp log) {
+        accumulate(log.getInput(),
+                   [&] { return b.create<nn::DivOp>(loc, dy, log.getInput()); });
+        return success();
+      })
+      .Case([&](nn::RsqrtOp rsqrt) {
+        // d/dx x^(-1/2) = -1/2 y^3.
+        accumulate(rsqrt.getInput(), [&] {
+          Value y = rsqrt.getResult();
+          Value y3 = mul(mul(y, y), y);
+          return mul(mul(dy, y3), splatLike(b, loc, y, -0.5));
+        });
+        return success();
+      })
+      .Case([&](nn::AddOp add) {
+        accumulate(add.getLhs(), [&] { return dy; });
+        accumulate(add.getRhs(), [&] { return dy; });
+        return success();
+      })
+      .Case([&](nn::SubOp sub) {
+        accumulate(sub.getLhs(), [&] { return dy; });
+        accumulate(sub.getRhs(), [&] { return b.create<nn::NegOp>(loc, dy); });
+        return success();
+      })
+      .Case([&](nn::MulOp m) {
+        accumulate(m.getLhs(), [&] { return mul(dy, m.getRhs()); });
+        accumulate(m.getRhs(), [&] { return mul(dy, m.getLhs()); });
+        return success();
+      })
+      .Case([&](nn::DivOp div) {
+        // y = a / b: da = dy / b, db = -dy * y / b.
+        accumulate(div.getLhs(),
+                   [&] { return b.create<nn::DivOp>(loc, dy, div.getRhs()); });
+        accumulate(div.getRhs(), [&] {
+          Value q = b.create<nn::DivOp>(loc, mul(dy, div.getResult()), div.getRhs());
+          return b.create<nn::NegOp>(loc, q);
+        });
+        return success();
+      })
+      .Case([&](nn::MaxOp max) {
+        // Ties send the gradient to the left operand, as PyTorch's maximum.
+        Value zero = zerosLike(loc, dy);
+        Value left = b.create<nn::CmpOp>(loc, nn::CmpPredicate::ge, max.getLhs(),
+                                         max.getRhs());
+        accumulate(max.getLhs(), [&] { return select(left, dy, zero); });
+        accumulate(max.getRhs(), [&] { return select(left, zero, dy); });
+        return success();
+      })
+      .Case([&](nn::SelectOp sel) {
+        Value zero = zerosLike(loc, dy);
+        accumulate(sel.getTrueValue(),
+                   [&] { return select(sel.getCondition(), dy, zero); });
+        accumulate(sel.getFalseValue(),
+                   [&] { return select(sel.getCondition(), zero, dy); });
+        return success();
+      })
+      .Case([&](nn::CastOp cast) {
+        accumulate(cast.getInput(), [&] {
+          return b.create<nn::CastOp>(
+              loc, dy, TypeAttr::get(typeOf(cast.getInput()).getElementType()));
+        });
+        return success();
+      })
+      .Case([&](nn::BroadcastOp broadcast) {
+        accumulate(broadcast.getInput(), [&] { return unbroadcast(loc, dy, broadcast); });
+        return success();
+      })
+      .Case<nn::ReduceSumOp, nn::ReduceMeanOp>([&](auto reduce) {
+        accumulate(reduce.getInput(), [&] {
+          Value g = unreduce(loc, dy, reduce.getInput(), reduce.getDims(),
+                             reduce.getKeepDims());
+          if (!llvm::isa<nn::ReduceMeanOp>(reduce.getOperation()))
+            return g;
+          int64_t count = 1;
+          for (int64_t d : reduce.getDims())
+            count *= typeOf(reduce.getInput()).getDimSize(d);
+          return mul(g, splatLike(b, loc, g, 1.0 / double(count)));
+        });
+        return success();
+      })
+      .Case([&](nn::ReduceMaxOp reduce) {
+        // Every element equal to the max gets the gradient.
+        accumulate(reduce.getInput(), [&] {
+          Value x = reduce.getInput();
+          Value max = unreduce(loc, reduce.getResult(), x, reduce.getDims(),
+                               reduce.getKeepDims());
+          Value isMax = b.create<nn::CmpOp>(loc, nn::CmpPredicate::eq, x, max);
+          Value g = unreduce(loc, dy, x, reduce.getDims(), reduce.getKeepDims());
+          return select(isMax, g, zerosLike(loc, x));
+        });
+        return success();
+      })
+      .Case([&](nn::Conv2DOp conv) {
+        RankedTensorType x = typeOf(conv.getInput()), w = typeOf(conv.getFilter());
+        accumulate(conv.getInput(), [&] {
+          return b.create<nn::Conv2DBackwardDataOp>(
+              loc, dy, conv.getFilter(),
+              b.getDenseI64ArrayAttr(x.getShape().drop_front(2)), conv.getStridesAttr(),
+              conv.getPaddingAttr(), conv.getDilationsAttr(), conv.getGroupsAttr());
+        });
+        accumulate(conv.getFilter(), [&] {
+          return b.create<nn::Conv2DBackwardFilterOp>(
+              loc, conv.getInput(), dy,
+              b.getDenseI64ArrayAttr(w.getShape().drop_front(2)), conv.getStridesAttr(),
+              conv.getPaddingAttr(), conv.getDilationsAttr(), conv.getGroupsAttr());
+        });
+        if (conv.getBias())
+          accumulate(conv.getBias(), [&] {
+            return b.create<nn::ReduceSumOp>(loc, dy, b.getDenseI64ArrayAttr({0, 2, 3}),
+                                             UnitAttr());
+          });
+        return success();
+      })
+      .Case([&](nn::MaxPool2DOp pool) {
+        accumulate(pool.getInput(), [&] {
+          return b.create<nn::MaxPool2DBackwardOp>(loc, pool.getInput(), dy,
+                                                   pool.getWindowAttr(),
+                                                   pool.getStridesAttr(),
+                                                   pool.getPaddingAttr());
+        });
+        return success();
+      })
+      .Case([&](nn::AvgPool2DOp pool) {
+        accumulate(pool.getInput(), [&] {
+          return b.create<nn::AvgPool2DBackwardOp>(
+              loc, dy,
+              b.getDenseI64ArrayAttr(typeOf(pool.getInput()).getShape().drop_front(2)),
+              pool.getWindowAttr(), pool.getStridesAttr(), pool.getPaddingAttr(),
+              pool.getExcludePaddingAttr());
+        });
+        return success();
+      })
+      .Case([&](nn::GlobalAvgPoolOp pool) {
+        accumulate(pool.getInput(), [&] {
+          RankedTensorType x = typeOf(pool.getInput());
+          Value spread = b.create<nn::BroadcastOp>(loc, dy, pool.getInput(),
+                                                   b.getDenseI64ArrayAttr({0, 1}));
+          double area = double(x.getDimSize(2) * x.getDimSize(3));
+          return mul(spread, splatLike(b, loc, spread, 1.0 / area));
+        });
+        return success();
+      })
+      .Case<nn::ReshapeOp, nn::FlattenOp>([&](auto reshape) {
+        accumulate(reshape.getInput(), [&] {
+          return b.create<nn::ReshapeOp>(
+              loc, dy, b.getDenseI64ArrayAttr(typeOf(reshape.getInput()).getShape()));
+        });
+        return success();
+      })
+      .Case([&](nn::LinearOp linear) {
+        // y = x W^T + b: dx = dy W, dW = dy^T x, db = sum_N dy.
+        accumulate(linear.getInput(), [&] {
+          return b.create<nn::MatmulOp>(loc, dy, linear.getWeight(), UnitAttr(),
+                                        UnitAttr());
+        });
+        accumulate(linear.getWeight(), [&] {
+          return b.create<nn::MatmulOp>(loc, dy, linear.getInput(), b.getUnitAttr(),
+                                        UnitAttr());
+        });
+        if (linear.getBias())
+          accumulate(linear.getBias(), [&] {
+            return b.create<nn::ReduceSumOp>(loc, dy, b.getDenseI64ArrayAttr({0}),
+                                             UnitAttr());
+          });
+        return success();
+      })
+      .Case([&](nn::MatmulOp mm) {
+        // C = op(A) op(B); the four transpose cases, each as one matmul.
+        Value a = mm.getLhs(), c = mm.getRhs();
+        bool ta = mm.getTransposeA(), tb = mm.getTransposeB();
+        auto mat = [&](Value l, Value r, bool tl, bool tr) -> Value {
+          return b.create<nn::MatmulOp>(loc, l, r, tl ? b.getUnitAttr() : UnitAttr(),
+                                        tr ? b.getUnitAttr() : UnitAttr());
+        };
+        accumulate(a, [&] {
+          if (!ta)
+            return mat(dy, c, false, !tb);
+          return tb ? mat(c, dy, true, true) : mat(c, dy, false, true);
+        });
+        accumulate(c, [&] {
+          if (!tb)
+            return ta ? mat(a, dy, false, false) : mat(a, dy, true, false);
+          return ta ? mat(dy, a, true, true) : mat(dy, a, true, false);
+        });
+        return success();
+      })
+      .Case([&](nn::SoftmaxCrossEntropyOp loss) {
+        accumulate(loss.getLogits(), [&] {
+          return b.create<nn::SoftmaxCrossEntropyBackwardOp>(
+              loc, dy, loss.getLogits(), loss.getLabels(), loss.getLabelSmoothingAttr());
+        });
+        return success();
+      })
+      .Case<nn::BatchNormOp, nn::DropoutOp>([&](Operation *training) {
+        return training->emitError("'")
+               << training->getName()
+               << "' must be decomposed before autodiff "
+                  "(graphc-decompose-training-ops)";
+      })
+      .Case<nn::LoadOp, nn::ConstantOp, nn::CmpOp, nn::ArgmaxOp, nn::DropoutMaskOp>(
+          [](Operation *) { return success(); })
+      .Default([](Operation *other) {
+        return other->emitError("no gradient rule for '") << other->getName() << "'";
+      });
+}
+
+/// Algorithm: 1) check that shapes are static; 2) mark the values that depend
+/// on a parameter; 3) seed d(loss) = 1 and walk @forward backwards, applying
+/// each op's rule and summing adjoints at fan-out; 4) when the walk reaches a
+/// parameter's nn.load its gradient is complete: emit nn.apply_gradient; 5) a
+/// parameter with no gradient is an error naming it; 6) rename to @train_step.
+struct AutodiffPass : impl::AutodiffBase<AutodiffPass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    auto forward = module.lookupSymbol<func::FuncOp>("forward");
+    if (!forward || forward.isExternal()) {
+      module.emitError("the model has no func.func @forward with a body");
+      return signalPassFailure();
+    }
+    Block &body = forward.getBody().front();
+    for (Operation &op : body)
+      for (Value result : op.getResults())
+        if (!typeOf(result).hasStaticShape()) {
+          op.emitError("autodiff needs static shapes; run graphc-set-batch-size first");
+          return signalPassFailure();
+        }
+
+    Operation *terminator = body.getTerminator();
+    SmallVector<Operation *> forwardOps;
+    for (Operation &op : body.without_terminator())
+      forwardOps.push_back(&op);
+
+    // A parameter's gradient is complete when the backward walk reaches its
+    // first load in program order.
+    llvm::StringMap<Operation *> firstLoad;
+    for (auto load : forward.getOps<nn::LoadOp>())
+      firstLoad.try_emplace(load.getVariable(), load);
+
+    OpBuilder b(terminator);
+    Differentiator diff(b);
+    diff.markActive(forward);
+    diff.seed(terminator->getOperand(0), terminator->getLoc());
+
+    llvm::StringMap<Value> gradients;
+    for (Operation *op : llvm::reverse(forwardOps)) {
+      if (failed(diff.backprop(op)))
+        return signalPassFailure();
+      auto load = llvm::dyn_cast<nn::LoadOp>(op);
+      if (!load || !diff.adjointOf(load.getResult()))
+        continue;
+      Value &sum = gradients[load.getVariable()];
+      sum = sum ? b.create<nn::AddOp>(load.getLoc(), sum, diff.adjointOf(load))
+                      .getResult()
+                : diff.adjointOf(load.getResult());
+      if (firstLoad.lookup(load.getVariable()) == op)
+        b.create<nn::ApplyGradientOp>(load.getLoc(), load.getVariable(), sum);
+    }
+
+    for (auto param : module.getOps<nn::ParameterOp>())
+      if (!gradients.count(param.getSymName())) {
+        param.emitError("parameter @")
+            << param.getSymName()
+            << " does not reach the loss, so it gets no gradient";
+        return signalPassFailure();
+      }
+    forward.setSymName("train_step");
+  }
+};
+
+} // namespace
+} // namespace graphc

@@ -1,0 +1,98 @@
+//===- BuildEvalStep.cpp - the inference-mode evaluation step -------------===//
+//
+// Implements --graphc-build-eval-step: adds `@eval_step(images, labels) ->
+// (logits, correct)` beside @forward, so the runtime can measure test accuracy
+// with the same compiled plan that trains.
+//
+//===----------------------------------------------------------------------===//
+
+#include "compiler/Transforms/Passes.h"
+
+#include "compiler/Transforms/BuildUtils.h"
+#include "dialects/nn/IR/NNOps.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
+#define DEBUG_TYPE "graphc-build-eval-step"
+
+namespace graphc {
+#define GEN_PASS_DEF_BUILDEVALSTEP
+#include "compiler/Transforms/Passes.h.inc"
+} // namespace graphc
+
+using namespace mlir;
+
+namespace graphc {
+namespace {
+
+/// y = x * factor + offset with factor = scale * rsqrt(running_var + eps) and
+/// offset = shift - running_mean * factor, both per channel: the running
+/// statistics replace the batch's.
+Value inferenceBatchNorm(OpBuilder &b, nn::BatchNormOp bn) {
+  Location loc = bn.getLoc();
+  Value eps = splatLike(b, loc, bn.getRunningVar(), bn.getEpsilon().convertToDouble());
+  Value inv = b.create<nn::RsqrtOp>(loc, b.create<nn::AddOp>(loc, bn.getRunningVar(), eps));
+  Value factor = b.create<nn::MulOp>(loc, bn.getScale(), inv);
+  Value offset = b.create<nn::SubOp>(
+      loc, bn.getShift(), b.create<nn::MulOp>(loc, bn.getRunningMean(), factor));
+  Value input = bn.getInput();
+  Value scaled = b.create<nn::MulOp>(loc, input, broadcastChannels(b, loc, factor, input));
+  return b.create<nn::AddOp>(loc, scaled, broadcastChannels(b, loc, offset, input));
+}
+
+/// Algorithm: 1) clone @forward as @eval_step; 2) replace each batch norm by
+/// its running-statistics form and each dropout by its input; 3) replace the
+/// loss by the logits and the count of rows whose argmax equals the label.
+struct BuildEvalStepPass : impl::BuildEvalStepBase<BuildEvalStepPass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    auto forward = module.lookupSymbol<func::FuncOp>("forward");
+    if (!forward || forward.isExternal()) {
+      module.emitError("the model has no func.func @forward with a body");
+      return signalPassFailure();
+    }
+    OpBuilder b(forward);
+    b.setInsertionPointAfter(forward);
+    auto eval = llvm::cast<func::FuncOp>(b.clone(*forward));
+    eval.setSymName("eval_step");
+
+    SmallVector<Operation *> ops;
+    eval.walk([&](Operation *op) {
+      if (llvm::isa<nn::BatchNormOp, nn::DropoutOp>(op))
+        ops.push_back(op);
+    });
+    for (Operation *op : ops) {
+      b.setInsertionPoint(op);
+      Value replacement = llvm::isa<nn::DropoutOp>(op)
+                              ? op->getOperand(0)
+                              : inferenceBatchNorm(b, llvm::cast<nn::BatchNormOp>(op));
+      op->getResult(0).replaceAllUsesWith(replacement);
+      op->erase();
+    }
+
+    Operation *terminator = eval.getBody().front().getTerminator();
+    auto loss = terminator->getOperand(0).getDefiningOp<nn::SoftmaxCrossEntropyOp>();
+    if (!loss) {
+      forward.emitError("@forward must return the result of nn.softmax_cross_entropy");
+      return signalPassFailure();
+    }
+    b.setInsertionPoint(terminator);
+    Location loc = loss.getLoc();
+    Value logits = loss.getLogits();
+    Value predicted = b.create<nn::ArgmaxOp>(loc, logits, b.getI64IntegerAttr(1));
+    Value labels = loss.getLabels();
+    if (!llvm::cast<RankedTensorType>(labels.getType()).getElementType().isInteger(64))
+      labels = b.create<nn::CastOp>(loc, labels, TypeAttr::get(b.getI64Type()));
+    Value hit = b.create<nn::CmpOp>(loc, nn::CmpPredicate::eq, predicted, labels);
+    Value hits = b.create<nn::CastOp>(loc, hit, TypeAttr::get(b.getI64Type()));
+    Value correct = b.create<nn::ReduceSumOp>(loc, hits, b.getDenseI64ArrayAttr({0}),
+                                              /*keep_dims=*/UnitAttr());
+    b.create<func::ReturnOp>(loc, ValueRange{logits, correct});
+    terminator->erase();
+    loss.erase();
+    eval.setFunctionType(b.getFunctionType(
+        eval.getArgumentTypes(), {logits.getType(), correct.getType()}));
+  }
+};
+
+} // namespace
+} // namespace graphc

@@ -1,0 +1,39 @@
+//===- BuildUtils.h - small IR builders shared by the passes ----*- C++ -*-===//
+//
+// Constants broadcast to a tensor's shape, per-channel broadcasts, and the step
+// counter: what the training-step passes build over and over.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef GRAPHC_COMPILER_TRANSFORMS_BUILDUTILS_H
+#define GRAPHC_COMPILER_TRANSFORMS_BUILDUTILS_H
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+
+namespace graphc {
+
+/// The symbol of the i64 step counter that dropout masks and the learning-rate
+/// schedule read and the optimizer increments.
+inline constexpr llvm::StringLiteral kStepCounter = "graphc.step";
+
+/// `value` as a tensor of `like`'s type (a rank-0 constant, broadcast).
+mlir::Value splatLike(mlir::OpBuilder &b, mlir::Location loc, mlir::Value like,
+                      double value);
+
+/// A rank-0 constant of `elementType`.
+mlir::Value scalarConstant(mlir::OpBuilder &b, mlir::Location loc,
+                           mlir::Type elementType, double value);
+
+/// A per-channel `[C]` vector broadcast over an NC or NCHW tensor `like`.
+mlir::Value broadcastChannels(mlir::OpBuilder &b, mlir::Location loc,
+                              mlir::Value channels, mlir::Value like);
+
+/// Loads the step counter, declaring it (a zero-initialized i64 nn.state) in
+/// `module` if this is its first use.
+mlir::Value loadStepCounter(mlir::OpBuilder &b, mlir::Location loc,
+                            mlir::ModuleOp module);
+
+} // namespace graphc
+
+#endif // GRAPHC_COMPILER_TRANSFORMS_BUILDUTILS_H

@@ -1,0 +1,171 @@
+//===- Optimizer.cpp - the optimizer update of every parameter ------------===//
+//
+// Implements --graphc-optimizer: replaces each nn.apply_gradient with the update
+// rule of the chosen optimizer, applied in place on the parameter and its
+// momentum buffer, with the learning rate computed on the device from the step
+// counter, which the step then increments.
+//
+//===----------------------------------------------------------------------===//
+
+#include "compiler/Transforms/Passes.h"
+
+#include "compiler/Transforms/BuildUtils.h"
+#include "dialects/nn/IR/NNOps.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#define DEBUG_TYPE "graphc-optimizer"
+
+namespace graphc {
+#define GEN_PASS_DEF_OPTIMIZER
+#include "compiler/Transforms/Passes.h.inc"
+} // namespace graphc
+
+using namespace mlir;
+
+namespace graphc {
+namespace {
+
+enum class Kind { Sgd, Momentum, Nesterov, Lars };
+
+struct OptimizerPass : impl::OptimizerBase<OptimizerPass> {
+  using OptimizerBase::OptimizerBase;
+
+  /// Checks the options; reports the first bad one on the module.
+  LogicalResult checkOptions(ModuleOp module) {
+    auto bad = [&](const llvm::Twine &message) {
+      return module.emitError("graphc-optimizer: ") << message;
+    };
+    if (optimizer == "sgd")
+      kind = Kind::Sgd;
+    else if (optimizer == "momentum")
+      kind = Kind::Momentum;
+    else if (optimizer == "nesterov")
+      kind = Kind::Nesterov;
+    else if (optimizer == "lars")
+      kind = Kind::Lars;
+    else
+      return bad("unknown optimizer '" + optimizer +
+                 "'; expected sgd, momentum, nesterov or lars");
+    if (lrDecay == "constant")
+      decay = nn::LrDecay::constant;
+    else if (lrDecay == "cosine")
+      decay = nn::LrDecay::cosine;
+    else if (lrDecay == "step")
+      decay = nn::LrDecay::step;
+    else
+      return bad("unknown lr-decay '" + lrDecay + "'; expected constant, cosine or step");
+    if (!(lr > 0.0))
+      return bad(llvm::formatv("lr must be > 0, got {0}", double(lr)).str());
+    if (kind != Kind::Sgd && !(momentum > 0.0 && momentum < 1.0))
+      return bad(llvm::formatv("momentum must be in (0, 1), got {0}", double(momentum))
+                     .str());
+    if (!(weightDecay >= 0.0))
+      return bad(llvm::formatv("weight-decay must be >= 0, got {0}", double(weightDecay))
+                     .str());
+    if (kind == Kind::Lars && !(larsEta > 0.0))
+      return bad(llvm::formatv("lars-eta must be > 0, got {0}", double(larsEta)).str());
+    if (warmupSteps < 0)
+      return bad(llvm::formatv("warmup-steps must be >= 0, got {0}", int64_t(warmupSteps))
+                     .str());
+    if (decay == nn::LrDecay::cosine && totalSteps <= warmupSteps)
+      return bad("lr-decay=cosine needs total-steps > warmup-steps");
+    if (decay == nn::LrDecay::step && (decayStepSize < 1 || !(decayGamma > 0.0) ||
+                                       decayGamma > 1.0))
+      return bad("lr-decay=step needs decay-step-size >= 1 and decay-gamma in (0, 1]");
+    return success();
+  }
+
+  /// The momentum buffer of `param`, declared as zero-initialized state.
+  StringRef velocityOf(OpBuilder &b, ModuleOp module, nn::ParameterOp param) {
+    std::string name = (param.getSymName() + ".momentum_buffer").str();
+    if (!module.lookupSymbol(name)) {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointAfter(param);
+      b.create<nn::StateOp>(param.getLoc(), name, param.getType(),
+                            nn::Initializer::zeros, /*init_value=*/nullptr);
+    }
+    return llvm::cast<nn::StateOp>(module.lookupSymbol(name)).getSymName();
+  }
+
+  /// Algorithm: 1) at the first nn.apply_gradient, load the step counter and
+  /// compute the learning rate; 2) replace each nn.apply_gradient with the
+  /// update op (weight decay off for rank-1 parameters, i.e. batch-norm scales
+  /// and shifts and biases, unless exclude-bn-bias=false; LARS falls back to
+  /// momentum SGD for them) and nn.assign the parameter and its buffer; 3) at
+  /// the end of the step, increment the step counter.
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    if (failed(checkOptions(module)))
+      return signalPassFailure();
+    auto step = module.lookupSymbol<func::FuncOp>("train_step");
+    if (!step || step.isExternal()) {
+      module.emitError("graphc-optimizer needs @train_step (run graphc-autodiff first)");
+      return signalPassFailure();
+    }
+    SmallVector<nn::ApplyGradientOp> updates(step.getOps<nn::ApplyGradientOp>());
+    if (updates.empty()) {
+      step.emitError("@train_step applies no gradient");
+      return signalPassFailure();
+    }
+
+    OpBuilder b(updates.front());
+    Location stepLoc = step.getLoc();
+    Value counter = loadStepCounter(b, stepLoc, module);
+    NamedAttrList schedule;
+    schedule.append("base_lr", b.getF64FloatAttr(lr));
+    schedule.append("decay", nn::LrDecayAttr::get(&getContext(), decay));
+    schedule.append("warmup_steps", b.getI64IntegerAttr(warmupSteps));
+    if (decay == nn::LrDecay::cosine) {
+      schedule.append("total_steps", b.getI64IntegerAttr(totalSteps));
+      schedule.append("final_lr", b.getF64FloatAttr(finalLr));
+    } else if (decay == nn::LrDecay::step) {
+      schedule.append("step_size", b.getI64IntegerAttr(decayStepSize));
+      schedule.append("gamma", b.getF64FloatAttr(decayGamma));
+    }
+    Value rate =
+        b.create<nn::LrScheduleOp>(stepLoc, ValueRange{counter}, schedule.getAttrs())
+            .getResult();
+
+    for (nn::ApplyGradientOp update : updates) {
+      b.setInsertionPoint(update);
+      Location loc = update.getLoc();
+      auto param = module.lookupSymbol<nn::ParameterOp>(update.getParameter());
+      bool excluded = excludeBnBias && param.getType().getRank() == 1;
+      double decayFactor = excluded ? 0.0 : double(weightDecay);
+      FloatAttr wd = b.getF64FloatAttr(decayFactor);
+      Value p = b.create<nn::LoadOp>(loc, param.getType(), param.getSymName());
+      Value g = update.getGradient();
+      if (kind == Kind::Sgd) {
+        Value next = b.create<nn::SgdOp>(loc, p, g, rate, wd);
+        b.create<nn::AssignOp>(loc, param.getSymName(), next);
+      } else {
+        StringRef velocityName = velocityOf(b, module, param);
+        Value v = b.create<nn::LoadOp>(loc, param.getType(), velocityName);
+        FloatAttr m = b.getF64FloatAttr(momentum);
+        Operation *rule;
+        if (kind == Kind::Lars && !excluded)
+          rule = b.create<nn::LarsOp>(loc, p, g, v, rate, m, wd,
+                                      b.getF64FloatAttr(larsEta));
+        else
+          rule = b.create<nn::SgdMomentumOp>(
+              loc, p, g, v, rate, m, wd,
+              kind == Kind::Nesterov ? b.getUnitAttr() : UnitAttr());
+        b.create<nn::AssignOp>(loc, param.getSymName(), rule->getResult(0));
+        b.create<nn::AssignOp>(loc, velocityName, rule->getResult(1));
+      }
+      update.erase();
+    }
+
+    b.setInsertionPoint(step.getBody().front().getTerminator());
+    Value next = b.create<nn::AddOp>(stepLoc, counter,
+                                     scalarConstant(b, stepLoc, b.getI64Type(), 1));
+    b.create<nn::AssignOp>(stepLoc, kStepCounter, next);
+  }
+
+  Kind kind = Kind::Sgd;
+  nn::LrDecay decay = nn::LrDecay::constant;
+};
+
+} // namespace
+} // namespace graphc
