@@ -17,11 +17,23 @@
 #include "dialects/nn/IR/NNOps.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/MathExtras.h"
 
 using namespace mlir;
 
 namespace graphc {
 namespace {
+
+/// Counts stay below 2^62 so that 2 * MACs + other FLOPs fits in int64.
+constexpr int64_t kMaxCount = int64_t(1) << 62;
+
+/// a * b, or -1 when it leaves [0, kMaxCount]; callers report -1 as overflow.
+int64_t checkedMul(int64_t a, int64_t b) {
+  int64_t product;
+  if (a < 0 || b < 0 || llvm::MulOverflow(a, b, product) || product > kMaxCount)
+    return -1;
+  return product;
+}
 
 int64_t numElements(Value value) {
   return llvm::cast<RankedTensorType>(value.getType()).getNumElements();
@@ -37,25 +49,27 @@ std::pair<int64_t, int64_t> opCost(Operation *op) {
         auto filter = llvm::cast<RankedTensorType>(conv.getFilter().getType());
         int64_t perOutput = filter.getDimSize(1) * filter.getDimSize(2) *
                             filter.getDimSize(3);
-        return std::make_pair(out * perOutput, conv.getBias() ? out : 0);
+        return std::make_pair(checkedMul(out, perOutput), conv.getBias() ? out : 0);
       })
       .Case([&](nn::LinearOp linear) {
         auto weight = llvm::cast<RankedTensorType>(linear.getWeight().getType());
-        return std::make_pair(out * weight.getDimSize(1), linear.getBias() ? out : 0);
+        return std::make_pair(checkedMul(out, weight.getDimSize(1)),
+                              linear.getBias() ? out : 0);
       })
       .Case([&](nn::MatmulOp matmul) {
         auto lhs = llvm::cast<RankedTensorType>(matmul.getLhs().getType());
         int64_t k = matmul.getTransposeA() ? lhs.getDimSize(lhs.getRank() - 2)
                                            : lhs.getDimSize(lhs.getRank() - 1);
-        return std::make_pair(out * k, int64_t(0));
+        return std::make_pair(checkedMul(out, k), int64_t(0));
       })
-      .Case([&](nn::BatchNormOp) { return std::make_pair(int64_t(0), 8 * out); })
+      .Case([&](nn::BatchNormOp) { return std::make_pair(int64_t(0), checkedMul(8, out)); })
       .Case([&](nn::DropoutOp) { return std::make_pair(int64_t(0), 2 * out); })
       .Case([&](nn::MaxPool2DOp pool) {
-        return std::make_pair(int64_t(0), (windowArea(pool.getWindow()) - 1) * out);
+        return std::make_pair(int64_t(0),
+                              checkedMul(windowArea(pool.getWindow()) - 1, out));
       })
       .Case([&](nn::AvgPool2DOp pool) {
-        return std::make_pair(int64_t(0), windowArea(pool.getWindow()) * out);
+        return std::make_pair(int64_t(0), checkedMul(windowArea(pool.getWindow()), out));
       })
       .Case([&](nn::GlobalAvgPoolOp pool) {
         return std::make_pair(int64_t(0), numElements(pool.getInput()) + out);
@@ -64,7 +78,7 @@ std::pair<int64_t, int64_t> opCost(Operation *op) {
         return std::make_pair(int64_t(0), numElements(reduce.getInput()));
       })
       .Case([&](nn::SoftmaxCrossEntropyOp loss) {
-        return std::make_pair(int64_t(0), 5 * numElements(loss.getLogits()));
+        return std::make_pair(int64_t(0), checkedMul(5, numElements(loss.getLogits())));
       })
       .Case<nn::ReluOp, nn::NegOp, nn::ExpOp, nn::LogOp, nn::RsqrtOp, nn::AddOp,
             nn::SubOp, nn::MulOp, nn::DivOp, nn::MaxOp, nn::SelectOp, nn::CmpOp,
@@ -112,8 +126,12 @@ FailureOr<ModelStats> computeModelStats(ModuleOp module) {
       if (!type || !type.hasStaticShape())
         return op.emitError("counting costs needs static shapes, got ")
                << result.getType();
-      stats.activationBytes +=
-          type.getNumElements() * type.getElementTypeBitWidth() / 8;
+      int64_t bytes = checkedMul(type.getNumElements(),
+                                 std::max<int64_t>(1, type.getElementTypeBitWidth() / 8));
+      if (bytes < 0 || llvm::AddOverflow(stats.activationBytes, bytes,
+                                         stats.activationBytes))
+        return op.emitError("the activations of this batch overflow graphc's "
+                            "64-bit counters; use a smaller --batch-size");
     }
     LayerStats layer;
     layer.op = &op;
@@ -129,8 +147,12 @@ FailureOr<ModelStats> computeModelStats(ModuleOp module) {
       layer.parameters += size->second;
     }
     std::tie(layer.macs, layer.otherFlops) = opCost(&op);
-    stats.macs += layer.macs;
-    stats.otherFlops += layer.otherFlops;
+    if (layer.macs < 0 || layer.otherFlops < 0 ||
+        llvm::AddOverflow(stats.macs, layer.macs, stats.macs) ||
+        llvm::AddOverflow(stats.otherFlops, layer.otherFlops, stats.otherFlops) ||
+        stats.macs > kMaxCount || stats.otherFlops > kMaxCount)
+      return op.emitError("the forward cost of this batch overflows graphc's "
+                          "64-bit counters; use a smaller --batch-size");
     stats.layers.push_back(std::move(layer));
   }
   return stats;

@@ -163,9 +163,11 @@ def VerifyModel : Pass<"graphc-verify-model", "::mlir::ModuleOp"> {
     1. the module holds only `nn.parameter`, `nn.state` and one
        `func.func @forward`;
     2. `@forward` takes `(%images, %labels)`: images a float tensor of rank 2
-       or 4, static but for the batch dimension, labels a rank-1 i32/i64
+       or 4, static but for the batch dimension, non-empty and at most 2^31
+       values per example, labels a rank-1 i32/i64
        tensor with the same batch dimension;
-    3. it returns one rank-0 f32 loss computed by `nn.softmax_cross_entropy`;
+    3. it returns one rank-0 f32 loss computed by `nn.softmax_cross_entropy`
+       against `%labels` itself;
     4. its body holds only `nn` ops and `func.return`, in one block;
     5. every `nn.parameter` is read by `@forward` (an unread one would get no
        gradient).

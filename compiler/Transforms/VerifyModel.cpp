@@ -39,6 +39,19 @@ LogicalResult verifyForwardSignature(func::FuncOp forward) {
     return forward.emitError("@forward's images may be dynamic only in the batch "
                              "dimension, got ")
            << type.getInput(0);
+  // 2^31 values per image bounds every per-image count (activations, MACs)
+  // far inside int64 once multiplied by weights and the batch.
+  int64_t perImage = 1;
+  for (int64_t size : images.getShape().drop_front()) {
+    if (size < 1)
+      return forward.emitError("@forward's images have an empty dimension: ")
+             << type.getInput(0);
+    perImage *= size;
+    if (perImage > (int64_t(1) << 31))
+      return forward.emitError("@forward's images have more than 2^31 values "
+                               "per example: ")
+             << type.getInput(0);
+  }
   auto labels = llvm::dyn_cast<RankedTensorType>(type.getInput(1));
   if (!labels || labels.getRank() != 1 ||
       !(labels.getElementType().isSignlessInteger(32) ||
@@ -95,7 +108,7 @@ struct VerifyModelPass : impl::VerifyModelBase<VerifyModelPass> {
     for (Operation &op : forward.getBody().front()) {
       if (auto load = llvm::dyn_cast<nn::LoadOp>(op))
         read.insert(load.getVariable());
-      if (!llvm::isa<nn::NNDialect>(op.getDialect()) &&
+      if (!llvm::isa_and_nonnull<nn::NNDialect>(op.getDialect()) &&
           !llvm::isa<func::ReturnOp>(op)) {
         op.emitError("op '") << op.getName()
                              << "' is not an nn op; a model body holds only nn ops";
@@ -104,9 +117,15 @@ struct VerifyModelPass : impl::VerifyModelBase<VerifyModelPass> {
     }
 
     Value loss = forward.getBody().front().getTerminator()->getOperand(0);
-    if (!loss.getDefiningOp<nn::SoftmaxCrossEntropyOp>()) {
+    auto lossOp = loss.getDefiningOp<nn::SoftmaxCrossEntropyOp>();
+    if (!lossOp) {
       forward.emitError("@forward must return the result of "
                         "nn.softmax_cross_entropy (the loss)");
+      return signalPassFailure();
+    }
+    if (lossOp.getLabels() != forward.getArgument(1)) {
+      lossOp.emitError("the loss must compare the logits with %labels, "
+                       "@forward's second argument");
       return signalPassFailure();
     }
 

@@ -52,3 +52,12 @@ func.func @forward(%images: tensor<?x3xf32>, %labels: tensor<?xi32>) -> tensor<f
 module {
   func.func private @other(tensor<?xf32>)
 }
+
+// -----
+
+// Tests that every input needs a batch dimension.
+// expected-error@+1 {{input #1 has no batch dimension: 'tensor<i32>'}}
+func.func @forward(%images: tensor<?x3xf32>, %labels: tensor<i32>) -> tensor<f32> {
+  %0 = nn.reduce_sum %images dims [0, 1] : tensor<?x3xf32>
+  return %0 : tensor<f32>
+}

@@ -113,3 +113,35 @@ func.func @forward(%images: tensor<?x4xf32>, %labels: tensor<?xi32>) -> tensor<f
   %0 = nn.softmax_cross_entropy %images, %labels label_smoothing 0.0 : tensor<?x4xf32>, tensor<?xi32>
   return %0 : tensor<f32>
 }
+
+// -----
+
+// Tests that the loss reads %labels itself, not something computed.
+func.func @forward(%images: tensor<?x4xf32>, %labels: tensor<?xi32>) -> tensor<f32> {
+  %0 = nn.argmax %images dim 1 : tensor<?x4xf32>
+  %1 = nn.cast %0 : tensor<?xi64> to i32
+  // expected-error@+1 {{the loss must compare the logits with %labels, @forward's second argument}}
+  %2 = nn.softmax_cross_entropy %images, %1 label_smoothing 0.0 : tensor<?x4xf32>, tensor<?xi32>
+  return %2 : tensor<f32>
+}
+
+// -----
+
+// Tests that images have no empty dimension.
+// expected-error@+1 {{@forward's images have an empty dimension: 'tensor<?x2x0x4xf32>'}}
+func.func @forward(%images: tensor<?x2x0x4xf32>, %labels: tensor<?xi32>) -> tensor<f32> {
+  %0 = nn.reduce_sum %images dims [2, 3] : tensor<?x2x0x4xf32>
+  %1 = nn.softmax_cross_entropy %0, %labels label_smoothing 0.0 : tensor<?x2xf32>, tensor<?xi32>
+  return %1 : tensor<f32>
+}
+
+// -----
+
+// Tests that an image holds at most 2^31 values.
+// expected-error@+1 {{@forward's images have more than 2^31 values per example: 'tensor<?x3x65536x65536xf32>'}}
+func.func @forward(%images: tensor<?x3x65536x65536xf32>, %labels: tensor<?xi32>) -> tensor<f32> {
+  %0 = nn.global_avg_pool %images : tensor<?x3x65536x65536xf32>
+  %1 = nn.softmax_cross_entropy %0, %labels label_smoothing 0.0 : tensor<?x3xf32>, tensor<?xi32>
+  return %1 : tensor<f32>
+}
+

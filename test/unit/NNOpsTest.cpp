@@ -10,6 +10,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 using namespace mlir;
 using graphc::nn::slidingWindowOutputSize;
 
@@ -31,6 +33,14 @@ TEST(SlidingWindowTest, ReportsWindowsThatDoNotFit) {
   // One short of fitting: truncating division would wrongly give 1 here.
   EXPECT_LT(slidingWindowOutputSize(4, 5, 2, 0, 0), 1);
   EXPECT_EQ(slidingWindowOutputSize(5, 5, 2, 0, 0), 1);
+}
+
+TEST(SlidingWindowTest, DoesNotWrapAround) {
+  // dilation * (window - 1) overflows int64; the window cannot fit.
+  EXPECT_LT(slidingWindowOutputSize(28, 5, 1, 0, 0, int64_t(1) << 62), 1);
+  // A sum of paddings past int64 is still a (too) large output, not a wrap.
+  int64_t huge = std::numeric_limits<int64_t>::max();
+  EXPECT_GT(slidingWindowOutputSize(28, 3, 1, huge, huge), int64_t(1) << 40);
 }
 
 TEST(SlidingWindowTest, KeepsDynamicExtentsDynamic) {

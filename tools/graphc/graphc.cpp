@@ -125,11 +125,26 @@ void printLayers(const graphc::ModelStats &stats) {
 
 int main(int argc, char **argv) {
   llvm::InitLLVM initLLVM(argc, argv);
-  cl::ParseCommandLineOptions(argc, argv,
-                              "graphc: a training-graph compiler\n\n"
-                              "  graphc info MODEL [--batch-size N] [--layers]\n"
-                              "  graphc compile MODEL [--batch-size N] "
-                              "[--compile-to=PHASE] [-o OUT]\n");
+  // LLVM's parser may add a "Did you mean" line; keep the first, the one that
+  // names the problem.
+  std::string parseErrors;
+  llvm::raw_string_ostream parseErrorStream(parseErrors);
+  if (!cl::ParseCommandLineOptions(argc, argv,
+                                   "graphc: a training-graph compiler\n\n"
+                                   "  graphc info MODEL [--batch-size N] [--layers]\n"
+                                   "  graphc compile MODEL [--batch-size N] "
+                                   "[--compile-to=PHASE] [-o OUT]\n",
+                                   &parseErrorStream)) {
+    // Bad option values were already reported, on one line, by LLVM itself.
+    if (parseErrors.empty())
+      return 1;
+    llvm::StringRef first = llvm::StringRef(parseErrors).split('\n').first;
+    first = first.split(".  Try:").first;
+    first.consume_front("graphc: ");
+    first.consume_front("graphc info: ");
+    first.consume_front("graphc compile: ");
+    return fail(first.trim() + " (see graphc --help)");
+  }
   if (!infoCommand && !compileCommand)
     return fail("expected a command, 'info' or 'compile' (see graphc --help)");
   // 2^20 keeps every per-batch count (FLOPs, bytes) far inside int64.

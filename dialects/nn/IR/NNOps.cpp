@@ -44,6 +44,22 @@ RankedTensorType rankedOf(Value value) {
 
 bool isStatic(int64_t size) { return !ShapedType::isDynamic(size); }
 
+/// The largest extent or element count an nn op may produce: sizes are
+/// multiplied in int64 everywhere (element counts, costs, arena offsets), and
+/// 2^40 keeps every such product far from overflow.
+constexpr int64_t kMaxElements = int64_t(1) << 40;
+/// The largest window, stride, padding or dilation entry.
+constexpr int64_t kMaxWindowEntry = int64_t(1) << 24;
+
+/// The product of static `sizes`, or nullopt above kMaxElements.
+std::optional<int64_t> boundedProduct(ArrayRef<int64_t> sizes) {
+  int64_t product = 1;
+  for (int64_t size : sizes)
+    if (llvm::MulOverflow(product, size, product) || product > kMaxElements)
+      return std::nullopt;
+  return product;
+}
+
 /// Two extents that may be dynamic can only be shown to disagree when static.
 bool extentsConflict(int64_t a, int64_t b) {
   return isStatic(a) && isStatic(b) && a != b;
@@ -75,10 +91,14 @@ LogicalResult checkWindowAttr(std::optional<Location> loc, StringRef name,
   if (values.size() != size)
     return inferError<OpT>(loc, "expects '", name, "' to have ", size,
                            " entries, got ", values.size());
-  for (int64_t v : values)
+  for (int64_t v : values) {
     if (v < minValue)
       return inferError<OpT>(loc, "expects every '", name, "' entry to be >= ",
                              minValue, ", got ", v);
+    if (v > kMaxWindowEntry)
+      return inferError<OpT>(loc, "expects every '", name, "' entry to be <= ",
+                             kMaxWindowEntry, ", got ", v);
+  }
   return success();
 }
 
@@ -94,10 +114,13 @@ int64_t graphc::nn::slidingWindowOutputSize(int64_t inputSize, int64_t window,
                                             int64_t padEnd, int64_t dilation) {
   if (!isStatic(inputSize))
     return kDynamic;
-  int64_t span = inputSize + padBegin + padEnd - dilation * (window - 1) - 1;
+  // 128-bit: a huge dilation times a huge window must not wrap into "fits".
+  __int128 span = static_cast<__int128>(inputSize) + padBegin + padEnd -
+                  static_cast<__int128>(dilation) * (window - 1) - 1;
   if (span < 0)
     return 0;
-  return span / stride + 1;
+  __int128 size = span / stride + 1;
+  return size > kMaxElements ? kMaxElements + 1 : static_cast<int64_t>(size);
 }
 
 //===----------------------------------------------------------------------===//
@@ -130,13 +153,8 @@ static LogicalResult verifyVariable(Operation *op, RankedTensorType type,
            << stringifyInitializer(init)
            << "' needs a tensor of rank >= 2 to compute fans, got rank "
            << type.getRank();
-  // Sizes are multiplied in int64 everywhere (element counts, costs, arena
-  // offsets); 2^40 elements (4 TiB of f32) bounds them far from overflow.
-  int64_t elements = 1;
-  for (int64_t size : type.getShape())
-    if (size != 0 && (llvm::MulOverflow(elements, size, elements) ||
-                      elements > (int64_t(1) << 40)))
-      return op->emitOpError("declares more than 2^40 elements: ") << type;
+  if (!boundedProduct(type.getShape()))
+    return op->emitOpError("declares more than 2^40 elements: ") << type;
   if (type.getNumElements() == 0)
     return op->emitOpError("declares an empty tensor ") << type;
   return success();
@@ -221,22 +239,34 @@ OpFoldResult ConstantOp::fold(FoldAdaptor) { return getValue(); }
 // Elementwise
 //===----------------------------------------------------------------------===//
 
+/// A fold to `value`, unless that is `op`'s own result: in a graph region an
+/// op may use itself, and folding it to itself would loop the canonicalizer.
+static OpFoldResult foldTo(Operation *op, Value value) {
+  if (!value || value == op->getResult(0))
+    return {};
+  return value;
+}
+
 OpFoldResult ReluOp::fold(FoldAdaptor) {
   // relu(relu(x)) == relu(x).
   if (auto inner = getInput().getDefiningOp<ReluOp>())
-    return inner.getResult();
+    return foldTo(*this, inner.getResult());
   return {};
 }
 
 OpFoldResult NegOp::fold(FoldAdaptor) {
   if (auto inner = getInput().getDefiningOp<NegOp>())
-    return inner.getInput();
+    return foldTo(*this, inner.getInput());
   return {};
 }
 
-/// Constant-folds a float binary op when both operands are constants.
+/// Constant-folds a binary op on float constants (integer ones are left
+/// alone: the float folder must never see an integer splat).
 template <typename Fn>
-static Attribute foldFloatBinary(ArrayRef<Attribute> operands, Fn &&fn) {
+static OpFoldResult foldFloatBinary(Operation *op, ArrayRef<Attribute> operands,
+                                    Fn &&fn) {
+  if (!llvm::isa<FloatType>(getElementTypeOrSelf(op->getResult(0).getType())))
+    return {};
   return constFoldBinaryOp<FloatAttr, APFloat, void>(
       operands, [&](const APFloat &a, const APFloat &b) -> std::optional<APFloat> {
         return fn(a, b);
@@ -245,40 +275,40 @@ static Attribute foldFloatBinary(ArrayRef<Attribute> operands, Fn &&fn) {
 
 OpFoldResult AddOp::fold(FoldAdaptor adaptor) {
   if (matchPattern(getRhs(), m_AnyZeroFloat()))
-    return getLhs();
+    return foldTo(*this, getLhs());
   if (matchPattern(getLhs(), m_AnyZeroFloat()))
-    return getRhs();
-  return foldFloatBinary(adaptor.getOperands(),
+    return foldTo(*this, getRhs());
+  return foldFloatBinary(*this, adaptor.getOperands(),
                          [](APFloat a, const APFloat &b) { return a + b; });
 }
 
 OpFoldResult SubOp::fold(FoldAdaptor adaptor) {
   if (matchPattern(getRhs(), m_AnyZeroFloat()))
-    return getLhs();
-  return foldFloatBinary(adaptor.getOperands(),
+    return foldTo(*this, getLhs());
+  return foldFloatBinary(*this, adaptor.getOperands(),
                          [](APFloat a, const APFloat &b) { return a - b; });
 }
 
 OpFoldResult MulOp::fold(FoldAdaptor adaptor) {
   if (matchPattern(getRhs(), m_OneFloat()))
-    return getLhs();
+    return foldTo(*this, getLhs());
   if (matchPattern(getLhs(), m_OneFloat()))
-    return getRhs();
-  return foldFloatBinary(adaptor.getOperands(),
+    return foldTo(*this, getRhs());
+  return foldFloatBinary(*this, adaptor.getOperands(),
                          [](APFloat a, const APFloat &b) { return a * b; });
 }
 
 OpFoldResult DivOp::fold(FoldAdaptor adaptor) {
   if (matchPattern(getRhs(), m_OneFloat()))
-    return getLhs();
-  return foldFloatBinary(adaptor.getOperands(),
+    return foldTo(*this, getLhs());
+  return foldFloatBinary(*this, adaptor.getOperands(),
                          [](APFloat a, const APFloat &b) { return a / b; });
 }
 
 OpFoldResult MaxOp::fold(FoldAdaptor adaptor) {
   if (getLhs() == getRhs())
-    return getLhs();
-  return foldFloatBinary(adaptor.getOperands(),
+    return foldTo(*this, getLhs());
+  return foldFloatBinary(*this, adaptor.getOperands(),
                          [](const APFloat &a, const APFloat &b) {
                            return llvm::maxnum(a, b);
                          });
@@ -311,7 +341,7 @@ LogicalResult CastOp::inferReturnTypes(MLIRContext *, std::optional<Location> lo
 
 OpFoldResult CastOp::fold(FoldAdaptor) {
   if (getInput().getType() == getType())
-    return getInput();
+    return foldTo(*this, getInput());
   return {};
 }
 
@@ -354,7 +384,7 @@ OpFoldResult BroadcastOp::fold(FoldAdaptor) {
   bool identityDims = llvm::equal(getDims(), llvm::seq<int64_t>(0, getDims().size()));
   if (identityDims && getInput().getType() == getType() &&
       getType().hasStaticShape())
-    return getInput();
+    return foldTo(*this, getInput());
   return {};
 }
 
@@ -451,6 +481,8 @@ FailureOr<SmallVector<int64_t, 2>> convOutputSpatial(std::optional<Location> loc
                              g.dilations[i], ") does not fit the padded ",
                              i == 0 ? "height" : "width", " ",
                              inputHW[i] + g.padding[2 * i] + g.padding[2 * i + 1]);
+    if (size > kMaxElements)
+      return inferError<OpT>(loc, "output extent exceeds 2^40");
     out.push_back(size);
   }
   return out;
@@ -679,6 +711,8 @@ inferPoolType(std::optional<Location> loc, RankedTensorType input,
                              "padded ", i == 0 ? "height" : "width", " ",
                              input.getDimSize(2 + i) + padding[2 * i] +
                                  padding[2 * i + 1]);
+    if (size > kMaxElements)
+      return inferError<OpT>(loc, "output extent exceeds 2^40");
     shape.push_back(size);
   }
   return RankedTensorType::get(shape, input.getElementType());
@@ -771,6 +805,10 @@ LogicalResult GlobalAvgPoolOp::inferReturnTypes(MLIRContext *,
   auto input = rankedOf(adaptor.getInput());
   if (!input || input.getRank() != 4)
     return inferError<GlobalAvgPoolOp>(loc, "expects an NCHW input of rank 4");
+  if (input.getDimSize(2) == 0 || input.getDimSize(3) == 0)
+    return inferError<GlobalAvgPoolOp>(loc, "cannot average an empty ",
+                                       input.getDimSize(2), "x", input.getDimSize(3),
+                                       " plane");
   types.push_back(RankedTensorType::get(
       {input.getDimSize(0), input.getDimSize(1)}, input.getElementType()));
   return success();
@@ -796,8 +834,8 @@ LogicalResult ReshapeOp::inferReturnTypes(MLIRContext *, std::optional<Location>
     } else if (size < 1) {
       return inferError<ReshapeOp>(loc, "'shape' entries must be positive or -1, got ",
                                    size);
-    } else {
-      known *= size;
+    } else if (llvm::MulOverflow(known, size, known) || known > kMaxElements) {
+      return inferError<ReshapeOp>(loc, "'shape' has more than 2^40 elements");
     }
   }
   if (input.hasStaticShape()) {
@@ -820,9 +858,11 @@ LogicalResult ReshapeOp::inferReturnTypes(MLIRContext *, std::optional<Location>
 
 OpFoldResult ReshapeOp::fold(FoldAdaptor adaptor) {
   if (getInput().getType() == getType() && getType().hasStaticShape())
-    return getInput();
-  // reshape(reshape(x)) == reshape(x): only the final shape matters.
-  if (auto inner = getInput().getDefiningOp<ReshapeOp>()) {
+    return foldTo(*this, getInput());
+  // reshape(reshape(x)) == reshape(x): only the final shape matters. With a
+  // dynamic x the -1 of this reshape could infer differently, so only static.
+  auto inner = getInput().getDefiningOp<ReshapeOp>();
+  if (inner && inner != *this && inner.getInput().getType().hasStaticShape()) {
     getInputMutable().assign(inner.getInput());
     return getResult();
   }
@@ -843,9 +883,14 @@ LogicalResult FlattenOp::inferReturnTypes(MLIRContext *, std::optional<Location>
     return inferError<FlattenOp>(loc, "'start_dim' ", start,
                                  " is out of range for rank ", input.getRank());
   SmallVector<int64_t> shape(input.getShape().take_front(start));
-  int64_t collapsed = 1;
-  for (int64_t size : input.getShape().drop_front(start))
-    collapsed = isStatic(size) && isStatic(collapsed) ? collapsed * size : kDynamic;
+  ArrayRef<int64_t> tail = input.getShape().drop_front(start);
+  int64_t collapsed = kDynamic;
+  if (llvm::none_of(tail, ShapedType::isDynamic)) {
+    std::optional<int64_t> product = boundedProduct(tail);
+    if (!product)
+      return inferError<FlattenOp>(loc, "the flattened dimension exceeds 2^40");
+    collapsed = *product;
+  }
   shape.push_back(collapsed);
   types.push_back(RankedTensorType::get(shape, input.getElementType()));
   return success();
@@ -853,7 +898,7 @@ LogicalResult FlattenOp::inferReturnTypes(MLIRContext *, std::optional<Location>
 
 OpFoldResult FlattenOp::fold(FoldAdaptor) {
   if (getInput().getType() == getType())
-    return getInput();
+    return foldTo(*this, getInput());
   return {};
 }
 
@@ -946,7 +991,7 @@ LogicalResult DropoutOp::verify() { return verifyRate(*this, getRate()); }
 
 OpFoldResult DropoutOp::fold(FoldAdaptor) {
   if (getRate().isZero())
-    return getInput();
+    return foldTo(*this, getInput());
   return {};
 }
 
@@ -959,6 +1004,8 @@ static LogicalResult checkLogitsAndLabels(std::optional<Location> loc,
   if (logits.getRank() != 2 || !llvm::isa<FloatType>(logits.getElementType()))
     return inferError<OpT>(loc, "expects float logits of shape [N, classes], got ",
                            logits);
+  if (logits.getDimSize(1) == 0)
+    return inferError<OpT>(loc, "expects at least one class");
   if (labels.getRank() != 1)
     return inferError<OpT>(loc, "expects labels of shape [N], got rank ",
                            labels.getRank());

@@ -101,9 +101,13 @@ def NN_ConstantOp : NN_Op<"constant", [
 // Elementwise
 //===----------------------------------------------------------------------===//
 
+// AllTypesMatch, not SameOperandsAndResultType: the latter accepts merely
+// compatible shapes (tensor<?x10xf32> with tensor<1x10xf32>), which would let
+// an implicit broadcast through.
 class NN_UnaryFloatOp<string mnemonic, list<Trait> traits = []> :
     NN_Op<mnemonic, !listconcat(traits,
-        [Pure, SameOperandsAndResultType, InferTypeOpInterface])> {
+        [Pure, AllTypesMatch<["input", "result"]>,
+         DeclareOpInterfaceMethods<InferTypeOpInterface>])> {
   let arguments = (ins NN_FloatTensor:$input);
   let results = (outs NN_FloatTensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($input)";
@@ -142,7 +146,8 @@ def NN_RsqrtOp : NN_UnaryFloatOp<"rsqrt"> {
 
 class NN_BinaryOp<string mnemonic, list<Trait> traits = []> :
     NN_Op<mnemonic, !listconcat(traits,
-        [Pure, SameOperandsAndResultType, InferTypeOpInterface])> {
+        [Pure, AllTypesMatch<["lhs", "rhs", "result"]>,
+         DeclareOpInterfaceMethods<InferTypeOpInterface>])> {
   let arguments = (ins NN_NumericTensor:$lhs, NN_NumericTensor:$rhs);
   let results = (outs NN_NumericTensor:$result);
   let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($result)";
@@ -467,8 +472,8 @@ def NN_MatmulOp : NN_Op<"matmul", [Pure, InferTypeOpAdaptor]> {
 // Regularization and loss
 //===----------------------------------------------------------------------===//
 
-def NN_DropoutOp : NN_Op<"dropout", [Pure, SameOperandsAndResultType,
-    InferTypeOpInterface]> {
+def NN_DropoutOp : NN_Op<"dropout", [Pure, AllTypesMatch<["input", "result"]>,
+    DeclareOpInterfaceMethods<InferTypeOpInterface>]> {
   let summary = "inverted dropout with a seeded mask";
   let description = [{
     Zeroes each element with probability `rate` (0 <= rate < 1) and scales the

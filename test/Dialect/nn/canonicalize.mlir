@@ -103,3 +103,36 @@ func.func @reshape_chains(%x: tensor<2x6xf32>) -> (tensor<3x4xf32>, tensor<3x2xf
   %2 = nn.reshape %c shape [3, -1] : tensor<6xf32>
   return %1, %2 : tensor<3x4xf32>, tensor<3x2xf32>
 }
+
+// -----
+
+// Tests that integer arithmetic on constants is left alone (the float folder
+// must not see an integer splat) and that a chain of reshapes with a dynamic
+// start keeps both reshapes, whose -1 would otherwise infer differently.
+// CHECK-LABEL: func.func @not_folded
+// CHECK: nn.add %{{.+}}, %{{.+}} : tensor<10xi32>
+// CHECK: nn.reshape %{{.+}} shape [8] : tensor<?x4xf32>
+// CHECK: nn.reshape %{{.+}} shape [-1, 2] : tensor<8xf32>
+func.func @not_folded(%x: tensor<?x4xf32>) -> (tensor<10xi32>, tensor<4x2xf32>) {
+  %a = nn.constant dense<1> : tensor<10xi32>
+  %b = nn.add %a, %a : tensor<10xi32>
+  %c = nn.reshape %x shape [8] : tensor<?x4xf32>
+  %d = nn.reshape %c shape [-1, 2] : tensor<8xf32>
+  return %b, %d : tensor<10xi32>, tensor<4x2xf32>
+}
+
+// -----
+
+// Tests that ops using their own result (possible in a graph region) are not
+// folded to themselves, which would never terminate. The assigns keep them
+// alive.
+// CHECK: %[[R:.+]] = nn.relu %[[R]] : tensor<4xf32>
+// CHECK: %[[N:.+]] = nn.reshape %[[N]] shape [4] : tensor<4xf32>
+// CHECK: %[[M:.+]] = nn.max %[[M]], %[[M]] : tensor<4xf32>
+nn.state @s : tensor<4xf32> = zeros
+%0 = nn.relu %0 : tensor<4xf32>
+%1 = nn.reshape %1 shape [4] : tensor<4xf32>
+%2 = nn.max %2, %2 : tensor<4xf32>
+nn.assign @s, %0 : tensor<4xf32>
+nn.assign @s, %1 : tensor<4xf32>
+nn.assign @s, %2 : tensor<4xf32>

@@ -111,7 +111,7 @@ func.func @f(%x: tensor<4xi32>) -> tensor<4xi32> {
 
 // Tests that binary operands have one type.
 func.func @f(%a: tensor<4xf32>, %b: tensor<5xf32>) -> tensor<4xf32> {
-  // expected-error@+1 {{requires the same type for all operands and results}}
+  // expected-error@+1 {{failed to verify that all of {lhs, rhs, result} have same type}}
   %0 = "nn.add"(%a, %b) : (tensor<4xf32>, tensor<5xf32>) -> tensor<4xf32>
   return %0 : tensor<4xf32>
 }
@@ -899,5 +899,122 @@ func.func @f(%p: tensor<4xf32>, %lr: tensor<f32>) {
 func.func @f(%p: tensor<4xf32>, %g: tensor<5xf32>, %lr: tensor<f32>) {
   // expected-error@+1 {{failed to verify that all of {param, grad, velocity, new_param, new_velocity} have same type}}
   %0:2 = "nn.sgd_momentum"(%p, %g, %p, %lr) {momentum = 0.9, weight_decay = 0.0} : (tensor<4xf32>, tensor<5xf32>, tensor<4xf32>, tensor<f32>) -> (tensor<4xf32>, tensor<4xf32>)
+  return
+}
+
+// -----
+
+// Tests that binary operands have exactly one type: no implicit broadcast of a size-1 dimension.
+func.func @f(%a: tensor<?x10xf32>, %b: tensor<1x10xf32>) -> tensor<?x10xf32> {
+  // expected-error@+1 {{failed to verify that all of {lhs, rhs, result} have same type}}
+  %0 = "nn.add"(%a, %b) : (tensor<?x10xf32>, tensor<1x10xf32>) -> tensor<?x10xf32>
+  return %0 : tensor<?x10xf32>
+}
+
+// -----
+
+// Tests that a unary op's result has exactly its operand's type.
+func.func @f(%a: tensor<?x10xf32>) -> tensor<1x10xf32> {
+  // expected-error@+1 {{failed to verify that all of {input, result} have same type}}
+  %0 = "nn.relu"(%a) : (tensor<?x10xf32>) -> tensor<1x10xf32>
+  return %0 : tensor<1x10xf32>
+}
+
+// -----
+
+// Tests that constants are ranked tensors.
+func.func @f() {
+  // expected-error@+1 {{expects a ranked tensor value}}
+  %0 = nn.constant dense<1.0> : vector<4xf32>
+  return
+}
+
+// -----
+
+// Tests that window entries stay far from overflow.
+func.func @f(%x: tensor<1x1x28x28xf32>, %w: tensor<1x1x5x5xf32>) {
+  // expected-error@+1 {{expects every 'dilations' entry to be <= 16777216, got 4611686018427387904}}
+  %0 = nn.conv2d %x, %w dilations [4611686018427387904, 1] : tensor<1x1x28x28xf32>, tensor<1x1x5x5xf32>
+  return
+}
+
+// -----
+
+// Tests that no output extent exceeds 2^40.
+func.func @f(%x: tensor<1x1x1099511627777x1xf32>) {
+  // expected-error@+1 {{output extent exceeds 2^40}}
+  %0 = nn.avg_pool2d %x window [1, 1] : tensor<1x1x1099511627777x1xf32>
+  return
+}
+
+// -----
+
+// Tests that a reshape's shape stays under 2^40 elements.
+func.func @f(%x: tensor<4xf32>) {
+  // expected-error@+1 {{'shape' has more than 2^40 elements}}
+  %0 = nn.reshape %x shape [4611686018427387905, 4] : tensor<4xf32>
+  return
+}
+
+// -----
+
+// Tests that a reshape with a huge inferred dimension does not divide by zero.
+func.func @f(%x: tensor<2x4xf32>) {
+  // expected-error@+1 {{'shape' has more than 2^40 elements}}
+  %0 = nn.reshape %x shape [-1, 4294967296, 4294967296] : tensor<2x4xf32>
+  return
+}
+
+// -----
+
+// Tests that flatten stays under 2^40 elements.
+func.func @f(%x: tensor<?x4294967296x4294967296xf32>) {
+  // expected-error@+1 {{the flattened dimension exceeds 2^40}}
+  %0 = nn.flatten %x start_dim 1 : tensor<?x4294967296x4294967296xf32>
+  return
+}
+
+// -----
+
+// Tests that global_avg_pool averages a non-empty plane.
+func.func @f(%x: tensor<2x3x0x0xf32>) {
+  // expected-error@+1 {{cannot average an empty 0x0 plane}}
+  %0 = nn.global_avg_pool %x : tensor<2x3x0x0xf32>
+  return
+}
+
+// -----
+
+// Tests that the loss has at least one class.
+func.func @f(%x: tensor<8x0xf32>, %y: tensor<8xi32>) {
+  // expected-error@+1 {{expects at least one class}}
+  %0 = nn.softmax_cross_entropy %x, %y label_smoothing 0.0 : tensor<8x0xf32>, tensor<8xi32>
+  return
+}
+
+// -----
+
+// Tests that linear's bias has the input's element type.
+func.func @f(%x: tensor<?x4xf32>, %w: tensor<5x4xf32>, %b: tensor<5xf16>) {
+  // expected-error@+1 {{bias element type 'f16' differs from input element type 'f32'}}
+  %0 = nn.linear %x, %w, %b : tensor<?x4xf32>, tensor<5x4xf32>, tensor<5xf16>
+  return
+}
+
+// -----
+
+// Tests that pooling padding has four entries.
+func.func @f(%x: tensor<1x8x6x6xf32>) {
+  // expected-error@+1 {{expects 'padding' to have 4 entries, got 2}}
+  %0 = nn.max_pool2d %x window [2, 2] padding [1, 1] : tensor<1x8x6x6xf32>
+  return
+}
+
+// -----
+
+// Tests that pooling padding is not negative.
+func.func @f(%x: tensor<1x8x6x6xf32>) {
+  // expected-error@+1 {{expects every 'padding' entry to be >= 0, got -1}}
+  %0 = nn.avg_pool2d %x window [2, 2] padding [0, 0, -1, 0] : tensor<1x8x6x6xf32>
   return
 }
