@@ -55,9 +55,9 @@ case "${1:-run}" in
     build
     "$BUILD_DIR/bin/graphc" info models/resnet50.mlir --batch-size 32
     "$BUILD_DIR/bin/graphc" compile models/resnet50.mlir --batch-size 32 \
-      -o "$BUILD_DIR/resnet50.verified.mlir"
-    echo "setup: compiled models/resnet50.mlir through every phase that exists;" \
-         "IR in $BUILD_DIR/resnet50.verified.mlir"
+      -o "$BUILD_DIR/resnet50.train_step.mlir"
+    echo "setup: compiled models/resnet50.mlir through every phase that exists" \
+         "(to @train_step and @eval_step); IR in $BUILD_DIR/resnet50.train_step.mlir"
     ;;
   test)
     install_packages

@@ -6,7 +6,16 @@
 //    reported against the user's file, not as a crash three passes later.
 //  - graphc-set-batch-size next: from here on shapes are static, which memory
 //    planning and kernel generation need; doing it before autodiff means the
-//    gradients are built once, with the final shapes.
+//    gradients are built once, with the final shapes (batch-norm means divide
+//    by N*H*W, a constant only then).
+//  - graphc-build-eval-step before any training rewrite: it clones @forward as
+//    written, where batch norm and dropout still say what they mean.
+//  - graphc-decompose-training-ops before autodiff: batch norm and dropout
+//    become reductions and elementwise ops, whose gradient rules autodiff
+//    already has, and whose elementwise parts fusion can later group.
+//  - graphc-autodiff, then graphc-optimizer: gradients end in
+//    nn.apply_gradient, the seam where mixed precision (unscale) and
+//    data-parallel (allreduce) will act before the update consumes them.
 //
 //===----------------------------------------------------------------------===//
 
@@ -20,6 +29,8 @@ llvm::StringRef phaseName(Phase phase) {
   switch (phase) {
   case Phase::Verify:
     return "verify";
+  case Phase::Autodiff:
+    return "autodiff";
   }
   llvm_unreachable("unknown phase");
 }
@@ -28,8 +39,14 @@ void buildCompilePipeline(mlir::OpPassManager &pm, const PipelineOptions &option
   pm.addPass(createVerifyModel());
   if (options.batchSize > 0)
     pm.addPass(createSetBatchSize(SetBatchSizeOptions{options.batchSize}));
-  // Later phases (autodiff, mixed precision, ...) are added here, each guarded
-  // by `options.stopAfter`.
+  if (options.stopAfter == Phase::Verify)
+    return;
+
+  pm.addPass(createBuildEvalStep());
+  pm.addPass(createDecomposeTrainingOps());
+  pm.addPass(createAutodiff());
+  pm.addPass(createOptimizer(options.optimizer));
+  // Later phases (mixed precision, data-parallel, fusion, lowering) go here.
 }
 
 } // namespace graphc

@@ -9,6 +9,7 @@
 #ifndef GRAPHC_COMPILER_PIPELINE_PIPELINE_H
 #define GRAPHC_COMPILER_PIPELINE_PIPELINE_H
 
+#include "compiler/Transforms/Passes.h"
 #include "mlir/Pass/PassManager.h"
 #include "llvm/ADT/StringRef.h"
 
@@ -20,15 +21,21 @@ namespace graphc {
 enum class Phase {
   /// Model contract checked; batch size set and every shape re-inferred.
   Verify,
+  /// @train_step (forward, loss, backward, optimizer update, in place) and
+  /// @eval_step built from @forward.
+  Autodiff,
 };
-constexpr Phase kLastPhase = Phase::Verify;
+constexpr Phase kLastPhase = Phase::Autodiff;
 
 llvm::StringRef phaseName(Phase phase);
 
 struct PipelineOptions {
-  /// 0 leaves the model's batch dimension as written.
+  /// 0 leaves the model's batch dimension as written; phases after Verify need
+  /// a static batch.
   int64_t batchSize = 0;
   Phase stopAfter = kLastPhase;
+  /// The optimizer and its learning-rate schedule (graphc-optimizer's options).
+  OptimizerOptions optimizer;
 };
 
 /// Adds the passes of every phase up to `options.stopAfter` to `pm`, which must

@@ -54,8 +54,10 @@ LogicalResult decomposeBatchNorm(OpBuilder &b, nn::BatchNormOp bn) {
     return bn.emitError("training batch norm with ")
            << type.getElementType() << " input and f32 parameters is not supported yet";
   FailureOr<StringRef> meanName = runningStatistic(bn, bn.getRunningMean(), "mean");
+  if (failed(meanName))
+    return failure();
   FailureOr<StringRef> varName = runningStatistic(bn, bn.getRunningVar(), "variance");
-  if (failed(meanName) || failed(varName))
+  if (failed(varName))
     return failure();
 
   SmallVector<int64_t> dims = type.getRank() == 4 ? SmallVector<int64_t>{0, 2, 3}

@@ -2,6 +2,7 @@
 //
 //   graphc info MODEL [--batch-size N] [--layers]
 //   graphc compile MODEL [--batch-size N] [--compile-to=PHASE] [-o OUT]
+//                        [--optimizer=...] [--lr=...] [...training options]
 //
 // `info` prints the model's parameter count and forward cost; `compile` runs the
 // pipeline (compiler/Pipeline) up to a phase and writes the IR. Every error is one
@@ -41,18 +42,61 @@ cl::opt<std::string> modelPath(cl::Positional, cl::Required,
                                cl::sub(compileCommand));
 cl::opt<int64_t> batchSize("batch-size",
                            cl::desc("Batch size to infer every shape with "
-                                    "(info: default 1; compile: as written)"),
+                                    "(info: default 1; compile: default 32)"),
                            cl::init(0), cl::sub(infoCommand), cl::sub(compileCommand));
 cl::opt<bool> showLayers("layers", cl::desc("Also print one line per op"),
                          cl::sub(infoCommand));
 cl::opt<graphc::Phase> compileTo(
     "compile-to", cl::desc("Stop after this phase and print the IR"),
     cl::values(clEnumValN(graphc::Phase::Verify, "verify",
-                          "model contract checked, batch size set")),
+                          "model contract checked, batch size set"),
+               clEnumValN(graphc::Phase::Autodiff, "autodiff",
+                          "@train_step with gradients and optimizer, @eval_step")),
     cl::init(graphc::kLastPhase), cl::sub(compileCommand));
 cl::opt<std::string> outputPath("o", cl::desc("Output file (default: stdout)"),
                                 cl::value_desc("file"), cl::init("-"),
                                 cl::sub(compileCommand));
+
+// The training-step options, mirrored onto graphc-optimizer's pass options.
+cl::OptionCategory trainingCategory("Training step (compile)");
+cl::opt<std::string> optimizerKind("optimizer",
+                                   cl::desc("sgd, momentum, nesterov or lars"),
+                                   cl::init("momentum"), cl::sub(compileCommand),
+                                   cl::cat(trainingCategory));
+cl::opt<double> learningRate("lr", cl::desc("Base learning rate"), cl::init(0.1),
+                             cl::sub(compileCommand), cl::cat(trainingCategory));
+cl::opt<double> momentumFactor("momentum", cl::desc("Momentum"), cl::init(0.9),
+                               cl::sub(compileCommand), cl::cat(trainingCategory));
+cl::opt<double> weightDecay("weight-decay", cl::desc("L2 weight decay"),
+                            cl::init(1e-4), cl::sub(compileCommand),
+                            cl::cat(trainingCategory));
+cl::opt<bool> excludeBnBias("exclude-bn-bias",
+                            cl::desc("No weight decay or LARS scaling for batch-norm "
+                                     "and bias parameters (default true)"),
+                            cl::init(true), cl::sub(compileCommand),
+                            cl::cat(trainingCategory));
+cl::opt<double> larsEta("lars-eta", cl::desc("LARS trust coefficient"),
+                        cl::init(0.001), cl::sub(compileCommand),
+                        cl::cat(trainingCategory));
+cl::opt<std::string> lrDecay("lr-decay",
+                             cl::desc("After warmup: constant, cosine or step"),
+                             cl::init("constant"), cl::sub(compileCommand),
+                             cl::cat(trainingCategory));
+cl::opt<int64_t> warmupSteps("warmup-steps", cl::desc("Steps of linear warmup"),
+                             cl::init(0), cl::sub(compileCommand),
+                             cl::cat(trainingCategory));
+cl::opt<int64_t> totalSteps("total-steps",
+                            cl::desc("Length of the cosine schedule"), cl::init(0),
+                            cl::sub(compileCommand), cl::cat(trainingCategory));
+cl::opt<double> finalLr("final-lr", cl::desc("Learning rate at the cosine's end"),
+                        cl::init(0.0), cl::sub(compileCommand),
+                        cl::cat(trainingCategory));
+cl::opt<int64_t> decayStepSize("decay-step-size", cl::desc("Steps between step decays"),
+                               cl::init(1), cl::sub(compileCommand),
+                               cl::cat(trainingCategory));
+cl::opt<double> decayGamma("decay-gamma", cl::desc("Factor of each step decay"),
+                           cl::init(0.1), cl::sub(compileCommand),
+                           cl::cat(trainingCategory));
 
 int fail(const llvm::Twine &message) {
   llvm::WithColor::error(llvm::errs(), "graphc") << message << "\n";
@@ -179,8 +223,21 @@ int main(int argc, char **argv) {
     (*module)->setLoc(FileLineColLoc::get(loc.getFilename(), 1, 1));
 
   graphc::PipelineOptions options;
-  options.batchSize = infoCommand && batchSize == 0 ? 1 : batchSize;
+  options.batchSize = batchSize != 0 ? int64_t(batchSize) : infoCommand ? 1 : 32;
   options.stopAfter = infoCommand ? graphc::Phase::Verify : compileTo;
+  graphc::OptimizerOptions &opt = options.optimizer;
+  opt.optimizer = optimizerKind;
+  opt.lr = learningRate;
+  opt.momentum = momentumFactor;
+  opt.weightDecay = weightDecay;
+  opt.excludeBnBias = excludeBnBias;
+  opt.larsEta = larsEta;
+  opt.lrDecay = lrDecay;
+  opt.warmupSteps = warmupSteps;
+  opt.totalSteps = totalSteps;
+  opt.finalLr = finalLr;
+  opt.decayStepSize = decayStepSize;
+  opt.decayGamma = decayGamma;
   PassManager pm(&context, ModuleOp::getOperationName());
   graphc::buildCompilePipeline(pm, options);
   if (failed(pm.run(*module)))
