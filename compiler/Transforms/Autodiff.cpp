@@ -357,11 +357,10 @@ LogicalResult Differentiator::backprop(Operation *op) {
 struct AutodiffPass : impl::AutodiffBase<AutodiffPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    auto forward = module.lookupSymbol<func::FuncOp>("forward");
-    if (!forward || forward.isExternal()) {
-      module.emitError("the model has no func.func @forward with a body");
+    FailureOr<func::FuncOp> found = lookupModelFunction(module, "forward");
+    if (failed(found))
       return signalPassFailure();
-    }
+    func::FuncOp forward = *found;
     Block &body = forward.getBody().front();
     for (Operation &op : body)
       for (Value result : op.getResults())

@@ -45,11 +45,10 @@ Value inferenceBatchNorm(OpBuilder &b, nn::BatchNormOp bn) {
 struct BuildEvalStepPass : impl::BuildEvalStepBase<BuildEvalStepPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    auto forward = module.lookupSymbol<func::FuncOp>("forward");
-    if (!forward || forward.isExternal()) {
-      module.emitError("the model has no func.func @forward with a body");
+    FailureOr<func::FuncOp> found = lookupModelFunction(module, "forward");
+    if (failed(found))
       return signalPassFailure();
-    }
+    func::FuncOp forward = *found;
     OpBuilder b(forward);
     b.setInsertionPointAfter(forward);
     auto eval = llvm::cast<func::FuncOp>(b.clone(*forward));

@@ -8,6 +8,13 @@ using namespace mlir;
 
 namespace graphc {
 
+FailureOr<func::FuncOp> lookupModelFunction(ModuleOp module, StringRef name) {
+  auto func = module.lookupSymbol<func::FuncOp>(name);
+  if (!func || func.isExternal())
+    return module.emitError("the model has no func.func @") << name << " with a body";
+  return func;
+}
+
 Value scalarConstant(OpBuilder &b, Location loc, Type elementType, double value) {
   auto type = RankedTensorType::get({}, elementType);
   Attribute element = llvm::isa<FloatType>(elementType)

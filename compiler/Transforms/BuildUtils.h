@@ -1,13 +1,15 @@
 //===- BuildUtils.h - small IR builders shared by the passes ----*- C++ -*-===//
 //
-// Constants broadcast to a tensor's shape, per-channel broadcasts, and the step
-// counter: what the training-step passes build over and over.
+// The model's functions, constants broadcast to a tensor's shape, per-channel
+// broadcasts, and the step counter: what the passes look up and build over and
+// over.
 //
 //===----------------------------------------------------------------------===//
 
 #ifndef GRAPHC_COMPILER_TRANSFORMS_BUILDUTILS_H
 #define GRAPHC_COMPILER_TRANSFORMS_BUILDUTILS_H
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
 
@@ -16,6 +18,11 @@ namespace graphc {
 /// The symbol of the i64 step counter that dropout masks and the learning-rate
 /// schedule read and the optimizer increments.
 inline constexpr llvm::StringLiteral kStepCounter = "graphc.step";
+
+/// The function `name` of `module` with its body, or a failure reported on
+/// the module ("the model has no func.func @name with a body").
+mlir::FailureOr<mlir::func::FuncOp> lookupModelFunction(mlir::ModuleOp module,
+                                                        llvm::StringRef name);
 
 /// `value` as a tensor of `like`'s type (a rank-0 constant, broadcast).
 mlir::Value splatLike(mlir::OpBuilder &b, mlir::Location loc, mlir::Value like,

@@ -98,11 +98,10 @@ struct DecomposeTrainingOpsPass
     : impl::DecomposeTrainingOpsBase<DecomposeTrainingOpsPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    auto forward = module.lookupSymbol<func::FuncOp>("forward");
-    if (!forward || forward.isExternal()) {
-      module.emitError("the model has no func.func @forward with a body");
+    FailureOr<func::FuncOp> found = lookupModelFunction(module, "forward");
+    if (failed(found))
       return signalPassFailure();
-    }
+    func::FuncOp forward = *found;
     SmallVector<Operation *> ops;
     forward.walk([&](Operation *op) {
       if (llvm::isa<nn::BatchNormOp, nn::DropoutOp>(op))

@@ -7,6 +7,8 @@
 
 #include "compiler/Transforms/Passes.h"
 
+#include "compiler/Transforms/BuildUtils.h"
+
 #include "dialects/nn/IR/NNOps.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Interfaces/InferTypeOpInterface.h"
@@ -37,11 +39,10 @@ struct SetBatchSizePass : impl::SetBatchSizeBase<SetBatchSizePass> {
           << static_cast<int64_t>(batchSize);
       return signalPassFailure();
     }
-    auto forward = module.lookupSymbol<func::FuncOp>("forward");
-    if (!forward || forward.isExternal()) {
-      module.emitError("the model has no func.func @forward with a body");
+    FailureOr<func::FuncOp> found = lookupModelFunction(module, "forward");
+    if (failed(found))
       return signalPassFailure();
-    }
+    func::FuncOp forward = *found;
     Block &body = forward.getBody().front();
     for (BlockArgument arg : body.getArguments()) {
       auto type = llvm::dyn_cast<RankedTensorType>(arg.getType());
