@@ -25,16 +25,6 @@
 
 namespace graphc {
 
-llvm::StringRef phaseName(Phase phase) {
-  switch (phase) {
-  case Phase::Verify:
-    return "verify";
-  case Phase::Autodiff:
-    return "autodiff";
-  }
-  llvm_unreachable("unknown phase");
-}
-
 void buildCompilePipeline(mlir::OpPassManager &pm, const PipelineOptions &options) {
   pm.addPass(createVerifyModel());
   if (options.batchSize > 0)

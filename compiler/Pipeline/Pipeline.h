@@ -27,8 +27,6 @@ enum class Phase {
 };
 constexpr Phase kLastPhase = Phase::Autodiff;
 
-llvm::StringRef phaseName(Phase phase);
-
 struct PipelineOptions {
   /// 0 leaves the model's batch dimension as written; phases after Verify need
   /// a static batch.

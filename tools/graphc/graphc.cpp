@@ -103,11 +103,6 @@ int fail(const llvm::Twine &message) {
   return 1;
 }
 
-/// Parses the model; diagnostics go to stderr as file:line:col: error: ...
-OwningOpRef<ModuleOp> parseModel(MLIRContext &context, llvm::SourceMgr &sourceMgr) {
-  return parseSourceFile<ModuleOp>(sourceMgr, ParserConfig(&context));
-}
-
 std::string shapeOf(Value value) {
   std::string text;
   llvm::raw_string_ostream os(text);
@@ -214,7 +209,9 @@ int main(int argc, char **argv) {
   sourceMgr.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
   SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context);
 
-  OwningOpRef<ModuleOp> module = parseModel(context, sourceMgr);
+  // Diagnostics go to stderr as file:line:col: error: ...
+  OwningOpRef<ModuleOp> module =
+      parseSourceFile<ModuleOp>(sourceMgr, ParserConfig(&context));
   if (!module)
     return 1;
   // The module the parser wraps around top-level ops sits at line 0; errors

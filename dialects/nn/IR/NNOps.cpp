@@ -503,17 +503,6 @@ LogicalResult checkGradOutputSpatial(std::optional<Location> loc,
 
 } // namespace
 
-SmallVector<int64_t, 2> Conv2DOp::getStridesOrDefault() {
-  return orDefault2(getStrides(), {1, 1});
-}
-SmallVector<int64_t, 4> Conv2DOp::getPaddingOrDefault() {
-  auto padding = getPadding();
-  return SmallVector<int64_t, 4>(padding ? *padding : ArrayRef<int64_t>(kNoPadding));
-}
-SmallVector<int64_t, 2> Conv2DOp::getDilationsOrDefault() {
-  return orDefault2(getDilations(), {1, 1});
-}
-
 LogicalResult Conv2DOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                                          Adaptor adaptor,
                                          SmallVectorImpl<Type> &types) {
@@ -780,23 +769,15 @@ LogicalResult AvgPool2DBackwardOp::inferReturnTypes(
   return success();
 }
 
-#define GRAPHC_POOL_METHODS(OpT)                                                \
+#define GRAPHC_POOL_INFER(OpT)                                                  \
   LogicalResult OpT::inferReturnTypes(MLIRContext *, std::optional<Location> loc, \
                                       Adaptor adaptor,                          \
                                       SmallVectorImpl<Type> &types) {           \
     return inferPool2D<OpT>(loc, adaptor, types);                               \
-  }                                                                             \
-  SmallVector<int64_t, 2> OpT::getStridesOrDefault() {                          \
-    return orDefault2(getStrides(), getWindow());                               \
-  }                                                                             \
-  SmallVector<int64_t, 4> OpT::getPaddingOrDefault() {                          \
-    auto padding = getPadding();                                                \
-    return SmallVector<int64_t, 4>(padding ? *padding                          \
-                                           : ArrayRef<int64_t>(kNoPadding));    \
   }
-GRAPHC_POOL_METHODS(MaxPool2DOp)
-GRAPHC_POOL_METHODS(AvgPool2DOp)
-#undef GRAPHC_POOL_METHODS
+GRAPHC_POOL_INFER(MaxPool2DOp)
+GRAPHC_POOL_INFER(AvgPool2DOp)
+#undef GRAPHC_POOL_INFER
 
 LogicalResult GlobalAvgPoolOp::inferReturnTypes(MLIRContext *,
                                                 std::optional<Location> loc,

@@ -292,13 +292,6 @@ def NN_Conv2DOp : NN_Op<"conv2d", [Pure, InferTypeOpAdaptor]> {
     (`dilations` $dilations^)? (`groups` $groups^)? attr-dict `:`
     type($input) `,` type($filter) (`,` type($bias)^)?
   }];
-  let extraClassDeclaration = [{
-    /// The attributes with their defaults filled in.
-    ::llvm::SmallVector<int64_t, 2> getStridesOrDefault();
-    ::llvm::SmallVector<int64_t, 4> getPaddingOrDefault();
-    ::llvm::SmallVector<int64_t, 2> getDilationsOrDefault();
-    int64_t getGroupsOrDefault() { return getGroups().value_or(1); }
-  }];
 }
 
 def NN_BatchNormOp : NN_Op<"batch_norm", [Pure, InferTypeOpAdaptor,
@@ -333,10 +326,6 @@ def NN_BatchNormOp : NN_Op<"batch_norm", [Pure, InferTypeOpAdaptor,
 
 class NN_Pool2DOp<string mnemonic> : NN_Op<mnemonic, [Pure, InferTypeOpAdaptor]> {
   let results = (outs NN_FloatTensor:$result);
-  code poolDecls = [{
-    ::llvm::SmallVector<int64_t, 2> getStridesOrDefault();
-    ::llvm::SmallVector<int64_t, 4> getPaddingOrDefault();
-  }];
 }
 
 def NN_MaxPool2DOp : NN_Pool2DOp<"max_pool2d"> {
@@ -358,7 +347,6 @@ def NN_MaxPool2DOp : NN_Pool2DOp<"max_pool2d"> {
     $input `window` $window (`strides` $strides^)? (`padding` $padding^)?
     attr-dict `:` type($input)
   }];
-  let extraClassDeclaration = poolDecls;
 }
 
 def NN_AvgPool2DOp : NN_Pool2DOp<"avg_pool2d"> {
@@ -379,7 +367,6 @@ def NN_AvgPool2DOp : NN_Pool2DOp<"avg_pool2d"> {
     $input `window` $window (`strides` $strides^)? (`padding` $padding^)?
     (`exclude_padding` $exclude_padding^)? attr-dict `:` type($input)
   }];
-  let extraClassDeclaration = poolDecls;
 }
 
 def NN_GlobalAvgPoolOp : NN_Op<"global_avg_pool", [Pure, InferTypeOpAdaptor]> {
