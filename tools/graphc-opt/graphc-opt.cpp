@@ -6,8 +6,10 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "compiler/Lowering/Passes.h"
 #include "compiler/Transforms/Passes.h"
 #include "dialects/nn/IR/NNDialect.h"
+#include "dialects/plan/IR/PlanDialect.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
@@ -15,8 +17,12 @@
 
 int main(int argc, char **argv) {
   mlir::DialectRegistry registry;
-  registry.insert<graphc::nn::NNDialect, mlir::func::FuncDialect>();
+  registry.insert<graphc::nn::NNDialect, graphc::plan::PlanDialect,
+                  mlir::arith::ArithDialect, mlir::func::FuncDialect,
+                  mlir::linalg::LinalgDialect, mlir::math::MathDialect,
+                  mlir::memref::MemRefDialect, mlir::scf::SCFDialect>();
   graphc::registerGraphcPasses();
+  graphc::registerGraphcLoweringPasses();
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();
   return mlir::asMainReturnCode(

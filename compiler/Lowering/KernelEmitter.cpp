@@ -1,0 +1,758 @@
+//===- KernelEmitter.cpp - nn ops as kernel bodies on memrefs -------------===//
+//
+// One emitter per kind of op:
+//  - elementwise ops (and the optimizer updates) become one linalg.generic over
+//    the flattened tensors: a single loop the CPU vectorizer and the GPU mapper
+//    both handle well (toolchain.md);
+//  - broadcasts and reductions keep their rank so indexing maps express them;
+//  - the loss, its gradient, argmax and the learning-rate schedule are small
+//    scf loop nests; rows are scf.parallel so the GPU path can map them.
+//
+//===----------------------------------------------------------------------===//
+
+#include "compiler/Lowering/KernelEmitter.h"
+
+#include "dialects/nn/IR/NNOps.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+#include <cmath>
+
+using namespace mlir;
+
+namespace graphc {
+namespace {
+
+using IteratorType = utils::IteratorType;
+
+Value constIndex(OpBuilder &b, Location loc, int64_t v) {
+  return b.create<arith::ConstantIndexOp>(loc, v);
+}
+
+Value constFloat(OpBuilder &b, Location loc, Type type, double v) {
+  return b.create<arith::ConstantOp>(loc, type, b.getFloatAttr(type, v));
+}
+
+Value constInt(OpBuilder &b, Location loc, Type type, int64_t v) {
+  return b.create<arith::ConstantOp>(loc, type, b.getIntegerAttr(type, v));
+}
+
+MemRefType flatType(Type tensorType) {
+  auto type = llvm::cast<RankedTensorType>(tensorType);
+  return MemRefType::get({std::max<int64_t>(type.getNumElements(), 1)},
+                         type.getElementType());
+}
+
+MemRefType naturalType(Type tensorType) {
+  auto type = llvm::cast<RankedTensorType>(tensorType);
+  return MemRefType::get(type.getShape(), type.getElementType());
+}
+
+/// Creates `func.func @name(types...)` in `kernels` and positions `b` in its
+/// entry block.
+func::FuncOp createKernelFunc(OpBuilder &b, ModuleOp kernels, StringRef name,
+                              Location loc, TypeRange argTypes) {
+  b.setInsertionPointToEnd(kernels.getBody());
+  auto func = b.create<func::FuncOp>(loc, name, b.getFunctionType(argTypes, {}));
+  b.setInsertionPointToStart(func.addEntryBlock());
+  return func;
+}
+
+Value maxOf(OpBuilder &b, Location loc, Value x, Value y) {
+  if (llvm::isa<FloatType>(x.getType()))
+    return b.create<arith::MaximumFOp>(loc, x, y);
+  return b.create<arith::MaxSIOp>(loc, x, y);
+}
+
+Value castScalar(OpBuilder &b, Location loc, Value x, Type to) {
+  Type from = x.getType();
+  if (from == to)
+    return x;
+  auto fromFloat = llvm::dyn_cast<FloatType>(from);
+  auto toFloat = llvm::dyn_cast<FloatType>(to);
+  if (to.isInteger(1)) {
+    if (fromFloat)
+      return b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::UNE, x,
+                                     constFloat(b, loc, from, 0.0));
+    return b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ne, x,
+                                   constInt(b, loc, from, 0));
+  }
+  if (fromFloat && toFloat) {
+    if (fromFloat.getWidth() < toFloat.getWidth())
+      return b.create<arith::ExtFOp>(loc, to, x);
+    return b.create<arith::TruncFOp>(loc, to, x);
+  }
+  if (fromFloat)
+    return b.create<arith::FPToSIOp>(loc, to, x);
+  if (toFloat)
+    return from.isInteger(1) ? b.create<arith::UIToFPOp>(loc, to, x).getResult()
+                             : b.create<arith::SIToFPOp>(loc, to, x).getResult();
+  if (from.isInteger(1))
+    return b.create<arith::ExtUIOp>(loc, to, x);
+  if (from.getIntOrFloatBitWidth() < to.getIntOrFloatBitWidth())
+    return b.create<arith::ExtSIOp>(loc, to, x);
+  return b.create<arith::TruncIOp>(loc, to, x);
+}
+
+Value compare(OpBuilder &b, Location loc, nn::CmpPredicate predicate, Value x,
+              Value y) {
+  if (llvm::isa<FloatType>(x.getType())) {
+    // Ordered predicates, except `ne`, so a NaN compares unequal to everything.
+    arith::CmpFPredicate p;
+    switch (predicate) {
+    case nn::CmpPredicate::eq: p = arith::CmpFPredicate::OEQ; break;
+    case nn::CmpPredicate::ne: p = arith::CmpFPredicate::UNE; break;
+    case nn::CmpPredicate::lt: p = arith::CmpFPredicate::OLT; break;
+    case nn::CmpPredicate::le: p = arith::CmpFPredicate::OLE; break;
+    case nn::CmpPredicate::gt: p = arith::CmpFPredicate::OGT; break;
+    case nn::CmpPredicate::ge: p = arith::CmpFPredicate::OGE; break;
+    }
+    return b.create<arith::CmpFOp>(loc, p, x, y);
+  }
+  arith::CmpIPredicate p;
+  switch (predicate) {
+  case nn::CmpPredicate::eq: p = arith::CmpIPredicate::eq; break;
+  case nn::CmpPredicate::ne: p = arith::CmpIPredicate::ne; break;
+  case nn::CmpPredicate::lt: p = arith::CmpIPredicate::slt; break;
+  case nn::CmpPredicate::le: p = arith::CmpIPredicate::sle; break;
+  case nn::CmpPredicate::gt: p = arith::CmpIPredicate::sgt; break;
+  case nn::CmpPredicate::ge: p = arith::CmpIPredicate::sge; break;
+  }
+  return b.create<arith::CmpIOp>(loc, p, x, y);
+}
+
+/// linalg.generic over `numLoops` loops; the body gets one scalar per input and
+/// output and returns the values to yield.
+void buildGeneric(
+    OpBuilder &b, Location loc, ValueRange inputs, ValueRange outputs,
+    ArrayRef<AffineMap> maps, ArrayRef<IteratorType> iterators,
+    llvm::function_ref<SmallVector<Value>(OpBuilder &, Location, ValueRange)> body) {
+  b.create<linalg::GenericOp>(
+      loc, TypeRange{}, inputs, outputs, maps, iterators,
+      [&](OpBuilder &nb, Location nloc, ValueRange args) {
+        nb.create<linalg::YieldOp>(nloc, body(nb, nloc, args));
+      });
+}
+
+/// A 1-D elementwise generic: rank-0 operands (a learning rate) are broadcast,
+/// every other operand is indexed like the output.
+void buildFlatGeneric(
+    OpBuilder &b, Location loc, ValueRange inputs, ValueRange outputs,
+    llvm::function_ref<SmallVector<Value>(OpBuilder &, Location, ValueRange)> body) {
+  MLIRContext *ctx = b.getContext();
+  AffineMap identity = AffineMap::getMultiDimIdentityMap(1, ctx);
+  AffineMap scalar = AffineMap::get(1, 0, {}, ctx);
+  SmallVector<AffineMap> maps;
+  for (ValueRange values : {inputs, outputs})
+    for (Value v : values)
+      maps.push_back(llvm::cast<MemRefType>(v.getType()).getRank() == 0 ? scalar
+                                                                        : identity);
+  buildGeneric(b, loc, inputs, outputs, maps, {IteratorType::parallel}, body);
+}
+
+//===----------------------------------------------------------------------===//
+// Emitters
+//===----------------------------------------------------------------------===//
+
+/// Elementwise ops: one flat loop.
+KernelSignature emitElementwise(Operation *op, ModuleOp kernels, StringRef name) {
+  OpBuilder b(op->getContext());
+  Location loc = op->getLoc();
+  SmallVector<Type> types;
+  for (Value v : op->getOperands())
+    types.push_back(flatType(v.getType()));
+  types.push_back(flatType(op->getResult(0).getType()));
+  func::FuncOp func = createKernelFunc(b, kernels, name, loc, types);
+  auto args = func.getArguments();
+  buildFlatGeneric(b, loc, args.drop_back(), args.take_back(),
+                   [&](OpBuilder &nb, Location nloc, ValueRange scalars) {
+                     return SmallVector<Value>{emitScalarOp(
+                         nb, nloc, op, scalars.drop_back())};
+                   });
+  b.create<func::ReturnOp>(loc);
+  return {llvm::to_vector(op->getOperands()), /*elementwise=*/true};
+}
+
+KernelSignature emitBroadcast(nn::BroadcastOp op, ModuleOp kernels, StringRef name) {
+  OpBuilder b(op->getContext());
+  Location loc = op.getLoc();
+  auto inType = llvm::cast<RankedTensorType>(op.getInput().getType());
+  auto outType = llvm::cast<RankedTensorType>(op.getType());
+  func::FuncOp func = createKernelFunc(
+      b, kernels, name, loc, {naturalType(inType), naturalType(outType)});
+  MLIRContext *ctx = b.getContext();
+  SmallVector<AffineExpr> inExprs;
+  for (auto [i, dim] : llvm::enumerate(op.getDims())) {
+    bool stretched = inType.getDimSize(i) == 1 && outType.getDimSize(dim) != 1;
+    inExprs.push_back(stretched ? getAffineConstantExpr(0, ctx)
+                                : getAffineDimExpr(dim, ctx));
+  }
+  unsigned rank = outType.getRank();
+  SmallVector<AffineMap> maps = {AffineMap::get(rank, 0, inExprs, ctx),
+                                 AffineMap::getMultiDimIdentityMap(rank, ctx)};
+  SmallVector<IteratorType> iterators(rank, IteratorType::parallel);
+  buildGeneric(b, loc, func.getArgument(0), func.getArgument(1), maps, iterators,
+               [](OpBuilder &, Location, ValueRange s) {
+                 return SmallVector<Value>{s[0]};
+               });
+  b.create<func::ReturnOp>(loc);
+  return {{op.getInput()}, false};
+}
+
+/// Sum / max / mean over `dims` of `input` into `output` (declared without the
+/// reduced dims); `scale` multiplies the result (mean, global average pool).
+void buildReduction(OpBuilder &b, Location loc, Value input, Value output,
+                    ArrayRef<int64_t> dims, bool isMax, double scale) {
+  MLIRContext *ctx = b.getContext();
+  auto inType = llvm::cast<MemRefType>(input.getType());
+  Type elem = inType.getElementType();
+  unsigned rank = inType.getRank();
+  Value init;
+  if (auto floatType = llvm::dyn_cast<FloatType>(elem))
+    init = isMax ? constFloat(b, loc, elem, -INFINITY) : constFloat(b, loc, elem, 0.0);
+  else
+    init = isMax ? constInt(b, loc, elem, std::numeric_limits<int64_t>::min())
+                 : constInt(b, loc, elem, 0);
+  b.create<linalg::FillOp>(loc, init, output);
+  SmallVector<AffineExpr> outExprs;
+  SmallVector<IteratorType> iterators;
+  for (unsigned i = 0; i < rank; ++i) {
+    bool reduced = llvm::is_contained(dims, i);
+    iterators.push_back(reduced ? IteratorType::reduction : IteratorType::parallel);
+    if (!reduced)
+      outExprs.push_back(getAffineDimExpr(i, ctx));
+  }
+  SmallVector<AffineMap> maps = {AffineMap::getMultiDimIdentityMap(rank, ctx),
+                                 AffineMap::get(rank, 0, outExprs, ctx)};
+  buildGeneric(b, loc, input, output, maps, iterators,
+               [&](OpBuilder &nb, Location nloc, ValueRange s) -> SmallVector<Value> {
+                 if (isMax)
+                   return {maxOf(nb, nloc, s[1], s[0])};
+                 if (llvm::isa<FloatType>(elem))
+                   return {nb.create<arith::AddFOp>(nloc, s[1], s[0])};
+                 return {nb.create<arith::AddIOp>(nloc, s[1], s[0])};
+               });
+  if (scale == 1.0)
+    return;
+  auto outType = llvm::cast<MemRefType>(output.getType());
+  unsigned outRank = outType.getRank();
+  SmallVector<AffineMap> scaleMaps = {AffineMap::getMultiDimIdentityMap(outRank, ctx)};
+  SmallVector<IteratorType> scaleIterators(outRank, IteratorType::parallel);
+  Value factor = constFloat(b, loc, elem, scale);
+  buildGeneric(b, loc, {}, output, scaleMaps, scaleIterators,
+               [&](OpBuilder &nb, Location nloc, ValueRange s) -> SmallVector<Value> {
+                 return {nb.create<arith::MulFOp>(nloc, s[0], factor)};
+               });
+}
+
+MemRefType reducedType(RankedTensorType type, ArrayRef<int64_t> dims) {
+  SmallVector<int64_t> shape;
+  for (int64_t i = 0; i < type.getRank(); ++i)
+    if (!llvm::is_contained(dims, i))
+      shape.push_back(type.getDimSize(i));
+  return MemRefType::get(shape, type.getElementType());
+}
+
+template <typename OpT>
+KernelSignature emitReduce(OpT op, ModuleOp kernels, StringRef name, bool isMax,
+                           bool isMean) {
+  OpBuilder b(op->getContext());
+  Location loc = op.getLoc();
+  auto inType = llvm::cast<RankedTensorType>(op.getInput().getType());
+  ArrayRef<int64_t> dims = op.getDims();
+  func::FuncOp func = createKernelFunc(
+      b, kernels, name, loc, {naturalType(inType), reducedType(inType, dims)});
+  double scale = 1.0;
+  if (isMean) {
+    int64_t count = 1;
+    for (int64_t d : dims)
+      count *= inType.getDimSize(d);
+    scale = 1.0 / static_cast<double>(count);
+  }
+  buildReduction(b, loc, func.getArgument(0), func.getArgument(1), dims, isMax, scale);
+  b.create<func::ReturnOp>(loc);
+  return {{op.getInput()}, false};
+}
+
+KernelSignature emitGlobalAvgPool(nn::GlobalAvgPoolOp op, ModuleOp kernels,
+                                  StringRef name) {
+  OpBuilder b(op->getContext());
+  Location loc = op.getLoc();
+  auto inType = llvm::cast<RankedTensorType>(op.getInput().getType());
+  func::FuncOp func = createKernelFunc(b, kernels, name, loc,
+                                       {naturalType(inType), naturalType(op.getType())});
+  double scale = 1.0 / static_cast<double>(inType.getDimSize(2) * inType.getDimSize(3));
+  buildReduction(b, loc, func.getArgument(0), func.getArgument(1), {2, 3}, false, scale);
+  b.create<func::ReturnOp>(loc);
+  return {{op.getInput()}, false};
+}
+
+/// argmax along `dim` (first index on ties): the input viewed as
+/// [outer, extent, inner], one scf.parallel iteration per (outer, inner).
+KernelSignature emitArgmax(nn::ArgmaxOp op, ModuleOp kernels, StringRef name) {
+  OpBuilder b(op->getContext());
+  Location loc = op.getLoc();
+  auto inType = llvm::cast<RankedTensorType>(op.getInput().getType());
+  int64_t dim = op.getDim();
+  int64_t outer = 1, inner = 1, extent = inType.getDimSize(dim);
+  for (int64_t i = 0; i < dim; ++i)
+    outer *= inType.getDimSize(i);
+  for (int64_t i = dim + 1; i < inType.getRank(); ++i)
+    inner *= inType.getDimSize(i);
+  Type elem = inType.getElementType();
+  func::FuncOp func = createKernelFunc(
+      b, kernels, name, loc,
+      {MemRefType::get({outer, extent, inner}, elem),
+       MemRefType::get({outer, inner}, b.getI64Type())});
+  Value in = func.getArgument(0), out = func.getArgument(1);
+  Value c0 = constIndex(b, loc, 0), c1 = constIndex(b, loc, 1);
+  b.create<scf::ParallelOp>(
+      loc, ValueRange{c0, c0},
+      ValueRange{constIndex(b, loc, outer), constIndex(b, loc, inner)},
+      ValueRange{c1, c1}, [&](OpBuilder &pb, Location ploc, ValueRange ivs) {
+        Value first = pb.create<memref::LoadOp>(ploc, in, ValueRange{ivs[0], c0, ivs[1]});
+        auto loop = pb.create<scf::ForOp>(
+            ploc, c1, constIndex(pb, ploc, extent), c1, ValueRange{first, c0},
+            [&](OpBuilder &fb, Location floc, Value k, ValueRange acc) {
+              Value x = fb.create<memref::LoadOp>(floc, in, ValueRange{ivs[0], k, ivs[1]});
+              Value better = llvm::isa<FloatType>(elem)
+                                 ? fb.create<arith::CmpFOp>(floc, arith::CmpFPredicate::OGT,
+                                                            x, acc[0]).getResult()
+                                 : fb.create<arith::CmpIOp>(floc, arith::CmpIPredicate::sgt,
+                                                            x, acc[0]).getResult();
+              Value best = fb.create<arith::SelectOp>(floc, better, x, acc[0]);
+              Value index = fb.create<arith::SelectOp>(floc, better, k, acc[1]);
+              fb.create<scf::YieldOp>(floc, ValueRange{best, index});
+            });
+        Value index = pb.create<arith::IndexCastOp>(ploc, pb.getI64Type(),
+                                                    loop.getResult(1));
+        pb.create<memref::StoreOp>(ploc, index, out, ivs);
+      });
+  b.create<func::ReturnOp>(loc);
+  return {{op.getInput()}, false};
+}
+
+/// Per row of logits [N, C]: max, log-sum-exp, sum of logits, the label's logit,
+/// and whether the label is a valid class (an invalid one makes the row NaN:
+/// never a silently wrong loss).
+struct RowStats {
+  Value max, sumExp, sum, labelLogit, valid;
+};
+
+RowStats buildRowStats(OpBuilder &b, Location loc, Value logits, Value labels,
+                       Value row, int64_t classes) {
+  Type f32 = b.getF32Type();
+  Value c0 = constIndex(b, loc, 0), c1 = constIndex(b, loc, 1);
+  Value cC = constIndex(b, loc, classes);
+  auto rowLoop = [&](ValueRange init,
+                     llvm::function_ref<SmallVector<Value>(OpBuilder &, Location,
+                                                           Value, Value, ValueRange)>
+                         step) {
+    return b.create<scf::ForOp>(
+        loc, c0, cC, c1, init,
+        [&](OpBuilder &fb, Location floc, Value c, ValueRange acc) {
+          Value x = fb.create<memref::LoadOp>(floc, logits, ValueRange{row, c});
+          fb.create<scf::YieldOp>(floc, step(fb, floc, c, x, acc));
+        });
+  };
+  RowStats s;
+  s.max = rowLoop({constFloat(b, loc, f32, -INFINITY)},
+                  [](OpBuilder &fb, Location floc, Value, Value x, ValueRange acc) {
+                    return SmallVector<Value>{fb.create<arith::MaximumFOp>(floc, acc[0], x)};
+                  }).getResult(0);
+  auto sums = rowLoop({constFloat(b, loc, f32, 0.0), constFloat(b, loc, f32, 0.0)},
+                      [&](OpBuilder &fb, Location floc, Value, Value x, ValueRange acc) {
+                        Value e = fb.create<math::ExpOp>(
+                            floc, fb.create<arith::SubFOp>(floc, x, s.max));
+                        return SmallVector<Value>{
+                            fb.create<arith::AddFOp>(floc, acc[0], e),
+                            fb.create<arith::AddFOp>(floc, acc[1], x)};
+                      });
+  s.sumExp = sums.getResult(0);
+  s.sum = sums.getResult(1);
+  Value label = b.create<memref::LoadOp>(loc, labels, row);
+  Type labelType = label.getType();
+  Value nonNegative = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::sge, label,
+                                              constInt(b, loc, labelType, 0));
+  Value below = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::slt, label,
+                                        constInt(b, loc, labelType, classes));
+  s.valid = b.create<arith::AndIOp>(loc, nonNegative, below);
+  Value index = b.create<arith::IndexCastOp>(loc, b.getIndexType(), label);
+  index = b.create<arith::SelectOp>(loc, s.valid, index, c0);
+  s.labelLogit = b.create<memref::LoadOp>(loc, logits, ValueRange{row, index});
+  return s;
+}
+
+/// mean over rows of `lse - (1 - ls) * x[label] - ls / C * sum(x)`.
+KernelSignature emitSoftmaxCrossEntropy(nn::SoftmaxCrossEntropyOp op,
+                                        ModuleOp kernels, StringRef name) {
+  OpBuilder b(op->getContext());
+  Location loc = op.getLoc();
+  auto logitsType = llvm::cast<RankedTensorType>(op.getLogits().getType());
+  int64_t rows = logitsType.getDimSize(0), classes = logitsType.getDimSize(1);
+  func::FuncOp func = createKernelFunc(
+      b, kernels, name, loc,
+      {naturalType(logitsType), naturalType(op.getLabels().getType()),
+       naturalType(op.getType())});
+  Value logits = func.getArgument(0), labels = func.getArgument(1);
+  Type f32 = b.getF32Type();
+  double smoothing = op.getLabelSmoothing().convertToDouble();
+  Value c0 = constIndex(b, loc, 0), c1 = constIndex(b, loc, 1);
+  auto loop = b.create<scf::ForOp>(
+      loc, c0, constIndex(b, loc, rows), c1, ValueRange{constFloat(b, loc, f32, 0.0)},
+      [&](OpBuilder &fb, Location floc, Value row, ValueRange acc) {
+        RowStats s = buildRowStats(fb, floc, logits, labels, row, classes);
+        Value lse = fb.create<arith::AddFOp>(
+            floc, s.max, fb.create<math::LogOp>(floc, s.sumExp));
+        Value loss = fb.create<arith::SubFOp>(
+            floc, lse,
+            fb.create<arith::MulFOp>(floc, constFloat(fb, floc, f32, 1.0 - smoothing),
+                                     s.labelLogit));
+        loss = fb.create<arith::SubFOp>(
+            floc, loss,
+            fb.create<arith::MulFOp>(
+                floc, constFloat(fb, floc, f32, smoothing / classes), s.sum));
+        loss = fb.create<arith::SelectOp>(floc, s.valid, loss,
+                                          constFloat(fb, floc, f32, NAN));
+        fb.create<scf::YieldOp>(floc, ValueRange{fb.create<arith::AddFOp>(floc, acc[0], loss)});
+      });
+  Value mean = b.create<arith::MulFOp>(loc, loop.getResult(0),
+                                       constFloat(b, loc, f32, 1.0 / rows));
+  b.create<memref::StoreOp>(loc, mean, func.getArgument(2), ValueRange{});
+  b.create<func::ReturnOp>(loc);
+  return {{op.getLogits(), op.getLabels()}, false};
+}
+
+/// `grad_loss * (softmax(x) - target) / N`, one scf.parallel iteration per row.
+KernelSignature emitSoftmaxCrossEntropyBackward(nn::SoftmaxCrossEntropyBackwardOp op,
+                                                ModuleOp kernels, StringRef name) {
+  OpBuilder b(op->getContext());
+  Location loc = op.getLoc();
+  auto logitsType = llvm::cast<RankedTensorType>(op.getLogits().getType());
+  int64_t rows = logitsType.getDimSize(0), classes = logitsType.getDimSize(1);
+  func::FuncOp func = createKernelFunc(
+      b, kernels, name, loc,
+      {naturalType(op.getGradLoss().getType()), naturalType(logitsType),
+       naturalType(op.getLabels().getType()), naturalType(op.getType())});
+  Value gradLoss = func.getArgument(0), logits = func.getArgument(1);
+  Value labels = func.getArgument(2), out = func.getArgument(3);
+  Type f32 = b.getF32Type();
+  double smoothing = op.getLabelSmoothing().convertToDouble();
+  Value c0 = constIndex(b, loc, 0), c1 = constIndex(b, loc, 1);
+  b.create<scf::ParallelOp>(
+      loc, ValueRange{c0}, ValueRange{constIndex(b, loc, rows)}, ValueRange{c1},
+      [&](OpBuilder &pb, Location ploc, ValueRange ivs) {
+        Value row = ivs[0];
+        RowStats s = buildRowStats(pb, ploc, logits, labels, row, classes);
+        Value scale = pb.create<arith::MulFOp>(
+            ploc, pb.create<memref::LoadOp>(ploc, gradLoss, ValueRange{}),
+            constFloat(pb, ploc, f32, 1.0 / rows));
+        scale = pb.create<arith::SelectOp>(ploc, s.valid, scale,
+                                           constFloat(pb, ploc, f32, NAN));
+        Value invSum = pb.create<arith::DivFOp>(ploc, constFloat(pb, ploc, f32, 1.0),
+                                                s.sumExp);
+        Value label = pb.create<arith::IndexCastOp>(
+            ploc, pb.getIndexType(), pb.create<memref::LoadOp>(ploc, labels, row));
+        pb.create<scf::ForOp>(
+            ploc, c0, constIndex(pb, ploc, classes), c1, std::nullopt,
+            [&](OpBuilder &fb, Location floc, Value c, ValueRange) {
+              Value x = fb.create<memref::LoadOp>(floc, logits, ValueRange{row, c});
+              Value p = fb.create<arith::MulFOp>(
+                  floc, fb.create<math::ExpOp>(floc, fb.create<arith::SubFOp>(floc, x, s.max)),
+                  invSum);
+              Value isLabel = fb.create<arith::CmpIOp>(floc, arith::CmpIPredicate::eq, c,
+                                                       label);
+              Value target = fb.create<arith::SelectOp>(
+                  floc, isLabel, constFloat(fb, floc, f32, 1.0 - smoothing + smoothing / classes),
+                  constFloat(fb, floc, f32, smoothing / classes));
+              Value grad = fb.create<arith::MulFOp>(
+                  floc, fb.create<arith::SubFOp>(floc, p, target), scale);
+              fb.create<memref::StoreOp>(floc, grad, out, ValueRange{row, c});
+              fb.create<scf::YieldOp>(floc);
+            });
+      });
+  b.create<func::ReturnOp>(loc);
+  return {{op.getGradLoss(), op.getLogits(), op.getLabels()}, false};
+}
+
+/// The schedule of nn.lr_schedule in f64, stored as f32.
+KernelSignature emitLrSchedule(nn::LrScheduleOp op, ModuleOp kernels, StringRef name) {
+  OpBuilder b(op->getContext());
+  Location loc = op.getLoc();
+  func::FuncOp func = createKernelFunc(
+      b, kernels, name, loc,
+      {naturalType(op.getStep().getType()), naturalType(op.getType())});
+  Type f64 = b.getF64Type();
+  auto c = [&](double v) { return constFloat(b, loc, f64, v); };
+  Value stepInt = b.create<memref::LoadOp>(loc, func.getArgument(0), ValueRange{});
+  Value step = b.create<arith::SIToFPOp>(loc, f64, stepInt);
+  double base = op.getBaseLr().convertToDouble();
+  int64_t warmup = op.getWarmupSteps();
+  Value t = b.create<arith::SubFOp>(loc, step, c(static_cast<double>(warmup)));
+  Value lr;
+  switch (op.getDecay()) {
+  case nn::LrDecay::constant:
+    lr = c(base);
+    break;
+  case nn::LrDecay::cosine: {
+    double total = static_cast<double>(std::max<int64_t>(op.getTotalSteps() - warmup, 1));
+    double final = op.getFinalLr().convertToDouble();
+    Value clamped = b.create<arith::MinimumFOp>(
+        loc, b.create<arith::MaximumFOp>(loc, t, c(0.0)), c(total));
+    Value angle = b.create<arith::MulFOp>(loc, clamped, c(M_PI / total));
+    Value cosine = b.create<math::CosOp>(loc, angle);
+    Value factor = b.create<arith::MulFOp>(
+        loc, b.create<arith::AddFOp>(loc, cosine, c(1.0)), c(0.5));
+    lr = b.create<arith::AddFOp>(loc, c(final),
+                                 b.create<arith::MulFOp>(loc, factor, c(base - final)));
+    break;
+  }
+  case nn::LrDecay::step: {
+    Value periods = b.create<math::FloorOp>(
+        loc, b.create<arith::DivFOp>(
+                 loc, b.create<arith::MaximumFOp>(loc, t, c(0.0)),
+                 c(static_cast<double>(op.getStepSize()))));
+    lr = b.create<arith::MulFOp>(
+        loc, c(base),
+        b.create<math::PowFOp>(loc, c(op.getGamma().convertToDouble()), periods));
+    break;
+  }
+  }
+  if (warmup > 0) {
+    Value ramp = b.create<arith::MulFOp>(
+        loc, b.create<arith::AddFOp>(loc, step, c(1.0)), c(base / warmup));
+    Value warming = b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::OLT, step,
+                                            c(static_cast<double>(warmup)));
+    lr = b.create<arith::SelectOp>(loc, warming, ramp, lr);
+  }
+  Value lr32 = b.create<arith::TruncFOp>(loc, b.getF32Type(), lr);
+  b.create<memref::StoreOp>(loc, lr32, func.getArgument(1), ValueRange{});
+  b.create<func::ReturnOp>(loc);
+  return {{op.getStep()}, false};
+}
+
+/// sgd, sgd_momentum and lars: flat loops over (param, grad[, velocity]) with
+/// the scalar learning rate; LARS first reduces the two norms.
+KernelSignature emitOptimizer(Operation *op, ModuleOp kernels, StringRef name) {
+  OpBuilder b(op->getContext());
+  Location loc = op->getLoc();
+  SmallVector<Type> types;
+  for (Value v : op->getOperands())
+    types.push_back(llvm::cast<RankedTensorType>(v.getType()).getRank() == 0
+                        ? naturalType(v.getType())
+                        : flatType(v.getType()));
+  for (Value v : op->getResults())
+    types.push_back(flatType(v.getType()));
+  func::FuncOp func = createKernelFunc(b, kernels, name, loc, types);
+  auto args = func.getArguments();
+  unsigned numInputs = op->getNumOperands();
+  ValueRange inputs = args.take_front(numInputs);
+  ValueRange outputs = args.drop_front(numInputs);
+  Type elem = llvm::cast<MemRefType>(args[0].getType()).getElementType();
+  auto c = [&](OpBuilder &nb, Location nloc, double v) {
+    return constFloat(nb, nloc, elem, v);
+  };
+  auto mul = [](OpBuilder &nb, Location l, Value x, Value y) -> Value {
+    return nb.create<arith::MulFOp>(l, x, y);
+  };
+  auto add = [](OpBuilder &nb, Location l, Value x, Value y) -> Value {
+    return nb.create<arith::AddFOp>(l, x, y);
+  };
+  auto sub = [](OpBuilder &nb, Location l, Value x, Value y) -> Value {
+    return nb.create<arith::SubFOp>(l, x, y);
+  };
+
+  if (auto sgd = llvm::dyn_cast<nn::SgdOp>(op)) {
+    double wd = sgd.getWeightDecay().convertToDouble();
+    buildFlatGeneric(b, loc, inputs, outputs,
+                     [&](OpBuilder &nb, Location l, ValueRange s) -> SmallVector<Value> {
+                       Value d = add(nb, l, s[1], mul(nb, l, c(nb, l, wd), s[0]));
+                       return {sub(nb, l, s[0], mul(nb, l, s[2], d))};
+                     });
+  } else if (auto momentum = llvm::dyn_cast<nn::SgdMomentumOp>(op)) {
+    double wd = momentum.getWeightDecay().convertToDouble();
+    double mu = momentum.getMomentum().convertToDouble();
+    bool nesterov = momentum.getNesterov();
+    buildFlatGeneric(b, loc, inputs, outputs,
+                     [&](OpBuilder &nb, Location l, ValueRange s) -> SmallVector<Value> {
+                       // s = p, g, v, lr, (p', v')
+                       Value d = add(nb, l, s[1], mul(nb, l, c(nb, l, wd), s[0]));
+                       Value v = add(nb, l, mul(nb, l, c(nb, l, mu), s[2]), d);
+                       Value step = nesterov ? add(nb, l, d, mul(nb, l, c(nb, l, mu), v)) : v;
+                       return {sub(nb, l, s[0], mul(nb, l, s[3], step)), v};
+                     });
+  } else {
+    auto lars = llvm::cast<nn::LarsOp>(op);
+    double wd = lars.getWeightDecay().convertToDouble();
+    double mu = lars.getMomentum().convertToDouble();
+    double eta = lars.getEta().convertToDouble();
+    // Squared norms into two rank-0 scratch values, then the trust ratio.
+    MemRefType scalarType = MemRefType::get({}, elem);
+    SmallVector<Value> norms;
+    for (Value tensor : {inputs[0], inputs[1]}) {
+      Value acc = b.create<memref::AllocaOp>(loc, scalarType);
+      b.create<linalg::FillOp>(loc, c(b, loc, 0.0), acc);
+      MLIRContext *ctx = b.getContext();
+      buildGeneric(b, loc, tensor, acc,
+                   {AffineMap::getMultiDimIdentityMap(1, ctx), AffineMap::get(1, 0, {}, ctx)},
+                   {IteratorType::reduction},
+                   [&](OpBuilder &nb, Location l, ValueRange s) -> SmallVector<Value> {
+                     return {add(nb, l, s[1], mul(nb, l, s[0], s[0]))};
+                   });
+      norms.push_back(b.create<math::SqrtOp>(
+          loc, b.create<memref::LoadOp>(loc, acc, ValueRange{})));
+    }
+    Value zero = c(b, loc, 0.0);
+    Value pPositive = b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::OGT, norms[0], zero);
+    Value gPositive = b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::OGT, norms[1], zero);
+    Value ratio = b.create<arith::DivFOp>(
+        loc, mul(b, loc, c(b, loc, eta), norms[0]),
+        add(b, loc, norms[1], mul(b, loc, c(b, loc, wd), norms[0])));
+    Value local = b.create<arith::SelectOp>(
+        loc, b.create<arith::AndIOp>(loc, pPositive, gPositive), ratio, c(b, loc, 1.0));
+    buildFlatGeneric(b, loc, inputs, outputs,
+                     [&](OpBuilder &nb, Location l, ValueRange s) -> SmallVector<Value> {
+                       Value d = add(nb, l, s[1], mul(nb, l, c(nb, l, wd), s[0]));
+                       Value v = add(nb, l, mul(nb, l, c(nb, l, mu), s[2]),
+                                     mul(nb, l, mul(nb, l, s[3], local), d));
+                       return {sub(nb, l, s[0], v), v};
+                     });
+  }
+  b.create<func::ReturnOp>(loc);
+  return {llvm::to_vector(op->getOperands()), /*elementwise=*/true};
+}
+
+/// Inverted-dropout keep mask from a counter-based hash of (seed, step, index):
+/// splitmix64's finalizer, top 24 bits as a uniform in [0, 1).
+KernelSignature emitDropoutMask(nn::DropoutMaskOp op, ModuleOp kernels, StringRef name) {
+  OpBuilder b(op->getContext());
+  Location loc = op.getLoc();
+  func::FuncOp func = createKernelFunc(
+      b, kernels, name, loc,
+      {naturalType(op.getStep().getType()), flatType(op.getType())});
+  Type i64 = b.getI64Type();
+  Type elem = llvm::cast<RankedTensorType>(op.getType()).getElementType();
+  double rate = op.getRate().convertToDouble();
+  Value step = b.create<memref::LoadOp>(loc, func.getArgument(0), ValueRange{});
+  auto k = [&](OpBuilder &nb, Location l, uint64_t v) {
+    return constInt(nb, l, i64, static_cast<int64_t>(v));
+  };
+  Value key = b.create<arith::XOrIOp>(
+      loc, b.create<arith::MulIOp>(loc, k(b, loc, static_cast<uint64_t>(op.getSeed())),
+                                   k(b, loc, 0x9E3779B97F4A7C15ull)),
+      b.create<arith::MulIOp>(loc, step, k(b, loc, 0xD1B54A32D192ED03ull)));
+  MLIRContext *ctx = b.getContext();
+  buildGeneric(
+      b, loc, ValueRange{step}.take_front(0), func.getArgument(1),
+      {AffineMap::getMultiDimIdentityMap(1, ctx)}, {IteratorType::parallel},
+      [&](OpBuilder &nb, Location l, ValueRange) -> SmallVector<Value> {
+        Value index = nb.create<arith::IndexCastOp>(l, i64, nb.create<linalg::IndexOp>(l, 0));
+        Value x = nb.create<arith::AddIOp>(l, key, index);
+        auto mix = [&](Value v, unsigned shift, uint64_t mult) {
+          Value shifted = nb.create<arith::ShRUIOp>(l, v, k(nb, l, shift));
+          Value mixed = nb.create<arith::XOrIOp>(l, v, shifted);
+          return mult ? nb.create<arith::MulIOp>(l, mixed, k(nb, l, mult)).getResult()
+                      : mixed;
+        };
+        x = mix(x, 30, 0xBF58476D1CE4E5B9ull);
+        x = mix(x, 27, 0x94D049BB133111EBull);
+        x = mix(x, 31, 0);
+        Value bits = nb.create<arith::ShRUIOp>(l, x, k(nb, l, 40));
+        Value u = nb.create<arith::MulFOp>(
+            l, nb.create<arith::UIToFPOp>(l, nb.getF64Type(), bits),
+            constFloat(nb, l, nb.getF64Type(), 1.0 / 16777216.0));
+        Value keep = nb.create<arith::CmpFOp>(l, arith::CmpFPredicate::OGE, u,
+                                              constFloat(nb, l, nb.getF64Type(), rate));
+        return {nb.create<arith::SelectOp>(l, keep, constFloat(nb, l, elem, 1.0 / (1.0 - rate)),
+                                           constFloat(nb, l, elem, 0.0))};
+      });
+  b.create<func::ReturnOp>(loc);
+  return {{op.getStep()}, false};
+}
+
+} // namespace
+
+Value emitScalarOp(OpBuilder &b, Location loc, Operation *op, ValueRange args) {
+  Type resultElem =
+      llvm::cast<RankedTensorType>(op->getResult(0).getType()).getElementType();
+  bool isFloat = llvm::isa<FloatType>(resultElem);
+  return llvm::TypeSwitch<Operation *, Value>(op)
+      .Case([&](nn::ReluOp) {
+        // maximumf, not maxnumf: a NaN activation must stay NaN.
+        return b.create<arith::MaximumFOp>(loc, args[0], constFloat(b, loc, resultElem, 0.0));
+      })
+      .Case([&](nn::NegOp) { return b.create<arith::NegFOp>(loc, args[0]); })
+      .Case([&](nn::ExpOp) { return b.create<math::ExpOp>(loc, args[0]); })
+      .Case([&](nn::LogOp) { return b.create<math::LogOp>(loc, args[0]); })
+      .Case([&](nn::RsqrtOp) { return b.create<math::RsqrtOp>(loc, args[0]); })
+      .Case([&](nn::AddOp) -> Value {
+        if (isFloat)
+          return b.create<arith::AddFOp>(loc, args[0], args[1]);
+        return b.create<arith::AddIOp>(loc, args[0], args[1]);
+      })
+      .Case([&](nn::SubOp) -> Value {
+        if (isFloat)
+          return b.create<arith::SubFOp>(loc, args[0], args[1]);
+        return b.create<arith::SubIOp>(loc, args[0], args[1]);
+      })
+      .Case([&](nn::MulOp) -> Value {
+        if (isFloat)
+          return b.create<arith::MulFOp>(loc, args[0], args[1]);
+        return b.create<arith::MulIOp>(loc, args[0], args[1]);
+      })
+      .Case([&](nn::DivOp) -> Value {
+        if (isFloat)
+          return b.create<arith::DivFOp>(loc, args[0], args[1]);
+        return b.create<arith::DivSIOp>(loc, args[0], args[1]);
+      })
+      .Case([&](nn::MaxOp) { return maxOf(b, loc, args[0], args[1]); })
+      .Case([&](nn::SelectOp) {
+        return b.create<arith::SelectOp>(loc, args[0], args[1], args[2]);
+      })
+      .Case([&](nn::CmpOp cmp) {
+        return compare(b, loc, cmp.getPredicate(), args[0], args[1]);
+      })
+      .Case([&](nn::CastOp) { return castScalar(b, loc, args[0], resultElem); })
+      .Default([](Operation *) { return Value(); });
+}
+
+bool isKernelOp(Operation *op) {
+  return llvm::isa<nn::ReluOp, nn::NegOp, nn::ExpOp, nn::LogOp, nn::RsqrtOp, nn::AddOp,
+                   nn::SubOp, nn::MulOp, nn::DivOp, nn::MaxOp, nn::SelectOp, nn::CmpOp,
+                   nn::CastOp, nn::BroadcastOp, nn::ReduceSumOp, nn::ReduceMeanOp,
+                   nn::ReduceMaxOp, nn::GlobalAvgPoolOp, nn::ArgmaxOp,
+                   nn::SoftmaxCrossEntropyOp, nn::SoftmaxCrossEntropyBackwardOp,
+                   nn::LrScheduleOp, nn::SgdOp, nn::SgdMomentumOp, nn::LarsOp,
+                   nn::DropoutMaskOp>(op);
+}
+
+FailureOr<KernelSignature> emitKernel(Operation *op, ModuleOp kernels, StringRef name) {
+  return llvm::TypeSwitch<Operation *, FailureOr<KernelSignature>>(op)
+      .Case([&](nn::BroadcastOp o) { return emitBroadcast(o, kernels, name); })
+      .Case([&](nn::ReduceSumOp o) { return emitReduce(o, kernels, name, false, false); })
+      .Case([&](nn::ReduceMeanOp o) { return emitReduce(o, kernels, name, false, true); })
+      .Case([&](nn::ReduceMaxOp o) { return emitReduce(o, kernels, name, true, false); })
+      .Case([&](nn::GlobalAvgPoolOp o) { return emitGlobalAvgPool(o, kernels, name); })
+      .Case([&](nn::ArgmaxOp o) { return emitArgmax(o, kernels, name); })
+      .Case([&](nn::SoftmaxCrossEntropyOp o) {
+        return emitSoftmaxCrossEntropy(o, kernels, name);
+      })
+      .Case([&](nn::SoftmaxCrossEntropyBackwardOp o) {
+        return emitSoftmaxCrossEntropyBackward(o, kernels, name);
+      })
+      .Case([&](nn::LrScheduleOp o) { return emitLrSchedule(o, kernels, name); })
+      .Case([&](nn::DropoutMaskOp o) { return emitDropoutMask(o, kernels, name); })
+      .Case<nn::SgdOp, nn::SgdMomentumOp, nn::LarsOp>(
+          [&](Operation *o) { return emitOptimizer(o, kernels, name); })
+      .Default([&](Operation *o) -> FailureOr<KernelSignature> {
+        if (!isKernelOp(o))
+          return o->emitOpError("has no generated-kernel lowering");
+        return emitElementwise(o, kernels, name);
+      });
+}
+
+} // namespace graphc

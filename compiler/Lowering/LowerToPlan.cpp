@@ -1,0 +1,416 @@
+//===- LowerToPlan.cpp - step functions to plan buffers and commands ------===//
+//
+// Bufferization of the training step into the runtime contract. See
+// Passes.td for the algorithm; the legality of writing a state in place is the
+// one subtle rule and is explained at canWriteStateInPlace.
+//
+//===----------------------------------------------------------------------===//
+
+#include "compiler/Lowering/KernelEmitter.h"
+#include "compiler/Lowering/Passes.h"
+#include "dialects/nn/IR/NNOps.h"
+#include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/Debug.h"
+
+#define DEBUG_TYPE "graphc-lower-to-plan"
+
+namespace graphc {
+#define GEN_PASS_DEF_LOWERTOPLAN
+#include "compiler/Lowering/Passes.h.inc"
+} // namespace graphc
+
+using namespace mlir;
+using namespace graphc;
+
+namespace {
+
+MemRefType memrefFor(Type tensorType) {
+  auto type = llvm::cast<RankedTensorType>(tensorType);
+  return MemRefType::get(type.getShape(), type.getElementType());
+}
+
+DenseI64ArrayAttr i64Array(OpBuilder &b, Operation *op, StringRef name,
+                           ArrayRef<int64_t> fallback) {
+  if (auto attr = op->getAttrOfType<DenseI64ArrayAttr>(name))
+    return attr;
+  return b.getDenseI64ArrayAttr(fallback);
+}
+
+class LowerToPlanPass : public graphc::impl::LowerToPlanBase<LowerToPlanPass> {
+public:
+  void runOnOperation() override;
+
+private:
+  LogicalResult lowerFunction(func::FuncOp func);
+  LogicalResult lowerOp(Operation *op);
+  FlatSymbolRefAttr newBuffer(Location loc, StringRef name, MemRefType type,
+                              plan::Region region, FlatSymbolRefAttr alias = {});
+  FlatSymbolRefAttr outputBuffer(Value result, bool elementwise);
+  bool canWriteStateInPlace(Value result, StringRef state, bool elementwise);
+  FlatSymbolRefAttr rootOf(FlatSymbolRefAttr buffer) {
+    auto it = aliasRoot.find(buffer.getValue());
+    return it == aliasRoot.end() ? buffer : it->second;
+  }
+
+  ModuleOp module;
+  ModuleOp kernels;
+  OpBuilder moduleBuilder{(MLIRContext *)nullptr};
+  OpBuilder programBuilder{(MLIRContext *)nullptr};
+  std::string prefix;
+  unsigned valueCounter = 0;
+  unsigned kernelCounter = 0;
+  unsigned constantCounter = 0;
+  DenseMap<Attribute, FlatSymbolRefAttr> constants;
+  llvm::StringMap<std::string> kernelByBody;
+  llvm::StringMap<FlatSymbolRefAttr> aliasRoot;
+  llvm::StringMap<plan::Region> regionOf;
+
+  // Per function.
+  DenseMap<Value, FlatSymbolRefAttr> bufferOf;
+  DenseMap<Operation *, unsigned> position;
+  /// Per state: the last op position that reads it, and how often it is assigned.
+  llvm::StringMap<unsigned> lastRead;
+  llvm::StringMap<unsigned> assignCount;
+};
+
+FlatSymbolRefAttr LowerToPlanPass::newBuffer(Location loc, StringRef name,
+                                             MemRefType type, plan::Region region,
+                                             FlatSymbolRefAttr alias) {
+  auto op = moduleBuilder.create<plan::BufferOp>(
+      loc, moduleBuilder.getStringAttr(name), TypeAttr::get(type),
+      plan::RegionAttr::get(&getContext(), region), IntegerAttr(), alias);
+  auto ref = FlatSymbolRefAttr::get(op.getSymNameAttr());
+  regionOf[name] = region;
+  if (alias)
+    aliasRoot[name] = rootOf(alias);
+  return ref;
+}
+
+/// A value assigned to state `s` may be computed directly into s's buffer when
+/// nothing reads the old s after the op computing it. The op itself may read s
+/// only when it is elementwise over s (element i is read before element i is
+/// written and never again), and only through an operand the size of s.
+bool LowerToPlanPass::canWriteStateInPlace(Value result, StringRef state,
+                                           bool elementwise) {
+  if (assignCount.lookup(state) != 1)
+    return false;
+  Operation *producer = result.getDefiningOp();
+  unsigned pos = position.lookup(producer);
+  auto it = lastRead.find(state);
+  if (it == lastRead.end() || it->second < pos)
+    return true;
+  if (it->second > pos || !elementwise)
+    return false;
+  // The producer is the last reader: each operand that views s must be the
+  // same size as the result.
+  int64_t resultElements =
+      llvm::cast<RankedTensorType>(result.getType()).getNumElements();
+  for (Value operand : producer->getOperands()) {
+    FlatSymbolRefAttr buffer = bufferOf.lookup(operand);
+    if (buffer && rootOf(buffer).getValue() == state &&
+        llvm::cast<RankedTensorType>(operand.getType()).getNumElements() !=
+            resultElements)
+      return false;
+  }
+  return true;
+}
+
+FlatSymbolRefAttr LowerToPlanPass::outputBuffer(Value result, bool elementwise) {
+  for (Operation *user : result.getUsers()) {
+    auto assign = llvm::dyn_cast<nn::AssignOp>(user);
+    if (assign && assign.getValue() == result &&
+        canWriteStateInPlace(result, assign.getVariable(), elementwise))
+      return FlatSymbolRefAttr::get(assign.getVariableAttr().getAttr());
+  }
+  std::string name = prefix + ".v" + std::to_string(valueCounter++);
+  return newBuffer(result.getLoc(), name, memrefFor(result.getType()),
+                   plan::Region::arena);
+}
+
+LogicalResult LowerToPlanPass::lowerOp(Operation *op) {
+  Location loc = op->getLoc();
+  MLIRContext *ctx = &getContext();
+
+  if (auto load = llvm::dyn_cast<nn::LoadOp>(op)) {
+    bufferOf[load.getResult()] = FlatSymbolRefAttr::get(load.getVariableAttr().getAttr());
+    return success();
+  }
+  if (auto constant = llvm::dyn_cast<nn::ConstantOp>(op)) {
+    Attribute value = constant.getValue();
+    FlatSymbolRefAttr &ref = constants[value];
+    if (!ref) {
+      std::string name = "const" + std::to_string(constantCounter++);
+      ref = newBuffer(loc, name, memrefFor(constant.getType()), plan::Region::constant);
+      moduleBuilder.create<plan::ConstantOp>(loc, ref,
+                                             llvm::cast<ElementsAttr>(value));
+    }
+    bufferOf[constant.getResult()] = ref;
+    return success();
+  }
+  if (llvm::isa<nn::ReshapeOp, nn::FlattenOp>(op)) {
+    FlatSymbolRefAttr root = rootOf(bufferOf.lookup(op->getOperand(0)));
+    std::string name = prefix + ".v" + std::to_string(valueCounter++);
+    bufferOf[op->getResult(0)] =
+        newBuffer(loc, name, memrefFor(op->getResult(0).getType()),
+                  regionOf.lookup(root.getValue()), root);
+    return success();
+  }
+  if (auto assign = llvm::dyn_cast<nn::AssignOp>(op)) {
+    FlatSymbolRefAttr source = bufferOf.lookup(assign.getValue());
+    auto target = FlatSymbolRefAttr::get(assign.getVariableAttr().getAttr());
+    if (rootOf(source) != target)
+      programBuilder.create<plan::CopyOp>(loc, programBuilder.getArrayAttr({source}),
+                                          programBuilder.getArrayAttr({target}),
+                                          DenseI64ArrayAttr());
+    return success();
+  }
+
+  auto inputsOf = [&](ValueRange values) {
+    SmallVector<Attribute> refs;
+    for (Value v : values)
+      refs.push_back(bufferOf.lookup(v));
+    return ArrayAttr::get(ctx, refs);
+  };
+
+  if (isKernelOp(op)) {
+    std::string name = "k" + std::to_string(kernelCounter);
+    FailureOr<KernelSignature> signature = emitKernel(op, kernels, name);
+    if (failed(signature))
+      return failure();
+    // Identical bodies (same op, shapes and attributes: ResNet's repeated
+    // blocks) share one kernel.
+    auto body = llvm::cast<func::FuncOp>(kernels.getBody()->back());
+    body.setSymName("kernel");
+    std::string key;
+    llvm::raw_string_ostream os(key);
+    body->print(os);
+    auto [it, inserted] = kernelByBody.try_emplace(os.str(), name);
+    if (inserted) {
+      body.setSymName(name);
+      ++kernelCounter;
+    } else {
+      body.erase();
+      name = it->second;
+    }
+    ArrayAttr inputs = inputsOf(signature->inputs);
+    SmallVector<Attribute> outputs;
+    SmallVector<int64_t> inPlace;
+    bool anyInPlace = false;
+    for (Value result : op->getResults()) {
+      FlatSymbolRefAttr out = outputBuffer(result, signature->elementwise);
+      bufferOf[result] = out;
+      outputs.push_back(out);
+      int64_t overwritten = -1;
+      for (auto [i, input] : llvm::enumerate(inputs))
+        if (rootOf(llvm::cast<FlatSymbolRefAttr>(input)) == rootOf(out)) {
+          overwritten = i;
+          break;
+        }
+      anyInPlace |= overwritten != -1;
+      inPlace.push_back(overwritten);
+    }
+    if (inserted) {
+      SmallVector<int64_t> argBytes;
+      SmallVector<Value> args(signature->inputs);
+      llvm::append_range(args, op->getResults());
+      for (Value v : args) {
+        auto type = llvm::cast<RankedTensorType>(v.getType());
+        argBytes.push_back(type.getNumElements() *
+                           plan::elementBytes(type.getElementType()));
+      }
+      OpBuilder::InsertionGuard guard(moduleBuilder);
+      moduleBuilder.setInsertionPoint(kernels);
+      moduleBuilder.create<plan::KernelOp>(
+          loc, name, moduleBuilder.getStrArrayAttr({op->getName().getStringRef()}),
+          signature->inputs.size(), op->getNumResults(),
+          moduleBuilder.getDenseI64ArrayAttr(argBytes), signature->elementwise);
+    }
+    programBuilder.create<plan::LaunchOp>(
+        loc, inputs, ArrayAttr::get(ctx, outputs),
+        anyInPlace ? programBuilder.getDenseI64ArrayAttr(inPlace) : DenseI64ArrayAttr(),
+        FlatSymbolRefAttr::get(ctx, name));
+    return success();
+  }
+
+  // Library calls: one output, never in place.
+  auto libraryOutput = [&]() {
+    FlatSymbolRefAttr out = outputBuffer(op->getResult(0), /*elementwise=*/false);
+    bufferOf[op->getResult(0)] = out;
+    return ArrayAttr::get(ctx, {out});
+  };
+  OpBuilder &b = programBuilder;
+  auto conv = [&](auto opTag, ValueRange inputs) {
+    using OpT = decltype(opTag);
+    ArrayAttr ins = inputsOf(inputs);
+    int64_t groups = 1;
+    if (auto attr = op->getAttrOfType<IntegerAttr>("groups"))
+      groups = attr.getInt();
+    b.create<OpT>(loc, ins, libraryOutput(), DenseI64ArrayAttr(),
+                  i64Array(b, op, "strides", {1, 1}),
+                  i64Array(b, op, "padding", {0, 0, 0, 0}),
+                  i64Array(b, op, "dilations", {1, 1}), b.getI64IntegerAttr(groups));
+    return success();
+  };
+  auto pool = [&](auto opTag, ValueRange inputs) {
+    using OpT = decltype(opTag);
+    ArrayAttr ins = inputsOf(inputs);
+    DenseI64ArrayAttr window = i64Array(b, op, "window", {});
+    b.create<OpT>(loc, ins, libraryOutput(), DenseI64ArrayAttr(), window,
+                  i64Array(b, op, "strides", window.asArrayRef()),
+                  i64Array(b, op, "padding", {0, 0, 0, 0}),
+                  op->hasAttr("exclude_padding") ? b.getUnitAttr() : UnitAttr());
+    return success();
+  };
+  return llvm::TypeSwitch<Operation *, LogicalResult>(op)
+      .Case([&](nn::Conv2DOp o) { return conv(plan::Conv2DOp(), o->getOperands()); })
+      .Case([&](nn::Conv2DBackwardDataOp o) {
+        return conv(plan::Conv2DBackwardDataOp(), o->getOperands());
+      })
+      .Case([&](nn::Conv2DBackwardFilterOp o) {
+        return conv(plan::Conv2DBackwardFilterOp(), o->getOperands());
+      })
+      .Case([&](nn::MatmulOp o) {
+        ArrayAttr ins = inputsOf(o->getOperands());
+        b.create<plan::GemmOp>(loc, ins, libraryOutput(), DenseI64ArrayAttr(),
+                               o.getTransposeAAttr(), o.getTransposeBAttr());
+        return success();
+      })
+      .Case([&](nn::LinearOp o) {
+        ArrayAttr ins = inputsOf(o->getOperands());
+        b.create<plan::GemmOp>(loc, ins, libraryOutput(), DenseI64ArrayAttr(),
+                               UnitAttr(), b.getUnitAttr());
+        return success();
+      })
+      .Case([&](nn::MaxPool2DOp o) { return pool(plan::MaxPool2DOp(), o->getOperands()); })
+      .Case([&](nn::AvgPool2DOp o) { return pool(plan::AvgPool2DOp(), o->getOperands()); })
+      .Case([&](nn::MaxPool2DBackwardOp o) {
+        return pool(plan::MaxPool2DBackwardOp(), o->getOperands());
+      })
+      .Case([&](nn::AvgPool2DBackwardOp o) {
+        return pool(plan::AvgPool2DBackwardOp(), o->getOperands());
+      })
+      .Default([&](Operation *o) {
+        return o->emitOpError("has no lowering to the plan (run the autodiff phase "
+                              "first, which decomposes training ops)");
+      });
+}
+
+LogicalResult LowerToPlanPass::lowerFunction(func::FuncOp func) {
+  prefix = func.getSymName().str();
+  valueCounter = 0;
+  bufferOf.clear();
+  position.clear();
+  lastRead.clear();
+  assignCount.clear();
+  if (!func.getBody().hasOneBlock())
+    return func.emitOpError("must have a single block to become a plan program");
+  Block &body = func.front();
+
+  // Who reads each state, through loads and views of loads, and when.
+  unsigned pos = 0;
+  for (Operation &op : body)
+    position[&op] = pos++;
+  for (Operation &op : body) {
+    if (auto assign = llvm::dyn_cast<nn::AssignOp>(op))
+      ++assignCount[assign.getVariable()];
+    auto load = llvm::dyn_cast<nn::LoadOp>(op);
+    if (!load)
+      continue;
+    unsigned &last = lastRead[load.getVariable()];
+    SmallVector<Value> worklist = {load.getResult()};
+    while (!worklist.empty()) {
+      Value v = worklist.pop_back_val();
+      for (Operation *user : v.getUsers()) {
+        if (llvm::isa<nn::ReshapeOp, nn::FlattenOp>(user))
+          worklist.push_back(user->getResult(0));
+        else if (!llvm::isa<func::ReturnOp>(user))
+          last = std::max(last, position.lookup(user));
+        else
+          last = std::max(last, pos);
+      }
+    }
+  }
+
+  moduleBuilder.setInsertionPoint(kernels);
+  auto program = moduleBuilder.create<plan::ProgramOp>(
+      func.getLoc(), func.getSymName(), moduleBuilder.getArrayAttr({}),
+      moduleBuilder.getArrayAttr({}), IntegerAttr());
+  program.getBody().emplaceBlock();
+  programBuilder.setInsertionPointToStart(&program.getBody().front());
+  moduleBuilder.setInsertionPoint(program);
+
+  SmallVector<Attribute> inputs;
+  for (BlockArgument arg : func.getArguments()) {
+    if (!llvm::isa<RankedTensorType>(arg.getType()) ||
+        !llvm::cast<RankedTensorType>(arg.getType()).hasStaticShape())
+      return func.emitOpError("argument ") << arg.getArgNumber()
+                                           << " needs a static tensor type";
+    std::string name = prefix + ".input" + std::to_string(arg.getArgNumber());
+    FlatSymbolRefAttr ref =
+        newBuffer(func.getLoc(), name, memrefFor(arg.getType()), plan::Region::arena);
+    bufferOf[arg] = ref;
+    inputs.push_back(ref);
+  }
+  for (Operation &op : body.without_terminator())
+    if (failed(lowerOp(&op)))
+      return failure();
+  SmallVector<Attribute> outputs;
+  for (Value v : body.getTerminator()->getOperands())
+    outputs.push_back(bufferOf.lookup(v));
+  program.setInputsAttr(moduleBuilder.getArrayAttr(inputs));
+  program.setOutputsAttr(moduleBuilder.getArrayAttr(outputs));
+  return success();
+}
+
+void LowerToPlanPass::runOnOperation() {
+  module = getOperation();
+  MLIRContext *ctx = &getContext();
+  moduleBuilder = OpBuilder(ctx);
+  programBuilder = OpBuilder(ctx);
+
+  SmallVector<func::FuncOp> funcs;
+  SmallVector<Operation *> variables;
+  for (Operation &op : module.getBody()->getOperations()) {
+    if (auto func = llvm::dyn_cast<func::FuncOp>(op))
+      funcs.push_back(func);
+    else if (llvm::isa<nn::ParameterOp, nn::StateOp>(op))
+      variables.push_back(&op);
+  }
+  if (funcs.empty()) {
+    module.emitError("nothing to lower: the module has no step function");
+    return signalPassFailure();
+  }
+
+  moduleBuilder.setInsertionPointToEnd(module.getBody());
+  kernels = moduleBuilder.create<ModuleOp>(module.getLoc(), kKernelsModuleName);
+
+  // 1) State buffers and their initializers, in declaration order.
+  moduleBuilder.setInsertionPoint(kernels);
+  for (Operation *op : variables) {
+    auto name = op->getAttrOfType<StringAttr>(SymbolTable::getSymbolAttrName());
+    auto type = llvm::cast<RankedTensorType>(
+        op->getAttrOfType<TypeAttr>("type").getValue());
+    auto init = op->getAttrOfType<nn::InitializerAttr>("initializer");
+    auto value = op->getAttrOfType<FloatAttr>("init_value");
+    FlatSymbolRefAttr ref = newBuffer(op->getLoc(), name.getValue(), memrefFor(type),
+                                      plan::Region::state);
+    moduleBuilder.create<plan::StateOp>(
+        op->getLoc(), ref,
+        plan::InitializerAttr::get(ctx, static_cast<plan::Initializer>(
+                                            static_cast<uint32_t>(init.getValue()))),
+        value ? value : moduleBuilder.getF64FloatAttr(0.0),
+        llvm::isa<nn::ParameterOp>(op) ? moduleBuilder.getUnitAttr() : UnitAttr());
+  }
+
+  // 2-4) One program per step function.
+  for (func::FuncOp func : funcs)
+    if (failed(lowerFunction(func)))
+      return signalPassFailure();
+
+  for (func::FuncOp func : funcs)
+    func.erase();
+  for (Operation *op : variables)
+    op->erase();
+}
+
+} // namespace

@@ -1,0 +1,38 @@
+//===- Passes.h - lowering passes -------------------------------*- C++ -*-===//
+//
+// Declarations and registration of the passes in Passes.td.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef GRAPHC_COMPILER_LOWERING_PASSES_H
+#define GRAPHC_COMPILER_LOWERING_PASSES_H
+
+#include "dialects/plan/IR/PlanDialect.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Pass/Pass.h"
+
+namespace graphc {
+
+#define GEN_PASS_DECL
+#include "compiler/Lowering/Passes.h.inc"
+
+#define GEN_PASS_REGISTRATION
+#include "compiler/Lowering/Passes.h.inc"
+
+/// Module attributes graphc-plan-memory sets and the exporter reads.
+constexpr llvm::StringLiteral kArenaSizeAttr = "plan.arena_size";
+constexpr llvm::StringLiteral kTensorBytesAttr = "plan.tensor_bytes";
+constexpr llvm::StringLiteral kStateSizeAttr = "plan.state_size";
+constexpr llvm::StringLiteral kConstantSizeAttr = "plan.constant_size";
+/// Name of the nested module holding kernel bodies until codegen.
+constexpr llvm::StringLiteral kKernelsModuleName = "kernels";
+
+} // namespace graphc
+
+#endif // GRAPHC_COMPILER_LOWERING_PASSES_H

@@ -1,0 +1,98 @@
+//===- Passes.td - lowering from nn to the plan -------------*- tablegen -*-===//
+//
+// The lowering half of the pipeline, alphabetical. They run in the order
+// lower-to-plan, plan-memory, codegen-kernels, plan-contract
+// (compiler/Pipeline/Pipeline.cpp says why).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef GRAPHC_LOWERING_PASSES
+#define GRAPHC_LOWERING_PASSES
+
+include "mlir/Pass/PassBase.td"
+
+def CodegenKernels : Pass<"graphc-codegen-kernels", "::mlir::ModuleOp"> {
+  let summary = "Compiles the kernel bodies to an x86-64 shared object (and PTX)";
+  let description = [{
+    Lowers `module @kernels` (linalg / scf on memrefs) to the LLVM dialect with
+    bare-pointer calling conventions, adds a `graphc_kernel_<name>(void **)`
+    entry point per kernel, optimizes at O3 for `cpu` with a real TargetMachine
+    (so the loop vectorizer runs), emits an object and links it into a shared
+    object with ld.lld. The result replaces the kernel bodies:
+
+    ```mlir
+    plan.binary cpu_x86_64 elf_shared_object cpu "x86-64-v3" symbols ["k0", ...] data "..."
+    ```
+  }];
+  let options = [
+    Option<"cpu", "cpu", "std::string", /*default=*/"\"x86-64-v3\"",
+           "CPU the x86-64 kernels are generated for (an LLVM -mcpu name)">,
+    Option<"dumpDir", "dump-dir", "std::string", /*default=*/"\"\"",
+           "Also write each binary into this directory (for disassembly checks)">,
+  ];
+  let dependentDialects = ["::graphc::plan::PlanDialect"];
+}
+
+def LowerToPlan : Pass<"graphc-lower-to-plan", "::mlir::ModuleOp"> {
+  let summary = "Bufferizes the step functions into plan buffers and commands";
+  let description = [{
+    Algorithm: 1) every nn.parameter / nn.state becomes a `plan.buffer` in the
+    state region plus a `plan.state` initializer; 2) each func.func becomes a
+    `plan.program`: its arguments and every op result get an arena buffer,
+    `nn.load` names the state buffer itself, `nn.reshape` / `nn.flatten` make an
+    alias buffer, `nn.constant`s become (deduplicated) constant buffers;
+    3) convolutions, matmuls and pools become library commands; every other
+    computing op becomes a generated kernel (its body a func.func in the nested
+    `module @kernels`) and a `plan.launch`; 4) a value assigned to a state is
+    written straight into the state's buffer when no later op reads the old
+    state (otherwise a `plan.copy` does it).
+
+    ```mlir
+    // before
+    %w = nn.load @fc.weight : tensor<10x784xf32>
+    %y = nn.linear %x, %w : tensor<32x784xf32>, tensor<10x784xf32>
+    %r = nn.relu %y : tensor<32x10xf32>
+    // after
+    plan.gemm [@train_step.input0, @fc.weight] -> [@train_step.v0] {transpose_b}
+    plan.launch @k0 [@train_step.v0] -> [@train_step.v1]
+    ```
+  }];
+  let dependentDialects = ["::graphc::plan::PlanDialect",
+                           "::mlir::arith::ArithDialect",
+                           "::mlir::func::FuncDialect",
+                           "::mlir::linalg::LinalgDialect",
+                           "::mlir::math::MathDialect",
+                           "::mlir::memref::MemRefDialect",
+                           "::mlir::scf::SCFDialect"];
+}
+
+def PlanContract : Pass<"graphc-plan-contract", "::mlir::ModuleOp"> {
+  let summary = "Fails compilation if anything the runtime cannot execute is left";
+  let description = [{
+    The module must hold only plan ops: no nn or func ops, no kernel bodies;
+    every buffer placed inside its region, aliases matching what they alias;
+    every kernel defined by a binary of every requested target; every program's
+    commands naming buffers of a region they may touch.
+  }];
+  let dependentDialects = ["::graphc::plan::PlanDialect"];
+}
+
+def PlanMemory : Pass<"graphc-plan-memory", "::mlir::ModuleOp"> {
+  let summary = "Liveness-based placement of every buffer in one arena";
+  let description = [{
+    Algorithm: 1) per program, the live interval of each arena buffer is
+    [first write, last read] over the command order (program inputs live from
+    the start, outputs to the end; an alias keeps what it aliases alive);
+    2) an elementwise kernel whose input dies at that command and has the size
+    of an output writes that output over it (declared with `in_place`);
+    3) intervals are placed greedily, largest first, at the lowest 64-byte
+    aligned offset that overlaps no placed interval alive at the same time
+    (TFLite's arena planner); 4) state and constant buffers are packed in
+    order. Sets `arena_size` on each program and module attributes
+    `plan.arena_size`, `plan.tensor_bytes` (the sum without reuse),
+    `plan.state_size`, `plan.constant_size`.
+  }];
+  let dependentDialects = ["::graphc::plan::PlanDialect"];
+}
+
+#endif // GRAPHC_LOWERING_PASSES

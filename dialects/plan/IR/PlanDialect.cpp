@@ -1,0 +1,176 @@
+//===- PlanDialect.cpp - plan dialect ops and verifiers -------------------===//
+//
+// Registration and verifiers of the `plan` dialect. The verifiers check what
+// the IR alone can tell (symbols resolve, arities, in-place declarations name a
+// same-sized input); offsets are checked by graphc-plan-contract and, again,
+// by the runtime's loader.
+//
+//===----------------------------------------------------------------------===//
+
+#include "dialects/plan/IR/PlanDialect.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/DialectImplementation.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+using namespace mlir;
+using namespace graphc::plan;
+
+#include "dialects/plan/IR/PlanDialect.cpp.inc"
+#include "dialects/plan/IR/PlanEnums.cpp.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "dialects/plan/IR/PlanAttrs.cpp.inc"
+
+void PlanDialect::initialize() {
+  addAttributes<
+#define GET_ATTRDEF_LIST
+#include "dialects/plan/IR/PlanAttrs.cpp.inc"
+      >();
+  addOperations<
+#define GET_OP_LIST
+#include "dialects/plan/IR/PlanOps.cpp.inc"
+      >();
+}
+
+int64_t graphc::plan::elementBytes(Type type) {
+  if (type.isF32() || type.isInteger(32))
+    return 4;
+  if (type.isF16() || type.isBF16())
+    return 2;
+  if (type.isInteger(64))
+    return 8;
+  if (type.isInteger(1))
+    return 1;
+  return 0;
+}
+
+//===----------------------------------------------------------------------===//
+// BufferOp
+//===----------------------------------------------------------------------===//
+
+int64_t BufferOp::getSizeInBytes() {
+  MemRefType type = getMemRefType();
+  return type.getNumElements() * elementBytes(type.getElementType());
+}
+
+LogicalResult BufferOp::verify() {
+  MemRefType type = getMemRefType();
+  if (!type.getLayout().isIdentity())
+    return emitOpError("needs a contiguous row-major (identity layout) memref");
+  if (elementBytes(type.getElementType()) == 0)
+    return emitOpError("element type ") << type.getElementType()
+                                         << " cannot be stored in a plan";
+  if (getOffsetAttr() && getOffsetAttr().getInt() < 0)
+    return emitOpError("offset must be non-negative");
+  return success();
+}
+
+LogicalResult KernelOp::verify() {
+  if (getNumInputs() < 0 || getNumOutputs() < 1)
+    return emitOpError("needs a non-negative input count and at least one output");
+  if (static_cast<int64_t>(getArgBytes().size()) != getNumInputs() + getNumOutputs())
+    return emitOpError("needs one byte size per argument");
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Commands
+//===----------------------------------------------------------------------===//
+
+static FailureOr<BufferOp> lookupBuffer(Operation *op,
+                                        SymbolTableCollection &symbols,
+                                        Attribute ref) {
+  auto symbol = llvm::cast<FlatSymbolRefAttr>(ref);
+  auto buffer = symbols.lookupNearestSymbolFrom<BufferOp>(op, symbol);
+  if (!buffer)
+    return op->emitOpError("operand ") << symbol << " is not a plan.buffer";
+  return buffer;
+}
+
+template <typename OpT>
+static LogicalResult verifyCommand(OpT op, SymbolTableCollection &symbols) {
+  int64_t numInputs = op.getInputs().size();
+  int64_t numOutputs = op.getOutputs().size();
+  if (numInputs < OpT::kMinInputs || numInputs > OpT::kMaxInputs)
+    return op.emitOpError("takes ") << OpT::kMinInputs << " to " << OpT::kMaxInputs
+                                    << " inputs, got " << numInputs;
+  if (numOutputs < 1)
+    return op.emitOpError("needs at least one output");
+  SmallVector<BufferOp> inputs, outputs;
+  for (Attribute ref : op.getInputs()) {
+    FailureOr<BufferOp> buffer = lookupBuffer(op, symbols, ref);
+    if (failed(buffer))
+      return failure();
+    inputs.push_back(*buffer);
+  }
+  for (Attribute ref : op.getOutputs()) {
+    FailureOr<BufferOp> buffer = lookupBuffer(op, symbols, ref);
+    if (failed(buffer))
+      return failure();
+    if (buffer->getRegion() == graphc::plan::Region::constant)
+      return op.emitOpError("writes constant buffer @") << buffer->getSymName();
+    outputs.push_back(*buffer);
+  }
+  if (std::optional<ArrayRef<int64_t>> inPlace = op.getInPlace()) {
+    if (static_cast<int64_t>(inPlace->size()) != numOutputs)
+      return op.emitOpError("in_place needs one entry per output");
+    for (auto [i, input] : llvm::enumerate(*inPlace)) {
+      if (input == -1)
+        continue;
+      if (input < 0 || input >= numInputs)
+        return op.emitOpError("in_place entry ") << i << " names no input";
+      if (inputs[input].getSizeInBytes() != outputs[i].getSizeInBytes())
+        return op.emitOpError("in_place output ") << i << " and input " << input
+                                                  << " differ in size";
+    }
+  }
+  if constexpr (std::is_same_v<OpT, LaunchOp>) {
+    auto kernel = symbols.lookupNearestSymbolFrom<KernelOp>(op, op.getKernelAttr());
+    if (!kernel)
+      return op.emitOpError("kernel ") << op.getKernelAttr() << " is not a plan.kernel";
+    if (kernel.getNumInputs() != numInputs || kernel.getNumOutputs() != numOutputs)
+      return op.emitOpError("kernel ") << op.getKernelAttr() << " takes "
+                                       << kernel.getNumInputs() << " inputs and "
+                                       << kernel.getNumOutputs() << " outputs";
+    ArrayRef<int64_t> bytes = kernel.getArgBytes();
+    for (auto [i, buffer] : llvm::enumerate(llvm::concat<BufferOp>(inputs, outputs)))
+      if (buffer.getSizeInBytes() != bytes[i])
+        return op.emitOpError("argument ") << i << " (@" << buffer.getSymName() << ") has "
+                                           << buffer.getSizeInBytes()
+                                           << " bytes, kernel " << op.getKernelAttr()
+                                           << " expects " << bytes[i];
+    if (op.getInPlace() && !kernel.getElementwise())
+      return op.emitOpError("runs in place but kernel ") << op.getKernelAttr()
+                                                         << " is not elementwise";
+  } else {
+    if (op.getInPlace())
+      return op.emitOpError("library calls cannot run in place");
+    if (numOutputs != 1)
+      return op.emitOpError("has exactly one output");
+  }
+  if constexpr (std::is_same_v<OpT, CopyOp>) {
+    if (inputs[0].getSizeInBytes() != outputs[0].getSizeInBytes())
+      return op.emitOpError("copies between buffers of different sizes");
+  }
+  return success();
+}
+
+#define GRAPHC_PLAN_COMMAND(OpT)                                                 \
+  LogicalResult OpT::verifySymbolUses(SymbolTableCollection &symbols) {          \
+    return verifyCommand(*this, symbols);                                        \
+  }
+GRAPHC_PLAN_COMMAND(LaunchOp)
+GRAPHC_PLAN_COMMAND(Conv2DOp)
+GRAPHC_PLAN_COMMAND(Conv2DBackwardDataOp)
+GRAPHC_PLAN_COMMAND(Conv2DBackwardFilterOp)
+GRAPHC_PLAN_COMMAND(GemmOp)
+GRAPHC_PLAN_COMMAND(MaxPool2DOp)
+GRAPHC_PLAN_COMMAND(AvgPool2DOp)
+GRAPHC_PLAN_COMMAND(MaxPool2DBackwardOp)
+GRAPHC_PLAN_COMMAND(AvgPool2DBackwardOp)
+GRAPHC_PLAN_COMMAND(CopyOp)
+#undef GRAPHC_PLAN_COMMAND
+
+#define GET_OP_CLASSES
+#include "dialects/plan/IR/PlanOps.cpp.inc"
