@@ -30,7 +30,9 @@ def CodegenKernels : Pass<"graphc-codegen-kernels", "::mlir::ModuleOp"> {
     Option<"dumpDir", "dump-dir", "std::string", /*default=*/"\"\"",
            "Also write each binary into this directory (for disassembly checks)">,
   ];
-  let dependentDialects = ["::graphc::plan::PlanDialect"];
+  let dependentDialects = ["::graphc::plan::PlanDialect",
+                           "::mlir::LLVM::LLVMDialect",
+                           "::mlir::cf::ControlFlowDialect"];
 }
 
 def LowerToPlan : Pass<"graphc-lower-to-plan", "::mlir::ModuleOp"> {

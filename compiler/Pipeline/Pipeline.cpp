@@ -36,7 +36,20 @@ void buildCompilePipeline(mlir::OpPassManager &pm, const PipelineOptions &option
   pm.addPass(createDecomposeTrainingOps());
   pm.addPass(createAutodiff());
   pm.addPass(createOptimizer(options.optimizer));
-  // Later phases (mixed precision, data-parallel, fusion, lowering) go here.
+  if (options.stopAfter == Phase::Autodiff)
+    return;
+  // Mixed precision, data-parallel and fusion will go here: they rewrite nn ops,
+  // so they must run before the step is bufferized.
+
+  // Bufferize first, then place: placement needs the final command order and
+  // the in-place opportunities only the commands show.
+  pm.addPass(createLowerToPlan());
+  pm.addPass(createPlanMemory());
+  if (options.stopAfter == Phase::Lower)
+    return;
+  pm.addPass(createCodegenKernels(options.codegen));
+  // Last, so a compiler bug is a compile error rather than a refused plan.
+  pm.addPass(createPlanContract());
 }
 
 } // namespace graphc

@@ -9,6 +9,7 @@
 #ifndef GRAPHC_COMPILER_PIPELINE_PIPELINE_H
 #define GRAPHC_COMPILER_PIPELINE_PIPELINE_H
 
+#include "compiler/Lowering/Passes.h"
 #include "compiler/Transforms/Passes.h"
 #include "mlir/Pass/PassManager.h"
 #include "llvm/ADT/StringRef.h"
@@ -24,8 +25,13 @@ enum class Phase {
   /// @train_step (forward, loss, backward, optimizer update, in place) and
   /// @eval_step built from @forward.
   Autodiff,
+  /// Bufferized into plan buffers and commands, memory planned; kernel bodies
+  /// still MLIR (linalg / scf) in `module @kernels`.
+  Lower,
+  /// Kernels compiled to native code, the contract checked: ready to export.
+  Plan,
 };
-constexpr Phase kLastPhase = Phase::Autodiff;
+constexpr Phase kLastPhase = Phase::Plan;
 
 struct PipelineOptions {
   /// 0 leaves the model's batch dimension as written; phases after Verify need
@@ -34,6 +40,8 @@ struct PipelineOptions {
   Phase stopAfter = kLastPhase;
   /// The optimizer and its learning-rate schedule (graphc-optimizer's options).
   OptimizerOptions optimizer;
+  /// Kernel code generation (graphc-codegen-kernels' options).
+  CodegenKernelsOptions codegen;
 };
 
 /// Adds the passes of every phase up to `options.stopAfter` to `pm`, which must

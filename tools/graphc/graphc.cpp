@@ -12,9 +12,11 @@
 //===----------------------------------------------------------------------===//
 
 #include "compiler/Analysis/ModelStats.h"
+#include "compiler/Export/PlanExport.h"
 #include "compiler/Pipeline/Pipeline.h"
 #include "dialects/nn/IR/NNDialect.h"
 #include "dialects/nn/IR/NNOps.h"
+#include "dialects/plan/IR/PlanDialect.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
@@ -25,6 +27,7 @@
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/WithColor.h"
@@ -51,13 +54,34 @@ cl::opt<graphc::Phase> compileTo(
     cl::values(clEnumValN(graphc::Phase::Verify, "verify",
                           "model contract checked, batch size set"),
                clEnumValN(graphc::Phase::Autodiff, "autodiff",
-                          "@train_step with gradients and optimizer, @eval_step")),
+                          "@train_step with gradients and optimizer, @eval_step"),
+               clEnumValN(graphc::Phase::Lower, "lower",
+                          "plan buffers and commands, memory planned, kernels as MLIR"),
+               clEnumValN(graphc::Phase::Plan, "plan",
+                          "compiled kernels, contract checked (default; -o writes the plan)")),
     cl::init(graphc::kLastPhase), cl::sub(compileCommand));
-cl::opt<std::string> outputPath("o", cl::desc("Output file (default: stdout)"),
+cl::opt<std::string> outputPath("o", cl::desc("Output file: the plan, or the IR of "
+                                              "--compile-to (default: stdout)"),
                                 cl::value_desc("file"), cl::init("-"),
                                 cl::sub(compileCommand));
 
 // The training-step options, mirrored onto graphc-optimizer's pass options.
+cl::OptionCategory codegenCategory("Code generation (compile)");
+cl::opt<std::string> targetKind("target",
+                                cl::desc("Devices to generate kernels for: cpu, cuda "
+                                         "or all"),
+                                cl::init("cpu"), cl::sub(compileCommand),
+                                cl::cat(codegenCategory));
+cl::opt<std::string> kernelCpu("kernel-cpu",
+                               cl::desc("x86-64 level the CPU kernels target "
+                                        "(x86-64, x86-64-v2, x86-64-v3, x86-64-v4)"),
+                               cl::init("x86-64-v3"), cl::sub(compileCommand),
+                               cl::cat(codegenCategory));
+cl::opt<std::string> dumpKernels("dump-kernels",
+                                 cl::desc("Also write the kernel binaries into this "
+                                          "directory (e.g. to disassemble them)"),
+                                 cl::sub(compileCommand), cl::cat(codegenCategory));
+
 cl::OptionCategory trainingCategory("Training step (compile)");
 cl::opt<std::string> optimizerKind("optimizer",
                                    cl::desc("sgd, momentum, nesterov or lars"),
@@ -160,6 +184,37 @@ void printLayers(const graphc::ModelStats &stats) {
   }
 }
 
+/// "97.8 MiB", "43.1 KiB", "128 B".
+std::string mebibytes(int64_t bytes) {
+  if (bytes >= (int64_t(1) << 20))
+    return llvm::formatv("{0:f1} MiB", bytes / (1024.0 * 1024.0)).str();
+  if (bytes >= 1024)
+    return llvm::formatv("{0:f1} KiB", bytes / 1024.0).str();
+  return llvm::formatv("{0} B", bytes).str();
+}
+
+/// One line per fact a user checks first: what was written and how much memory
+/// a run needs (the arena is the peak; the sum is what no reuse would cost).
+void printPlanSummary(ModuleOp module, llvm::StringRef path, uint64_t fileBytes) {
+  auto attr = [&](llvm::StringRef name) -> int64_t {
+    auto value = module->getAttrOfType<IntegerAttr>(name);
+    return value ? value.getInt() : 0;
+  };
+  int64_t kernels = llvm::range_size(module.getOps<graphc::plan::KernelOp>());
+  llvm::raw_ostream &os = llvm::outs();
+  os << "plan: " << path << " (" << fileBytes << " bytes), " << kernels << " kernels\n";
+  for (auto program : module.getOps<graphc::plan::ProgramOp>())
+    os << "  " << program.getSymName() << ": "
+       << program.getBody().front().getOperations().size() << " commands, arena "
+       << mebibytes(program.getArenaSize().value_or(0)) << "\n";
+  int64_t arena = attr(graphc::kArenaSizeAttr), tensors = attr(graphc::kTensorBytesAttr);
+  os << "peak memory (arena): " << mebibytes(arena) << " (" << arena
+     << " bytes); sum of tensor sizes: " << mebibytes(tensors) << " ("
+     << llvm::formatv("{0:f1}", arena ? double(tensors) / arena : 0.0) << "x)\n";
+  os << "state: " << mebibytes(attr(graphc::kStateSizeAttr))
+     << ", constants: " << attr(graphc::kConstantSizeAttr) << " bytes\n";
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -193,6 +248,20 @@ int main(int argc, char **argv) {
     return fail("--batch-size must be in [1, " + llvm::Twine(kMaxBatchSize) +
                 "], got " + llvm::Twine(batchSize));
 
+  bool writePlan = compileCommand && compileTo == graphc::Phase::Plan;
+  if (writePlan && (outputPath.empty() || outputPath == "-"))
+    return fail("a plan is a binary file: give -o PLAN (or --compile-to=PHASE to "
+                "print the IR)");
+  if (targetKind != "cpu" && targetKind != "cuda" && targetKind != "all")
+    return fail("--target must be cpu, cuda or all, got '" + targetKind + "'");
+  if (targetKind != "cpu")
+    return fail("--target=" + targetKind +
+                ": PTX generation is not implemented yet; only --target=cpu works");
+  if (!llvm::is_contained({"x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4"},
+                          kernelCpu.getValue()))
+    return fail("--kernel-cpu must be x86-64, x86-64-v2, x86-64-v3 or x86-64-v4, got '" +
+                kernelCpu + "'");
+
   std::string errorMessage;
   if (llvm::sys::fs::is_directory(modelPath))
     return fail("cannot read model '" + modelPath + "': it is a directory");
@@ -203,6 +272,9 @@ int main(int argc, char **argv) {
   DialectRegistry registry;
   registry.insert<graphc::nn::NNDialect, func::FuncDialect>();
   MLIRContext context(registry);
+  // Every pass works on the whole module; threads would only add contention on
+  // 2 cores, and codegen loads the LLVM dialect while it runs.
+  context.disableMultithreading();
   // Diagnostics point at the user's file; a dump of the IR would bury them.
   context.printOpOnDiagnostic(false);
   llvm::SourceMgr sourceMgr;
@@ -235,6 +307,10 @@ int main(int argc, char **argv) {
   opt.finalLr = finalLr;
   opt.decayStepSize = decayStepSize;
   opt.decayGamma = decayGamma;
+  options.codegen.cpu = kernelCpu;
+  options.codegen.dumpDir = dumpKernels;
+  if (!dumpKernels.empty() && !llvm::sys::fs::is_directory(dumpKernels))
+    return fail("--dump-kernels: '" + dumpKernels + "' is not a directory");
   PassManager pm(&context, ModuleOp::getOperationName());
   graphc::buildCompilePipeline(pm, options);
   if (failed(pm.run(*module)))
@@ -254,6 +330,16 @@ int main(int argc, char **argv) {
       openOutputFile(outputPath, &errorMessage);
   if (!output)
     return fail("cannot write '" + outputPath + "': " + errorMessage);
+  if (writePlan) {
+    graphc::PlanMetadata metadata;
+    metadata.model = llvm::sys::path::stem(modelPath).str();
+    metadata.batchSize = options.batchSize;
+    if (failed(graphc::exportPlan(*module, metadata, output->os())))
+      return 1;
+    output->keep();
+    printPlanSummary(*module, outputPath, output->os().tell());
+    return 0;
+  }
   module->print(output->os());
   output->os() << "\n";
   output->keep();

@@ -1,0 +1,34 @@
+//===- PlanExport.h - plan dialect to a FlatBuffers plan file ---*- C++ -*-===//
+//
+// The only writer of runtime/schema/plan.fbs files: translates a module that
+// passed graphc-plan-contract into the serialized plan.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef GRAPHC_COMPILER_EXPORT_PLANEXPORT_H
+#define GRAPHC_COMPILER_EXPORT_PLANEXPORT_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <string>
+
+namespace graphc {
+
+/// The plan's schema version; runtime/plan/plan_loader.h has the runtime's.
+constexpr uint32_t kPlanSchemaVersion = 1;
+
+struct PlanMetadata {
+  std::string model;
+  int64_t batchSize = 0;
+  std::string precision = "fp32";
+  bool fused = false;
+};
+
+/// Serializes `module` (plan dialect only) to `os`; fails with a diagnostic.
+mlir::LogicalResult exportPlan(mlir::ModuleOp module, const PlanMetadata &metadata,
+                               llvm::raw_ostream &os);
+
+} // namespace graphc
+
+#endif // GRAPHC_COMPILER_EXPORT_PLANEXPORT_H

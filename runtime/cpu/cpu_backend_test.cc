@@ -1,0 +1,158 @@
+// The CPU backend loads the kernels graphc generated into a real plan and they
+// compute what the nn ops mean. The plan comes from the CTest fixture that runs
+// `graphc compile models/mnist_softmax.mlir` (GRAPHC_TEST_PLAN); without it the
+// tests skip and say why.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "runtime/backend.h"
+
+namespace graphc::runtime {
+namespace {
+
+class CpuBackendTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* path = std::getenv("GRAPHC_TEST_PLAN");
+    if (path == nullptr) GTEST_SKIP() << "GRAPHC_TEST_PLAN is not set (run through ctest)";
+    StatusOr<std::unique_ptr<Plan>> plan = Plan::FromFile(path);
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    plan_ = std::move(*plan);
+    backend_ = CreateCpuBackend();
+    Status status = backend_->LoadKernels(*plan_);
+    ASSERT_TRUE(status.ok()) << status.ToString();
+  }
+
+  // The first command of `program` that launches a kernel computing `op`.
+  const fb::Command* FindLaunch(const std::string& program, const std::string& op) {
+    for (const fb::Program* p : *plan_->root().programs()) {
+      if (p->name()->str() != program) continue;
+      for (const fb::Command* c : *p->commands()) {
+        if (c->op() != fb::Opcode::Kernel) continue;
+        const fb::Kernel* k = plan_->root().kernels()->Get(c->kernel());
+        if (k->ops()->Get(0)->str() == op) return c;
+      }
+    }
+    return nullptr;
+  }
+
+  // Runs `command` on fresh allocations holding `inputs`; returns the outputs.
+  std::vector<std::vector<uint8_t>> RunOn(const fb::Command& command,
+                                          const std::vector<std::vector<uint8_t>>& inputs) {
+    std::vector<DeviceMemory> memory;
+    for (int32_t i : *command.inputs()) {
+      memory.push_back(*backend_->Allocate(plan_->root().buffers()->Get(i)->size()));
+      const std::vector<uint8_t>& data = inputs[memory.size() - 1];
+      EXPECT_EQ(data.size(), memory.back().bytes);
+      EXPECT_TRUE(backend_->CopyToDevice(memory.back(), 0, data.data(), data.size()).ok());
+    }
+    for (int32_t o : *command.outputs())
+      memory.push_back(*backend_->Allocate(plan_->root().buffers()->Get(o)->size()));
+    Status status = backend_->Run(command, memory.data());
+    EXPECT_TRUE(status.ok()) << status.ToString();
+    EXPECT_TRUE(backend_->Synchronize().ok());
+    std::vector<std::vector<uint8_t>> outputs;
+    for (size_t i = command.inputs()->size(); i < memory.size(); ++i) {
+      outputs.emplace_back(memory[i].bytes);
+      EXPECT_TRUE(backend_->CopyToHost(outputs.back().data(), memory[i], 0, memory[i].bytes).ok());
+    }
+    for (DeviceMemory m : memory) backend_->Free(m);
+    return outputs;
+  }
+
+  template <typename T>
+  static std::vector<uint8_t> Bytes(const std::vector<T>& values) {
+    std::vector<uint8_t> bytes(values.size() * sizeof(T));
+    std::memcpy(bytes.data(), values.data(), bytes.size());
+    return bytes;
+  }
+
+  std::unique_ptr<Plan> plan_;
+  std::unique_ptr<Backend> backend_;
+};
+
+TEST_F(CpuBackendTest, SoftmaxCrossEntropyKernelMatchesReference) {
+  const fb::Command* command = FindLaunch("train_step", "nn.softmax_cross_entropy");
+  ASSERT_NE(command, nullptr);
+  const fb::Buffer* logits = plan_->root().buffers()->Get(command->inputs()->Get(0));
+  int64_t rows = logits->shape()->Get(0), classes = logits->shape()->Get(1);
+  std::vector<float> x(rows * classes);
+  std::vector<int32_t> labels(rows);
+  for (int64_t i = 0; i < rows * classes; ++i) x[i] = std::sin(0.37 * i) * 3.0f;
+  for (int64_t r = 0; r < rows; ++r) labels[r] = static_cast<int32_t>((r * 7) % classes);
+  std::vector<std::vector<uint8_t>> out = RunOn(*command, {Bytes(x), Bytes(labels)});
+  float loss;
+  std::memcpy(&loss, out[0].data(), sizeof(float));
+
+  double expected = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    double m = -INFINITY, s = 0;
+    for (int64_t c = 0; c < classes; ++c) m = std::max<double>(m, x[r * classes + c]);
+    for (int64_t c = 0; c < classes; ++c) s += std::exp(x[r * classes + c] - m);
+    expected += m + std::log(s) - x[r * classes + labels[r]];
+  }
+  expected /= rows;
+  EXPECT_NEAR(loss, expected, 1e-5 * std::abs(expected) + 1e-6);
+}
+
+TEST_F(CpuBackendTest, InvalidLabelGivesNaNNotAWrongLoss) {
+  const fb::Command* command = FindLaunch("train_step", "nn.softmax_cross_entropy");
+  ASSERT_NE(command, nullptr);
+  const fb::Buffer* logits = plan_->root().buffers()->Get(command->inputs()->Get(0));
+  int64_t rows = logits->shape()->Get(0), classes = logits->shape()->Get(1);
+  std::vector<float> x(rows * classes, 0.5f);
+  std::vector<int32_t> labels(rows, 0);
+  labels[rows - 1] = static_cast<int32_t>(classes);  // one past the last class
+  std::vector<std::vector<uint8_t>> out = RunOn(*command, {Bytes(x), Bytes(labels)});
+  float loss;
+  std::memcpy(&loss, out[0].data(), sizeof(float));
+  EXPECT_TRUE(std::isnan(loss));
+}
+
+TEST_F(CpuBackendTest, SgdMomentumKernelMatchesPyTorchRule) {
+  const fb::Command* command = FindLaunch("train_step", "nn.sgd_momentum");
+  ASSERT_NE(command, nullptr);
+  int64_t n = plan_->root().buffers()->Get(command->inputs()->Get(0))->size() / 4;
+  std::vector<float> p(n), g(n), v(n);
+  for (int64_t i = 0; i < n; ++i) {
+    p[i] = std::cos(0.1 * i);
+    g[i] = std::sin(0.3 * i);
+    v[i] = 0.01f * (i % 7);
+  }
+  float lr = 0.25f;
+  std::vector<std::vector<uint8_t>> out =
+      RunOn(*command, {Bytes(p), Bytes(g), Bytes(v), Bytes(std::vector<float>{lr})});
+  // graphc's default optimizer: momentum 0.9, and weight decay only on rank > 1.
+  const fb::Buffer* param = plan_->root().buffers()->Get(command->inputs()->Get(0));
+  double wd = param->shape()->size() > 1 ? 1e-4 : 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    double d = g[i] + wd * p[i];
+    double v2 = 0.9 * v[i] + d;
+    double p2 = p[i] - lr * v2;
+    float got_p, got_v;
+    std::memcpy(&got_p, out[0].data() + 4 * i, 4);
+    std::memcpy(&got_v, out[1].data() + 4 * i, 4);
+    ASSERT_NEAR(got_v, v2, 1e-6) << i;
+    ASSERT_NEAR(got_p, p2, 1e-6) << i;
+  }
+}
+
+TEST_F(CpuBackendTest, LibraryOpsAreRefusedByName) {
+  for (const fb::Command* c : *plan_->root().programs()->Get(0)->commands()) {
+    if (c->op() != fb::Opcode::Gemm) continue;
+    std::vector<DeviceMemory> none(c->inputs()->size() + c->outputs()->size());
+    Status status = backend_->Run(*c, none.data());
+    EXPECT_EQ(status.code(), ErrorCode::kUnsupported);
+    return;
+  }
+  FAIL() << "no gemm in the plan";
+}
+
+}  // namespace
+}  // namespace graphc::runtime

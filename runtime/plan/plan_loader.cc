@@ -1,0 +1,551 @@
+// Plan loading: identifier, FlatBuffers Verifier, version, then the semantic
+// checks. The classes of bad plan follow the CVEs of TFLite's loader
+// (CVE-2020-15209/15210/15211, CVE-2023-27579): null or out-of-range indices,
+// buffers outside their memory, offset arithmetic that overflows, shapes that
+// make a kernel read past a buffer, an op writing a buffer it reads.
+
+#include "runtime/plan/plan_loader.h"
+
+#include <fstream>
+#include <iterator>
+#include <sstream>
+
+namespace graphc::runtime {
+namespace {
+
+Status Fail(ErrorCode code, const std::string& message) {
+  return Status(code, message);
+}
+
+#define RETURN_IF_ERROR(expr)        \
+  do {                               \
+    Status status_ = (expr);         \
+    if (!status_.ok()) return status_; \
+  } while (0)
+
+template <typename T>
+std::string Str(const T& value) {
+  std::ostringstream os;
+  os << value;
+  return os.str();
+}
+
+std::string BufferName(const fb::Plan& plan, int32_t index) {
+  const fb::Buffer* buffer = plan.buffers()->Get(index);
+  std::string name = buffer->name() ? buffer->name()->str() : "";
+  return "buffer " + Str(index) + (name.empty() ? "" : " '" + name + "'");
+}
+
+// Checks and numbers every command of a program; `where` prefixes messages.
+class CommandChecker {
+ public:
+  CommandChecker(const fb::Plan& plan, const LoaderLimits& limits)
+      : plan_(plan), limits_(limits) {}
+  Status Check(const fb::Command& command, const std::string& where);
+
+ private:
+  Status CheckIndices(const flatbuffers::Vector<int32_t>* indices,
+                      const std::string& what, const std::string& where);
+  Status CheckArity(size_t inputs, size_t min_inputs, size_t max_inputs,
+                    size_t outputs, const std::string& where);
+  Status CheckOverlap(const fb::Command& command, bool may_be_in_place,
+                      const std::string& where);
+  Status CheckShapes(const fb::Command& command, const std::string& where);
+  const fb::Buffer& Buf(int32_t index) const { return *plan_.buffers()->Get(index); }
+  std::vector<int64_t> Shape(int32_t index) const {
+    const fb::Buffer& b = Buf(index);
+    return std::vector<int64_t>(b.shape()->begin(), b.shape()->end());
+  }
+
+  const fb::Plan& plan_;
+  const LoaderLimits& limits_;
+};
+
+Status CommandChecker::CheckIndices(const flatbuffers::Vector<int32_t>* indices,
+                                    const std::string& what,
+                                    const std::string& where) {
+  if (indices == nullptr)
+    return Fail(ErrorCode::kPlanBadIndex, where + ": no " + what + " list");
+  uint32_t count = plan_.buffers()->size();
+  for (uint32_t i = 0; i < indices->size(); ++i) {
+    int32_t index = indices->Get(i);
+    if (index < 0 || static_cast<uint32_t>(index) >= count)
+      return Fail(ErrorCode::kPlanBadIndex,
+                  where + ": " + what + " " + Str(i) + " is buffer " + Str(index) +
+                      ", outside [0, " + Str(count) + ")");
+  }
+  return Status::Ok();
+}
+
+Status CommandChecker::CheckArity(size_t inputs, size_t min_inputs,
+                                  size_t max_inputs, size_t outputs,
+                                  const std::string& where) {
+  if (inputs < min_inputs || inputs > max_inputs || outputs != 1)
+    return Fail(ErrorCode::kPlanBadIndex,
+                where + ": takes " + Str(min_inputs) + "-" + Str(max_inputs) +
+                    " inputs and 1 output, has " + Str(inputs) + " and " +
+                    Str(outputs));
+  return Status::Ok();
+}
+
+bool Overlaps(const fb::Buffer& a, const fb::Buffer& b) {
+  return a.region() == b.region() && a.offset() < b.offset() + b.size() &&
+         b.offset() < a.offset() + a.size();
+}
+
+bool SameMemory(const fb::Buffer& a, const fb::Buffer& b) {
+  return a.region() == b.region() && a.offset() == b.offset() && a.size() == b.size();
+}
+
+Status CommandChecker::CheckOverlap(const fb::Command& command, bool may_be_in_place,
+                                    const std::string& where) {
+  const auto& inputs = *command.inputs();
+  const auto& outputs = *command.outputs();
+  const flatbuffers::Vector<int32_t>* in_place = command.in_place();
+  if (in_place != nullptr && in_place->size() != 0) {
+    if (!may_be_in_place)
+      return Fail(ErrorCode::kPlanAliasedOperands,
+                  where + ": declares in_place but its op cannot run in place");
+    if (in_place->size() != outputs.size())
+      return Fail(ErrorCode::kPlanBadIndex, where + ": in_place needs one entry per output");
+    for (uint32_t o = 0; o < in_place->size(); ++o) {
+      int32_t i = in_place->Get(o);
+      if (i == -1) continue;
+      if (i < 0 || static_cast<uint32_t>(i) >= inputs.size())
+        return Fail(ErrorCode::kPlanBadIndex,
+                    where + ": in_place entry " + Str(o) + " names input " + Str(i));
+      if (!SameMemory(Buf(outputs.Get(o)), Buf(inputs.Get(i))))
+        return Fail(ErrorCode::kPlanAliasedOperands,
+                    where + ": output " + Str(o) + " is declared in place over input " +
+                        Str(i) + " but they are not the same memory");
+    }
+  }
+  for (uint32_t o = 0; o < outputs.size(); ++o) {
+    const fb::Buffer& out = Buf(outputs.Get(o));
+    if (out.region() == fb::Region::Constant)
+      return Fail(ErrorCode::kPlanAliasedOperands,
+                  where + ": writes constant " + BufferName(plan_, outputs.Get(o)));
+    for (uint32_t p = o + 1; p < outputs.size(); ++p)
+      if (Overlaps(out, Buf(outputs.Get(p))))
+        return Fail(ErrorCode::kPlanAliasedOperands,
+                    where + ": outputs " + Str(o) + " and " + Str(p) + " overlap");
+    for (uint32_t i = 0; i < inputs.size(); ++i) {
+      const fb::Buffer& in = Buf(inputs.Get(i));
+      if (!Overlaps(out, in)) continue;
+      bool declared = in_place != nullptr && o < in_place->size() &&
+                      in_place->Get(o) >= 0 &&
+                      SameMemory(in, Buf(inputs.Get(in_place->Get(o))));
+      if (!declared)
+        return Fail(ErrorCode::kPlanAliasedOperands,
+                    where + ": reads " + BufferName(plan_, inputs.Get(i)) +
+                        " and writes " + BufferName(plan_, outputs.Get(o)) +
+                        ", which overlap, without declaring it in place");
+    }
+  }
+  return Status::Ok();
+}
+
+// Output extent of a sliding window, or -1 when it does not fit. Inputs are
+// bounded by the buffer checks (every dim <= 2^62 / elements), so no overflow.
+int64_t WindowOutput(int64_t in, int64_t window, int64_t stride, int64_t pad_begin,
+                     int64_t pad_end, int64_t dilation) {
+  __int128 span = static_cast<__int128>(dilation) * (window - 1) + 1;
+  __int128 padded = static_cast<__int128>(in) + pad_begin + pad_end;
+  if (padded < span) return -1;
+  return static_cast<int64_t>((padded - span) / stride + 1);
+}
+
+Status CheckAttrArray(const flatbuffers::Vector<int64_t>* values, uint32_t size,
+                      int64_t minimum, const std::string& what, const std::string& where) {
+  if (values == nullptr || values->size() != size)
+    return Fail(ErrorCode::kPlanBadValue,
+                where + ": " + what + " needs " + Str(size) + " values");
+  for (int64_t v : *values)
+    if (v < minimum || v > (int64_t{1} << 24))
+      return Fail(ErrorCode::kPlanBadValue,
+                  where + ": " + what + " value " + Str(v) + " is out of range");
+  return Status::Ok();
+}
+
+Status ShapeError(const std::string& where, const std::string& what) {
+  return Fail(ErrorCode::kPlanBadShape, where + ": " + what);
+}
+
+std::string ShapeStr(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "x" : "") + Str(shape[i]);
+  return s + "]";
+}
+
+Status CommandChecker::CheckShapes(const fb::Command& command, const std::string& where) {
+  const auto& in = *command.inputs();
+  const auto& out = *command.outputs();
+  auto same_float_dtype = [&]() -> Status {
+    fb::DType dtype = Buf(out.Get(0)).dtype();
+    if (dtype != fb::DType::F32 && dtype != fb::DType::F16 && dtype != fb::DType::BF16)
+      return Fail(ErrorCode::kPlanBadValue, where + ": library ops need float buffers");
+    for (int32_t i : in)
+      if (Buf(i).dtype() != dtype)
+        return Fail(ErrorCode::kPlanBadValue, where + ": operands differ in dtype");
+    return Status::Ok();
+  };
+  switch (command.op()) {
+    case fb::Opcode::Conv2d:
+    case fb::Opcode::Conv2dBackwardData:
+    case fb::Opcode::Conv2dBackwardFilter: {
+      RETURN_IF_ERROR(CheckArity(in.size(), 2, command.op() == fb::Opcode::Conv2d ? 3 : 2,
+                                 out.size(), where));
+      RETURN_IF_ERROR(same_float_dtype());
+      const fb::ConvAttrs* attrs = command.conv();
+      if (attrs == nullptr)
+        return Fail(ErrorCode::kPlanBadValue, where + ": convolution without attributes");
+      RETURN_IF_ERROR(CheckAttrArray(attrs->strides(), 2, 1, "strides", where));
+      RETURN_IF_ERROR(CheckAttrArray(attrs->dilations(), 2, 1, "dilations", where));
+      RETURN_IF_ERROR(CheckAttrArray(attrs->padding(), 4, 0, "padding", where));
+      int64_t groups = attrs->groups();
+      if (groups < 1 || groups > (int64_t{1} << 24))
+        return Fail(ErrorCode::kPlanBadValue,
+                    where + ": groups " + Str(groups) + " is not positive");
+      // Name the three tensors of the forward relation x * w -> y.
+      std::vector<int64_t> x, w, y;
+      if (command.op() == fb::Opcode::Conv2d) {
+        x = Shape(in.Get(0)), w = Shape(in.Get(1)), y = Shape(out.Get(0));
+      } else if (command.op() == fb::Opcode::Conv2dBackwardData) {
+        y = Shape(in.Get(0)), w = Shape(in.Get(1)), x = Shape(out.Get(0));
+      } else {
+        x = Shape(in.Get(0)), y = Shape(in.Get(1)), w = Shape(out.Get(0));
+      }
+      if (x.size() != 4 || w.size() != 4 || y.size() != 4)
+        return ShapeError(where, "convolution operands must be rank 4");
+      if (x[1] % groups != 0 || w[0] % groups != 0 || w[1] * groups != x[1])
+        return ShapeError(where, "filter " + ShapeStr(w) + " does not match " +
+                                     Str(x[1]) + " input channels in " + Str(groups) +
+                                     " groups");
+      const auto& s = *attrs->strides();
+      const auto& d = *attrs->dilations();
+      const auto& p = *attrs->padding();
+      int64_t oh = WindowOutput(x[2], w[2], s[0], p[0], p[1], d[0]);
+      int64_t ow = WindowOutput(x[3], w[3], s[1], p[2], p[3], d[1]);
+      if (y[0] != x[0] || y[1] != w[0] || y[2] != oh || y[3] != ow)
+        return ShapeError(where, "convolution of " + ShapeStr(x) + " by " + ShapeStr(w) +
+                                     " gives [" + Str(x[0]) + "x" + Str(w[0]) + "x" +
+                                     Str(oh) + "x" + Str(ow) + "], not " + ShapeStr(y));
+      if (in.size() == 3) {
+        std::vector<int64_t> bias = Shape(in.Get(2));
+        if (bias.size() != 1 || bias[0] != w[0])
+          return ShapeError(where, "bias must be [" + Str(w[0]) + "]");
+      }
+      return Status::Ok();
+    }
+    case fb::Opcode::Gemm: {
+      RETURN_IF_ERROR(CheckArity(in.size(), 2, 3, out.size(), where));
+      RETURN_IF_ERROR(same_float_dtype());
+      std::vector<int64_t> a = Shape(in.Get(0)), b = Shape(in.Get(1)), c = Shape(out.Get(0));
+      if (a.size() != b.size() || a.size() != c.size() || a.size() < 2 || a.size() > 3)
+        return ShapeError(where, "gemm operands must all be rank 2 or all rank 3");
+      const fb::GemmAttrs* attrs = command.gemm();
+      bool ta = attrs && attrs->transpose_a(), tb = attrs && attrs->transpose_b();
+      size_t r = a.size();
+      int64_t m = ta ? a[r - 1] : a[r - 2], ka = ta ? a[r - 2] : a[r - 1];
+      int64_t kb = tb ? b[r - 1] : b[r - 2], n = tb ? b[r - 2] : b[r - 1];
+      if (ka != kb || c[r - 2] != m || c[r - 1] != n ||
+          (r == 3 && (a[0] != b[0] || a[0] != c[0])))
+        return ShapeError(where, "gemm " + ShapeStr(a) + " x " + ShapeStr(b) +
+                                     " cannot give " + ShapeStr(c));
+      if (in.size() == 3) {
+        std::vector<int64_t> bias = Shape(in.Get(2));
+        if (bias.size() != 1 || bias[0] != n)
+          return ShapeError(where, "bias must be [" + Str(n) + "]");
+      }
+      return Status::Ok();
+    }
+    case fb::Opcode::MaxPool2d:
+    case fb::Opcode::AvgPool2d:
+    case fb::Opcode::MaxPool2dBackward:
+    case fb::Opcode::AvgPool2dBackward: {
+      bool max_backward = command.op() == fb::Opcode::MaxPool2dBackward;
+      RETURN_IF_ERROR(CheckArity(in.size(), max_backward ? 2 : 1, max_backward ? 2 : 1,
+                                 out.size(), where));
+      RETURN_IF_ERROR(same_float_dtype());
+      const fb::PoolAttrs* attrs = command.pool();
+      if (attrs == nullptr)
+        return Fail(ErrorCode::kPlanBadValue, where + ": pooling without attributes");
+      RETURN_IF_ERROR(CheckAttrArray(attrs->window(), 2, 1, "window", where));
+      RETURN_IF_ERROR(CheckAttrArray(attrs->strides(), 2, 1, "strides", where));
+      RETURN_IF_ERROR(CheckAttrArray(attrs->padding(), 4, 0, "padding", where));
+      const auto& k = *attrs->window();
+      const auto& s = *attrs->strides();
+      const auto& p = *attrs->padding();
+      if (p[0] >= k[0] || p[1] >= k[0] || p[2] >= k[1] || p[3] >= k[1])
+        return Fail(ErrorCode::kPlanBadValue, where + ": padding must be below the window");
+      std::vector<int64_t> x, y;
+      if (command.op() == fb::Opcode::MaxPool2d || command.op() == fb::Opcode::AvgPool2d) {
+        x = Shape(in.Get(0)), y = Shape(out.Get(0));
+      } else if (max_backward) {
+        x = Shape(in.Get(0)), y = Shape(in.Get(1));
+        if (Shape(out.Get(0)) != x)
+          return ShapeError(where, "the gradient must have the input's shape");
+      } else {
+        y = Shape(in.Get(0)), x = Shape(out.Get(0));
+      }
+      if (x.size() != 4 || y.size() != 4)
+        return ShapeError(where, "pooling operands must be rank 4");
+      int64_t oh = WindowOutput(x[2], k[0], s[0], p[0], p[1], 1);
+      int64_t ow = WindowOutput(x[3], k[1], s[1], p[2], p[3], 1);
+      if (y[0] != x[0] || y[1] != x[1] || y[2] != oh || y[3] != ow)
+        return ShapeError(where, "pooling " + ShapeStr(x) + " cannot give " + ShapeStr(y));
+      return Status::Ok();
+    }
+    case fb::Opcode::Copy:
+      RETURN_IF_ERROR(CheckArity(in.size(), 1, 1, out.size(), where));
+      if (Buf(in.Get(0)).size() != Buf(out.Get(0)).size())
+        return ShapeError(where, "copy between buffers of different sizes");
+      return Status::Ok();
+    case fb::Opcode::Kernel: {
+      int32_t k = command.kernel();
+      uint32_t count = plan_.kernels() ? plan_.kernels()->size() : 0;
+      if (k < 0 || static_cast<uint32_t>(k) >= count)
+        return Fail(ErrorCode::kPlanBadIndex,
+                    where + ": kernel " + Str(k) + " outside [0, " + Str(count) + ")");
+      const fb::Kernel& kernel = *plan_.kernels()->Get(k);
+      if (static_cast<int64_t>(in.size()) != kernel.num_inputs() ||
+          static_cast<int64_t>(out.size()) != kernel.num_outputs())
+        return Fail(ErrorCode::kPlanBadIndex,
+                    where + ": kernel '" + kernel.name()->str() + "' takes " +
+                        Str(kernel.num_inputs()) + " inputs and " +
+                        Str(kernel.num_outputs()) + " outputs");
+      for (uint32_t i = 0; i < in.size() + out.size(); ++i) {
+        int32_t b = i < in.size() ? in.Get(i) : out.Get(i - in.size());
+        if (Buf(b).size() != kernel.arg_bytes()->Get(i))
+          return ShapeError(where, BufferName(plan_, b) + " has " + Str(Buf(b).size()) +
+                                       " bytes, kernel '" + kernel.name()->str() +
+                                       "' argument " + Str(i) + " needs " +
+                                       Str(kernel.arg_bytes()->Get(i)));
+      }
+      return Status::Ok();
+    }
+  }
+  return Fail(ErrorCode::kPlanBadValue, where + ": unknown opcode");
+}
+
+Status CommandChecker::Check(const fb::Command& command, const std::string& where) {
+  if (command.op() > fb::Opcode::MAX)
+    return Fail(ErrorCode::kPlanBadValue,
+                where + ": unknown opcode " + Str(static_cast<int>(command.op())));
+  RETURN_IF_ERROR(CheckIndices(command.inputs(), "input", where));
+  RETURN_IF_ERROR(CheckIndices(command.outputs(), "output", where));
+  if (command.outputs()->size() == 0)
+    return Fail(ErrorCode::kPlanBadIndex, where + ": has no output");
+  RETURN_IF_ERROR(CheckShapes(command, where));
+  bool may_be_in_place = command.op() == fb::Opcode::Kernel &&
+                         plan_.kernels()->Get(command.kernel())->elementwise();
+  return CheckOverlap(command, may_be_in_place, where);
+}
+
+uint64_t RegionSize(const fb::Plan& plan, fb::Region region) {
+  switch (region) {
+    case fb::Region::Arena: return plan.arena_size();
+    case fb::Region::State: return plan.state_size();
+    case fb::Region::Constant: return plan.constant_size();
+  }
+  return 0;
+}
+
+Status CheckBuffers(const fb::Plan& plan, const LoaderLimits& limits) {
+  for (uint32_t i = 0; i < plan.buffers()->size(); ++i) {
+    const fb::Buffer* b = plan.buffers()->Get(i);
+    std::string where = BufferName(plan, i);
+    if (b->dtype() < fb::DType::MIN || b->dtype() > fb::DType::MAX)
+      return Fail(ErrorCode::kPlanBadValue, where + ": unknown dtype");
+    if (b->region() < fb::Region::MIN || b->region() > fb::Region::MAX)
+      return Fail(ErrorCode::kPlanBadValue, where + ": unknown region");
+    if (b->shape() == nullptr || b->shape()->size() > limits.max_rank)
+      return Fail(ErrorCode::kPlanBadShape, where + ": needs a shape of rank <= " +
+                                                Str(limits.max_rank));
+    uint64_t elements = 1;
+    for (int64_t dim : *b->shape()) {
+      if (dim < 1)
+        return Fail(ErrorCode::kPlanBadShape,
+                    where + ": dimension " + Str(dim) + " is not positive");
+      if (__builtin_mul_overflow(elements, static_cast<uint64_t>(dim), &elements) ||
+          elements > (uint64_t{1} << 62))
+        return Fail(ErrorCode::kPlanBadShape, where + ": too many elements");
+    }
+    if (elements * DTypeBytes(b->dtype()) != b->size())
+      return Fail(ErrorCode::kPlanBadShape,
+                  where + ": size " + Str(b->size()) + " does not match its shape");
+    uint64_t end;
+    if (__builtin_add_overflow(b->offset(), b->size(), &end))
+      return Fail(ErrorCode::kPlanOffsetOverflow,
+                  where + ": offset " + Str(b->offset()) + " + size " + Str(b->size()) +
+                      " overflows 64 bits");
+    if (end > RegionSize(plan, b->region()))
+      return Fail(ErrorCode::kPlanBufferOutOfRange,
+                  where + ": ends at " + Str(end) + ", past its region's " +
+                      Str(RegionSize(plan, b->region())) + " bytes");
+  }
+  return Status::Ok();
+}
+
+Status CheckBufferRef(const fb::Plan& plan, int32_t index, fb::Region region,
+                      const std::string& where) {
+  if (index < 0 || static_cast<uint32_t>(index) >= plan.buffers()->size())
+    return Fail(ErrorCode::kPlanBadIndex, where + ": buffer " + Str(index) +
+                                              " outside [0, " +
+                                              Str(plan.buffers()->size()) + ")");
+  if (plan.buffers()->Get(index)->region() != region)
+    return Fail(ErrorCode::kPlanBadValue,
+                where + ": " + BufferName(plan, index) + " is in the wrong region");
+  return Status::Ok();
+}
+
+}  // namespace
+
+uint64_t DTypeBytes(fb::DType dtype) {
+  switch (dtype) {
+    case fb::DType::F32: case fb::DType::I32: return 4;
+    case fb::DType::F16: case fb::DType::BF16: return 2;
+    case fb::DType::I64: return 8;
+    case fb::DType::I1: return 1;
+  }
+  return 0;
+}
+
+Status CheckPlanSemantics(const fb::Plan& plan, const LoaderLimits& limits) {
+  if (plan.version() == 0 || plan.version() > kPlanSchemaVersion)
+    return Fail(ErrorCode::kPlanUnsupportedVersion,
+                "plan schema version " + Str(plan.version()) + " (this runtime reads " +
+                    Str(kPlanSchemaVersion) + ")");
+  if (plan.buffers() == nullptr || plan.programs() == nullptr)
+    return Fail(ErrorCode::kPlanMalformed, "plan has no buffers or no programs");
+  for (uint64_t size : {plan.arena_size(), plan.state_size(), plan.constant_size()})
+    if (size > limits.max_region_bytes)
+      return Fail(ErrorCode::kPlanBufferOutOfRange,
+                  "a region of " + Str(size) + " bytes exceeds the limit of " +
+                      Str(limits.max_region_bytes));
+  RETURN_IF_ERROR(CheckBuffers(plan, limits));
+
+  if (plan.states())
+    for (uint32_t i = 0; i < plan.states()->size(); ++i) {
+      const fb::State* s = plan.states()->Get(i);
+      std::string where = "state " + Str(i);
+      RETURN_IF_ERROR(CheckBufferRef(plan, s->buffer(), fb::Region::State, where));
+      if (s->init() < fb::Initializer::MIN || s->init() > fb::Initializer::MAX)
+        return Fail(ErrorCode::kPlanBadValue, where + ": unknown initializer");
+    }
+  if (plan.constants())
+    for (uint32_t i = 0; i < plan.constants()->size(); ++i) {
+      const fb::Constant* c = plan.constants()->Get(i);
+      std::string where = "constant " + Str(i);
+      RETURN_IF_ERROR(CheckBufferRef(plan, c->buffer(), fb::Region::Constant, where));
+      if (c->data() == nullptr || c->data()->size() != plan.buffers()->Get(c->buffer())->size())
+        return Fail(ErrorCode::kPlanBadShape, where + ": data does not fill its buffer");
+    }
+  if (plan.kernels())
+    for (uint32_t i = 0; i < plan.kernels()->size(); ++i) {
+      const fb::Kernel* k = plan.kernels()->Get(i);
+      std::string where = "kernel " + Str(i);
+      if (k->name() == nullptr || k->name()->size() == 0)
+        return Fail(ErrorCode::kPlanBadValue, where + ": has no name");
+      if (k->num_inputs() < 0 || k->num_outputs() < 1 || k->arg_bytes() == nullptr ||
+          static_cast<int64_t>(k->arg_bytes()->size()) != k->num_inputs() + k->num_outputs())
+        return Fail(ErrorCode::kPlanBadValue, where + ": inconsistent arity");
+    }
+  if (plan.binaries())
+    for (uint32_t i = 0; i < plan.binaries()->size(); ++i) {
+      const fb::KernelBinary* b = plan.binaries()->Get(i);
+      if (b->target() > fb::Target::MAX || b->format() > fb::BinaryFormat::MAX ||
+          b->target() < fb::Target::MIN || b->format() < fb::BinaryFormat::MIN ||
+          b->data() == nullptr || b->symbols() == nullptr)
+        return Fail(ErrorCode::kPlanBadValue, "binary " + Str(i) + ": malformed");
+    }
+
+  CommandChecker checker(plan, limits);
+  for (uint32_t p = 0; p < plan.programs()->size(); ++p) {
+    const fb::Program* program = plan.programs()->Get(p);
+    std::string name = program->name() ? program->name()->str() : Str(p);
+    if (program->commands() == nullptr || program->inputs() == nullptr ||
+        program->outputs() == nullptr)
+      return Fail(ErrorCode::kPlanMalformed, "program '" + name + "' is incomplete");
+    for (auto* list : {program->inputs(), program->outputs()})
+      for (int32_t index : *list)
+        if (index < 0 || static_cast<uint32_t>(index) >= plan.buffers()->size())
+          return Fail(ErrorCode::kPlanBadIndex, "program '" + name + "': I/O buffer " +
+                                                    Str(index) + " out of range");
+    for (uint32_t c = 0; c < program->commands()->size(); ++c) {
+      const fb::Command* command = program->commands()->Get(c);
+      std::string where = "program '" + name + "' command " + Str(c);
+      if (command->location() && command->location()->size())
+        where += " (" + command->location()->str() + ")";
+      RETURN_IF_ERROR(checker.Check(*command, where));
+    }
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::unique_ptr<Plan>> Plan::FromBytes(std::vector<uint8_t> bytes,
+                                                const LoaderLimits& limits) {
+  // A FlatBuffer starts with a 4-byte root offset and the 4-byte identifier.
+  if (bytes.size() < 8)
+    return Fail(ErrorCode::kPlanTooSmall,
+                "plan is " + Str(bytes.size()) + " bytes; a plan has at least 8");
+  if (bytes.size() > limits.max_file_bytes)
+    return Fail(ErrorCode::kPlanMalformed, "plan is larger than " +
+                                               Str(limits.max_file_bytes) + " bytes");
+  if (!fb::PlanBufferHasIdentifier(bytes.data()))
+    return Fail(ErrorCode::kPlanWrongIdentifier,
+                "not a graphc plan (file identifier is not \"GPLN\")");
+  std::unique_ptr<Plan> plan(new Plan(std::move(bytes)));
+  flatbuffers::Verifier verifier(plan->bytes_.data(), plan->bytes_.size(),
+                                 limits.max_depth, limits.max_tables);
+  if (!fb::VerifyPlanBuffer(verifier))
+    return Fail(ErrorCode::kPlanMalformed,
+                "FlatBuffers verification failed (truncated or corrupt plan)");
+  plan->root_ = fb::GetPlan(plan->bytes_.data());
+  Status status = CheckPlanSemantics(*plan->root_, limits);
+  if (!status.ok()) return status;
+  return plan;
+}
+
+StatusOr<std::unique_ptr<Plan>> Plan::FromFile(const std::string& path,
+                                               const LoaderLimits& limits) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    return Fail(ErrorCode::kIo, "cannot open plan '" + path + "'");
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
+  if (in.bad())
+    return Fail(ErrorCode::kIo, "cannot read plan '" + path + "'");
+  StatusOr<std::unique_ptr<Plan>> plan = FromBytes(std::move(bytes), limits);
+  if (!plan.ok())
+    return Status(plan.status().code(), path + ": " + plan.status().message());
+  return plan;
+}
+
+Status Plan::CheckTarget(fb::Target target) const {
+  const fb::KernelBinary* binary = nullptr;
+  if (root_->binaries())
+    for (const fb::KernelBinary* b : *root_->binaries())
+      if (b->target() == target) binary = b;
+  std::string name = fb::EnumNameTarget(target);
+  bool launches = false;
+  for (const fb::Program* program : *root_->programs())
+    for (const fb::Command* command : *program->commands()) {
+      if (command->op() != fb::Opcode::Kernel) continue;
+      launches = true;
+      std::string kernel = root_->kernels()->Get(command->kernel())->name()->str();
+      if (binary == nullptr)
+        return Fail(ErrorCode::kPlanMissingKernel,
+                    "the plan has no kernel binary for target " + name);
+      bool found = false;
+      for (const flatbuffers::String* symbol : *binary->symbols())
+        if (symbol->str() == kernel) found = true;
+      if (!found)
+        return Fail(ErrorCode::kPlanMissingKernel,
+                    "kernel '" + kernel + "' is missing from the " + name + " binary");
+    }
+  (void)launches;
+  return Status::Ok();
+}
+
+}  // namespace graphc::runtime

@@ -1,0 +1,270 @@
+// Crafted plans, one per class of bad input the loader must refuse with a named
+// error (the classes behind TFLite's loader CVEs), plus the valid plan they are
+// all mutated from.
+
+#include "runtime/plan/plan_loader.h"
+
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace graphc::runtime {
+namespace {
+
+struct BufferSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+  fb::Region region = fb::Region::Arena;
+  uint64_t offset = 0;
+  int64_t size = -1;  // -1: from the shape
+};
+
+struct CommandSpec {
+  fb::Opcode op = fb::Opcode::Copy;
+  std::vector<int32_t> inputs, outputs, in_place;
+  int32_t kernel = -1;
+  std::vector<int64_t> strides = {1, 1}, padding = {0, 0, 0, 0}, dilations = {1, 1};
+  int64_t groups = 1;
+};
+
+// A small valid plan: x[2x3x4x4] conv w[5x3x3x3] -> y[2x5x2x2] (arena and
+// state), a relu-like elementwise kernel over y in place, a copy, a gemm.
+struct PlanSpec {
+  uint32_t version = kPlanSchemaVersion;
+  std::string identifier = "GPLN";
+  uint64_t arena_size = 4096, state_size = 1024, constant_size = 64;
+  std::vector<BufferSpec> buffers = {
+      {"x", {2, 3, 4, 4}, fb::Region::Arena, 0},        // 0: 384 bytes
+      {"w", {5, 3, 3, 3}, fb::Region::State, 0},        // 1: 540 bytes
+      {"y", {2, 5, 2, 2}, fb::Region::Arena, 512},      // 2: 160 bytes
+      {"y2", {2, 5, 2, 2}, fb::Region::Arena, 1024},    // 3: 160 bytes
+      {"a", {2, 4}, fb::Region::Arena, 2048},           // 4: 32 bytes
+      {"b", {4, 3}, fb::Region::Constant, 0},           // 5: 48 bytes
+      {"c", {2, 3}, fb::Region::Arena, 2112},           // 6: 24 bytes
+  };
+  std::vector<CommandSpec> commands = {
+      {fb::Opcode::Conv2d, {0, 1}, {2}, {}, -1, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1},
+      {fb::Opcode::Kernel, {2}, {2}, {0}, 0},
+      {fb::Opcode::Copy, {2}, {3}},
+      {fb::Opcode::Gemm, {4, 5}, {6}},
+  };
+  std::vector<int32_t> program_inputs = {0, 4}, program_outputs = {3, 6};
+  int32_t state_buffer = 1;
+  int32_t constant_buffer = 5;
+  std::vector<uint64_t> kernel_arg_bytes = {160, 160};
+  std::vector<std::string> binary_symbols = {"k0"};
+
+  std::vector<uint8_t> Build() const {
+    flatbuffers::FlatBufferBuilder fbb;
+    std::vector<flatbuffers::Offset<fb::Buffer>> buffer_offsets;
+    for (const BufferSpec& b : buffers) {
+      int64_t elements = 1;
+      for (int64_t d : b.shape) elements *= d;
+      uint64_t size = b.size >= 0 ? b.size : elements * 4;
+      buffer_offsets.push_back(fb::CreateBuffer(fbb, fbb.CreateString(b.name),
+                                                fb::DType::F32, fbb.CreateVector(b.shape),
+                                                b.region, b.offset, size));
+    }
+    std::vector<flatbuffers::Offset<fb::Command>> command_offsets;
+    for (const CommandSpec& c : commands) {
+      auto conv = fb::CreateConvAttrs(fbb, fbb.CreateVector(c.strides),
+                                      fbb.CreateVector(c.padding),
+                                      fbb.CreateVector(c.dilations), c.groups);
+      command_offsets.push_back(fb::CreateCommand(
+          fbb, c.op, fbb.CreateVector(c.inputs), fbb.CreateVector(c.outputs),
+          fbb.CreateVector(c.in_place), c.kernel, conv, fb::CreateGemmAttrs(fbb), 0,
+          fbb.CreateString("test.mlir:1:1")));
+    }
+    std::vector<flatbuffers::Offset<fb::Program>> programs = {fb::CreateProgram(
+        fbb, fbb.CreateString("train_step"), fbb.CreateVector(program_inputs),
+        fbb.CreateVector(program_outputs), fbb.CreateVector(command_offsets), arena_size)};
+    std::vector<flatbuffers::Offset<fb::State>> states = {
+        fb::CreateState(fbb, state_buffer, fb::Initializer::KaimingNormal, 0, true)};
+    std::vector<uint8_t> constant_data(48, 0);
+    std::vector<flatbuffers::Offset<fb::Constant>> constants = {
+        fb::CreateConstant(fbb, constant_buffer, fbb.CreateVector(constant_data))};
+    std::vector<std::string> ops = {"nn.relu"};
+    std::vector<flatbuffers::Offset<fb::Kernel>> kernels = {fb::CreateKernel(
+        fbb, fbb.CreateString("k0"), fbb.CreateVectorOfStrings(ops), 1, 1, true,
+        fbb.CreateVector(kernel_arg_bytes))};
+    std::vector<uint8_t> code = {0x7f, 'E', 'L', 'F'};
+    std::vector<flatbuffers::Offset<fb::KernelBinary>> binaries = {fb::CreateKernelBinary(
+        fbb, fb::Target::CpuX86_64, fb::BinaryFormat::ElfSharedObject,
+        fbb.CreateString("x86-64"), fbb.CreateVector(code),
+        fbb.CreateVectorOfStrings(binary_symbols))};
+    std::vector<fb::Target> targets = {fb::Target::CpuX86_64};
+    auto plan = fb::CreatePlan(
+        fbb, version, fbb.CreateString("test"), 2, fbb.CreateString("fp32"), false,
+        fbb.CreateVector(targets), arena_size, state_size, constant_size, 0,
+        fbb.CreateVector(buffer_offsets), fbb.CreateVector(states),
+        fbb.CreateVector(constants), fbb.CreateVector(kernels), fbb.CreateVector(binaries),
+        fbb.CreateVector(programs));
+    fbb.Finish(plan, identifier.c_str());
+    return std::vector<uint8_t>(fbb.GetBufferPointer(),
+                                fbb.GetBufferPointer() + fbb.GetSize());
+  }
+};
+
+ErrorCode LoadError(const std::vector<uint8_t>& bytes) {
+  StatusOr<std::unique_ptr<Plan>> plan = Plan::FromBytes(bytes);
+  return plan.ok() ? ErrorCode::kOk : plan.status().code();
+}
+
+ErrorCode LoadError(const PlanSpec& spec) { return LoadError(spec.Build()); }
+
+TEST(PlanLoaderTest, ValidPlanLoads) {
+  StatusOr<std::unique_ptr<Plan>> plan = Plan::FromBytes(PlanSpec().Build());
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ((*plan)->root().buffers()->size(), 7u);
+  EXPECT_TRUE((*plan)->CheckTarget(fb::Target::CpuX86_64).ok());
+}
+
+TEST(PlanLoaderTest, TruncatedFileIsMalformed) {
+  std::vector<uint8_t> bytes = PlanSpec().Build();
+  for (size_t keep : {bytes.size() / 2, bytes.size() - 1, size_t{64}}) {
+    std::vector<uint8_t> truncated(bytes.begin(), bytes.begin() + keep);
+    EXPECT_EQ(LoadError(truncated), ErrorCode::kPlanMalformed) << keep;
+  }
+}
+
+TEST(PlanLoaderTest, EightByteFileIsMalformedAndShorterIsTooSmall) {
+  std::vector<uint8_t> bytes = PlanSpec().Build();
+  EXPECT_EQ(LoadError(std::vector<uint8_t>(bytes.begin(), bytes.begin() + 8)),
+            ErrorCode::kPlanMalformed);
+  EXPECT_EQ(LoadError(std::vector<uint8_t>(bytes.begin(), bytes.begin() + 7)),
+            ErrorCode::kPlanTooSmall);
+  EXPECT_EQ(LoadError(std::vector<uint8_t>()), ErrorCode::kPlanTooSmall);
+}
+
+TEST(PlanLoaderTest, WrongIdentifier) {
+  PlanSpec spec;
+  spec.identifier = "TFL3";
+  EXPECT_EQ(LoadError(spec), ErrorCode::kPlanWrongIdentifier);
+}
+
+TEST(PlanLoaderTest, NewerOrZeroVersionIsRefused) {
+  PlanSpec spec;
+  spec.version = kPlanSchemaVersion + 1;
+  EXPECT_EQ(LoadError(spec), ErrorCode::kPlanUnsupportedVersion);
+  spec.version = 0;
+  EXPECT_EQ(LoadError(spec), ErrorCode::kPlanUnsupportedVersion);
+}
+
+TEST(PlanLoaderTest, IndexMinusOneAndOutOfRange) {
+  for (int32_t bad : {-1, 7, std::numeric_limits<int32_t>::max()}) {
+    PlanSpec input;
+    input.commands[2].inputs = {bad};
+    EXPECT_EQ(LoadError(input), ErrorCode::kPlanBadIndex) << bad;
+    PlanSpec output;
+    output.commands[0].outputs = {bad};
+    EXPECT_EQ(LoadError(output), ErrorCode::kPlanBadIndex) << bad;
+    PlanSpec state;
+    state.state_buffer = bad;
+    EXPECT_EQ(LoadError(state), ErrorCode::kPlanBadIndex) << bad;
+    PlanSpec kernel;
+    kernel.commands[1].kernel = bad;
+    EXPECT_EQ(LoadError(kernel), ErrorCode::kPlanBadIndex) << bad;
+  }
+}
+
+TEST(PlanLoaderTest, MissingBuffer) {
+  PlanSpec spec;
+  spec.program_outputs = {3, 6, 9};
+  EXPECT_EQ(LoadError(spec), ErrorCode::kPlanBadIndex);
+  PlanSpec no_output;
+  no_output.commands[2].outputs = {};
+  EXPECT_EQ(LoadError(no_output), ErrorCode::kPlanBadIndex);
+}
+
+TEST(PlanLoaderTest, SameBufferAsInputAndOutput) {
+  PlanSpec copy;
+  copy.commands[2].outputs = {2};
+  EXPECT_EQ(LoadError(copy), ErrorCode::kPlanAliasedOperands);
+  // An elementwise kernel over its input is fine only when declared in place.
+  PlanSpec undeclared;
+  undeclared.commands[1].in_place = {};
+  EXPECT_EQ(LoadError(undeclared), ErrorCode::kPlanAliasedOperands);
+  // Partial overlap through another buffer at an overlapping offset.
+  PlanSpec overlapping;
+  overlapping.buffers[3].offset = 600;
+  EXPECT_EQ(LoadError(overlapping), ErrorCode::kPlanAliasedOperands);
+  // A library op cannot be declared in place.
+  PlanSpec library;
+  library.commands[3].in_place = {0};
+  EXPECT_EQ(LoadError(library), ErrorCode::kPlanAliasedOperands);
+}
+
+TEST(PlanLoaderTest, OffsetPlusSizeOverflows) {
+  PlanSpec spec;
+  spec.buffers[2].offset = std::numeric_limits<uint64_t>::max() - 16;
+  EXPECT_EQ(LoadError(spec), ErrorCode::kPlanOffsetOverflow);
+}
+
+TEST(PlanLoaderTest, BufferOutsideItsRegion) {
+  PlanSpec spec;
+  spec.buffers[1].offset = 600;  // state region is 1024 bytes, w is 540
+  EXPECT_EQ(LoadError(spec), ErrorCode::kPlanBufferOutOfRange);
+  PlanSpec huge;
+  huge.arena_size = uint64_t{1} << 50;
+  EXPECT_EQ(LoadError(huge), ErrorCode::kPlanBufferOutOfRange);
+}
+
+TEST(PlanLoaderTest, ZeroOrNegativeChannelCount) {
+  for (int64_t channels : {0, -3}) {
+    PlanSpec spec;
+    spec.buffers[1].shape = {5, channels, 3, 3};
+    spec.buffers[1].size = 0;
+    EXPECT_EQ(LoadError(spec), ErrorCode::kPlanBadShape) << channels;
+  }
+  PlanSpec groups;
+  groups.commands[0].groups = 0;
+  EXPECT_EQ(LoadError(groups), ErrorCode::kPlanBadValue);
+}
+
+TEST(PlanLoaderTest, ShapesInconsistentWithTheOp) {
+  PlanSpec conv;
+  conv.commands[0].strides = {2, 2};  // y would be 2x5x1x1
+  EXPECT_EQ(LoadError(conv), ErrorCode::kPlanBadShape);
+  PlanSpec size;
+  size.buffers[4].size = 16;  // declared smaller than its shape
+  EXPECT_EQ(LoadError(size), ErrorCode::kPlanBadShape);
+  PlanSpec kernel;
+  kernel.kernel_arg_bytes = {160, 320};  // the kernel would write past y
+  EXPECT_EQ(LoadError(kernel), ErrorCode::kPlanBadShape);
+}
+
+TEST(PlanLoaderTest, KernelMissingForTheDevice) {
+  StatusOr<std::unique_ptr<Plan>> plan = Plan::FromBytes(PlanSpec().Build());
+  ASSERT_TRUE(plan.ok());
+  Status cuda = (*plan)->CheckTarget(fb::Target::CudaSm90);
+  EXPECT_EQ(cuda.code(), ErrorCode::kPlanMissingKernel);
+  EXPECT_NE(cuda.message().find("CudaSm90"), std::string::npos) << cuda.message();
+
+  PlanSpec spec;
+  spec.binary_symbols = {"k1"};
+  StatusOr<std::unique_ptr<Plan>> missing = Plan::FromBytes(spec.Build());
+  ASSERT_TRUE(missing.ok());
+  EXPECT_EQ((*missing)->CheckTarget(fb::Target::CpuX86_64).code(),
+            ErrorCode::kPlanMissingKernel);
+}
+
+TEST(PlanLoaderTest, ErrorsNameTheirClassAndPlace) {
+  PlanSpec spec;
+  spec.commands[2].inputs = {-1};
+  StatusOr<std::unique_ptr<Plan>> plan = Plan::FromBytes(spec.Build());
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().ToString(),
+            "error[plan-bad-index]: program 'train_step' command 2 (test.mlir:1:1): "
+            "input 0 is buffer -1, outside [0, 7)");
+}
+
+TEST(PlanLoaderTest, MissingFileIsAnIoError) {
+  StatusOr<std::unique_ptr<Plan>> plan = Plan::FromFile("/nonexistent/plan.fb");
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().code(), ErrorCode::kIo);
+}
+
+}  // namespace
+}  // namespace graphc::runtime

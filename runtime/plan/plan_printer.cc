@@ -1,0 +1,140 @@
+// `graphrun inspect`: metadata, memory, kernels, commands and state of a plan.
+
+#include "runtime/plan/plan_printer.h"
+
+#include <iomanip>
+#include <sstream>
+#include <map>
+#include <string>
+
+namespace graphc::runtime {
+namespace {
+
+std::string MiB(uint64_t bytes) {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(2) << bytes / (1024.0 * 1024.0) << " MiB";
+  return os.str();
+}
+
+std::string ShapeOf(const fb::Buffer& b) {
+  std::string s = fb::EnumNameDType(b.dtype());
+  s += "[";
+  for (uint32_t i = 0; i < b.shape()->size(); ++i)
+    s += (i ? "x" : "") + std::to_string(b.shape()->Get(i));
+  return s + "]";
+}
+
+std::string NameOf(const fb::Plan& plan, int32_t index) {
+  const fb::Buffer* b = plan.buffers()->Get(index);
+  return b->name() ? b->name()->str() : "#" + std::to_string(index);
+}
+
+std::string List(const fb::Plan& plan, const flatbuffers::Vector<int32_t>& indices) {
+  std::string s;
+  for (uint32_t i = 0; i < indices.size(); ++i)
+    s += (i ? ", " : "") + NameOf(plan, indices.Get(i));
+  return s;
+}
+
+}  // namespace
+
+void PrintPlan(const Plan& loaded, const PrintOptions& options, std::ostream& os) {
+  const fb::Plan& plan = loaded.root();
+  auto str = [](const flatbuffers::String* s) { return s ? s->str() : std::string(); };
+  os << "plan: model " << str(plan.model()) << ", batch " << plan.batch_size()
+     << ", precision " << str(plan.precision()) << ", "
+     << (plan.fused() ? "fused" : "unfused") << ", schema v" << plan.version() << ", "
+     << loaded.file_size() << " bytes\n";
+  os << "targets:";
+  if (plan.binaries())
+    for (const fb::KernelBinary* b : *plan.binaries())
+      os << " " << fb::EnumNameTarget(b->target()) << " ("
+         << fb::EnumNameBinaryFormat(b->format()) << ", " << str(b->cpu()) << ", "
+         << b->data()->size() << " bytes)";
+  os << "\n";
+  uint64_t parameters = 0, parameter_tensors = 0;
+  if (plan.states())
+    for (const fb::State* s : *plan.states())
+      if (s->trainable()) {
+        ++parameter_tensors;
+        const fb::Buffer* b = plan.buffers()->Get(s->buffer());
+        parameters += b->size() / DTypeBytes(b->dtype());
+      }
+  os << "memory: arena " << plan.arena_size() << " bytes (" << MiB(plan.arena_size())
+     << ", peak of all programs), tensors without reuse " << plan.tensor_bytes() << " bytes ("
+     << MiB(plan.tensor_bytes()) << "), state " << plan.state_size() << " bytes ("
+     << MiB(plan.state_size()) << "), constants " << plan.constant_size() << " bytes\n";
+  os << "counts: " << plan.buffers()->size() << " buffers, "
+     << (plan.states() ? plan.states()->size() : 0) << " state tensors ("
+     << parameter_tensors << " parameters, " << parameters << " values), "
+     << (plan.constants() ? plan.constants()->size() : 0) << " constants, "
+     << (plan.kernels() ? plan.kernels()->size() : 0) << " kernels\n";
+  for (const fb::Program* program : *plan.programs()) {
+    std::map<std::string, int> by_op;
+    for (const fb::Command* c : *program->commands())
+      ++by_op[c->op() == fb::Opcode::Kernel
+                  ? std::string("kernel")
+                  : std::string(fb::EnumNameOpcode(c->op()))];
+    os << "program " << str(program->name()) << ": " << program->commands()->size()
+       << " commands (";
+    bool first = true;
+    for (const auto& [op, count] : by_op) {
+      os << (first ? "" : ", ") << count << " " << op;
+      first = false;
+    }
+    os << "), arena " << program->arena_size() << " bytes, inputs ["
+       << List(plan, *program->inputs()) << "], outputs [" << List(plan, *program->outputs())
+       << "]\n";
+  }
+
+  if (options.states && plan.states()) {
+    os << "\nstate:\n";
+    for (const fb::State* s : *plan.states()) {
+      const fb::Buffer* b = plan.buffers()->Get(s->buffer());
+      os << "  " << str(b->name()) << " " << ShapeOf(*b) << " = "
+         << fb::EnumNameInitializer(s->init());
+      if (s->init() == fb::Initializer::Constant || s->init() == fb::Initializer::Normal ||
+          s->init() == fb::Initializer::Uniform)
+        os << "(" << s->value() << ")";
+      os << (s->trainable() ? " trainable" : "") << " @" << b->offset() << "\n";
+    }
+  }
+  if (options.buffers) {
+    os << "\nbuffers:\n";
+    for (uint32_t i = 0; i < plan.buffers()->size(); ++i) {
+      const fb::Buffer* b = plan.buffers()->Get(i);
+      os << "  " << i << " " << str(b->name()) << " " << ShapeOf(*b) << " "
+         << fb::EnumNameRegion(b->region()) << " [" << b->offset() << ", "
+         << b->offset() + b->size() << ")\n";
+    }
+  }
+  if (options.kernels && plan.kernels()) {
+    os << "\nkernels:\n";
+    for (const fb::Kernel* k : *plan.kernels()) {
+      os << "  " << str(k->name()) << ":";
+      for (const flatbuffers::String* op : *k->ops()) os << " " << op->str();
+      os << " (" << k->num_inputs() << " in, " << k->num_outputs() << " out"
+         << (k->elementwise() ? ", elementwise" : "") << ")\n";
+    }
+  }
+  if (options.commands) {
+    for (const fb::Program* program : *plan.programs()) {
+      os << "\ncommands of " << str(program->name()) << ":\n";
+      uint32_t index = 0;
+      for (const fb::Command* c : *program->commands()) {
+        os << "  " << index++ << " ";
+        if (c->op() == fb::Opcode::Kernel)
+          os << "kernel " << str(plan.kernels()->Get(c->kernel())->name());
+        else
+          os << fb::EnumNameOpcode(c->op());
+        os << " [" << List(plan, *c->inputs()) << "] -> [" << List(plan, *c->outputs())
+           << "]";
+        if (c->in_place() && c->in_place()->size()) os << " in place";
+        if (c->location() && c->location()->size()) os << "  ; " << c->location()->str();
+        os << "\n";
+      }
+    }
+  }
+}
+
+}  // namespace graphc::runtime

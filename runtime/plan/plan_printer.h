@@ -1,0 +1,23 @@
+// Human-readable summary of a verified plan, for `graphrun inspect`.
+
+#ifndef GRAPHC_RUNTIME_PLAN_PLAN_PRINTER_H_
+#define GRAPHC_RUNTIME_PLAN_PLAN_PRINTER_H_
+
+#include <ostream>
+
+#include "runtime/plan/plan_loader.h"
+
+namespace graphc::runtime {
+
+struct PrintOptions {
+  bool buffers = true;
+  bool commands = true;
+  bool kernels = true;
+  bool states = true;
+};
+
+void PrintPlan(const Plan& plan, const PrintOptions& options, std::ostream& os);
+
+}  // namespace graphc::runtime
+
+#endif  // GRAPHC_RUNTIME_PLAN_PLAN_PRINTER_H_

@@ -1,0 +1,77 @@
+// Errors as values for the runtime (STYLE.md habit 9): every failure is a Status
+// with a named code that graphrun prints as one line before exiting with 1.
+
+#ifndef GRAPHC_RUNTIME_STATUS_H_
+#define GRAPHC_RUNTIME_STATUS_H_
+
+#include <cassert>
+#include <string>
+#include <utility>
+#include <variant>
+
+namespace graphc::runtime {
+
+enum class ErrorCode {
+  kOk = 0,
+  kIo,                     // a file cannot be read or written
+  kInvalidArgument,        // a bad flag or API argument
+  kPlanTooSmall,           // fewer bytes than a FlatBuffers header
+  kPlanWrongIdentifier,    // not a graphc plan ("GPLN")
+  kPlanMalformed,          // FlatBuffers verification failed: truncated or corrupt
+  kPlanUnsupportedVersion, // written by a newer (or unknown) compiler
+  kPlanBadIndex,           // an index outside the table it refers to
+  kPlanOffsetOverflow,     // offset + size overflows 64 bits
+  kPlanBufferOutOfRange,   // a buffer ends past its region
+  kPlanBadShape,           // a shape inconsistent with its op or its size
+  kPlanBadValue,           // an attribute or enum value out of range
+  kPlanAliasedOperands,    // an op reads and writes overlapping memory undeclared
+  kPlanMissingKernel,      // no binary for the device, or a kernel missing from it
+  kUnsupported,            // valid, but this build or device cannot run it
+  kBackend,                // the device or a library failed
+};
+
+// A stable, greppable name such as "plan-bad-index".
+const char* ErrorCodeName(ErrorCode code);
+
+class Status {
+ public:
+  Status() = default;
+  Status(ErrorCode code, std::string message)
+      : code_(code), message_(std::move(message)) {}
+  static Status Ok() { return Status(); }
+
+  bool ok() const { return code_ == ErrorCode::kOk; }
+  ErrorCode code() const { return code_; }
+  const std::string& message() const { return message_; }
+  // "error[plan-bad-index]: <message>"
+  std::string ToString() const;
+
+ private:
+  ErrorCode code_ = ErrorCode::kOk;
+  std::string message_;
+};
+
+template <typename T>
+class StatusOr {
+ public:
+  StatusOr(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  StatusOr(Status status) : value_(std::move(status)) {  // NOLINT
+    assert(!std::get<Status>(value_).ok());
+  }
+  bool ok() const { return std::holds_alternative<T>(value_); }
+  const Status& status() const {
+    static const Status kOk;
+    return ok() ? kOk : std::get<Status>(value_);
+  }
+  T& value() { return std::get<T>(value_); }
+  const T& value() const { return std::get<T>(value_); }
+  T& operator*() { return value(); }
+  T* operator->() { return &value(); }
+
+ private:
+  std::variant<T, Status> value_;
+};
+
+}  // namespace graphc::runtime
+
+#endif  // GRAPHC_RUNTIME_STATUS_H_
