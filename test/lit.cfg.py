@@ -18,4 +18,6 @@ config.substitutions.append(("%models", os.path.join(config.graphc_src_root, "mo
 config.substitutions.append(("%python", config.python_executable))
 llvm_config.with_environment("PATH", config.graphc_tools_dir, append_path=True)
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
-llvm_config.add_tool_substitutions(["graphc", "graphc-opt"], [config.graphc_tools_dir])
+llvm_config.add_tool_substitutions(["graphc", "graphc-opt", "graphrun"],
+                                   [config.graphc_tools_dir])
+llvm_config.add_tool_substitutions(["llvm-objdump"], [config.llvm_tools_dir])

@@ -1,0 +1,108 @@
+// RUN: graphc-opt %s -split-input-file -verify-diagnostics
+
+// Tests that a command operand must name a plan.buffer.
+plan.kernel @k0 ops ["nn.relu"] inputs 1 outputs 1 bytes [16, 16] elementwise
+plan.buffer @a : memref<4xf32> in arena
+plan.program @p inputs [] outputs [] {
+  // expected-error@+1 {{operand @nope is not a plan.buffer}}
+  plan.launch @k0 [@nope] -> [@a]
+}
+
+// -----
+
+// Tests that a launch matches its kernel's arity.
+plan.kernel @k0 ops ["nn.add"] inputs 2 outputs 1 bytes [16, 16, 16] elementwise
+plan.buffer @a : memref<4xf32> in arena
+plan.buffer @b : memref<4xf32> in arena
+plan.program @p inputs [] outputs [] {
+  // expected-error@+1 {{kernel @k0 takes 2 inputs and 1 outputs}}
+  plan.launch @k0 [@a] -> [@b]
+}
+
+// -----
+
+// Tests that a launch passes buffers of exactly the sizes the kernel was generated for.
+plan.kernel @k0 ops ["nn.relu"] inputs 1 outputs 1 bytes [16, 16] elementwise
+plan.buffer @a : memref<4xf32> in arena
+plan.buffer @b : memref<8xf32> in arena
+plan.program @p inputs [] outputs [] {
+  // expected-error@+1 {{argument 1 (@b) has 32 bytes, kernel @k0 expects 16}}
+  plan.launch @k0 [@a] -> [@b]
+}
+
+// -----
+
+// Tests that nothing writes a constant buffer.
+plan.buffer @a : memref<4xf32> in arena
+plan.buffer @c : memref<4xf32> in constant
+plan.program @p inputs [] outputs [] {
+  // expected-error@+1 {{writes constant buffer @c}}
+  plan.copy [@a] -> [@c]
+}
+
+// -----
+
+// Tests that an in_place entry names an input.
+plan.kernel @k0 ops ["nn.relu"] inputs 1 outputs 1 bytes [16, 16] elementwise
+plan.buffer @a : memref<4xf32> in arena
+plan.program @p inputs [] outputs [] {
+  // expected-error@+1 {{in_place entry 0 names no input}}
+  plan.launch @k0 [@a] -> [@a] in_place [3]
+}
+
+// -----
+
+// Tests that only elementwise kernels run in place.
+plan.kernel @k0 ops ["nn.reduce_sum"] inputs 1 outputs 1 bytes [16, 16]
+plan.buffer @a : memref<4xf32> in arena
+plan.program @p inputs [] outputs [] {
+  // expected-error@+1 {{runs in place but kernel @k0 is not elementwise}}
+  plan.launch @k0 [@a] -> [@a] in_place [0]
+}
+
+// -----
+
+// Tests that library calls never run in place.
+plan.buffer @a : memref<4x4xf32> in arena
+plan.buffer @b : memref<4x4xf32> in arena
+plan.program @p inputs [] outputs [] {
+  // expected-error@+1 {{library calls cannot run in place}}
+  plan.gemm [@a, @b] -> [@a] in_place [0]
+}
+
+// -----
+
+// Tests that a library call has its input count.
+plan.buffer @a : memref<4x4xf32> in arena
+plan.program @p inputs [] outputs [] {
+  // expected-error@+1 {{takes 2 to 3 inputs, got 1}}
+  plan.gemm [@a] -> [@a]
+}
+
+// -----
+
+// Tests that a copy joins buffers of one size.
+plan.buffer @a : memref<4xf32> in arena
+plan.buffer @b : memref<5xf32> in arena
+plan.program @p inputs [] outputs [] {
+  // expected-error@+1 {{copies between buffers of different sizes}}
+  plan.copy [@a] -> [@b]
+}
+
+// -----
+
+// Tests that buffers are contiguous.
+// expected-error@+1 {{needs a contiguous row-major (identity layout) memref}}
+plan.buffer @a : memref<4x4xf32, strided<[1, 4]>> in arena
+
+// -----
+
+// Tests that a buffer's element type can be stored.
+// expected-error@+1 {{element type 'f64' cannot be stored in a plan}}
+plan.buffer @a : memref<4xf64> in arena
+
+// -----
+
+// Tests that a kernel declares one byte size per argument.
+// expected-error@+1 {{needs one byte size per argument}}
+plan.kernel @k0 ops ["nn.add"] inputs 2 outputs 1 bytes [16, 16] elementwise

@@ -1,0 +1,78 @@
+// RUN: graphc-opt %s --graphc-lower-to-plan --split-input-file --verify-diagnostics | FileCheck %s
+
+// Tests the bufferization: state buffers and initializers, an arena buffer per
+// value, views as aliases, deduplicated constants and kernels, library calls,
+// a state written in place when nothing reads its old value later, and a copy
+// when something does.
+// CHECK-LABEL: plan.buffer @w : memref<4xf32> in state
+// CHECK-NEXT: plan.state @w = ones trainable
+// CHECK: plan.buffer @s : memref<4xf32> in state
+// CHECK-NEXT: plan.state @s = constant 5.000000e-01
+// CHECK: plan.buffer @train_step.input0 : memref<2x4xf32> in arena
+// CHECK: plan.buffer @train_step.input1 : memref<2xi32> in arena
+// CHECK: plan.constant @const0 = dense<2.000000e+00> : tensor<4xf32>
+// CHECK: plan.buffer @{{train_step.v[0-9]+}} : memref<8xf32> in arena alias @[[RELU:train_step.v[0-9]+]]
+// CHECK-NEXT: plan.buffer @[[VIEW:train_step.v[0-9]+]] : memref<2x4xf32> in arena alias @[[RELU]]
+// CHECK-NOT: plan.constant
+// CHECK: plan.program @train_step inputs [@train_step.input0, @train_step.input1] outputs [@{{train_step.v[0-9]+}}] {
+// CHECK-NEXT: plan.launch @[[BCAST:k[0-9]+]] [@w] -> [@[[B:train_step.v[0-9]+]]]
+// CHECK-NEXT: plan.launch @[[MUL:k[0-9]+]] [@train_step.input0, @[[B]]] -> [@[[M:train_step.v[0-9]+]]]
+// CHECK-NEXT: plan.launch @{{k[0-9]+}} [@[[M]]] -> [@[[RELU]]]
+// CHECK-NEXT: plan.launch @[[MUL]] [@[[RELU]], @[[B]]] -> [@{{train_step.v[0-9]+}}]
+// CHECK-NEXT: plan.gemm [@train_step.input0, @w2] -> [@{{train_step.v[0-9]+}}] {transpose_b}
+// CHECK-NEXT: plan.launch @[[ADD:k[0-9]+]] [@s, @const0] -> [@s] in_place [0]
+// CHECK-NEXT: plan.launch @{{k[0-9]+}} [@t, @const0] -> [@[[T2:train_step.v[0-9]+]]]
+// CHECK-NEXT: plan.launch @[[ADD]] [@t, @[[T2]]] -> [@{{train_step.v[0-9]+}}]
+// CHECK-NEXT: plan.copy [@[[T2]]] -> [@t]
+// CHECK-NEXT: plan.launch @{{k[0-9]+}} [@[[VIEW]], @train_step.input1]
+// CHECK: plan.kernel @[[BCAST]] ops ["nn.broadcast"] inputs 1 outputs 1 bytes [16, 32]
+// CHECK: plan.kernel @[[MUL]] ops ["nn.mul"] inputs 2 outputs 1 bytes [32, 32, 32] elementwise
+// CHECK: module @kernels {
+// CHECK: func.func @[[BCAST]](%{{.*}}: memref<4xf32>, %{{.*}}: memref<2x4xf32>)
+// CHECK: linalg.generic
+// CHECK: func.func @[[MUL]](%{{.*}}: memref<8xf32>, %{{.*}}: memref<8xf32>, %{{.*}}: memref<8xf32>)
+// CHECK-NOT: func.func @train_step
+// CHECK-NOT: nn.
+nn.parameter @w : tensor<4xf32> = ones
+nn.parameter @w2 : tensor<3x4xf32> = zeros
+nn.state @s : tensor<4xf32> = constant(0.5)
+nn.state @t : tensor<4xf32> = zeros
+func.func @train_step(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> tensor<f32> {
+  %w = nn.load @w : tensor<4xf32>
+  %b = nn.broadcast %w to %x dims [1] : tensor<4xf32>, tensor<2x4xf32>
+  %m = nn.mul %x, %b : tensor<2x4xf32>
+  %r = nn.relu %m : tensor<2x4xf32>
+  %m2 = nn.mul %r, %b : tensor<2x4xf32>
+  %w2 = nn.load @w2 : tensor<3x4xf32>
+  %g = nn.linear %x, %w2 : tensor<2x4xf32>, tensor<3x4xf32>
+  %c1 = nn.constant dense<2.0> : tensor<4xf32>
+  %s = nn.load @s : tensor<4xf32>
+  %s2 = nn.add %s, %c1 : tensor<4xf32>
+  nn.assign @s, %s2 : tensor<4xf32>
+  %c2 = nn.constant dense<2.0> : tensor<4xf32>
+  %t = nn.load @t : tensor<4xf32>
+  %t2 = nn.mul %t, %c2 : tensor<4xf32>
+  %u = nn.add %t, %t2 : tensor<4xf32>
+  nn.assign @t, %t2 : tensor<4xf32>
+  %f = nn.reshape %r shape [8] : tensor<2x4xf32>
+  %ff = nn.reshape %f shape [2, 4] : tensor<8xf32>
+  %l = nn.softmax_cross_entropy %ff, %y label_smoothing 0.0 : tensor<2x4xf32>, tensor<2xi32>
+  return %l : tensor<f32>
+}
+
+// -----
+
+// Tests that ops the autodiff phase should have decomposed are refused.
+func.func @train_step(%x: tensor<2x4xf32>) -> tensor<2x4xf32> {
+  // expected-error@+1 {{has no lowering to the plan}}
+  %y = nn.dropout %x rate 0.5 seed 1 : tensor<2x4xf32>
+  return %y : tensor<2x4xf32>
+}
+
+// -----
+
+// Tests that a module without a step function is refused.
+// expected-error@+1 {{nothing to lower: the module has no step function}}
+module {
+  nn.parameter @w : tensor<4xf32> = ones
+}
