@@ -6,6 +6,7 @@
 
 #include "runtime/plan/plan_loader.h"
 
+#include <cstdint>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -155,8 +156,19 @@ int64_t WindowOutput(int64_t in, int64_t window, int64_t stride, int64_t pad_beg
   return static_cast<int64_t>((padded - span) / stride + 1);
 }
 
+// FlatBuffers 2.0.8's Verifier checks a vector's 4-byte length field but not
+// that 8-byte elements after it are 8-byte aligned; reading them would be
+// undefined behaviour (the fuzzer found it), so every 8-byte vector is checked.
+template <typename T>
+bool Misaligned(const flatbuffers::Vector<T>* values) {
+  return values != nullptr &&
+         reinterpret_cast<uintptr_t>(values->data()) % alignof(T) != 0;
+}
+
 Status CheckAttrArray(const flatbuffers::Vector<int64_t>* values, uint32_t size,
                       int64_t minimum, const std::string& what, const std::string& where) {
+  if (Misaligned(values))
+    return Fail(ErrorCode::kPlanMalformed, where + ": " + what + " is misaligned");
   if (values == nullptr || values->size() != size)
     return Fail(ErrorCode::kPlanBadValue,
                 where + ": " + what + " needs " + Str(size) + " values");
@@ -359,6 +371,8 @@ Status CheckBuffers(const fb::Plan& plan, const LoaderLimits& limits) {
       return Fail(ErrorCode::kPlanBadValue, where + ": unknown dtype");
     if (b->region() < fb::Region::MIN || b->region() > fb::Region::MAX)
       return Fail(ErrorCode::kPlanBadValue, where + ": unknown region");
+    if (Misaligned(b->shape()))
+      return Fail(ErrorCode::kPlanMalformed, where + ": shape is misaligned");
     if (b->shape() == nullptr || b->shape()->size() > limits.max_rank)
       return Fail(ErrorCode::kPlanBadShape, where + ": needs a shape of rank <= " +
                                                 Str(limits.max_rank));
@@ -445,8 +459,10 @@ Status CheckPlanSemantics(const fb::Plan& plan, const LoaderLimits& limits) {
     for (uint32_t i = 0; i < plan.kernels()->size(); ++i) {
       const fb::Kernel* k = plan.kernels()->Get(i);
       std::string where = "kernel " + Str(i);
-      if (k->name() == nullptr || k->name()->size() == 0)
-        return Fail(ErrorCode::kPlanBadValue, where + ": has no name");
+      if (k->name() == nullptr || k->name()->size() == 0 || k->ops() == nullptr)
+        return Fail(ErrorCode::kPlanBadValue, where + ": has no name or no op list");
+      if (Misaligned(k->arg_bytes()))
+        return Fail(ErrorCode::kPlanMalformed, where + ": arg_bytes is misaligned");
       if (k->num_inputs() < 0 || k->num_outputs() < 1 || k->arg_bytes() == nullptr ||
           static_cast<int64_t>(k->arg_bytes()->size()) != k->num_inputs() + k->num_outputs())
         return Fail(ErrorCode::kPlanBadValue, where + ": inconsistent arity");

@@ -1,0 +1,43 @@
+#!/bin/bash
+# Builds the plan-loader fuzzer with clang (libFuzzer + ASan + UBSan) and runs
+# it for a bounded time, seeded with valid plans graphc compiles. Every file in
+# runtime/fuzz/regressions/ (inputs that once crashed it) is replayed first.
+#
+#   runtime/fuzz/run-fuzz.sh SOURCE_DIR BUILD_DIR SECONDS
+#
+# A crash makes the script fail and leaves the input in BUILD_DIR/fuzz/; copy it
+# into runtime/fuzz/regressions/ with the fix.
+set -euo pipefail
+src=$(cd "$1" && pwd)
+build=$(cd "$2" && pwd)
+seconds=$3
+
+cxx=$(command -v clang++-19 || command -v clang++ || true)
+if [[ -z "$cxx" ]]; then
+  echo "run-fuzz: SKIP: no clang++ (setup.sh installs clang-19)"
+  exit 77
+fi
+out=$build/fuzz
+mkdir -p "$out/corpus" "$out/artifacts"
+"$cxx" -std=c++17 -O1 -g -fno-omit-frame-pointer \
+  -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+  -I"$src" -I"$build/runtime" \
+  "$src/runtime/fuzz/plan_loader_fuzzer.cc" "$src/runtime/plan/plan_loader.cc" \
+  "$src/runtime/plan/plan_printer.cc" "$src/runtime/status.cc" \
+  -o "$out/plan_loader_fuzzer"
+
+"$build/bin/graphc" compile "$src/models/mnist_softmax.mlir" --batch-size 2 \
+  -o "$out/corpus/mnist_softmax.plan" > /dev/null
+"$build/bin/graphc" compile "$src/models/fmnist_cnn.mlir" --batch-size 2 \
+  -o "$out/corpus/fmnist_cnn.plan" > /dev/null
+
+regressions=("$src"/runtime/fuzz/regressions/*)
+if [[ -e "${regressions[0]}" ]]; then
+  "$out/plan_loader_fuzzer" "${regressions[@]}"
+fi
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
+"$out/plan_loader_fuzzer" -max_total_time="$seconds" -rss_limit_mb=2048 \
+  -artifact_prefix="$out/artifacts/" -print_final_stats=1 "$out/corpus" 2>&1 | tail -n 25
+status=${PIPESTATUS[0]}
+echo "run-fuzz: libFuzzer exited with $status after ${seconds}s"
+exit "$status"
