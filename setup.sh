@@ -14,10 +14,12 @@ PACKAGES=(
   # compiler: MLIR/LLVM 19, lit/FileCheck, and what LLVM's CMake package links
   libmlir-19-dev mlir-19-tools llvm-19-dev llvm-19-tools lld-19
   libzstd-dev zlib1g-dev libedit-dev libncurses-dev libxml2-dev libffi-dev
-  # build and test tools
+  # build and test tools (clang-19 + its runtime: libFuzzer, ASan, UBSan)
   cmake ninja-build g++ python3 googletest libgtest-dev libbenchmark-dev
+  clang-19 libclang-rt-19-dev
   # runtime: plan format, CPU kernels, multi-rank, data
-  flatbuffers-compiler libflatbuffers-dev libdnnl-dev openmpi-bin libopenmpi-dev
+  flatbuffers-compiler libflatbuffers-dev libcli11-dev libdnnl-dev openmpi-bin
+  libopenmpi-dev
   dataset-fashion-mnist
 )
 
@@ -55,9 +57,12 @@ case "${1:-run}" in
     build
     "$BUILD_DIR/bin/graphc" info models/resnet50.mlir --batch-size 32
     "$BUILD_DIR/bin/graphc" compile models/resnet50.mlir --batch-size 32 \
-      -o "$BUILD_DIR/resnet50.train_step.mlir"
-    echo "setup: compiled models/resnet50.mlir through every phase that exists" \
-         "(to @train_step and @eval_step); IR in $BUILD_DIR/resnet50.train_step.mlir"
+      -o "$BUILD_DIR/resnet50.plan"
+    "$BUILD_DIR/bin/graphrun" inspect "$BUILD_DIR/resnet50.plan" --no-buffers \
+      --no-commands --load-kernels=cpu
+    echo "setup: compiled models/resnet50.mlir to $BUILD_DIR/resnet50.plan and" \
+         "loaded its kernels on the CPU; training with it arrives with the CPU" \
+         "runtime (library calls through oneDNN)"
     ;;
   test)
     install_packages
