@@ -102,7 +102,7 @@ Value compare(OpBuilder &b, Location loc, nn::CmpPredicate predicate, Value x,
               Value y) {
   if (llvm::isa<FloatType>(x.getType())) {
     // Ordered predicates, except `ne`, so a NaN compares unequal to everything.
-    arith::CmpFPredicate p;
+    arith::CmpFPredicate p = arith::CmpFPredicate::OEQ;
     switch (predicate) {
     case nn::CmpPredicate::eq: p = arith::CmpFPredicate::OEQ; break;
     case nn::CmpPredicate::ne: p = arith::CmpFPredicate::UNE; break;
@@ -113,7 +113,7 @@ Value compare(OpBuilder &b, Location loc, nn::CmpPredicate predicate, Value x,
     }
     return b.create<arith::CmpFOp>(loc, p, x, y);
   }
-  arith::CmpIPredicate p;
+  arith::CmpIPredicate p = arith::CmpIPredicate::eq;
   switch (predicate) {
   case nn::CmpPredicate::eq: p = arith::CmpIPredicate::eq; break;
   case nn::CmpPredicate::ne: p = arith::CmpIPredicate::ne; break;

@@ -161,7 +161,7 @@ int64_t WindowOutput(int64_t in, int64_t window, int64_t stride, int64_t pad_beg
 // undefined behaviour (the fuzzer found it), so every 8-byte vector is checked.
 template <typename T>
 bool Misaligned(const flatbuffers::Vector<T>* values) {
-  return values != nullptr &&
+  return values != nullptr && values->size() != 0 &&
          reinterpret_cast<uintptr_t>(values->data()) % alignof(T) != 0;
 }
 

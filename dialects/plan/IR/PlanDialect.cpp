@@ -67,9 +67,11 @@ LogicalResult BufferOp::verify() {
 }
 
 LogicalResult KernelOp::verify() {
-  if (getNumInputs() < 0 || getNumOutputs() < 1)
+  int64_t numInputs = getNumInputsAttr().getInt();
+  int64_t numOutputs = getNumOutputsAttr().getInt();
+  if (numInputs < 0 || numOutputs < 1)
     return emitOpError("needs a non-negative input count and at least one output");
-  if (static_cast<int64_t>(getArgBytes().size()) != getNumInputs() + getNumOutputs())
+  if (static_cast<int64_t>(getArgBytes().size()) != numInputs + numOutputs)
     return emitOpError("needs one byte size per argument");
   return success();
 }
@@ -129,7 +131,8 @@ static LogicalResult verifyCommand(OpT op, SymbolTableCollection &symbols) {
     auto kernel = symbols.lookupNearestSymbolFrom<KernelOp>(op, op.getKernelAttr());
     if (!kernel)
       return op.emitOpError("kernel ") << op.getKernelAttr() << " is not a plan.kernel";
-    if (kernel.getNumInputs() != numInputs || kernel.getNumOutputs() != numOutputs)
+    if (kernel.getNumInputsAttr().getInt() != numInputs ||
+        kernel.getNumOutputsAttr().getInt() != numOutputs)
       return op.emitOpError("kernel ") << op.getKernelAttr() << " takes "
                                        << kernel.getNumInputs() << " inputs and "
                                        << kernel.getNumOutputs() << " outputs";
