@@ -183,7 +183,8 @@ LogicalResult LowerToPlanPass::lowerOp(Operation *op) {
     body.setSymName("kernel");
     std::string key;
     llvm::raw_string_ostream os(key);
-    body->print(os);
+    // Local scope: the default numbers values across the whole module, per call.
+    body->print(os, OpPrintingFlags().useLocalScope().assumeVerified());
     auto [it, inserted] = kernelByBody.try_emplace(os.str(), name);
     if (inserted) {
       body.setSymName(name);
