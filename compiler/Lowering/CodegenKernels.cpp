@@ -193,7 +193,6 @@ void CodegenKernelsPass::runOnOperation() {
     names.push_back(func.getSymName().str());
   if (!names.empty()) {
     OwningOpRef<ModuleOp> cpuModule(kernels.clone());
-    (*cpuModule)->setAttr(SymbolTable::getSymbolAttrName(), StringAttr());
     (*cpuModule)->removeAttr(SymbolTable::getSymbolAttrName());
     FailureOr<std::string> cpuBinary = compileCpu(*cpuModule, names);
     if (failed(cpuBinary))

@@ -212,7 +212,7 @@ void buildReduction(OpBuilder &b, Location loc, Value input, Value output,
   Type elem = inType.getElementType();
   unsigned rank = inType.getRank();
   Value init;
-  if (auto floatType = llvm::dyn_cast<FloatType>(elem))
+  if (llvm::isa<FloatType>(elem))
     init = isMax ? constFloat(b, loc, elem, -INFINITY) : constFloat(b, loc, elem, 0.0);
   else
     init = isMax ? constInt(b, loc, elem, std::numeric_limits<int64_t>::min())
@@ -647,7 +647,7 @@ KernelSignature emitDropoutMask(nn::DropoutMaskOp op, ModuleOp kernels, StringRe
       b.create<arith::MulIOp>(loc, step, k(b, loc, 0xD1B54A32D192ED03ull)));
   MLIRContext *ctx = b.getContext();
   buildGeneric(
-      b, loc, ValueRange{step}.take_front(0), func.getArgument(1),
+      b, loc, ValueRange{}, func.getArgument(1),
       {AffineMap::getMultiDimIdentityMap(1, ctx)}, {IteratorType::parallel},
       [&](OpBuilder &nb, Location l, ValueRange) -> SmallVector<Value> {
         Value index = nb.create<arith::IndexCastOp>(l, i64, nb.create<linalg::IndexOp>(l, 0));

@@ -47,13 +47,13 @@ private:
       name = it->second;
     }
   }
-  int64_t planProgram(plan::ProgramOp program);
+  int64_t planProgram(plan::ProgramOp program, SymbolTable &symbols);
 
   llvm::StringMap<plan::BufferOp> buffers;
   llvm::StringMap<StringRef> parent;
 };
 
-int64_t PlanMemoryPass::planProgram(plan::ProgramOp program) {
+int64_t PlanMemoryPass::planProgram(plan::ProgramOp program, SymbolTable &symbols) {
   // 1) Live intervals over the command order, per root buffer.
   llvm::MapVector<StringRef, Interval> intervals;
   auto isArena = [&](StringRef root) {
@@ -88,15 +88,13 @@ int64_t PlanMemoryPass::planProgram(plan::ProgramOp program) {
 
   // 2) In-place reuse: an elementwise kernel's output takes the place of a
   // same-sized input that dies at that command.
-  auto module = getOperation();
   index = 0;
   for (Operation &command : body) {
     auto launch = llvm::dyn_cast<plan::LaunchOp>(command);
     int64_t at = index++;
     if (!launch)
       continue;
-    auto kernel = SymbolTable::lookupNearestSymbolFrom<plan::KernelOp>(
-        module, launch.getKernelAttr());
+    auto kernel = symbols.lookup<plan::KernelOp>(launch.getKernel());
     if (!kernel || !kernel.getElementwise())
       continue;
     SmallVector<int64_t> inPlace(launch.getOutputs().size(), -1);
@@ -192,8 +190,9 @@ void PlanMemoryPass::runOnOperation() {
     }
 
   int64_t arenaSize = 0;
+  SymbolTable symbols(module);
   for (auto program : module.getOps<plan::ProgramOp>()) {
-    int64_t size = planProgram(program);
+    int64_t size = planProgram(program, symbols);
     program.setArenaSize(size);
     arenaSize = std::max(arenaSize, size);
   }

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <fstream>
 #include <iterator>
+#include <set>
 #include <sstream>
 
 namespace graphc::runtime {
@@ -544,23 +545,20 @@ Status Plan::CheckTarget(fb::Target target) const {
     for (const fb::KernelBinary* b : *root_->binaries())
       if (b->target() == target) binary = b;
   std::string name = fb::EnumNameTarget(target);
-  bool launches = false;
+  std::set<std::string> symbols;
+  if (binary != nullptr)
+    for (const flatbuffers::String* symbol : *binary->symbols()) symbols.insert(symbol->str());
   for (const fb::Program* program : *root_->programs())
     for (const fb::Command* command : *program->commands()) {
       if (command->op() != fb::Opcode::Kernel) continue;
-      launches = true;
-      std::string kernel = root_->kernels()->Get(command->kernel())->name()->str();
       if (binary == nullptr)
         return Fail(ErrorCode::kPlanMissingKernel,
                     "the plan has no kernel binary for target " + name);
-      bool found = false;
-      for (const flatbuffers::String* symbol : *binary->symbols())
-        if (symbol->str() == kernel) found = true;
-      if (!found)
+      std::string kernel = root_->kernels()->Get(command->kernel())->name()->str();
+      if (symbols.count(kernel) == 0)
         return Fail(ErrorCode::kPlanMissingKernel,
                     "kernel '" + kernel + "' is missing from the " + name + " binary");
     }
-  (void)launches;
   return Status::Ok();
 }
 
