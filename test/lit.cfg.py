@@ -21,3 +21,9 @@ llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 llvm_config.add_tool_substitutions(["graphc", "graphc-opt", "graphrun"],
                                    [config.graphc_tools_dir])
 llvm_config.add_tool_substitutions(["llvm-objdump"], [config.llvm_tools_dir])
+
+# ptxas (CUDA toolkit) assembles the generated PTX; no GPU is needed.
+ptxas = os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "ptxas")
+if os.path.exists(ptxas):
+    config.available_features.add("ptxas")
+    config.substitutions.append(("%ptxas", ptxas))

@@ -135,11 +135,29 @@ LogicalResult graphc::exportPlan(ModuleOp module, const PlanMetadata &metadata,
       StringRef data = binary.getData();
       auto target = static_cast<fb::Target>(binary.getTarget());
       targets.push_back(target);
+      flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<fb::GpuKernel>>> launches;
+      if (ArrayAttr perKernel = binary.getLaunchesAttr()) {
+        // The plan.binary verifier has checked the structure.
+        auto toVector = [&](DictionaryAttr launch, StringRef key) {
+          ArrayRef<int32_t> values = launch.getAs<DenseI32ArrayAttr>(key).asArrayRef();
+          return fbb.CreateVector(std::vector<uint32_t>(values.begin(), values.end()));
+        };
+        std::vector<flatbuffers::Offset<fb::GpuKernel>> kernelLaunches;
+        for (auto list : perKernel.getAsRange<ArrayAttr>()) {
+          std::vector<flatbuffers::Offset<fb::GpuLaunch>> entries;
+          for (auto launch : list.getAsRange<DictionaryAttr>())
+            entries.push_back(fb::CreateGpuLaunch(
+                fbb, fbb.CreateString(launch.getAs<StringAttr>("entry").str()),
+                toVector(launch, "grid"), toVector(launch, "block"), toVector(launch, "args")));
+          kernelLaunches.push_back(fb::CreateGpuKernel(fbb, fbb.CreateVector(entries)));
+        }
+        launches = fbb.CreateVector(kernelLaunches);
+      }
       binaries.push_back(fb::CreateKernelBinary(
           fbb, target, static_cast<fb::BinaryFormat>(binary.getFormat()),
           fbb.CreateString(binary.getCpu().str()),
           fbb.CreateVector(reinterpret_cast<const uint8_t *>(data.data()), data.size()),
-          fbb.CreateVectorOfStrings(symbols)));
+          fbb.CreateVectorOfStrings(symbols), launches));
     } else if (!llvm::isa<plan::ProgramOp>(op)) {
       return op.emitError("plan export: '") << op.getName() << "' is not part of a plan";
     }

@@ -1,6 +1,7 @@
-//===- CodegenKernels.cpp - kernel bodies to native code ------------------===//
+//===- CodegenKernels.cpp - kernel bodies to native code and PTX ----------===//
 //
-// Compiles `module @kernels` into a `plan.binary`:
+// Compiles `module @kernels` into a `plan.binary` per target. The PTX path is
+// in CodegenPtx.cpp. The CPU path:
 //  1) clone the bodies and lower them to the LLVM dialect (toolchain.md's
 //     pipeline; bare-pointer calling convention, since every shape is static);
 //  2) translate to LLVM IR and add `void graphc_kernel_<k>(void **buffers)` per
@@ -12,6 +13,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "compiler/Lowering/CodegenPtx.h"
 #include "compiler/Lowering/Passes.h"
 #include "mlir/Conversion/AffineToStandard/AffineToStandard.h"
 #include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
@@ -26,7 +28,10 @@
 #include "mlir/ExecutionEngine/OptUtils.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
+#include "mlir/Target/LLVM/NVVM/Target.h"
+#include "mlir/Target/LLVMIR/Dialect/GPU/GPUToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/NVVM/NVVMToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Export.h"
 #include "mlir/Transforms/Passes.h"
 #include "llvm/IR/IRBuilder.h"
@@ -53,6 +58,9 @@ namespace {
 
 constexpr llvm::StringLiteral kCpuTriple = "x86_64-unknown-linux-gnu";
 constexpr llvm::StringLiteral kEntryPrefix = "graphc_kernel_";
+/// The PTX targets of `targets=cuda`: Ampere and Hopper.
+constexpr std::pair<llvm::StringLiteral, plan::Target> kCudaChips[] = {
+    {"sm_80", plan::Target::cuda_sm80}, {"sm_90", plan::Target::cuda_sm90}};
 
 /// Removes a temporary file when it goes out of scope.
 struct TempFile {
@@ -67,8 +75,17 @@ class CodegenKernelsPass : public graphc::impl::CodegenKernelsBase<CodegenKernel
 public:
   using CodegenKernelsBase::CodegenKernelsBase;
   void runOnOperation() override;
+  void getDependentDialects(DialectRegistry &registry) const override {
+    CodegenKernelsBase::getDependentDialects(registry);
+    NVVM::registerNVVMTargetInterfaceExternalModels(registry);
+    registerBuiltinDialectTranslation(registry);
+    registerGPUDialectTranslation(registry);
+    registerLLVMDialectTranslation(registry);
+    registerNVVMDialectTranslation(registry);
+  }
 
 private:
+  LogicalResult dump(StringRef file, StringRef bytes);
   FailureOr<std::string> compileCpu(ModuleOp kernels, ArrayRef<std::string> names);
   LogicalResult lowerToLLVMDialect(ModuleOp kernels);
 };
@@ -179,8 +196,26 @@ FailureOr<std::string> CodegenKernelsPass::compileCpu(ModuleOp kernels,
   return (*bytes)->getBuffer().str();
 }
 
+LogicalResult CodegenKernelsPass::dump(StringRef file, StringRef bytes) {
+  if (dumpDir.empty())
+    return success();
+  llvm::SmallString<128> path(dumpDir);
+  llvm::sys::path::append(path, file);
+  std::error_code ec;
+  llvm::raw_fd_ostream out(path, ec);
+  if (ec)
+    return emitError(getOperation().getLoc(), "cannot write ") << path << ": " << ec.message();
+  out << bytes;
+  return success();
+}
+
 void CodegenKernelsPass::runOnOperation() {
   ModuleOp module = getOperation();
+  MLIRContext *context = &getContext();
+  if (targets != "cpu" && targets != "cuda" && targets != "all") {
+    emitError(module.getLoc(), "targets must be cpu, cuda or all, got '") << targets << "'";
+    return signalPassFailure();
+  }
   ModuleOp kernels;
   for (auto nested : module.getOps<ModuleOp>())
     if (nested.getSymName() == kKernelsModuleName)
@@ -191,29 +226,60 @@ void CodegenKernelsPass::runOnOperation() {
   std::vector<std::string> names;
   for (auto func : kernels.getOps<func::FuncOp>())
     names.push_back(func.getSymName().str());
-  if (!names.empty()) {
+  OpBuilder b(kernels);
+  SmallVector<StringRef> symbols(names.begin(), names.end());
+  if (!names.empty() && targets != "cuda") {
     OwningOpRef<ModuleOp> cpuModule(kernels.clone());
     (*cpuModule)->removeAttr(SymbolTable::getSymbolAttrName());
     FailureOr<std::string> cpuBinary = compileCpu(*cpuModule, names);
-    if (failed(cpuBinary))
+    if (failed(cpuBinary) || failed(dump("cpu_x86_64.so", *cpuBinary)))
       return signalPassFailure();
-    if (!dumpDir.empty()) {
-      llvm::SmallString<128> path(dumpDir);
-      llvm::sys::path::append(path, "cpu_x86_64.so");
-      std::error_code ec;
-      llvm::raw_fd_ostream out(path, ec);
-      if (ec) {
-        emitError(module.getLoc(), "cannot write ") << path << ": " << ec.message();
+    b.create<plan::BinaryOp>(
+        module.getLoc(), plan::TargetAttr::get(context, plan::Target::cpu_x86_64),
+        plan::BinaryFormatAttr::get(context, plan::BinaryFormat::elf_shared_object),
+        b.getStringAttr(cpu), b.getStrArrayAttr(symbols), b.getStringAttr(*cpuBinary),
+        ArrayAttr());
+  }
+  if (!names.empty() && targets != "cpu") {
+    OwningOpRef<ModuleOp> gpuModule(kernels.clone());
+    (*gpuModule)->removeAttr(SymbolTable::getSymbolAttrName());
+    SmallVector<std::string> chips;
+    for (auto [chip, target] : kCudaChips)
+      chips.push_back(chip.str());
+    FailureOr<PtxKernels> ptx = compilePtx(*gpuModule, names, chips, cudaPath);
+    if (failed(ptx))
+      return signalPassFailure();
+    SmallVector<Attribute> launches;
+    for (const auto &perKernel : ptx->launches) {
+      SmallVector<Attribute> list;
+      for (const GpuLaunch &launch : perKernel) {
+        auto dims = [&](const std::array<uint32_t, 3> &d) {
+          return b.getDenseI32ArrayAttr({static_cast<int32_t>(d[0]), static_cast<int32_t>(d[1]),
+                                         static_cast<int32_t>(d[2])});
+        };
+        SmallVector<int32_t> args(launch.args.begin(), launch.args.end());
+        list.push_back(b.getDictionaryAttr({
+            b.getNamedAttr("entry", b.getStringAttr(launch.entry)),
+            b.getNamedAttr("grid", dims(launch.grid)),
+            b.getNamedAttr("block", dims(launch.block)),
+            b.getNamedAttr("args", b.getDenseI32ArrayAttr(args)),
+        }));
+      }
+      launches.push_back(b.getArrayAttr(list));
+    }
+    for (auto [chip, target] : kCudaChips) {
+      auto it = llvm::find_if(ptx->ptx, [&](const auto &p) { return p.first == chip; });
+      if (it == ptx->ptx.end()) {
+        emitError(module.getLoc(), "no PTX was produced for ") << chip;
         return signalPassFailure();
       }
-      out << *cpuBinary;
+      if (failed(dump(("cuda_" + chip + ".ptx").str(), it->second)))
+        return signalPassFailure();
+      b.create<plan::BinaryOp>(
+          module.getLoc(), plan::TargetAttr::get(context, target),
+          plan::BinaryFormatAttr::get(context, plan::BinaryFormat::ptx), b.getStringAttr(chip),
+          b.getStrArrayAttr(symbols), b.getStringAttr(it->second), b.getArrayAttr(launches));
     }
-    OpBuilder b(kernels);
-    SmallVector<StringRef> symbols(names.begin(), names.end());
-    b.create<plan::BinaryOp>(
-        module.getLoc(), plan::TargetAttr::get(&getContext(), plan::Target::cpu_x86_64),
-        plan::BinaryFormatAttr::get(&getContext(), plan::BinaryFormat::elf_shared_object),
-        b.getStringAttr(cpu), b.getStrArrayAttr(symbols), b.getStringAttr(*cpuBinary));
   }
   kernels.erase();
 }

@@ -12,19 +12,33 @@
 include "mlir/Pass/PassBase.td"
 
 def CodegenKernels : Pass<"graphc-codegen-kernels", "::mlir::ModuleOp"> {
-  let summary = "Compiles the kernel bodies to an x86-64 shared object (and PTX)";
+  let summary = "Compiles the kernel bodies to an x86-64 shared object and PTX";
   let description = [{
-    Lowers `module @kernels` (linalg / scf on memrefs) to the LLVM dialect with
-    bare-pointer calling conventions, adds a `graphc_kernel_<name>(void **)`
-    entry point per kernel, optimizes at O3 for `cpu` with a real TargetMachine
-    (so the loop vectorizer runs), emits an object and links it into a shared
-    object with ld.lld. The result replaces the kernel bodies:
+    CPU (`targets` cpu or all): lowers `module @kernels` (linalg / scf on
+    memrefs) to the LLVM dialect with bare-pointer calling conventions, adds a
+    `graphc_kernel_<name>(void **)` entry point per kernel, optimizes at O3 for
+    `cpu` with a real TargetMachine (so the loop vectorizer runs), emits an
+    object and links it into a shared object with ld.lld.
+
+    CUDA (`targets` cuda or all): parallel loops first, linalg to scf.parallel,
+    tiled by 256 and mapped to blocks x threads; code left at a kernel's top
+    level (full reductions, scalar updates) runs in a one-thread launch. The
+    launches are outlined into one gpu.module, lowered to NVVM with bare
+    pointers and serialized to PTX for sm_80 and sm_90 (libdevice from
+    `cuda-path`); each kernel's launch sequence is recorded.
+
+    The result replaces the kernel bodies:
 
     ```mlir
     plan.binary cpu_x86_64 elf_shared_object cpu "x86-64-v3" symbols ["k0", ...] data "..."
+    plan.binary cuda_sm90 ptx cpu "sm_90" symbols ["k0", ...] data "..." launches [...]
     ```
   }];
   let options = [
+    Option<"targets", "targets", "std::string", /*default=*/"\"cpu\"",
+           "Devices to generate kernels for: cpu, cuda (sm_80 and sm_90) or all">,
+    Option<"cudaPath", "cuda-path", "std::string", /*default=*/"\"/usr/local/cuda\"",
+           "CUDA toolkit holding nvvm/libdevice/libdevice.10.bc">,
     Option<"cpu", "cpu", "std::string", /*default=*/"\"x86-64-v3\"",
            "CPU the x86-64 kernels are generated for (an LLVM -mcpu name)">,
     Option<"dumpDir", "dump-dir", "std::string", /*default=*/"\"\"",
@@ -32,7 +46,10 @@ def CodegenKernels : Pass<"graphc-codegen-kernels", "::mlir::ModuleOp"> {
   ];
   let dependentDialects = ["::graphc::plan::PlanDialect",
                            "::mlir::LLVM::LLVMDialect",
-                           "::mlir::cf::ControlFlowDialect"];
+                           "::mlir::NVVM::NVVMDialect",
+                           "::mlir::cf::ControlFlowDialect",
+                           "::mlir::gpu::GPUDialect",
+                           "::mlir::scf::SCFDialect"];
 }
 
 def LowerToPlan : Pass<"graphc-lower-to-plan", "::mlir::ModuleOp"> {

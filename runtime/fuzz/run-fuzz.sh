@@ -26,7 +26,7 @@ mkdir -p "$out/corpus" "$out/artifacts"
   "$src/runtime/plan/plan_printer.cc" "$src/runtime/status.cc" \
   -o "$out/plan_loader_fuzzer"
 
-"$build/bin/graphc" compile "$src/models/mnist_softmax.mlir" --batch-size 2 \
+"$build/bin/graphc" compile "$src/models/mnist_softmax.mlir" --batch-size 2 --target=all \
   -o "$out/corpus/mnist_softmax.plan" > /dev/null
 "$build/bin/graphc" compile "$src/models/fmnist_cnn.mlir" --batch-size 2 \
   -o "$out/corpus/fmnist_cnn.plan" > /dev/null

@@ -11,6 +11,7 @@
 #include <iterator>
 #include <set>
 #include <sstream>
+#include <unordered_map>
 
 namespace graphc::runtime {
 namespace {
@@ -426,6 +427,61 @@ uint64_t DTypeBytes(fb::DType dtype) {
   return 0;
 }
 
+// A PTX binary's launch table: one launch list per symbol; every launch a
+// named entry with CUDA-legal grid and block sizes whose pointer parameters
+// are buffers of the kernel it runs.
+Status CheckLaunches(const fb::Plan& plan, const fb::KernelBinary& binary,
+                     const std::string& where) {
+  bool ptx = binary.format() == fb::BinaryFormat::Ptx;
+  if (!ptx) {
+    if (binary.launches() != nullptr && binary.launches()->size() != 0)
+      return Fail(ErrorCode::kPlanBadValue, where + ": only a PTX binary has launches");
+    return Status::Ok();
+  }
+  if (binary.launches() == nullptr || binary.launches()->size() != binary.symbols()->size())
+    return Fail(ErrorCode::kPlanBadValue, where + ": needs one launch list per symbol");
+  std::unordered_map<std::string, const fb::Kernel*> kernels;
+  if (plan.kernels())
+    for (const fb::Kernel* k : *plan.kernels()) kernels.emplace(k->name()->str(), k);
+  for (uint32_t i = 0; i < binary.symbols()->size(); ++i) {
+    std::string symbol = binary.symbols()->Get(i)->str();
+    std::string at = where + " kernel '" + symbol + "'";
+    auto kernel = kernels.find(symbol);
+    if (kernel == kernels.end())
+      return Fail(ErrorCode::kPlanBadValue, at + ": not a kernel of the plan");
+    const int64_t arity = kernel->second->num_inputs() + kernel->second->num_outputs();
+    const fb::GpuKernel* gpu = binary.launches()->Get(i);
+    if (gpu->launches() == nullptr || gpu->launches()->size() == 0)
+      return Fail(ErrorCode::kPlanBadValue, at + ": has no launches");
+    for (uint32_t l = 0; l < gpu->launches()->size(); ++l) {
+      const fb::GpuLaunch* launch = gpu->launches()->Get(l);
+      std::string on = at + " launch " + Str(l);
+      if (launch->entry() == nullptr || launch->entry()->size() == 0 ||
+          launch->grid() == nullptr || launch->grid()->size() != 3 ||
+          launch->block() == nullptr || launch->block()->size() != 3 || launch->args() == nullptr)
+        return Fail(ErrorCode::kPlanBadValue, on + ": needs an entry, a 3-D grid and block, args");
+      // CUDA's limits (compute capability 8.0 and 9.0).
+      constexpr uint32_t kMaxGrid[3] = {0x7fffffffu, 65535, 65535};
+      constexpr uint32_t kMaxBlock[3] = {1024, 1024, 64};
+      uint64_t threads = 1;
+      for (int d = 0; d < 3; ++d) {
+        uint32_t g = launch->grid()->Get(d), b = launch->block()->Get(d);
+        if (g == 0 || g > kMaxGrid[d] || b == 0 || b > kMaxBlock[d])
+          return Fail(ErrorCode::kPlanBadValue, on + ": grid or block size out of CUDA's range");
+        threads *= b;
+      }
+      if (threads > 1024)
+        return Fail(ErrorCode::kPlanBadValue, on + ": more than 1024 threads per block");
+      for (uint32_t arg : *launch->args())
+        if (arg >= arity)
+          return Fail(ErrorCode::kPlanBadIndex,
+                      on + ": argument " + Str(arg) + " is not one of the kernel's " +
+                          Str(arity) + " buffers");
+    }
+  }
+  return Status::Ok();
+}
+
 Status CheckPlanSemantics(const fb::Plan& plan, const LoaderLimits& limits) {
   if (plan.version() == 0 || plan.version() > kPlanSchemaVersion)
     return Fail(ErrorCode::kPlanUnsupportedVersion,
@@ -475,6 +531,7 @@ Status CheckPlanSemantics(const fb::Plan& plan, const LoaderLimits& limits) {
           b->target() < fb::Target::MIN || b->format() < fb::BinaryFormat::MIN ||
           b->data() == nullptr || b->symbols() == nullptr)
         return Fail(ErrorCode::kPlanBadValue, "binary " + Str(i) + ": malformed");
+      RETURN_IF_ERROR(CheckLaunches(plan, *b, "binary " + Str(i)));
     }
 
   CommandChecker checker(plan, limits);

@@ -55,6 +55,12 @@ struct PlanSpec {
   int32_t constant_buffer = 5;
   std::vector<uint64_t> kernel_arg_bytes = {160, 160};
   std::vector<std::string> binary_symbols = {"k0"};
+  // A CudaSm90 PTX binary too, with these launches for k0 (none: no list).
+  struct LaunchSpec {
+    std::vector<uint32_t> grid = {1, 1, 1}, block = {256, 1, 1}, args = {0, 1};
+  };
+  bool with_ptx = false;
+  std::vector<LaunchSpec> ptx_launches = {LaunchSpec()};
 
   std::vector<uint8_t> Build() const {
     flatbuffers::FlatBufferBuilder fbb;
@@ -95,6 +101,23 @@ struct PlanSpec {
         fbb.CreateString("x86-64"), fbb.CreateVector(code),
         fbb.CreateVectorOfStrings(binary_symbols))};
     std::vector<fb::Target> targets = {fb::Target::CpuX86_64};
+    if (with_ptx) {
+      std::vector<flatbuffers::Offset<fb::GpuLaunch>> launches;
+      for (const LaunchSpec& l : ptx_launches)
+        launches.push_back(fb::CreateGpuLaunch(fbb, fbb.CreateString("k0_kernel"),
+                                               fbb.CreateVector(l.grid),
+                                               fbb.CreateVector(l.block),
+                                               fbb.CreateVector(l.args)));
+      std::vector<flatbuffers::Offset<fb::GpuKernel>> per_kernel;
+      if (!ptx_launches.empty())
+        per_kernel.push_back(fb::CreateGpuKernel(fbb, fbb.CreateVector(launches)));
+      std::string ptx = ".version 8.0\n.target sm_90\n";
+      binaries.push_back(fb::CreateKernelBinary(
+          fbb, fb::Target::CudaSm90, fb::BinaryFormat::Ptx, fbb.CreateString("sm_90"),
+          fbb.CreateVector(reinterpret_cast<const uint8_t*>(ptx.data()), ptx.size()),
+          fbb.CreateVectorOfStrings(binary_symbols), fbb.CreateVector(per_kernel)));
+      targets.push_back(fb::Target::CudaSm90);
+    }
     auto plan = fb::CreatePlan(
         fbb, version, fbb.CreateString("test"), 2, fbb.CreateString("fp32"), false,
         fbb.CreateVector(targets), arena_size, state_size, constant_size, 0,
@@ -259,6 +282,44 @@ TEST(PlanLoaderTest, KernelMissingForTheDevice) {
   ASSERT_TRUE(missing.ok());
   EXPECT_EQ((*missing)->CheckTarget(fb::Target::CpuX86_64).code(),
             ErrorCode::kPlanMissingKernel);
+}
+
+TEST(PlanLoaderTest, PtxLaunchesWithinCudaLimitsAndTheKernelsBuffers) {
+  PlanSpec spec;
+  spec.with_ptx = true;
+  StatusOr<std::unique_ptr<Plan>> plan = Plan::FromBytes(spec.Build());
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_TRUE((*plan)->CheckTarget(fb::Target::CudaSm90).ok());
+
+  // k0 has one input and one output: buffer index 2 does not exist.
+  spec.ptx_launches[0].args = {0, 2};
+  StatusOr<std::unique_ptr<Plan>> bad_arg = Plan::FromBytes(spec.Build());
+  ASSERT_FALSE(bad_arg.ok());
+  EXPECT_EQ(bad_arg.status().code(), ErrorCode::kPlanBadIndex);
+  EXPECT_NE(bad_arg.status().message().find("kernel 'k0' launch 0"), std::string::npos)
+      << bad_arg.status().message();
+
+  const std::vector<std::pair<std::vector<uint32_t>, std::vector<uint32_t>>> bad_sizes = {
+      {{0, 1, 1}, {256, 1, 1}},      // an empty grid
+      {{1, 1}, {256, 1, 1}},         // not 3-D
+      {{1, 70000, 1}, {256, 1, 1}},  // grid y past 65535
+      {{1, 1, 1}, {2048, 1, 1}},     // block x past 1024
+      {{1, 1, 1}, {32, 32, 2}},      // 2048 threads per block
+      {{1, 1, 1}, {1, 1, 128}},      // block z past 64
+  };
+  for (const auto& [grid, block] : bad_sizes) {
+    PlanSpec sized;
+    sized.with_ptx = true;
+    sized.ptx_launches[0].grid = grid;
+    sized.ptx_launches[0].block = block;
+    EXPECT_EQ(LoadError(sized), ErrorCode::kPlanBadValue)
+        << grid.size() << "-D grid " << grid[0] << ", block " << block[0];
+  }
+
+  PlanSpec no_launches;
+  no_launches.with_ptx = true;
+  no_launches.ptx_launches.clear();  // a PTX binary with no launch list
+  EXPECT_EQ(LoadError(no_launches), ErrorCode::kPlanBadValue);
 }
 
 TEST(PlanLoaderTest, ErrorsNameTheirClassAndPlace) {

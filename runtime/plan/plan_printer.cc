@@ -36,6 +36,22 @@ std::string List(const fb::Plan& plan, const flatbuffers::Vector<int32_t>& indic
   return s;
 }
 
+// ", N launches, M of one thread" for a PTX binary (one-thread launches run
+// what the GPU mapping could not parallelize, such as full reductions).
+std::string LaunchSummary(const fb::KernelBinary& binary) {
+  if (binary.launches() == nullptr) return "";
+  uint64_t launches = 0, single = 0;
+  for (const fb::GpuKernel* kernel : *binary.launches())
+    for (const fb::GpuLaunch* launch : *kernel->launches()) {
+      ++launches;
+      uint64_t threads = 1;
+      for (int d = 0; d < 3; ++d) threads *= uint64_t{launch->grid()->Get(d)} * launch->block()->Get(d);
+      single += threads == 1;
+    }
+  return ", " + std::to_string(launches) + " launches, " + std::to_string(single) +
+         " of one thread";
+}
+
 }  // namespace
 
 void PrintPlan(const Plan& loaded, const PrintOptions& options, std::ostream& os) {
@@ -50,7 +66,7 @@ void PrintPlan(const Plan& loaded, const PrintOptions& options, std::ostream& os
     for (const fb::KernelBinary* b : *plan.binaries())
       os << " " << fb::EnumNameTarget(b->target()) << " ("
          << fb::EnumNameBinaryFormat(b->format()) << ", " << str(b->cpu()) << ", "
-         << b->data()->size() << " bytes)";
+         << b->data()->size() << " bytes" << LaunchSummary(*b) << ")";
   os << "\n";
   uint64_t parameters = 0, parameter_tensors = 0;
   if (plan.states())

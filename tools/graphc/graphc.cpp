@@ -32,6 +32,8 @@
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/WithColor.h"
 
+#include <cstdlib>
+
 using namespace mlir;
 namespace cl = llvm::cl;
 
@@ -68,8 +70,9 @@ cl::opt<std::string> outputPath("o", cl::desc("Output file: the plan, or the IR 
 // The training-step options, mirrored onto graphc-optimizer's pass options.
 cl::OptionCategory codegenCategory("Code generation (compile)");
 cl::opt<std::string> targetKind("target",
-                                cl::desc("Devices to generate kernels for: cpu, cuda "
-                                         "or all"),
+                                cl::desc("Devices to generate kernels for: cpu (x86-64), "
+                                         "cuda (PTX for sm_80 and sm_90; libdevice from "
+                                         "$CUDA_HOME, default /usr/local/cuda) or all"),
                                 cl::init("cpu"), cl::sub(compileCommand),
                                 cl::cat(codegenCategory));
 cl::opt<std::string> kernelCpu("kernel-cpu",
@@ -254,9 +257,6 @@ int main(int argc, char **argv) {
                 "print the IR)");
   if (targetKind != "cpu" && targetKind != "cuda" && targetKind != "all")
     return fail("--target must be cpu, cuda or all, got '" + targetKind + "'");
-  if (targetKind != "cpu")
-    return fail("--target=" + targetKind +
-                ": PTX generation is not implemented yet; only --target=cpu works");
   if (!llvm::is_contained({"x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4"},
                           kernelCpu.getValue()))
     return fail("--kernel-cpu must be x86-64, x86-64-v2, x86-64-v3 or x86-64-v4, got '" +
@@ -308,6 +308,9 @@ int main(int argc, char **argv) {
   opt.decayStepSize = decayStepSize;
   opt.decayGamma = decayGamma;
   options.codegen.cpu = kernelCpu;
+  options.codegen.targets = targetKind;
+  if (const char *cudaHome = std::getenv("CUDA_HOME"))
+    options.codegen.cudaPath = cudaHome;
   options.codegen.dumpDir = dumpKernels;
   if (!dumpKernels.empty() && !llvm::sys::fs::is_directory(dumpKernels))
     return fail("--dump-kernels: '" + dumpKernels + "' is not a directory");

@@ -76,6 +76,40 @@ LogicalResult KernelOp::verify() {
   return success();
 }
 
+LogicalResult BinaryOp::verify() {
+  bool ptx = getFormat() == BinaryFormat::ptx;
+  if (!ptx) {
+    if (getLaunchesAttr())
+      return emitOpError("only a ptx binary has launches");
+    return success();
+  }
+  if (!getLaunchesAttr() || getLaunchesAttr().size() != getSymbols().size())
+    return emitOpError("a ptx binary needs one launch list per symbol");
+  for (Attribute perKernel : getLaunchesAttr()) {
+    auto list = llvm::dyn_cast<ArrayAttr>(perKernel);
+    if (!list)
+      return emitOpError("launches must be a list of lists");
+    for (Attribute attr : list) {
+      auto launch = llvm::dyn_cast<DictionaryAttr>(attr);
+      auto entry = launch ? launch.getAs<StringAttr>("entry") : StringAttr();
+      if (!entry || entry.getValue().empty())
+        return emitOpError("each launch needs a non-empty 'entry'");
+      for (StringRef key : {"grid", "block"}) {
+        auto dims = launch.getAs<DenseI32ArrayAttr>(key);
+        if (!dims || dims.size() != 3 || llvm::any_of(dims.asArrayRef(),
+                                                      [](int32_t d) { return d < 1; }))
+          return emitOpError("launch '") << entry.getValue() << "' needs a positive 3-D '"
+                                         << key << "'";
+      }
+      auto args = launch.getAs<DenseI32ArrayAttr>("args");
+      if (!args || llvm::any_of(args.asArrayRef(), [](int32_t a) { return a < 0; }))
+        return emitOpError("launch '") << entry.getValue()
+                                       << "' needs 'args', buffer indices";
+    }
+  }
+  return success();
+}
+
 //===----------------------------------------------------------------------===//
 // Commands
 //===----------------------------------------------------------------------===//

@@ -163,12 +163,26 @@ def Plan_BinaryOp : Plan_Op<"binary"> {
     ```mlir
     plan.binary cpu_x86_64 elf_shared_object cpu "x86-64-v3" symbols ["k0", "k1"] data "\7FELF..."
     ```
+
+    A PTX binary (`cpu` names the SM) also says how to launch each symbol:
+    per symbol, its launches in order, each an entry of the PTX module, the
+    grid and block sizes, and which of the kernel's buffers (inputs, then
+    outputs) are the entry's pointer parameters:
+
+    ```mlir
+    plan.binary cuda_sm90 ptx cpu "sm_90" symbols ["k0"] data ".version 8.0 ..."
+        launches [[{entry = "k0_kernel", grid = array<i32: 98, 1, 1>,
+                    block = array<i32: 256, 1, 1>, args = array<i32: 0, 1>} ] ]
+    ```
   }];
   let arguments = (ins Plan_TargetAttr:$target, Plan_BinaryFormatAttr:$format,
-                       StrAttr:$cpu, StrArrayAttr:$symbols, StrAttr:$data);
+                       StrAttr:$cpu, StrArrayAttr:$symbols, StrAttr:$data,
+                       OptionalAttr<ArrayAttr>:$launches);
   let assemblyFormat = [{
-    $target $format `cpu` $cpu `symbols` $symbols `data` $data attr-dict
+    $target $format `cpu` $cpu `symbols` $symbols `data` $data
+    (`launches` $launches^)? attr-dict
   }];
+  let hasVerifier = 1;
 }
 
 def Plan_ProgramOp : Plan_Op<"program", [Symbol, NoTerminator,
