@@ -18,7 +18,8 @@ PACKAGES=(
   cmake ninja-build g++ python3 googletest libgtest-dev libbenchmark-dev
   clang-19 libclang-rt-19-dev
   # runtime: plan format, CPU kernels, multi-rank, data
-  flatbuffers-compiler libflatbuffers-dev libcli11-dev libdnnl-dev openmpi-bin
+  flatbuffers-compiler libflatbuffers-dev libcli11-dev nlohmann-json3-dev libdnnl-dev
+  openmpi-bin
   libopenmpi-dev
   dataset-fashion-mnist
 )

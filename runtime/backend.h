@@ -38,8 +38,9 @@ class Backend {
   virtual Status CopyToHost(void* dst, DeviceMemory src, uint64_t offset,
                             uint64_t bytes) = 0;
 
-  // Loads the plan's kernels for target(); fails with kPlanMissingKernel when a
-  // kernel the plan declares is not in the binary.
+  // Loads the plan's kernels for target() and prepares its library calls
+  // (primitives, workspaces); fails with kPlanMissingKernel when a kernel the
+  // plan declares is not in the binary. Run takes only this plan's commands.
   virtual Status LoadKernels(const Plan& plan) = 0;
 
   // Enqueues `command`; `operands` holds the memory of each input, then of each

@@ -1,7 +1,6 @@
 // The CPU backend: host memory, generated kernels loaded from the plan's x86-64
-// shared object (from memory, via memfd_create + dlopen), copies. Library calls
-// (convolutions, gemm, pooling through oneDNN) are not wired yet and fail with a
-// named error instead of computing anything.
+// shared object (from memory, via memfd_create + dlopen), copies, and the
+// library calls (convolutions, gemm, pooling) through oneDNN (onednn_ops.cc).
 
 #include <dlfcn.h>
 #include <sys/mman.h>
@@ -13,6 +12,7 @@
 #include <vector>
 
 #include "runtime/backend.h"
+#include "runtime/cpu/onednn_ops.h"
 
 namespace graphc::runtime {
 namespace {
@@ -71,13 +71,22 @@ class CpuBackend final : public Backend {
   Status Synchronize() override { return Status::Ok(); }
 
  private:
+  Status LoadGeneratedKernels(const Plan& plan);
+
   void* library_ = nullptr;
   std::vector<KernelEntry> kernels_;
+  OneDnnOps library_ops_;
 };
 
 Status CpuBackend::LoadKernels(const Plan& plan) {
   Status status = plan.CheckTarget(target());
   if (!status.ok()) return status;
+  status = LoadGeneratedKernels(plan);
+  if (!status.ok()) return status;
+  return library_ops_.Prepare(plan);
+}
+
+Status CpuBackend::LoadGeneratedKernels(const Plan& plan) {
   const fb::Plan& root = plan.root();
   kernels_.clear();
   if (root.kernels() == nullptr || root.kernels()->size() == 0) return Status::Ok();
@@ -148,9 +157,7 @@ Status CpuBackend::Run(const fb::Command& command, const DeviceMemory* operands)
         std::memmove(operands[1].address, operands[0].address, operands[0].bytes);
       return Status::Ok();
     default:
-      return Status(ErrorCode::kUnsupported,
-                    std::string("library op '") + fb::EnumNameOpcode(command.op()) +
-                        "' on the CPU needs oneDNN, which is not wired yet");
+      return library_ops_.Run(command, operands);
   }
 }
 

@@ -1,12 +1,26 @@
-// graphrun: loads a plan and (from issue 5 on) trains with it. `graphrun inspect
-// PLAN` verifies the plan fully, then prints what it holds. Every error is one
-// line on stderr and exit code 1.
+// graphrun: trains with a plan. `graphrun PLAN [options]` runs train_step on
+// synthetic or real data and reports throughput the way tf_cnn_benchmarks does;
+// `graphrun inspect PLAN` verifies the plan fully, then prints what it holds.
+// Every error is one line on stderr and exit code 1.
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iomanip>
 #include <iostream>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "CLI/CLI.hpp"
+#include "nlohmann/json.hpp"
 #include "runtime/backend.h"
+#include "runtime/data/dataset.h"
+#include "runtime/executor.h"
 #include "runtime/plan/plan_loader.h"
 #include "runtime/plan/plan_printer.h"
 
@@ -17,12 +31,272 @@ int Fail(const graphc::runtime::Status& status) {
   return 1;
 }
 
+struct TrainOptions {
+  std::string plan_path;
+  std::string device = "auto";
+  int64_t steps = -1, warmup = 10, epochs = 0, display_every = 10;
+  std::string data = "synthetic";
+  bool eval = false;
+  uint64_t seed = 42;
+  std::string report;
+};
+
+using namespace graphc::runtime;
+namespace fb = graphc::fb;
+
+// tf_cnn_benchmarks' statistics of per-step images/sec: mean, its standard
+// error, and the jitter (1.4826 x the median absolute deviation).
+struct Speed {
+  double mean = 0, error = 0, jitter = 0;
+};
+Speed SpeedOf(const std::vector<double>& rates) {
+  Speed s;
+  if (rates.empty()) return s;
+  for (double r : rates) s.mean += r;
+  s.mean /= rates.size();
+  if (rates.size() > 1) {
+    double var = 0;
+    for (double r : rates) var += (r - s.mean) * (r - s.mean);
+    s.error = std::sqrt(var / (rates.size() - 1)) / std::sqrt(double(rates.size()));
+  }
+  std::vector<double> sorted = rates;
+  std::sort(sorted.begin(), sorted.end());
+  double median = sorted[sorted.size() / 2];
+  std::vector<double> deviations;
+  for (double r : rates) deviations.push_back(std::fabs(r - median));
+  std::sort(deviations.begin(), deviations.end());
+  s.jitter = 1.4826 * deviations[deviations.size() / 2];
+  return s;
+}
+
+double Percentile(std::vector<double> values, double q) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  size_t index = static_cast<size_t>(std::ceil(q * values.size())) - 1;
+  return values[std::min(index, values.size() - 1)];
+}
+
+std::vector<int64_t> ShapeOf(const fb::Buffer& b) {
+  return std::vector<int64_t>(b.shape()->begin(), b.shape()->end());
+}
+
+int Train(const TrainOptions& o) {
+  StatusOr<std::unique_ptr<Plan>> loaded = Plan::FromFile(o.plan_path);
+  if (!loaded.ok()) return Fail(loaded.status());
+  const Plan& plan = **loaded;
+  const fb::Plan& root = plan.root();
+
+  if (o.device == "cuda")
+    return Fail(Status(ErrorCode::kUnsupported,
+                       "--device cuda: this build has no CUDA backend yet; use --device cpu"));
+  std::unique_ptr<Backend> backend = CreateCpuBackend();
+  std::cout << "device: cpu"
+            << (o.device == "auto" ? " (auto: no CUDA backend in this build)" : "") << "\n";
+
+  StatusOr<std::unique_ptr<Executor>> created = Executor::Create(plan, *backend);
+  if (!created.ok()) return Fail(created.status());
+  Executor& exec = **created;
+  Status status = exec.InitializeState(o.seed);
+  if (!status.ok()) return Fail(status);
+
+  StatusOr<int> train = exec.FindProgram("train_step");
+  if (!train.ok()) return Fail(train.status());
+  const fb::Program& step_program = exec.program(*train);
+  if (step_program.inputs()->size() != 2 || step_program.outputs()->size() < 1)
+    return Fail(Status(ErrorCode::kInvalidArgument,
+                       "train_step must take (images, labels) and return the loss"));
+  const int32_t images_buffer = step_program.inputs()->Get(0);
+  const int32_t labels_buffer = step_program.inputs()->Get(1);
+  const int32_t loss_buffer = step_program.outputs()->Get(0);
+  const std::vector<int64_t> image_shape = ShapeOf(exec.buffer(images_buffer));
+  const int64_t batch = image_shape.empty() ? 0 : image_shape[0];
+  if (image_shape.size() != 4 || exec.buffer(images_buffer).dtype() != fb::DType::F32 ||
+      exec.buffer(labels_buffer).dtype() != fb::DType::I32 ||
+      exec.buffer(loss_buffer).dtype() != fb::DType::F32 || exec.buffer(loss_buffer).size() != 4)
+    return Fail(Status(ErrorCode::kUnsupported,
+                       "train_step must take f32 NCHW images and i32 labels and return an f32 "
+                       "loss"));
+  StatusOr<int> eval = exec.FindProgram("eval_step");
+  int64_t classes = 0;
+  if (eval.ok()) {
+    const fb::Program& e = exec.program(*eval);
+    std::vector<int64_t> logits = ShapeOf(exec.buffer(e.outputs()->Get(0)));
+    if (logits.size() == 2) classes = logits[1];
+  }
+  if (classes <= 0)
+    return Fail(Status(ErrorCode::kUnsupported, "cannot tell the number of classes: the plan "
+                                                "has no eval_step returning [batch, classes] "
+                                                "logits"));
+
+  // Data.
+  std::unique_ptr<BatchSource> source, test_source;
+  std::string data_name = o.data;
+  if (o.data == "synthetic") {
+    source = BatchSource::Synthetic(batch, image_shape, classes, 4, o.seed);
+  } else if (o.data.rfind("fashion-mnist", 0) == 0) {
+    std::string dir = o.data.size() > 14 && o.data[13] == ':' ? o.data.substr(14)
+                                                              : kFashionMnistDir;
+    if (o.data != "fashion-mnist" && o.data.size() <= 14)
+      return Fail(Status(ErrorCode::kInvalidArgument,
+                         "--data must be synthetic or fashion-mnist[:DIR], got '" + o.data + "'"));
+    data_name = "fashion-mnist";
+    for (bool train_split : {true, false}) {
+      StatusOr<Examples> examples = ReadFashionMnist(dir, train_split);
+      if (!examples.ok()) return Fail(examples.status());
+      auto made = BatchSource::Create(std::move(*examples), batch, image_shape, classes,
+                                      /*shuffle=*/train_split, o.seed);
+      if (!made.ok()) return Fail(made.status());
+      (train_split ? source : test_source) = std::move(*made);
+    }
+  } else {
+    return Fail(Status(ErrorCode::kInvalidArgument,
+                       "--data must be synthetic or fashion-mnist[:DIR], got '" + o.data + "'"));
+  }
+  if (!test_source) test_source = BatchSource::Synthetic(batch, image_shape, classes, 4, o.seed);
+
+  int64_t steps = o.steps;
+  if (o.epochs > 0) steps = o.epochs * source->batches_per_epoch();
+  if (steps < 0) steps = 100;
+  const int64_t warmup = std::min<int64_t>(o.warmup, std::max<int64_t>(steps - 1, 0));
+  std::cout << "model: " << root.model()->str() << ", batch " << batch << ", "
+            << (root.fused() ? "fused" : "unfused") << ", " << root.precision()->str()
+            << "; data: " << data_name << " (" << source->examples() << " examples); "
+            << steps << " steps, " << warmup << " warmup\n";
+
+  // Train.
+  const bool terminal = isatty(STDOUT_FILENO);
+  std::vector<double> step_ms, rates;
+  float loss = 0;
+  Prefetcher prefetch(*source);
+  std::cout << "Step\tImg/sec\ttotal_loss\n";
+  using Clock = std::chrono::steady_clock;
+  for (int64_t step = 0; step < steps; ++step) {
+    const Batch& b = prefetch.Next();
+    Clock::time_point start = Clock::now();
+    status = exec.Write(images_buffer, b.images.data(), b.images.size() * sizeof(float));
+    if (status.ok()) status = exec.Write(labels_buffer, b.labels.data(), b.labels.size() * 4);
+    if (status.ok()) status = exec.Run(*train);
+    if (status.ok()) status = exec.Read(loss_buffer, &loss, sizeof(loss));
+    if (!status.ok()) return Fail(status);
+    double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+    if (!std::isfinite(loss))
+      return Fail(Status(ErrorCode::kBackend, "the loss is " + std::to_string(loss) +
+                                                  " at step " + std::to_string(step + 1) +
+                                                  " (diverged; try a lower --lr)"));
+    if (step >= warmup) {
+      step_ms.push_back(ms);
+      rates.push_back(batch * 1000.0 / ms);
+    }
+    const int64_t done = step + 1;
+    if (terminal)
+      std::cout << "\r\033[K" << done << "/" << steps << "  loss " << loss << std::flush;
+    if (done % o.display_every == 0 || done == steps) {
+      Speed s = SpeedOf(rates);
+      if (terminal) std::cout << "\r\033[K";
+      std::cout << done << "\timages/sec: " << std::fixed << std::setprecision(1) << s.mean
+                << " +/- " << s.error << " (jitter = " << s.jitter << ")\t"
+                << std::setprecision(3) << loss << std::defaultfloat << "\n";
+    }
+  }
+  double total_ms = 0;
+  for (double ms : step_ms) total_ms += ms;
+  const double total_rate = step_ms.empty() ? 0 : batch * step_ms.size() * 1000.0 / total_ms;
+  const double median_ms = Percentile(step_ms, 0.5), p90_ms = Percentile(step_ms, 0.9);
+  std::cout << "----------------------------------------------------------------\n"
+            << "total images/sec: " << std::fixed << std::setprecision(2) << total_rate << "\n"
+            << "step time: median " << median_ms << " ms, p90 " << p90_ms << " ms over "
+            << step_ms.size() << " timed steps\n"
+            << "final loss: " << std::setprecision(4) << loss << std::defaultfloat << "\n";
+
+  // Evaluate: whole batches of the test split (the remainder is dropped).
+  double accuracy = -1;
+  int64_t evaluated = 0;
+  if (o.eval) {
+    if (!eval.ok()) return Fail(eval.status());
+    const fb::Program& e = exec.program(*eval);
+    const int32_t correct_buffer = e.outputs()->Get(1);
+    if (exec.buffer(correct_buffer).dtype() != fb::DType::I64 ||
+        exec.buffer(correct_buffer).size() != 8)
+      return Fail(Status(ErrorCode::kUnsupported, "eval_step must return an i64 correct count"));
+    int64_t correct_total = 0;
+    Batch b;
+    for (int64_t i = 0; i < test_source->batches_per_epoch(); ++i) {
+      test_source->Next(b);
+      int64_t correct = 0;
+      status = exec.Write(e.inputs()->Get(0), b.images.data(), b.images.size() * sizeof(float));
+      if (status.ok()) status = exec.Write(e.inputs()->Get(1), b.labels.data(), b.labels.size() * 4);
+      if (status.ok()) status = exec.Run(*eval);
+      if (status.ok()) status = exec.Read(correct_buffer, &correct, sizeof(correct));
+      if (!status.ok()) return Fail(status);
+      correct_total += correct;
+      evaluated += batch;
+    }
+    accuracy = evaluated ? double(correct_total) / evaluated : 0;
+    std::cout << "test accuracy: " << std::setprecision(4) << std::fixed << accuracy
+              << std::defaultfloat << " (" << evaluated << " of " << test_source->examples()
+              << " test examples)\n";
+  }
+  std::cout << "----------------------------------------------------------------\n";
+
+  if (!o.report.empty()) {
+    nlohmann::json j = {
+        {"model", root.model()->str()},
+        {"device", "cpu"},
+        {"data", data_name},
+        {"batch_size", batch},
+        {"steps", steps},
+        {"warmup", warmup},
+        {"fused", root.fused()},
+        {"precision", root.precision()->str()},
+        {"images_per_sec", step_ms.empty() ? 0.0 : batch * 1000.0 / median_ms},
+        {"images_per_sec_mean", SpeedOf(rates).mean},
+        {"total_images_per_sec", total_rate},
+        {"step_ms_median", median_ms},
+        {"step_ms_p90", p90_ms},
+        {"final_loss", loss},
+        {"seed", o.seed},
+    };
+    if (o.eval) {
+      j["test_accuracy"] = accuracy;
+      j["test_examples"] = evaluated;
+    }
+    std::string temp = o.report + ".tmp";
+    {
+      std::ofstream out(temp);
+      out << j.dump(2) << "\n";
+      if (!out) return Fail(Status(ErrorCode::kIo, "cannot write " + temp));
+    }
+    if (std::rename(temp.c_str(), o.report.c_str()) != 0)
+      return Fail(Status(ErrorCode::kIo, "cannot write " + o.report));
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  using namespace graphc::runtime;
   CLI::App app("graphrun: run graphc training plans");
-  app.require_subcommand(1);
+  app.require_subcommand(0, 1);
+  TrainOptions train;
+  app.add_option("plan", train.plan_path, "the plan file (graphc compile -o)");
+  app.add_option("--device", train.device,
+                 "auto (CUDA when a GPU is usable, else the CPU), cpu or cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  app.add_option("--steps", train.steps, "training steps (default 100; --epochs overrides)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--warmup", train.warmup, "steps left out of the timing (default 10)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--epochs", train.epochs, "train for E passes over the data")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--data", train.data,
+                 "synthetic (default) or fashion-mnist[:DIR] (default DIR " +
+                     std::string(kFashionMnistDir) + ")");
+  app.add_flag("--eval", train.eval, "evaluate test accuracy after training");
+  app.add_option("--seed", train.seed, "seed of the initial parameters and data order");
+  app.add_option("--report", train.report, "write the run's figures as JSON to this file");
+  app.add_option("--display-every", train.display_every,
+                 "print images/sec and the loss every K steps (default 10)")
+      ->check(CLI::PositiveNumber);
   std::string plan_path;
   std::string device = "none";
   bool no_buffers = false, no_commands = false;
@@ -43,6 +317,14 @@ int main(int argc, char** argv) {
     return 1;
   }
 
+  if (!*inspect) {
+    if (train.plan_path.empty()) {
+      std::cerr << "graphrun: error[invalid-argument]: give a plan: graphrun PLAN [options] "
+                   "or graphrun inspect PLAN\n";
+      return 1;
+    }
+    return Train(train);
+  }
   StatusOr<std::unique_ptr<Plan>> plan = Plan::FromFile(plan_path);
   if (!plan.ok()) return Fail(plan.status());
   PrintOptions options;

@@ -1,0 +1,213 @@
+// Datasets and batching for graphrun (see dataset.h).
+
+#include "runtime/data/dataset.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+
+namespace graphc::runtime {
+namespace {
+
+// SplitMix64, as for the initializers: portable and seedable.
+struct Rng {
+  uint64_t state;
+  uint64_t Next() {
+    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  double Uniform() { return ((Next() >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+};
+
+Status IoError(const std::string& path, const std::string& what) {
+  return Status(ErrorCode::kIo, path + ": " + what);
+}
+
+// The whole (possibly gzip-compressed) file; zlib reads plain files as they are.
+StatusOr<std::vector<uint8_t>> ReadMaybeGzip(const std::string& path) {
+  gzFile file = gzopen(path.c_str(), "rb");
+  if (file == nullptr) return IoError(path, "cannot open (" + std::string(strerror(errno)) + ")");
+  std::vector<uint8_t> bytes;
+  uint8_t chunk[1 << 16];
+  int n;
+  while ((n = gzread(file, chunk, sizeof(chunk))) > 0) bytes.insert(bytes.end(), chunk, chunk + n);
+  int error = 0;
+  std::string message = n < 0 ? gzerror(file, &error) : "";
+  gzclose(file);
+  if (n < 0) return IoError(path, "corrupt gzip data (" + message + ")");
+  return bytes;
+}
+
+uint32_t BigEndian(const uint8_t* p) {
+  return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | p[3];
+}
+
+}  // namespace
+
+StatusOr<Examples> ReadIdx(const std::string& images_path, const std::string& labels_path,
+                           float mean, float stddev) {
+  StatusOr<std::vector<uint8_t>> images = ReadMaybeGzip(images_path);
+  if (!images.ok()) return images.status();
+  StatusOr<std::vector<uint8_t>> labels = ReadMaybeGzip(labels_path);
+  if (!labels.ok()) return labels.status();
+  const std::vector<uint8_t>& im = *images;
+  const std::vector<uint8_t>& lb = *labels;
+  // IDX: magic (0, 0, type 0x08 = ubyte, rank), big-endian dims, data.
+  if (im.size() < 16 || BigEndian(im.data()) != 0x00000803)
+    return IoError(images_path, "not an IDX file of ubyte images (rank 3)");
+  if (lb.size() < 8 || BigEndian(lb.data()) != 0x00000801)
+    return IoError(labels_path, "not an IDX file of ubyte labels (rank 1)");
+  Examples e;
+  e.count = BigEndian(im.data() + 4);
+  e.channels = 1;
+  e.height = BigEndian(im.data() + 8);
+  e.width = BigEndian(im.data() + 12);
+  const uint64_t pixels = uint64_t(e.count) * e.height * e.width;
+  if (e.height == 0 || e.width == 0 || im.size() - 16 != pixels)
+    return IoError(images_path, "holds " + std::to_string(im.size() - 16) +
+                                    " pixel bytes, its header says " + std::to_string(pixels));
+  if (BigEndian(lb.data() + 4) != uint64_t(e.count) || lb.size() - 8 != uint64_t(e.count))
+    return IoError(labels_path, "does not hold one label per image (" +
+                                    std::to_string(e.count) + " images)");
+  e.images.resize(pixels);
+  for (uint64_t i = 0; i < pixels; ++i) e.images[i] = (im[16 + i] / 255.0f - mean) / stddev;
+  e.labels.assign(lb.begin() + 8, lb.end());
+  return e;
+}
+
+StatusOr<Examples> ReadFashionMnist(const std::string& dir, bool train) {
+  std::string prefix = dir + "/" + (train ? "train" : "t10k");
+  auto pick = [](const std::string& base) {
+    std::ifstream gz(base + ".gz");
+    return gz.good() ? base + ".gz" : base;
+  };
+  // Fashion-MNIST's training-set pixel mean and standard deviation.
+  return ReadIdx(pick(prefix + "-images-idx3-ubyte"), pick(prefix + "-labels-idx1-ubyte"),
+                 0.2860f, 0.3530f);
+}
+
+StatusOr<std::unique_ptr<BatchSource>> BatchSource::Create(
+    Examples examples, int64_t batch, const std::vector<int64_t>& image_shape,
+    int64_t classes, bool shuffle, uint64_t seed) {
+  if (image_shape.size() != 4 || image_shape[0] != batch || image_shape[1] != examples.channels ||
+      image_shape[2] != examples.height || image_shape[3] != examples.width)
+    return Status(ErrorCode::kInvalidArgument,
+                  "the data's images are " + std::to_string(examples.channels) + "x" +
+                      std::to_string(examples.height) + "x" + std::to_string(examples.width) +
+                      ", the model takes " +
+                      (image_shape.size() == 4 ? std::to_string(image_shape[1]) + "x" +
+                                                     std::to_string(image_shape[2]) + "x" +
+                                                     std::to_string(image_shape[3])
+                                               : std::string("another rank")));
+  if (examples.count < batch)
+    return Status(ErrorCode::kInvalidArgument,
+                  "the data has " + std::to_string(examples.count) +
+                      " examples, fewer than one batch of " + std::to_string(batch));
+  for (int64_t i = 0; i < examples.count; ++i)
+    if (examples.labels[i] < 0 || examples.labels[i] >= classes)
+      return Status(ErrorCode::kInvalidArgument,
+                    "label " + std::to_string(examples.labels[i]) + " of example " +
+                        std::to_string(i) + " is not in [0, " + std::to_string(classes) +
+                        ") for this model");
+  return std::unique_ptr<BatchSource>(new BatchSource(std::move(examples), batch, shuffle, seed));
+}
+
+std::unique_ptr<BatchSource> BatchSource::Synthetic(int64_t batch,
+                                                    const std::vector<int64_t>& image_shape,
+                                                    int64_t classes, int64_t batches,
+                                                    uint64_t seed) {
+  Examples e;
+  e.count = batch * batches;
+  e.channels = image_shape[1];
+  e.height = image_shape[2];
+  e.width = image_shape[3];
+  Rng rng{seed ^ 0x5eed5eed5eed5eedull};
+  e.images.resize(e.count * e.channels * e.height * e.width);
+  for (float& x : e.images) x = static_cast<float>(2.0 * rng.Uniform() - 1.0);
+  e.labels.resize(e.count);
+  for (int32_t& y : e.labels) y = static_cast<int32_t>(rng.Next() % uint64_t(classes));
+  return std::unique_ptr<BatchSource>(new BatchSource(std::move(e), batch, false, seed));
+}
+
+BatchSource::BatchSource(Examples examples, int64_t batch, bool shuffle, uint64_t seed)
+    : examples_(std::move(examples)), batch_(batch), shuffle_(shuffle), seed_(seed) {
+  order_.resize(examples_.count);
+  for (int64_t i = 0; i < examples_.count; ++i) order_[i] = i;
+  Shuffle();
+}
+
+void BatchSource::Shuffle() {
+  if (!shuffle_) return;
+  // Fisher-Yates from (seed, epoch): the same order on every run.
+  for (int64_t i = 0; i < examples_.count; ++i) order_[i] = i;
+  Rng rng{seed_ * 0x9e3779b97f4a7c15ull + uint64_t(epoch_) + 1};
+  for (int64_t i = examples_.count - 1; i > 0; --i)
+    std::swap(order_[i], order_[rng.Next() % uint64_t(i + 1)]);
+}
+
+void BatchSource::Next(Batch& out) {
+  if (position_ + batch_ > examples_.count) {
+    ++epoch_;
+    position_ = 0;
+    Shuffle();
+  }
+  const int64_t size = examples_.channels * examples_.height * examples_.width;
+  out.images.resize(batch_ * size);
+  out.labels.resize(batch_);
+  for (int64_t b = 0; b < batch_; ++b) {
+    int64_t index = order_[position_ + b];
+    std::memcpy(out.images.data() + b * size, examples_.images.data() + index * size,
+                size * sizeof(float));
+    out.labels[b] = examples_.labels[index];
+  }
+  position_ += batch_;
+}
+
+Prefetcher::Prefetcher(BatchSource& source) : source_(source) {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+Prefetcher::~Prefetcher() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  changed_.notify_all();
+  thread_.join();
+}
+
+void Prefetcher::Loop() {
+  for (;;) {
+    int target;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      changed_.wait(lock, [&] { return stop_ || ready_ == -1; });
+      if (stop_) return;
+      target = 1 - consumer_;
+    }
+    source_.Next(buffers_[target]);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ready_ = target;
+    }
+    changed_.notify_all();
+  }
+}
+
+const Batch& Prefetcher::Next() {
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [&] { return ready_ != -1; });
+    consumer_ = ready_;
+    ready_ = -1;
+  }
+  changed_.notify_all();
+  return buffers_[consumer_];
+}
+
+}  // namespace graphc::runtime

@@ -1,0 +1,102 @@
+// Training data for graphrun: batches of float32 NCHW images and int32 labels.
+//
+//  - synthetic: like the benchmarks' fake data, one set of random batches made
+//    once from the seed and cycled (no input pipeline cost in the timing);
+//  - fashion-mnist[:DIR]: Debian's IDX files (dataset-fashion-mnist), pixels
+//    scaled to [0, 1] and normalized with the training set's mean and standard
+//    deviation, shuffled per epoch from the seed.
+//
+// A Prefetcher fills the next batch on a background thread while a step runs.
+
+#ifndef GRAPHC_RUNTIME_DATA_DATASET_H_
+#define GRAPHC_RUNTIME_DATA_DATASET_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime/status.h"
+
+namespace graphc::runtime {
+
+struct Batch {
+  std::vector<float> images;    // batch x channels x height x width
+  std::vector<int32_t> labels;  // batch
+};
+
+// Images of one shape with labels in [0, classes).
+struct Examples {
+  int64_t count = 0, channels = 0, height = 0, width = 0;
+  std::vector<float> images;
+  std::vector<int32_t> labels;
+};
+
+// Reads an IDX image file and its label file (gzip-compressed or not), scales
+// the pixels to [0, 1] and normalizes them with `mean` and `stddev`.
+StatusOr<Examples> ReadIdx(const std::string& images_path, const std::string& labels_path,
+                           float mean, float stddev);
+
+// Fashion-MNIST's training or test split from DIR (train-*/t10k-*-idx?-ubyte.gz).
+StatusOr<Examples> ReadFashionMnist(const std::string& dir, bool train);
+inline constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
+
+// Batches of a fixed shape from examples, in an order shuffled per epoch.
+class BatchSource {
+ public:
+  // The examples must match the program's image shape [batch, c, h, w].
+  static StatusOr<std::unique_ptr<BatchSource>> Create(Examples examples, int64_t batch,
+                                                       const std::vector<int64_t>& image_shape,
+                                                       int64_t classes, bool shuffle,
+                                                       uint64_t seed);
+  // Random examples (uniform labels, normal pixels), `batches` batches' worth.
+  static std::unique_ptr<BatchSource> Synthetic(int64_t batch,
+                                                const std::vector<int64_t>& image_shape,
+                                                int64_t classes, int64_t batches,
+                                                uint64_t seed);
+
+  // Whole batches per epoch (the remainder of an epoch is dropped).
+  int64_t batches_per_epoch() const { return examples_.count / batch_; }
+  int64_t examples() const { return examples_.count; }
+  // Fills `out` with the next batch; a new epoch starts reshuffled.
+  void Next(Batch& out);
+
+ private:
+  BatchSource(Examples examples, int64_t batch, bool shuffle, uint64_t seed);
+  void Shuffle();
+
+  Examples examples_;
+  int64_t batch_;
+  bool shuffle_;
+  uint64_t seed_;
+  int64_t epoch_ = 0, position_ = 0;
+  std::vector<int64_t> order_;
+};
+
+// Runs source->Next on a background thread, one batch ahead.
+class Prefetcher {
+ public:
+  explicit Prefetcher(BatchSource& source);
+  ~Prefetcher();
+  // The next batch; valid until the following call.
+  const Batch& Next();
+
+ private:
+  void Loop();
+
+  BatchSource& source_;
+  Batch buffers_[2];
+  int ready_ = -1;    // index of the filled buffer not yet taken, or -1
+  int consumer_ = 1;  // the buffer the caller holds
+  bool stop_ = false;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::thread thread_;
+};
+
+}  // namespace graphc::runtime
+
+#endif  // GRAPHC_RUNTIME_DATA_DATASET_H_

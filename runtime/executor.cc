@@ -1,0 +1,208 @@
+// The executor (see executor.h).
+
+#include "runtime/executor.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+namespace graphc::runtime {
+namespace {
+
+// SplitMix64: a tiny, portable generator, so that a seed gives the same
+// parameters whatever the C++ library (std::normal_distribution does not).
+struct SplitMix64 {
+  uint64_t state;
+  uint64_t Next() {
+    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  // Uniform in (0, 1): 53 random bits, never 0 (Box-Muller takes its log).
+  double Uniform() { return ((Next() >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+};
+
+}  // namespace
+
+void InitializeTensor(fb::Initializer init, double value, const std::vector<int64_t>& shape,
+                      uint64_t seed, float* values) {
+  int64_t count = 1;
+  for (int64_t d : shape) count *= d;
+  // PyTorch's fans: dim 1 (inputs) and dim 0 (outputs) times the receptive field.
+  int64_t receptive = 1;
+  for (size_t i = 2; i < shape.size(); ++i) receptive *= shape[i];
+  const double fan_in = shape.size() >= 2 ? static_cast<double>(shape[1] * receptive) : 1;
+  const double fan_out = shape.size() >= 2 ? static_cast<double>(shape[0] * receptive) : 1;
+  SplitMix64 rng{seed};
+  auto normal = [&](double stddev) {
+    for (int64_t i = 0; i < count; i += 2) {
+      double r = std::sqrt(-2.0 * std::log(rng.Uniform()));
+      double theta = 2.0 * M_PI * rng.Uniform();
+      values[i] = static_cast<float>(stddev * r * std::cos(theta));
+      if (i + 1 < count) values[i + 1] = static_cast<float>(stddev * r * std::sin(theta));
+    }
+  };
+  auto uniform = [&](double bound) {
+    for (int64_t i = 0; i < count; ++i)
+      values[i] = static_cast<float>(bound * (2.0 * rng.Uniform() - 1.0));
+  };
+  switch (init) {
+    case fb::Initializer::Zeros:
+      std::fill(values, values + count, 0.0f);
+      break;
+    case fb::Initializer::Ones:
+      std::fill(values, values + count, 1.0f);
+      break;
+    case fb::Initializer::Constant:
+      std::fill(values, values + count, static_cast<float>(value));
+      break;
+    case fb::Initializer::Normal:
+      normal(value);
+      break;
+    case fb::Initializer::Uniform:
+      uniform(value);
+      break;
+    case fb::Initializer::KaimingNormal:  // ReLU gain sqrt(2)
+      normal(std::sqrt(2.0 / fan_in));
+      break;
+    case fb::Initializer::KaimingNormalFanOut:
+      normal(std::sqrt(2.0 / fan_out));
+      break;
+    case fb::Initializer::KaimingUniform:  // bound = gain * sqrt(3 / fan_in)
+      uniform(std::sqrt(6.0 / fan_in));
+      break;
+    case fb::Initializer::XavierUniform:
+      uniform(std::sqrt(6.0 / (fan_in + fan_out)));
+      break;
+  }
+}
+
+StatusOr<std::unique_ptr<Executor>> Executor::Create(const Plan& plan, Backend& backend) {
+  std::unique_ptr<Executor> executor(new Executor(plan, backend));
+  const fb::Plan& root = plan.root();
+  for (auto [size, memory] : {std::pair{root.arena_size(), &executor->arena_},
+                              std::pair{root.state_size(), &executor->state_},
+                              std::pair{root.constant_size(), &executor->constants_}}) {
+    StatusOr<DeviceMemory> allocated = backend.Allocate(size);
+    if (!allocated.ok()) return allocated.status();
+    *memory = *allocated;
+  }
+  Status loaded = backend.LoadKernels(plan);
+  if (!loaded.ok()) return loaded;
+  for (const fb::Program* program : *root.programs()) {
+    auto& commands = executor->operands_.emplace_back();
+    for (const fb::Command* command : *program->commands()) {
+      auto& operands = commands.emplace_back();
+      for (auto* list : {command->inputs(), command->outputs()})
+        for (int32_t index : *list) operands.push_back(executor->MemoryOf(index));
+    }
+  }
+  return executor;
+}
+
+Executor::~Executor() {
+  for (DeviceMemory* memory : {&arena_, &state_, &constants_})
+    if (memory->address != nullptr) backend_.Free(*memory);
+}
+
+DeviceMemory Executor::MemoryOf(int32_t index) const {
+  const fb::Buffer& b = buffer(index);
+  const DeviceMemory& region = b.region() == fb::Region::Arena   ? arena_
+                               : b.region() == fb::Region::State ? state_
+                                                                 : constants_;
+  // The loader proved offset + size inside the region.
+  return DeviceMemory{static_cast<char*>(region.address) + b.offset(), b.size()};
+}
+
+const fb::Buffer& Executor::buffer(int32_t index) const {
+  return *plan_.root().buffers()->Get(index);
+}
+
+const fb::Program& Executor::program(int index) const {
+  return *plan_.root().programs()->Get(index);
+}
+
+StatusOr<int> Executor::FindProgram(const std::string& name) const {
+  const auto* programs = plan_.root().programs();
+  for (uint32_t i = 0; i < programs->size(); ++i)
+    if (programs->Get(i)->name() && programs->Get(i)->name()->str() == name)
+      return static_cast<int>(i);
+  return Status(ErrorCode::kInvalidArgument, "the plan has no program '" + name + "'");
+}
+
+Status Executor::InitializeState(uint64_t seed) {
+  const fb::Plan& root = plan_.root();
+  std::vector<float> values;
+  if (root.states())
+    for (uint32_t i = 0; i < root.states()->size(); ++i) {
+      const fb::State& s = *root.states()->Get(i);
+      const fb::Buffer& b = buffer(s.buffer());
+      std::vector<int64_t> shape(b.shape()->begin(), b.shape()->end());
+      if (b.dtype() != fb::DType::F32) {
+        // Integer state (the step counter) starts at zero or at its constant.
+        std::vector<uint8_t> bytes(b.size(), 0);
+        if (s.init() != fb::Initializer::Zeros) {
+          if (b.dtype() != fb::DType::I64 || s.init() != fb::Initializer::Constant)
+            return Status(ErrorCode::kUnsupported,
+                          "state '" + b.name()->str() + "': only zeros or a constant for " +
+                              fb::EnumNameDType(b.dtype()));
+          for (uint64_t k = 0; k + 8 <= b.size(); k += 8) {
+            int64_t v = static_cast<int64_t>(s.value());
+            std::memcpy(bytes.data() + k, &v, 8);
+          }
+        }
+        Status st = Write(s.buffer(), bytes.data(), bytes.size());
+        if (!st.ok()) return st;
+        continue;
+      }
+      values.resize(b.size() / 4);
+      // One stream per state tensor: adding a tensor leaves the others alone.
+      InitializeTensor(s.init(), s.value(), shape, seed * 0x100000001b3ull + i, values.data());
+      Status st = Write(s.buffer(), values.data(), b.size());
+      if (!st.ok()) return st;
+    }
+  if (root.constants())
+    for (const fb::Constant* c : *root.constants()) {
+      Status st = Write(c->buffer(), c->data()->data(), c->data()->size());
+      if (!st.ok()) return st;
+    }
+  return Status::Ok();
+}
+
+Status Executor::Write(int32_t index, const void* data, uint64_t bytes) {
+  DeviceMemory m = MemoryOf(index);
+  if (bytes != m.bytes)
+    return Status(ErrorCode::kInvalidArgument,
+                  "buffer '" + buffer(index).name()->str() + "' holds " +
+                      std::to_string(m.bytes) + " bytes, not " + std::to_string(bytes));
+  return backend_.CopyToDevice(m, 0, data, bytes);
+}
+
+Status Executor::Read(int32_t index, void* data, uint64_t bytes) const {
+  DeviceMemory m = MemoryOf(index);
+  if (bytes != m.bytes)
+    return Status(ErrorCode::kInvalidArgument,
+                  "buffer '" + buffer(index).name()->str() + "' holds " +
+                      std::to_string(m.bytes) + " bytes, not " + std::to_string(bytes));
+  return backend_.CopyToHost(data, m, 0, bytes);
+}
+
+Status Executor::Run(int index) {
+  const fb::Program& p = program(index);
+  const auto& commands = operands_[index];
+  for (uint32_t c = 0; c < p.commands()->size(); ++c) {
+    const fb::Command& command = *p.commands()->Get(c);
+    Status status = backend_.Run(command, commands[c].data());
+    if (!status.ok()) {
+      std::string where = command.location() ? " (" + command.location()->str() + ")" : "";
+      return Status(status.code(), "program '" + p.name()->str() + "' command " +
+                                       std::to_string(c) + where + ": " + status.message());
+    }
+  }
+  return backend_.Synchronize();
+}
+
+}  // namespace graphc::runtime

@@ -1,0 +1,61 @@
+// The executor: owns a plan's device memory (arena, state, constants), fills
+// the state from its initializers and a seed, and runs programs command by
+// command on a backend. Every operand address is computed once, in Create, so
+// running a program allocates nothing.
+
+#ifndef GRAPHC_RUNTIME_EXECUTOR_H_
+#define GRAPHC_RUNTIME_EXECUTOR_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/backend.h"
+#include "runtime/plan/plan_loader.h"
+#include "runtime/status.h"
+
+namespace graphc::runtime {
+
+class Executor {
+ public:
+  // Allocates the plan's memory on `backend`, loads its kernels and prepares
+  // its library calls. `plan` and `backend` must outlive the executor.
+  static StatusOr<std::unique_ptr<Executor>> Create(const Plan& plan, Backend& backend);
+  ~Executor();
+
+  // Sets every state tensor from its initializer; the same seed gives the same
+  // bits on every run and every machine. Also writes the constants.
+  Status InitializeState(uint64_t seed);
+
+  // The index of program `name`, or kInvalidArgument.
+  StatusOr<int> FindProgram(const std::string& name) const;
+  const fb::Program& program(int index) const;
+  const fb::Buffer& buffer(int32_t index) const;
+
+  // Copies host bytes into / out of a buffer (exactly its size).
+  Status Write(int32_t buffer, const void* data, uint64_t bytes);
+  Status Read(int32_t buffer, void* data, uint64_t bytes) const;
+
+  // Runs every command of the program, then synchronizes.
+  Status Run(int program);
+
+ private:
+  Executor(const Plan& plan, Backend& backend) : plan_(plan), backend_(backend) {}
+  DeviceMemory MemoryOf(int32_t buffer) const;
+
+  const Plan& plan_;
+  Backend& backend_;
+  DeviceMemory arena_, state_, constants_;
+  // Per program, per command: the operands (inputs, then outputs).
+  std::vector<std::vector<std::vector<DeviceMemory>>> operands_;
+};
+
+// The state initializers, exposed for tests: fills `values` (a tensor of
+// `shape`) for initializer `init` with parameter `value`, from `seed`.
+void InitializeTensor(fb::Initializer init, double value, const std::vector<int64_t>& shape,
+                      uint64_t seed, float* values);
+
+}  // namespace graphc::runtime
+
+#endif  // GRAPHC_RUNTIME_EXECUTOR_H_
