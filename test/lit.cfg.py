@@ -27,3 +27,7 @@ ptxas = os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "ptx
 if os.path.exists(ptxas):
     config.available_features.add("ptxas")
     config.substitutions.append(("%ptxas", ptxas))
+
+# Debian's dataset-fashion-mnist (setup.sh installs it).
+if os.path.exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"):
+    config.available_features.add("fashion-mnist")

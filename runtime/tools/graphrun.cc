@@ -193,9 +193,12 @@ int Train(const TrainOptions& o) {
     if (done % o.display_every == 0 || done == steps) {
       Speed s = SpeedOf(rates);
       if (terminal) std::cout << "\r\033[K";
-      std::cout << done << "\timages/sec: " << std::fixed << std::setprecision(1) << s.mean
-                << " +/- " << s.error << " (jitter = " << s.jitter << ")\t"
-                << std::setprecision(3) << loss << std::defaultfloat << "\n";
+      std::cout << done << "\timages/sec: " << std::fixed << std::setprecision(1);
+      if (rates.empty())
+        std::cout << "(warmup)";
+      else
+        std::cout << s.mean << " +/- " << s.error << " (jitter = " << s.jitter << ")";
+      std::cout << "\t" << std::setprecision(3) << loss << std::defaultfloat << "\n";
     }
   }
   double total_ms = 0;
@@ -274,6 +277,22 @@ int Train(const TrainOptions& o) {
 
 }  // namespace
 
+// "must be a positive integer" rather than CLI11's range with a 300-digit bound.
+CLI::Validator Positive(bool allow_zero) {
+  return CLI::Validator(
+      [allow_zero](std::string& value) -> std::string {
+        try {
+          size_t used = 0;
+          long long v = std::stoll(value, &used);
+          if (used == value.size() && (v > 0 || (allow_zero && v == 0))) return "";
+        } catch (const std::exception&) {
+        }
+        return std::string("must be a ") + (allow_zero ? "non-negative" : "positive") +
+               " integer, got '" + value + "'";
+      },
+      allow_zero ? "N>=0" : "N>0");
+}
+
 int main(int argc, char** argv) {
   CLI::App app("graphrun: run graphc training plans");
   app.require_subcommand(0, 1);
@@ -283,11 +302,11 @@ int main(int argc, char** argv) {
                  "auto (CUDA when a GPU is usable, else the CPU), cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   app.add_option("--steps", train.steps, "training steps (default 100; --epochs overrides)")
-      ->check(CLI::PositiveNumber);
+      ->check(Positive(false));
   app.add_option("--warmup", train.warmup, "steps left out of the timing (default 10)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(Positive(true));
   app.add_option("--epochs", train.epochs, "train for E passes over the data")
-      ->check(CLI::PositiveNumber);
+      ->check(Positive(false));
   app.add_option("--data", train.data,
                  "synthetic (default) or fashion-mnist[:DIR] (default DIR " +
                      std::string(kFashionMnistDir) + ")");
@@ -296,7 +315,7 @@ int main(int argc, char** argv) {
   app.add_option("--report", train.report, "write the run's figures as JSON to this file");
   app.add_option("--display-every", train.display_every,
                  "print images/sec and the loss every K steps (default 10)")
-      ->check(CLI::PositiveNumber);
+      ->check(Positive(false));
   std::string plan_path;
   std::string device = "none";
   bool no_buffers = false, no_commands = false;
