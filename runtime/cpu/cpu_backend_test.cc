@@ -143,15 +143,49 @@ TEST_F(CpuBackendTest, SgdMomentumKernelMatchesPyTorchRule) {
   }
 }
 
-TEST_F(CpuBackendTest, LibraryOpsAreRefusedByName) {
-  for (const fb::Command* c : *plan_->root().programs()->Get(0)->commands()) {
-    if (c->op() != fb::Opcode::Gemm) continue;
-    std::vector<DeviceMemory> none(c->inputs()->size() + c->outputs()->size());
-    Status status = backend_->Run(*c, none.data());
-    EXPECT_EQ(status.code(), ErrorCode::kUnsupported);
-    return;
-  }
-  FAIL() << "no gemm in the plan";
+// The oneDNN matmul behind every Gemm command (transposes by strides, bias
+// broadcast over rows) against a float64 reference.
+TEST_F(CpuBackendTest, GemmMatchesReference) {
+  int gemms = 0;
+  for (const fb::Program* p : *plan_->root().programs())
+    for (const fb::Command* c : *p->commands()) {
+      if (c->op() != fb::Opcode::Gemm) continue;
+      const auto* buffers = plan_->root().buffers();
+      auto shape = [&](int32_t index) {
+        const auto* s = buffers->Get(index)->shape();
+        return std::vector<int64_t>(s->begin(), s->end());
+      };
+      std::vector<int64_t> a = shape(c->inputs()->Get(0)), b = shape(c->inputs()->Get(1));
+      std::vector<int64_t> out = shape(c->outputs()->Get(0));
+      ASSERT_EQ(out.size(), 2u) << "the test covers rank-2 gemms";
+      const bool ta = c->gemm()->transpose_a(), tb = c->gemm()->transpose_b();
+      const int64_t m = out[0], n = out[1], k = ta ? a[0] : a[1];
+      std::vector<std::vector<float>> in;
+      uint32_t state = 12345;
+      for (int32_t index : *c->inputs()) {
+        std::vector<float> values(buffers->Get(index)->size() / 4);
+        for (float& v : values) v = ((state = state * 1664525u + 1013904223u) >> 8) * 0x1p-24f - 0.5f;
+        in.push_back(values);
+      }
+      std::vector<std::vector<uint8_t>> bytes;
+      for (const auto& v : in)
+        bytes.emplace_back(reinterpret_cast<const uint8_t*>(v.data()),
+                           reinterpret_cast<const uint8_t*>(v.data() + v.size()));
+      std::vector<std::vector<uint8_t>> result = RunOn(*c, bytes);
+      ASSERT_EQ(result.size(), 1u);
+      const float* got = reinterpret_cast<const float*>(result[0].data());
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          double want = c->inputs()->size() == 3 ? in[2][j] : 0.0;
+          for (int64_t l = 0; l < k; ++l)
+            want += double{in[0][ta ? l * m + i : i * k + l]} *
+                    double{in[1][tb ? j * k + l : l * n + j]};
+          ASSERT_NEAR(got[i * n + j], want, 1e-4 * (1 + std::fabs(want)))
+              << p->name()->str() << " gemm at (" << i << ", " << j << ")";
+        }
+      ++gemms;
+    }
+  EXPECT_GE(gemms, 2) << "mnist_softmax's plan has forward and backward gemms";
 }
 
 }  // namespace
