@@ -2,6 +2,8 @@
 
 #include "runtime/executor.h"
 
+#include "runtime/random.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -9,23 +11,6 @@
 #include <vector>
 
 namespace graphc::runtime {
-namespace {
-
-// SplitMix64: a tiny, portable generator, so that a seed gives the same
-// parameters whatever the C++ library (std::normal_distribution does not).
-struct SplitMix64 {
-  uint64_t state;
-  uint64_t Next() {
-    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  // Uniform in (0, 1): 53 random bits, never 0 (Box-Muller takes its log).
-  double Uniform() { return ((Next() >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
-};
-
-}  // namespace
 
 void InitializeTensor(fb::Initializer init, double value, const std::vector<int64_t>& shape,
                       uint64_t seed, float* values) {

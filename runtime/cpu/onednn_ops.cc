@@ -54,6 +54,29 @@ struct Prepared {
   std::vector<void*> owned;  // workspaces and scratch outputs, freed at the end
 };
 
+struct ConvGeometry {
+  Dims strides, dilates, padding_l, padding_r;
+  int64_t groups;
+};
+
+ConvGeometry Geometry(const fb::ConvAttrs& attrs) {
+  ConvGeometry g;
+  g.strides = {attrs.strides()->Get(0), attrs.strides()->Get(1)};
+  // oneDNN counts dilation from 0 (no dilation); the plan from 1.
+  g.dilates = {attrs.dilations()->Get(0) - 1, attrs.dilations()->Get(1) - 1};
+  g.padding_l = {attrs.padding()->Get(0), attrs.padding()->Get(2)};  // top, left
+  g.padding_r = {attrs.padding()->Get(1), attrs.padding()->Get(3)};  // bottom, right
+  g.groups = attrs.groups();
+  return g;
+}
+
+// OIHW, or GOIHW with O and I per group for grouped convolutions.
+memory::desc Weights(const Dims& oihw, int64_t groups) {
+  if (groups == 1) return Plain(oihw);
+  return Plain({groups, oihw[0] / groups, oihw[1], oihw[2], oihw[3]});
+}
+
+
 }  // namespace
 
 struct OneDnnOps::Impl {
@@ -109,36 +132,25 @@ struct OneDnnOps::Impl {
     return memory(desc, engine, buffer);
   }
 
+  dnnl::convolution_forward::primitive_desc ForwardHint(const memory::desc& x,
+                                                        const memory::desc& w,
+                                                        const memory::desc& y,
+                                                        const ConvGeometry& g) const;
   Status PrepareConv(const fb::Command& c, Prepared& p);
   Status PrepareGemm(const fb::Command& c, Prepared& p);
   Status PreparePool(const fb::Command& c, Prepared& p);
 };
 
-namespace {
 
-struct ConvGeometry {
-  Dims strides, dilates, padding_l, padding_r;
-  int64_t groups;
-};
-
-ConvGeometry Geometry(const fb::ConvAttrs& attrs) {
-  ConvGeometry g;
-  g.strides = {attrs.strides()->Get(0), attrs.strides()->Get(1)};
-  // oneDNN counts dilation from 0 (no dilation); the plan from 1.
-  g.dilates = {attrs.dilations()->Get(0) - 1, attrs.dilations()->Get(1) - 1};
-  g.padding_l = {attrs.padding()->Get(0), attrs.padding()->Get(2)};  // top, left
-  g.padding_r = {attrs.padding()->Get(1), attrs.padding()->Get(3)};  // bottom, right
-  g.groups = attrs.groups();
-  return g;
+// The forward primitive a backward one is created against.
+dnnl::convolution_forward::primitive_desc OneDnnOps::Impl::ForwardHint(
+    const memory::desc& x, const memory::desc& w, const memory::desc& y,
+    const ConvGeometry& g) const {
+  return dnnl::convolution_forward::primitive_desc(
+      dnnl::convolution_forward::desc(prop_kind::forward_training, algorithm::convolution_direct,
+                                      x, w, y, g.strides, g.dilates, g.padding_l, g.padding_r),
+      engine);
 }
-
-// OIHW, or GOIHW with O and I per group for grouped convolutions.
-memory::desc Weights(const Dims& oihw, int64_t groups) {
-  if (groups == 1) return Plain(oihw);
-  return Plain({groups, oihw[0] / groups, oihw[1], oihw[2], oihw[3]});
-}
-
-}  // namespace
 
 Status OneDnnOps::Impl::PrepareConv(const fb::Command& c, Prepared& p) {
   const ConvGeometry g = Geometry(*c.conv());
@@ -164,11 +176,7 @@ Status OneDnnOps::Impl::PrepareConv(const fb::Command& c, Prepared& p) {
   if (c.op() == fb::Opcode::Conv2dBackwardData) {
     memory::desc dy = Input(c, 0), dx = Output(c, 0);
     memory::desc w = Weights(ShapeOf(Buffer(c.inputs()->Get(1))), g.groups);
-    dnnl::convolution_forward::primitive_desc hint(
-        dnnl::convolution_forward::desc(prop_kind::forward_training,
-                                        algorithm::convolution_direct, dx, w, dy, g.strides,
-                                        g.dilates, g.padding_l, g.padding_r),
-        engine);
+    auto hint = ForwardHint(dx, w, dy, g);
     dnnl::convolution_backward_data::primitive_desc pd(
         dnnl::convolution_backward_data::desc(algorithm::convolution_direct, dx, w, dy,
                                               g.strides, g.dilates, g.padding_l, g.padding_r),
@@ -181,11 +189,7 @@ Status OneDnnOps::Impl::PrepareConv(const fb::Command& c, Prepared& p) {
   // Conv2dBackwardFilter: inputs x, dy; output dw.
   memory::desc x = Input(c, 0), dy = Input(c, 1);
   memory::desc dw = Weights(ShapeOf(Buffer(c.outputs()->Get(0))), g.groups);
-  dnnl::convolution_forward::primitive_desc hint(
-      dnnl::convolution_forward::desc(prop_kind::forward_training,
-                                      algorithm::convolution_direct, x, dw, dy, g.strides,
-                                      g.dilates, g.padding_l, g.padding_r),
-      engine);
+  auto hint = ForwardHint(x, dw, dy, g);
   dnnl::convolution_backward_weights::primitive_desc pd(
       dnnl::convolution_backward_weights::desc(algorithm::convolution_direct, x, dw, dy,
                                                g.strides, g.dilates, g.padding_l,

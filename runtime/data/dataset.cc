@@ -2,6 +2,8 @@
 
 #include "runtime/data/dataset.h"
 
+#include "runtime/random.h"
+
 #include <zlib.h>
 
 #include <algorithm>
@@ -12,17 +14,7 @@
 namespace graphc::runtime {
 namespace {
 
-// SplitMix64, as for the initializers: portable and seedable.
-struct Rng {
-  uint64_t state;
-  uint64_t Next() {
-    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  double Uniform() { return ((Next() >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
-};
+using Rng = SplitMix64;
 
 Status IoError(const std::string& path, const std::string& what) {
   return Status(ErrorCode::kIo, path + ": " + what);
