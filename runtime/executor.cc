@@ -113,7 +113,7 @@ const fb::Program& Executor::program(int index) const {
 StatusOr<int> Executor::FindProgram(const std::string& name) const {
   const auto* programs = plan_.root().programs();
   for (uint32_t i = 0; i < programs->size(); ++i)
-    if (programs->Get(i)->name() && programs->Get(i)->name()->str() == name)
+    if (StringOf(programs->Get(i)->name()) == name)
       return static_cast<int>(i);
   return Status(ErrorCode::kInvalidArgument, "the plan has no program '" + name + "'");
 }
@@ -132,7 +132,7 @@ Status Executor::InitializeState(uint64_t seed) {
         if (s.init() != fb::Initializer::Zeros) {
           if (b.dtype() != fb::DType::I64 || s.init() != fb::Initializer::Constant)
             return Status(ErrorCode::kUnsupported,
-                          "state '" + b.name()->str() + "': only zeros or a constant for " +
+                          "state '" + StringOf(b.name()) + "': only zeros or a constant for " +
                               fb::EnumNameDType(b.dtype()));
           for (uint64_t k = 0; k + 8 <= b.size(); k += 8) {
             int64_t v = static_cast<int64_t>(s.value());
@@ -161,7 +161,7 @@ Status Executor::Write(int32_t index, const void* data, uint64_t bytes) {
   DeviceMemory m = MemoryOf(index);
   if (bytes != m.bytes)
     return Status(ErrorCode::kInvalidArgument,
-                  "buffer '" + buffer(index).name()->str() + "' holds " +
+                  "buffer '" + StringOf(buffer(index).name()) + "' holds " +
                       std::to_string(m.bytes) + " bytes, not " + std::to_string(bytes));
   return backend_.CopyToDevice(m, 0, data, bytes);
 }
@@ -170,7 +170,7 @@ Status Executor::Read(int32_t index, void* data, uint64_t bytes) const {
   DeviceMemory m = MemoryOf(index);
   if (bytes != m.bytes)
     return Status(ErrorCode::kInvalidArgument,
-                  "buffer '" + buffer(index).name()->str() + "' holds " +
+                  "buffer '" + StringOf(buffer(index).name()) + "' holds " +
                       std::to_string(m.bytes) + " bytes, not " + std::to_string(bytes));
   return backend_.CopyToHost(data, m, 0, bytes);
 }
@@ -183,7 +183,7 @@ Status Executor::Run(int index) {
     Status status = backend_.Run(command, commands[c].data());
     if (!status.ok()) {
       std::string where = command.location() ? " (" + command.location()->str() + ")" : "";
-      return Status(status.code(), "program '" + p.name()->str() + "' command " +
+      return Status(status.code(), "program '" + StringOf(p.name()) + "' command " +
                                        std::to_string(c) + where + ": " + status.message());
     }
   }

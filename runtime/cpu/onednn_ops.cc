@@ -18,7 +18,6 @@ using dnnl::algorithm;
 using dnnl::memory;
 using dnnl::prop_kind;
 using Dims = memory::dims;
-using Tag = memory::format_tag;
 
 memory::dims ShapeOf(const fb::Buffer& buffer) {
   return Dims(buffer.shape()->begin(), buffer.shape()->end());

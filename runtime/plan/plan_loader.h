@@ -20,6 +20,9 @@ namespace graphc::runtime {
 // compiler/Export/PlanExport.h. Newer plans are refused.
 inline constexpr uint32_t kPlanSchemaVersion = 1;
 
+// A plan string, "" when absent (the schema makes every string optional).
+inline std::string StringOf(const flatbuffers::String* s) { return s ? s->str() : std::string(); }
+
 struct LoaderLimits {
   uint64_t max_file_bytes = uint64_t{1} << 31;  // FlatBuffers' own maximum
   uint32_t max_depth = 64;

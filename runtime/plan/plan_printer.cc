@@ -56,16 +56,15 @@ std::string LaunchSummary(const fb::KernelBinary& binary) {
 
 void PrintPlan(const Plan& loaded, const PrintOptions& options, std::ostream& os) {
   const fb::Plan& plan = loaded.root();
-  auto str = [](const flatbuffers::String* s) { return s ? s->str() : std::string(); };
-  os << "plan: model " << str(plan.model()) << ", batch " << plan.batch_size()
-     << ", precision " << str(plan.precision()) << ", "
+  os << "plan: model " << StringOf(plan.model()) << ", batch " << plan.batch_size()
+     << ", precision " << StringOf(plan.precision()) << ", "
      << (plan.fused() ? "fused" : "unfused") << ", schema v" << plan.version() << ", "
      << loaded.file_size() << " bytes\n";
   os << "targets:";
   if (plan.binaries())
     for (const fb::KernelBinary* b : *plan.binaries())
       os << " " << fb::EnumNameTarget(b->target()) << " ("
-         << fb::EnumNameBinaryFormat(b->format()) << ", " << str(b->cpu()) << ", "
+         << fb::EnumNameBinaryFormat(b->format()) << ", " << StringOf(b->cpu()) << ", "
          << b->data()->size() << " bytes" << LaunchSummary(*b) << ")";
   os << "\n";
   uint64_t parameters = 0, parameter_tensors = 0;
@@ -91,7 +90,7 @@ void PrintPlan(const Plan& loaded, const PrintOptions& options, std::ostream& os
       ++by_op[c->op() == fb::Opcode::Kernel
                   ? std::string("kernel")
                   : std::string(fb::EnumNameOpcode(c->op()))];
-    os << "program " << str(program->name()) << ": " << program->commands()->size()
+    os << "program " << StringOf(program->name()) << ": " << program->commands()->size()
        << " commands (";
     bool first = true;
     for (const auto& [op, count] : by_op) {
@@ -107,7 +106,7 @@ void PrintPlan(const Plan& loaded, const PrintOptions& options, std::ostream& os
     os << "\nstate:\n";
     for (const fb::State* s : *plan.states()) {
       const fb::Buffer* b = plan.buffers()->Get(s->buffer());
-      os << "  " << str(b->name()) << " " << ShapeOf(*b) << " = "
+      os << "  " << StringOf(b->name()) << " " << ShapeOf(*b) << " = "
          << fb::EnumNameInitializer(s->init());
       if (s->init() == fb::Initializer::Constant || s->init() == fb::Initializer::Normal ||
           s->init() == fb::Initializer::Uniform)
@@ -119,7 +118,7 @@ void PrintPlan(const Plan& loaded, const PrintOptions& options, std::ostream& os
     os << "\nbuffers:\n";
     for (uint32_t i = 0; i < plan.buffers()->size(); ++i) {
       const fb::Buffer* b = plan.buffers()->Get(i);
-      os << "  " << i << " " << str(b->name()) << " " << ShapeOf(*b) << " "
+      os << "  " << i << " " << StringOf(b->name()) << " " << ShapeOf(*b) << " "
          << fb::EnumNameRegion(b->region()) << " [" << b->offset() << ", "
          << b->offset() + b->size() << ")\n";
     }
@@ -127,7 +126,7 @@ void PrintPlan(const Plan& loaded, const PrintOptions& options, std::ostream& os
   if (options.kernels && plan.kernels()) {
     os << "\nkernels:\n";
     for (const fb::Kernel* k : *plan.kernels()) {
-      os << "  " << str(k->name()) << ":";
+      os << "  " << StringOf(k->name()) << ":";
       for (const flatbuffers::String* op : *k->ops()) os << " " << op->str();
       os << " (" << k->num_inputs() << " in, " << k->num_outputs() << " out"
          << (k->elementwise() ? ", elementwise" : "") << ")\n";
@@ -135,12 +134,12 @@ void PrintPlan(const Plan& loaded, const PrintOptions& options, std::ostream& os
   }
   if (options.commands) {
     for (const fb::Program* program : *plan.programs()) {
-      os << "\ncommands of " << str(program->name()) << ":\n";
+      os << "\ncommands of " << StringOf(program->name()) << ":\n";
       uint32_t index = 0;
       for (const fb::Command* c : *program->commands()) {
         os << "  " << index++ << " ";
         if (c->op() == fb::Opcode::Kernel)
-          os << "kernel " << str(plan.kernels()->Get(c->kernel())->name());
+          os << "kernel " << StringOf(plan.kernels()->Get(c->kernel())->name());
         else
           os << fb::EnumNameOpcode(c->op());
         os << " [" << List(plan, *c->inputs()) << "] -> [" << List(plan, *c->outputs())

@@ -133,12 +133,9 @@ int Train(const TrainOptions& o) {
   std::string data_name = o.data;
   if (o.data == "synthetic") {
     source = BatchSource::Synthetic(batch, image_shape, classes, 4, o.seed);
-  } else if (o.data.rfind("fashion-mnist", 0) == 0) {
-    std::string dir = o.data.size() > 14 && o.data[13] == ':' ? o.data.substr(14)
-                                                              : kFashionMnistDir;
-    if (o.data != "fashion-mnist" && o.data.size() <= 14)
-      return Fail(Status(ErrorCode::kInvalidArgument,
-                         "--data must be synthetic or fashion-mnist[:DIR], got '" + o.data + "'"));
+  } else if (o.data == "fashion-mnist" ||
+             (o.data.rfind("fashion-mnist:", 0) == 0 && o.data.size() > 14)) {
+    std::string dir = o.data == "fashion-mnist" ? kFashionMnistDir : o.data.substr(14);
     data_name = "fashion-mnist";
     for (bool train_split : {true, false}) {
       StatusOr<Examples> examples = ReadFashionMnist(dir, train_split);
@@ -158,8 +155,8 @@ int Train(const TrainOptions& o) {
   if (o.epochs > 0) steps = o.epochs * source->batches_per_epoch();
   if (steps < 0) steps = 100;
   const int64_t warmup = std::min<int64_t>(o.warmup, std::max<int64_t>(steps - 1, 0));
-  std::cout << "model: " << root.model()->str() << ", batch " << batch << ", "
-            << (root.fused() ? "fused" : "unfused") << ", " << root.precision()->str()
+  std::cout << "model: " << StringOf(root.model()) << ", batch " << batch << ", "
+            << (root.fused() ? "fused" : "unfused") << ", " << StringOf(root.precision())
             << "; data: " << data_name << " (" << source->examples() << " examples); "
             << steps << " steps, " << warmup << " warmup\n";
 
@@ -243,14 +240,14 @@ int Train(const TrainOptions& o) {
 
   if (!o.report.empty()) {
     nlohmann::json j = {
-        {"model", root.model()->str()},
+        {"model", StringOf(root.model())},
         {"device", "cpu"},
         {"data", data_name},
         {"batch_size", batch},
         {"steps", steps},
         {"warmup", warmup},
         {"fused", root.fused()},
-        {"precision", root.precision()->str()},
+        {"precision", StringOf(root.precision())},
         {"images_per_sec", step_ms.empty() ? 0.0 : batch * 1000.0 / median_ms},
         {"images_per_sec_mean", SpeedOf(rates).mean},
         {"total_images_per_sec", total_rate},
