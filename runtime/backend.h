@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "runtime/plan/plan_loader.h"
 #include "runtime/status.h"
@@ -28,6 +29,8 @@ class Backend {
   virtual ~Backend() = default;
 
   virtual const char* name() const = 0;
+  // The device as the user should see it, e.g. "cpu (2 threads)".
+  virtual std::string Describe() const { return name(); }
   // The kernel binary this device executes.
   virtual fb::Target target() const = 0;
 
@@ -50,8 +53,10 @@ class Backend {
   virtual Status Synchronize() = 0;
 };
 
-// The CPU backend (runtime/cpu/cpu_backend.cc).
-std::unique_ptr<Backend> CreateCpuBackend();
+// The CPU backend (runtime/cpu/cpu_backend.cc), on `threads` OpenMP threads
+// (generated kernels and oneDNN alike); 0 keeps OpenMP's default (every core,
+// or OMP_NUM_THREADS).
+std::unique_ptr<Backend> CreateCpuBackend(int threads = 0);
 
 }  // namespace graphc::runtime
 

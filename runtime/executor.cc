@@ -2,13 +2,14 @@
 
 #include "runtime/executor.h"
 
-#include "runtime/random.h"
-
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <utility>
 #include <vector>
+
+#include "runtime/random.h"
 
 namespace graphc::runtime {
 
@@ -84,6 +85,7 @@ StatusOr<std::unique_ptr<Executor>> Executor::Create(const Plan& plan, Backend& 
       for (auto* list : {command->inputs(), command->outputs()})
         for (int32_t index : *list) operands.push_back(executor->MemoryOf(index));
     }
+    executor->command_seconds_.emplace_back(program->commands()->size(), 0.0);
   }
   return executor;
 }
@@ -178,9 +180,16 @@ Status Executor::Read(int32_t index, void* data, uint64_t bytes) const {
 Status Executor::Run(int index) {
   const fb::Program& p = program(index);
   const auto& commands = operands_[index];
+  using Clock = std::chrono::steady_clock;
   for (uint32_t c = 0; c < p.commands()->size(); ++c) {
     const fb::Command& command = *p.commands()->Get(c);
+    Clock::time_point start;
+    if (profiling_) start = Clock::now();
     Status status = backend_.Run(command, commands[c].data());
+    if (profiling_ && status.ok()) {
+      status = backend_.Synchronize();
+      command_seconds_[index][c] += std::chrono::duration<double>(Clock::now() - start).count();
+    }
     if (!status.ok()) {
       std::string where = command.location() ? " (" + command.location()->str() + ")" : "";
       return Status(status.code(), "program '" + StringOf(p.name()) + "' command " +

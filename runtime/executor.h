@@ -40,6 +40,14 @@ class Executor {
   // Runs every command of the program, then synchronizes.
   Status Run(int program);
 
+  // While on, Run synchronizes after every command and adds its wall time to
+  // command_seconds(program)[c] (for graphrun --profile; it serializes the
+  // device, so it is off for throughput runs).
+  void set_profiling(bool on) { profiling_ = on; }
+  const std::vector<double>& command_seconds(int program) const {
+    return command_seconds_[program];
+  }
+
  private:
   Executor(const Plan& plan, Backend& backend) : plan_(plan), backend_(backend) {}
   DeviceMemory MemoryOf(int32_t buffer) const;
@@ -49,6 +57,8 @@ class Executor {
   DeviceMemory arena_, state_, constants_;
   // Per program, per command: the operands (inputs, then outputs).
   std::vector<std::vector<std::vector<DeviceMemory>>> operands_;
+  bool profiling_ = false;
+  std::vector<std::vector<double>> command_seconds_;  // per program, per command
 };
 
 // The state initializers, exposed for tests: fills `values` (a tensor of

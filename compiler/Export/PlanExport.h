@@ -16,7 +16,7 @@
 namespace graphc {
 
 /// The plan's schema version; runtime/plan/plan_loader.h has the runtime's.
-constexpr uint32_t kPlanSchemaVersion = 1;
+constexpr uint32_t kPlanSchemaVersion = 2;
 
 struct PlanMetadata {
   std::string model;

@@ -2,10 +2,15 @@
 //
 // Compiles `module @kernels` into a `plan.binary` per target. The PTX path is
 // in CodegenPtx.cpp. The CPU path:
-//  1) clone the bodies and lower them to the LLVM dialect (toolchain.md's
-//     pipeline; bare-pointer calling convention, since every shape is static);
-//  2) translate to LLVM IR and add `void graphc_kernel_<k>(void **buffers)` per
-//     kernel, the one signature the runtime calls;
+//  1) clone the bodies, lower linalg to parallel loops and split each kernel
+//     into launches (KernelLoops.h): every top-level scf.parallel is outlined
+//     into a function of the buffers it uses plus [begin, end) of its outermost
+//     dimension, which the runtime spreads over the cores; code outside the
+//     loops runs in one-iteration launches;
+//  2) lower to the LLVM dialect (toolchain.md's pipeline; bare-pointer calling
+//     convention, since every shape is static), translate to LLVM IR and add
+//     `void graphc_kernel_<entry>(void **buffers, int64_t begin, int64_t end)`
+//     per launch, the one signature the runtime calls;
 //  3) optimize at O3 for the requested CPU through a real TargetMachine
 //     (without one, LLVM's cost model refuses to vectorize, silently);
 //  4) emit an object and link it into a shared object with ld.lld, which the
@@ -14,6 +19,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "compiler/Lowering/CodegenPtx.h"
+#include "compiler/Lowering/KernelLoops.h"
 #include "compiler/Lowering/Passes.h"
 #include "mlir/Conversion/AffineToStandard/AffineToStandard.h"
 #include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
@@ -23,8 +29,11 @@
 #include "mlir/Conversion/MemRefToLLVM/MemRefToLLVM.h"
 #include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
 #include "mlir/Conversion/SCFToControlFlow/SCFToControlFlow.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
-#include "mlir/Dialect/Linalg/Passes.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Utils/StaticValueUtils.h"
+#include "mlir/IR/IRMapping.h"
 #include "mlir/ExecutionEngine/OptUtils.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
@@ -34,6 +43,7 @@
 #include "mlir/Target/LLVMIR/Dialect/NVVM/NVVMToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Export.h"
 #include "mlir/Transforms/Passes.h"
+#include "mlir/Transforms/RegionUtils.h"
 #include "llvm/IR/IRBuilder.h"
 #include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/Module.h"
@@ -71,6 +81,137 @@ struct TempFile {
   }
 };
 
+/// Moves `ops` (contiguous, in order) into a one-iteration scf.parallel: a
+/// launch the runtime runs on one core.
+LogicalResult wrapInSingleIterationLoop(ArrayRef<Operation *> ops) {
+  Location loc = ops.front()->getLoc();
+  OpBuilder b(ops.front());
+  Value zero = b.create<arith::ConstantIndexOp>(loc, 0);
+  Value one = b.create<arith::ConstantIndexOp>(loc, 1);
+  auto loop = b.create<scf::ParallelOp>(loc, ValueRange{zero}, ValueRange{one}, ValueRange{one});
+  Block *body = loop.getBody();
+  if (!body->mightHaveTerminator())
+    OpBuilder::atBlockEnd(body).create<scf::ReduceOp>(loc);
+  for (Operation *op : ops)
+    op->moveBefore(body->getTerminator());
+  return success();
+}
+
+/// Outlines each top-level scf.parallel of `func` (which must be nothing
+/// else, besides constants) into a function of the buffers it uses and
+/// (begin, end): the iterations of its outermost dimension to run. Erases
+/// `func` and returns its launches, in order.
+FailureOr<SmallVector<KernelLaunch>> outlineCpuLaunches(func::FuncOp func,
+                                                        SymbolTable &symbols) {
+  MLIRContext *context = func.getContext();
+  Block &body = func.getBody().front();
+  SmallVector<scf::ParallelOp> loops;
+  for (Operation &op : body) {
+    if (op.hasTrait<OpTrait::ConstantLike>() || op.hasTrait<OpTrait::IsTerminator>())
+      continue;
+    auto loop = dyn_cast<scf::ParallelOp>(op);
+    if (!loop)
+      return op.emitError("CPU codegen: code left outside the launches of kernel ")
+             << func.getSymName();
+    loops.push_back(loop);
+  }
+  SmallVector<KernelLaunch> launches;
+  OpBuilder b(func);
+  Type index = b.getIndexType();
+  for (auto [n, loop] : llvm::enumerate(loops)) {
+    Location loc = loop.getLoc();
+    // What the loop reads from outside: buffers (in argument order) and constants.
+    llvm::SetVector<Value> captured(loop->getOperands().begin(), loop->getOperands().end());
+    getUsedValuesDefinedAbove(loop.getRegion(), captured);
+    SmallVector<BlockArgument> buffers;
+    SmallVector<Operation *> constants;
+    for (Value v : captured) {
+      if (auto arg = dyn_cast<BlockArgument>(v); arg && arg.getOwner() == &body)
+        buffers.push_back(arg);
+      else if (Operation *def = v.getDefiningOp(); def && def->hasTrait<OpTrait::ConstantLike>())
+        constants.push_back(def);
+      else
+        return loop.emitError("CPU codegen: a launch of kernel ")
+               << func.getSymName() << " reads a value computed outside it";
+    }
+    llvm::sort(buffers, [](BlockArgument x, BlockArgument y) {
+      return x.getArgNumber() < y.getArgNumber();
+    });
+    SmallVector<Type> types;
+    for (BlockArgument arg : buffers)
+      types.push_back(arg.getType());
+    types.append({index, index});
+    auto outlined = b.create<func::FuncOp>(
+        loc, (func.getSymName() + "_l" + Twine(n)).str(), FunctionType::get(context, types, {}));
+    symbols.insert(outlined); // renamed if taken
+    Block *entry = outlined.addEntryBlock();
+    OpBuilder ob = OpBuilder::atBlockBegin(entry);
+    IRMapping mapping;
+    for (auto [i, arg] : llvm::enumerate(buffers))
+      mapping.map(arg, entry->getArgument(i));
+    for (Operation *c : constants)
+      ob.clone(*c, mapping);
+    auto chunked = cast<scf::ParallelOp>(ob.clone(*loop, mapping));
+    ob.create<func::ReturnOp>(loc);
+
+    // Iterations [begin, end) of the outermost dimension.
+    std::optional<int64_t> lb = getConstantIntValue(chunked.getLowerBound()[0]);
+    std::optional<int64_t> ub = getConstantIntValue(chunked.getUpperBound()[0]);
+    std::optional<int64_t> step = getConstantIntValue(chunked.getStep()[0]);
+    if (!lb || !ub || !step || *step < 1)
+      return loop.emitError("CPU codegen: the outermost loop of kernel ")
+             << func.getSymName() << " has no static bounds";
+    int64_t extent = *ub > *lb ? (*ub - *lb + *step - 1) / *step : 0;
+    if (extent < 1 || extent > std::numeric_limits<int32_t>::max())
+      return loop.emitError("CPU codegen: the outermost loop of kernel ")
+             << func.getSymName() << " has " << extent << " iterations";
+    ob.setInsertionPoint(chunked);
+    Value begin = entry->getArgument(buffers.size());
+    Value end = entry->getArgument(buffers.size() + 1);
+    Value stepValue = ob.create<arith::ConstantIndexOp>(loc, *step);
+    Value lbValue = ob.create<arith::ConstantIndexOp>(loc, *lb);
+    Value ubValue = ob.create<arith::ConstantIndexOp>(loc, *ub);
+    Value from = ob.create<arith::AddIOp>(loc, lbValue,
+                                          ob.create<arith::MulIOp>(loc, begin, stepValue));
+    Value to = ob.create<arith::MinSIOp>(
+        loc, ubValue,
+        ob.create<arith::AddIOp>(loc, lbValue, ob.create<arith::MulIOp>(loc, end, stepValue)));
+    chunked->setOperand(0, from);
+    chunked->setOperand(chunked.getNumLoops(), to);
+
+    KernelLaunch &launch = launches.emplace_back();
+    launch.entry = outlined.getSymName().str();
+    launch.grid = {static_cast<uint32_t>(extent), 1, 1};
+    launch.block = {1, 1, 1};
+    for (BlockArgument arg : buffers)
+      launch.args.push_back(arg.getArgNumber());
+  }
+  symbols.erase(func);
+  return launches;
+}
+
+/// Splits every kernel of `kernels` into CPU launches (see above); per kernel
+/// name, in order.
+FailureOr<std::vector<SmallVector<KernelLaunch>>>
+splitCpuLaunches(ModuleOp kernels, ArrayRef<std::string> names) {
+  if (failed(lowerToParallelLoops(kernels)))
+    return failure();
+  SymbolTable symbols(kernels);
+  std::vector<SmallVector<KernelLaunch>> result;
+  for (const std::string &name : names) {
+    auto func = symbols.lookup<func::FuncOp>(name);
+    if (!func)
+      return emitError(kernels.getLoc(), "CPU codegen: kernel ") << name << " vanished";
+    if (failed(wrapHostCode(func, wrapInSingleIterationLoop)))
+      return failure();
+    auto launches = outlineCpuLaunches(func, symbols);
+    if (failed(launches))
+      return failure();
+    result.push_back(std::move(*launches));
+  }
+  return result;
+}
+
 class CodegenKernelsPass : public graphc::impl::CodegenKernelsBase<CodegenKernelsPass> {
 public:
   using CodegenKernelsBase::CodegenKernelsBase;
@@ -86,13 +227,13 @@ public:
 
 private:
   LogicalResult dump(StringRef file, StringRef bytes);
-  FailureOr<std::string> compileCpu(ModuleOp kernels, ArrayRef<std::string> names);
+  FailureOr<std::string> compileCpu(ModuleOp kernels,
+                                    ArrayRef<SmallVector<KernelLaunch>> launches);
   LogicalResult lowerToLLVMDialect(ModuleOp kernels);
 };
 
 LogicalResult CodegenKernelsPass::lowerToLLVMDialect(ModuleOp kernels) {
   PassManager pm(kernels->getContext(), ModuleOp::getOperationName());
-  pm.addNestedPass<func::FuncOp>(createConvertLinalgToLoopsPass());
   pm.addPass(createLowerAffinePass());
   pm.addPass(createConvertSCFToCFPass());
   pm.addPass(createArithToLLVMConversionPass());
@@ -107,8 +248,8 @@ LogicalResult CodegenKernelsPass::lowerToLLVMDialect(ModuleOp kernels) {
   return pm.run(kernels);
 }
 
-FailureOr<std::string> CodegenKernelsPass::compileCpu(ModuleOp kernels,
-                                                      ArrayRef<std::string> names) {
+FailureOr<std::string>
+CodegenKernelsPass::compileCpu(ModuleOp kernels, ArrayRef<SmallVector<KernelLaunch>> launches) {
   Location loc = kernels.getLoc();
   if (failed(lowerToLLVMDialect(kernels)))
     return emitError(loc, "lowering the kernels to the LLVM dialect failed");
@@ -138,27 +279,32 @@ FailureOr<std::string> CodegenKernelsPass::compileCpu(ModuleOp kernels,
   llvmModule->setTargetTriple(kCpuTriple);
   llvmModule->setDataLayout(machine->createDataLayout());
 
-  // The runtime's entry points: unpack the buffer array and call the kernel,
-  // which becomes internal so it can be inlined and specialized.
+  // The runtime's entry points: unpack the buffer array, pass the iteration
+  // range and call the launch, which becomes internal so it can be inlined.
   llvm::Type *ptrType = llvm::PointerType::getUnqual(llvmContext);
+  llvm::Type *i64Type = llvm::Type::getInt64Ty(llvmContext);
   llvm::FunctionType *entryType = llvm::FunctionType::get(
-      llvm::Type::getVoidTy(llvmContext), {ptrType}, false);
-  for (const std::string &name : names) {
-    llvm::Function *kernel = llvmModule->getFunction(name);
-    if (!kernel)
-      return emitError(loc, "kernel ") << name << " vanished during lowering";
-    kernel->setLinkage(llvm::GlobalValue::InternalLinkage);
-    llvm::Function *entry = llvm::Function::Create(
-        entryType, llvm::GlobalValue::ExternalLinkage, kEntryPrefix + name, *llvmModule);
-    llvm::IRBuilder<> builder(llvm::BasicBlock::Create(llvmContext, "entry", entry));
-    SmallVector<llvm::Value *> args;
-    for (unsigned i = 0; i < kernel->arg_size(); ++i) {
-      llvm::Value *slot = builder.CreateConstInBoundsGEP1_64(ptrType, entry->getArg(0), i);
-      args.push_back(builder.CreateLoad(ptrType, slot));
+      llvm::Type::getVoidTy(llvmContext), {ptrType, i64Type, i64Type}, false);
+  for (const SmallVector<KernelLaunch> &perKernel : launches)
+    for (const KernelLaunch &launch : perKernel) {
+      llvm::Function *body = llvmModule->getFunction(launch.entry);
+      if (!body || body->arg_size() != launch.args.size() + 2)
+        return emitError(loc, "launch ") << launch.entry << " vanished during lowering";
+      body->setLinkage(llvm::GlobalValue::InternalLinkage);
+      llvm::Function *entry = llvm::Function::Create(
+          entryType, llvm::GlobalValue::ExternalLinkage, kEntryPrefix + launch.entry,
+          *llvmModule);
+      llvm::IRBuilder<> builder(llvm::BasicBlock::Create(llvmContext, "entry", entry));
+      SmallVector<llvm::Value *> args;
+      for (unsigned i = 0; i < launch.args.size(); ++i) {
+        llvm::Value *slot = builder.CreateConstInBoundsGEP1_64(ptrType, entry->getArg(0), i);
+        args.push_back(builder.CreateLoad(ptrType, slot));
+      }
+      args.push_back(entry->getArg(1));
+      args.push_back(entry->getArg(2));
+      builder.CreateCall(body, args);
+      builder.CreateRetVoid();
     }
-    builder.CreateCall(kernel, args);
-    builder.CreateRetVoid();
-  }
 
   auto optimize = makeOptimizingTransformer(/*optLevel=*/3, /*sizeLevel=*/0, machine.get());
   if (llvm::Error err = optimize(llvmModule.get()))
@@ -228,17 +374,42 @@ void CodegenKernelsPass::runOnOperation() {
     names.push_back(func.getSymName().str());
   OpBuilder b(kernels);
   SmallVector<StringRef> symbols(names.begin(), names.end());
+  // The plan.binary `launches` attribute: per kernel, a list of launches.
+  auto launchesAttr = [&](ArrayRef<SmallVector<KernelLaunch>> launches) {
+    auto dims = [&](const std::array<uint32_t, 3> &d) {
+      return b.getDenseI32ArrayAttr(
+          {static_cast<int32_t>(d[0]), static_cast<int32_t>(d[1]), static_cast<int32_t>(d[2])});
+    };
+    SmallVector<Attribute> perKernel;
+    for (const auto &list : launches) {
+      SmallVector<Attribute> entries;
+      for (const KernelLaunch &launch : list) {
+        SmallVector<int32_t> args(launch.args.begin(), launch.args.end());
+        entries.push_back(b.getDictionaryAttr({
+            b.getNamedAttr("entry", b.getStringAttr(launch.entry)),
+            b.getNamedAttr("grid", dims(launch.grid)),
+            b.getNamedAttr("block", dims(launch.block)),
+            b.getNamedAttr("args", b.getDenseI32ArrayAttr(args)),
+        }));
+      }
+      perKernel.push_back(b.getArrayAttr(entries));
+    }
+    return b.getArrayAttr(perKernel);
+  };
   if (!names.empty() && targets != "cuda") {
     OwningOpRef<ModuleOp> cpuModule(kernels.clone());
     (*cpuModule)->removeAttr(SymbolTable::getSymbolAttrName());
-    FailureOr<std::string> cpuBinary = compileCpu(*cpuModule, names);
+    auto launches = splitCpuLaunches(*cpuModule, names);
+    if (failed(launches))
+      return signalPassFailure();
+    FailureOr<std::string> cpuBinary = compileCpu(*cpuModule, *launches);
     if (failed(cpuBinary) || failed(dump("cpu_x86_64.so", *cpuBinary)))
       return signalPassFailure();
     b.create<plan::BinaryOp>(
         module.getLoc(), plan::TargetAttr::get(context, plan::Target::cpu_x86_64),
         plan::BinaryFormatAttr::get(context, plan::BinaryFormat::elf_shared_object),
         b.getStringAttr(cpu), b.getStrArrayAttr(symbols), b.getStringAttr(*cpuBinary),
-        ArrayAttr());
+        launchesAttr(*launches));
   }
   if (!names.empty() && targets != "cpu") {
     OwningOpRef<ModuleOp> gpuModule(kernels.clone());
@@ -249,24 +420,7 @@ void CodegenKernelsPass::runOnOperation() {
     FailureOr<PtxKernels> ptx = compilePtx(*gpuModule, names, chips, cudaPath);
     if (failed(ptx))
       return signalPassFailure();
-    SmallVector<Attribute> launches;
-    for (const auto &perKernel : ptx->launches) {
-      SmallVector<Attribute> list;
-      for (const GpuLaunch &launch : perKernel) {
-        auto dims = [&](const std::array<uint32_t, 3> &d) {
-          return b.getDenseI32ArrayAttr({static_cast<int32_t>(d[0]), static_cast<int32_t>(d[1]),
-                                         static_cast<int32_t>(d[2])});
-        };
-        SmallVector<int32_t> args(launch.args.begin(), launch.args.end());
-        list.push_back(b.getDictionaryAttr({
-            b.getNamedAttr("entry", b.getStringAttr(launch.entry)),
-            b.getNamedAttr("grid", dims(launch.grid)),
-            b.getNamedAttr("block", dims(launch.block)),
-            b.getNamedAttr("args", b.getDenseI32ArrayAttr(args)),
-        }));
-      }
-      launches.push_back(b.getArrayAttr(list));
-    }
+    ArrayAttr launches = launchesAttr(ptx->launches);
     for (auto [chip, target] : kCudaChips) {
       auto it = llvm::find_if(ptx->ptx, [&](const auto &p) { return p.first == chip; });
       if (it == ptx->ptx.end()) {
@@ -278,7 +432,7 @@ void CodegenKernelsPass::runOnOperation() {
       b.create<plan::BinaryOp>(
           module.getLoc(), plan::TargetAttr::get(context, target),
           plan::BinaryFormatAttr::get(context, plan::BinaryFormat::ptx), b.getStringAttr(chip),
-          b.getStrArrayAttr(symbols), b.getStringAttr(it->second), b.getArrayAttr(launches));
+          b.getStrArrayAttr(symbols), b.getStringAttr(it->second), launches);
     }
   }
   kernels.erase();

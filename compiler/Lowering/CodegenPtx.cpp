@@ -18,6 +18,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "compiler/Lowering/CodegenPtx.h"
+#include "compiler/Lowering/KernelLoops.h"
 
 #include "mlir/Conversion/AffineToStandard/AffineToStandard.h"
 #include "mlir/Conversion/GPUToNVVM/GPUToNVVMPass.h"
@@ -30,16 +31,12 @@
 #include "mlir/Dialect/GPU/Transforms/Passes.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
-#include "mlir/Dialect/Linalg/Passes.h"
-#include "mlir/Dialect/Linalg/Transforms/Transforms.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/SCF/Transforms/Passes.h"
 #include "mlir/Dialect/Utils/StaticValueUtils.h"
 #include "mlir/IR/IRMapping.h"
-#include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Transforms/Passes.h"
-#include "llvm/ADT/SetVector.h"
 
 using namespace mlir;
 
@@ -48,27 +45,6 @@ namespace {
 
 constexpr int64_t kThreadsPerBlock = 256;
 constexpr llvm::StringLiteral kGpuModuleName = "graphc_kernels";
-
-/// Reorders each linalg.generic's loops: parallel iterators, then reductions.
-LogicalResult parallelLoopsFirst(ModuleOp module) {
-  IRRewriter rewriter(module.getContext());
-  SmallVector<linalg::GenericOp> generics;
-  module.walk([&](linalg::GenericOp op) { generics.push_back(op); });
-  for (linalg::GenericOp op : generics) {
-    SmallVector<utils::IteratorType> iterators = op.getIteratorTypesArray();
-    SmallVector<unsigned> order;
-    for (auto kind : {utils::IteratorType::parallel, utils::IteratorType::reduction})
-      for (unsigned i = 0; i < iterators.size(); ++i)
-        if (iterators[i] == kind)
-          order.push_back(i);
-    if (llvm::equal(order, llvm::seq<unsigned>(0, iterators.size())))
-      continue;
-    rewriter.setInsertionPoint(op);
-    if (failed(linalg::interchangeGenericOp(rewriter, op, order)))
-      return op.emitError("cannot put the parallel loops of this kernel first");
-  }
-  return success();
-}
 
 /// Rewrites an scf.parallel without reductions as nested scf.for loops.
 void sequentialize(scf::ParallelOp op) {
@@ -85,8 +61,9 @@ void sequentialize(scf::ParallelOp op) {
   op.erase();
 }
 
-/// Moves `ops` (contiguous, in order) into a gpu.launch of one thread.
-gpu::LaunchOp wrapInSingleThreadLaunch(ArrayRef<Operation *> ops) {
+/// Moves `ops` (contiguous, in order) into a gpu.launch of one thread, where
+/// any parallel loop among them runs sequentially.
+LogicalResult wrapInSingleThreadLaunch(ArrayRef<Operation *> ops) {
   Location loc = ops.front()->getLoc();
   OpBuilder b(ops.front());
   Value one = b.create<arith::ConstantIndexOp>(loc, 1);
@@ -95,116 +72,12 @@ gpu::LaunchOp wrapInSingleThreadLaunch(ArrayRef<Operation *> ops) {
   for (Operation *op : ops)
     op->moveBefore(&body, body.end());
   OpBuilder::atBlockEnd(&body).create<gpu::TerminatorOp>(loc);
-  return launch;
-}
-
-/// Clones `run` into every scf.parallel that uses its results and erases it,
-/// if the run only computes values: ops without regions that are free of
-/// memory effects or load memrefs the kernel never writes.
-LogicalResult sinkIntoParallelLoops(ArrayRef<Operation *> run, func::FuncOp func) {
-  llvm::SmallPtrSet<Value, 8> written;
-  bool unknownWrite = false;
-  func.walk([&](MemoryEffectOpInterface op) {
-    SmallVector<MemoryEffects::EffectInstance> effects;
-    op.getEffects(effects);
-    for (const auto &effect : effects)
-      if (isa<MemoryEffects::Write>(effect.getEffect())) {
-        if (Value v = effect.getValue())
-          written.insert(v);
-        else
-          unknownWrite = true;
-      }
-  });
-  if (unknownWrite)
-    return failure();
-  llvm::SmallPtrSet<Operation *, 16> inRun(run.begin(), run.end());
-  llvm::SetVector<scf::ParallelOp> loops;
-  for (Operation *op : run) {
-    if (op->getNumRegions() != 0)
-      return failure();
-    auto load = dyn_cast<memref::LoadOp>(op);
-    if (load ? written.contains(load.getMemRef()) : !isMemoryEffectFree(op))
-      return failure();
-    for (Operation *user : op->getUsers()) {
-      Operation *top = op->getBlock()->findAncestorOpInBlock(*user);
-      if (inRun.contains(top))
-        continue;
-      auto loop = dyn_cast<scf::ParallelOp>(top);
-      if (!loop)
-        return failure();
-      loops.insert(loop);
-    }
-  }
-  for (scf::ParallelOp loop : loops) {
-    OpBuilder b = OpBuilder::atBlockBegin(loop.getBody());
-    IRMapping mapping;
-    for (Operation *op : run) {
-      Operation *copy = b.clone(*op, mapping);
-      for (auto [from, to] : llvm::zip(op->getResults(), copy->getResults()))
-        from.replaceUsesWithIf(to, [&](OpOperand &use) {
-          return loop->isProperAncestor(use.getOwner());
-        });
-    }
-  }
-  for (Operation *op : llvm::reverse(run))
-    op->erase();
-  return success();
-}
-
-/// Puts every top-level op of `func` that is neither a constant nor an
-/// scf.parallel into one-thread launches: maximal runs of them when no value
-/// crosses a run's boundary, else the whole body.
-LogicalResult wrapHostCode(func::FuncOp func) {
-  Block &body = func.getBody().front();
-  auto isLeftOnHost = [](Operation &op) {
-    return op.hasTrait<OpTrait::ConstantLike>() || op.hasTrait<OpTrait::IsTerminator>();
-  };
-  for (auto loop : body.getOps<scf::ParallelOp>())
+  SmallVector<scf::ParallelOp> nested;
+  launch.walk([&](scf::ParallelOp loop) { nested.push_back(loop); }); // post-order
+  for (scf::ParallelOp loop : nested) {
     if (loop.getNumReductions() != 0)
       return loop.emitError("GPU codegen: parallel loops with reductions are not supported");
-
-  SmallVector<SmallVector<Operation *>> runs;
-  bool newRun = true;
-  for (Operation &op : body) {
-    if (isLeftOnHost(op))
-      continue;
-    if (isa<scf::ParallelOp>(op)) {
-      newRun = true;
-      continue;
-    }
-    if (newRun)
-      runs.emplace_back();
-    newRun = false;
-    runs.back().push_back(&op);
-  }
-  auto escapes = [](ArrayRef<Operation *> run) {
-    llvm::SmallPtrSet<Operation *, 16> inRun(run.begin(), run.end());
-    for (Operation *op : run)
-      for (Operation *user : op->getUsers())
-        if (!inRun.contains(op->getBlock()->findAncestorOpInBlock(*user)))
-          return true;
-    return false;
-  };
-  // A scalar computed before a parallel loop (dropout's seed hash) is
-  // recomputed by each thread instead, when that is legal.
-  llvm::erase_if(runs, [&](ArrayRef<Operation *> run) {
-    return escapes(run) && succeeded(sinkIntoParallelLoops(run, func));
-  });
-  if (llvm::any_of(runs, escapes)) {
-    runs.assign(1, {});
-    for (Operation &op : body)
-      if (!isLeftOnHost(op))
-        runs.back().push_back(&op);
-  }
-  for (ArrayRef<Operation *> run : runs) {
-    gpu::LaunchOp launch = wrapInSingleThreadLaunch(run);
-    SmallVector<scf::ParallelOp> nested;
-    launch.walk([&](scf::ParallelOp loop) { nested.push_back(loop); }); // post-order
-    for (scf::ParallelOp loop : nested) {
-      if (loop.getNumReductions() != 0)
-        return loop.emitError("GPU codegen: parallel loops with reductions are not supported");
-      sequentialize(loop);
-    }
+    sequentialize(loop);
   }
   return success();
 }
@@ -224,19 +97,12 @@ FailureOr<PtxKernels> compilePtx(ModuleOp kernels, ArrayRef<std::string> names,
   Location loc = kernels.getLoc();
 
   // 1) linalg to parallel loops, parallel dimensions outermost.
-  if (failed(parallelLoopsFirst(kernels)))
+  if (failed(lowerToParallelLoops(kernels)))
     return failure();
-  {
-    PassManager pm(context, ModuleOp::getOperationName());
-    pm.addNestedPass<func::FuncOp>(createConvertLinalgToParallelLoopsPass());
-    pm.addPass(createCanonicalizerPass());
-    if (failed(pm.run(kernels)))
-      return emitError(loc, "GPU codegen: lowering linalg to loops failed");
-  }
   // 3) before 2): the host code goes into one-thread launches, so that the
   // mapping below sees only the top-level scf.parallel loops.
   for (auto func : kernels.getOps<func::FuncOp>())
-    if (failed(wrapHostCode(func)))
+    if (failed(wrapHostCode(func, wrapInSingleThreadLaunch)))
       return failure();
   // 2) tile, map, convert, outline.
   {
@@ -268,7 +134,7 @@ FailureOr<PtxKernels> compilePtx(ModuleOp kernels, ArrayRef<std::string> names,
       if (!launch)
         return op.emitError("GPU codegen: host code left in kernel ")
                << name << " after mapping";
-      GpuLaunch &record = launches.emplace_back();
+      KernelLaunch &record = launches.emplace_back();
       record.entry = launch.getKernelModuleName().str();
       gpu::KernelDim3 grid = launch.getGridSizeOperandValues();
       gpu::KernelDim3 block = launch.getBlockSizeOperandValues();

@@ -14,11 +14,15 @@ include "mlir/Pass/PassBase.td"
 def CodegenKernels : Pass<"graphc-codegen-kernels", "::mlir::ModuleOp"> {
   let summary = "Compiles the kernel bodies to an x86-64 shared object and PTX";
   let description = [{
-    CPU (`targets` cpu or all): lowers `module @kernels` (linalg / scf on
-    memrefs) to the LLVM dialect with bare-pointer calling conventions, adds a
-    `graphc_kernel_<name>(void **)` entry point per kernel, optimizes at O3 for
-    `cpu` with a real TargetMachine (so the loop vectorizer runs), emits an
-    object and links it into a shared object with ld.lld.
+    CPU (`targets` cpu or all): parallel loops first, linalg to scf.parallel;
+    each top-level scf.parallel becomes a launch, outlined into a function of
+    the buffers it uses and [begin, end) of its outermost dimension, which the
+    runtime spreads over the cores; code outside the loops runs in
+    one-iteration launches. Lowered to the LLVM dialect with bare-pointer
+    calling conventions, with a `graphc_kernel_<entry>(void **, int64_t begin,
+    int64_t end)` entry point per launch, optimized at O3 for `cpu` with a real
+    TargetMachine (so the loop vectorizer runs), emitted as an object and
+    linked into a shared object with ld.lld.
 
     CUDA (`targets` cuda or all): parallel loops first, linalg to scf.parallel,
     tiled by 256 and mapped to blocks x threads; code left at a kernel's top
@@ -30,7 +34,7 @@ def CodegenKernels : Pass<"graphc-codegen-kernels", "::mlir::ModuleOp"> {
     The result replaces the kernel bodies:
 
     ```mlir
-    plan.binary cpu_x86_64 elf_shared_object cpu "x86-64-v3" symbols ["k0", ...] data "..."
+    plan.binary cpu_x86_64 elf_shared_object cpu "x86-64-v3" symbols ["k0", ...] data "..." launches [...]
     plan.binary cuda_sm90 ptx cpu "sm_90" symbols ["k0", ...] data "..." launches [...]
     ```
   }];

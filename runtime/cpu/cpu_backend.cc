@@ -1,14 +1,21 @@
 // The CPU backend: host memory, generated kernels loaded from the plan's x86-64
 // shared object (from memory, via memfd_create + dlopen), copies, and the
 // library calls (convolutions, gemm, pooling) through oneDNN (onednn_ops.cc).
+//
+// Each kernel is a sequence of launches; a launch's iterations are split into
+// one contiguous chunk per OpenMP thread. oneDNN runs on the same OpenMP
+// (libgomp) thread pool, so the two never compete for the cores.
 
 #include <dlfcn.h>
+#include <omp.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "runtime/backend.h"
@@ -17,7 +24,19 @@
 namespace graphc::runtime {
 namespace {
 
-using KernelEntry = void (*)(void**);
+// `void graphc_kernel_<entry>(void **buffers, int64_t begin, int64_t end)`.
+using LaunchEntry = void (*)(void**, int64_t, int64_t);
+
+// A launch touching fewer bytes than this runs on one thread: waking the
+// others would cost more than it saves.
+constexpr uint64_t kParallelMinBytes = 64 * 1024;
+
+struct Launch {
+  LaunchEntry entry = nullptr;
+  int64_t iterations = 1;
+  uint64_t bytes = 0;           // of the buffers it uses
+  std::vector<uint32_t> args;   // indices into the command's operands
+};
 
 // Whether this CPU runs code generated for `cpu` (an LLVM -mcpu name).
 bool CpuSupports(const std::string& cpu) {
@@ -35,10 +54,17 @@ bool CpuSupports(const std::string& cpu) {
 
 class CpuBackend final : public Backend {
  public:
+  explicit CpuBackend(int threads) {
+    if (threads > 0) omp_set_num_threads(threads);
+    threads_ = omp_get_max_threads();
+  }
   ~CpuBackend() override {
     if (library_ != nullptr) dlclose(library_);
   }
   const char* name() const override { return "cpu"; }
+  std::string Describe() const override {
+    return "cpu (" + std::to_string(threads_) + (threads_ == 1 ? " thread)" : " threads)");
+  }
   fb::Target target() const override { return fb::Target::CpuX86_64; }
 
   StatusOr<DeviceMemory> Allocate(uint64_t bytes) override {
@@ -73,8 +99,9 @@ class CpuBackend final : public Backend {
  private:
   Status LoadGeneratedKernels(const Plan& plan);
 
+  int threads_ = 1;
   void* library_ = nullptr;
-  std::vector<KernelEntry> kernels_;
+  std::vector<std::vector<Launch>> kernels_;  // per plan kernel
   OneDnnOps library_ops_;
 };
 
@@ -122,13 +149,31 @@ Status CpuBackend::LoadGeneratedKernels(const Plan& plan) {
                   std::string("cannot load the kernel library: ") + dlerror());
   if (library_ != nullptr) dlclose(library_);
   library_ = library;
+  // The loader proved one launch list per symbol, with args in range.
+  std::unordered_map<std::string, const fb::GpuKernel*> launches;
+  for (uint32_t i = 0; i < binary->symbols()->size(); ++i)
+    launches.emplace(binary->symbols()->Get(i)->str(), binary->launches()->Get(i));
   for (const fb::Kernel* kernel : *root.kernels()) {
-    std::string symbol = "graphc_kernel_" + kernel->name()->str();
-    auto entry = reinterpret_cast<KernelEntry>(dlsym(library_, symbol.c_str()));
-    if (entry == nullptr)
+    auto found = launches.find(kernel->name()->str());
+    if (found == launches.end())
       return Status(ErrorCode::kPlanMissingKernel,
                     "kernel '" + kernel->name()->str() + "' is not in the x86-64 library");
-    kernels_.push_back(entry);
+    std::vector<Launch>& list = kernels_.emplace_back();
+    for (const fb::GpuLaunch* launch : *found->second->launches()) {
+      std::string symbol = "graphc_kernel_" + launch->entry()->str();
+      Launch& l = list.emplace_back();
+      l.entry = reinterpret_cast<LaunchEntry>(dlsym(library_, symbol.c_str()));
+      if (l.entry == nullptr)
+        return Status(ErrorCode::kPlanMissingKernel,
+                      "launch '" + launch->entry()->str() + "' of kernel '" +
+                          kernel->name()->str() + "' is not in the x86-64 library");
+      l.iterations = launch->grid()->Get(0);
+      for (uint32_t arg : *launch->args()) {
+        l.args.push_back(arg);
+        if (kernel->arg_bytes() != nullptr && arg < kernel->arg_bytes()->size())
+          l.bytes += kernel->arg_bytes()->Get(arg);
+      }
+    }
   }
   return Status::Ok();
 }
@@ -142,13 +187,30 @@ Status CpuBackend::Run(const fb::Command& command, const DeviceMemory* operands)
       size_t count = command.inputs()->size() + command.outputs()->size();
       void* addresses[64];
       std::vector<void*> many;
-      void** args = addresses;
-      if (count > 64) {
-        many.resize(count);
-        args = many.data();
+      for (const Launch& launch : kernels_[k]) {
+        void** args = addresses;
+        if (launch.args.size() > 64) {
+          many.resize(launch.args.size());
+          args = many.data();
+        }
+        for (size_t i = 0; i < launch.args.size(); ++i) {
+          if (launch.args[i] >= count)
+            return Status(ErrorCode::kInvalidArgument, "launch argument out of range");
+          args[i] = operands[launch.args[i]].address;
+        }
+        const int64_t n = launch.iterations;
+        const int threads = threads_;
+        if (n < 2 || threads < 2 || launch.bytes < kParallelMinBytes) {
+          launch.entry(args, 0, n);
+          continue;
+        }
+#pragma omp parallel num_threads(static_cast<int>(std::min<int64_t>(threads, n)))
+        {
+          const int64_t t = omp_get_thread_num(), parts = omp_get_num_threads();
+          const int64_t begin = n * t / parts, end = n * (t + 1) / parts;
+          if (begin < end) launch.entry(args, begin, end);
+        }
       }
-      for (size_t i = 0; i < count; ++i) args[i] = operands[i].address;
-      kernels_[k](args);
       return Status::Ok();
     }
     case fb::Opcode::Copy:
@@ -163,6 +225,8 @@ Status CpuBackend::Run(const fb::Command& command, const DeviceMemory* operands)
 
 }  // namespace
 
-std::unique_ptr<Backend> CreateCpuBackend() { return std::make_unique<CpuBackend>(); }
+std::unique_ptr<Backend> CreateCpuBackend(int threads) {
+  return std::make_unique<CpuBackend>(threads);
+}
 
 }  // namespace graphc::runtime

@@ -433,11 +433,6 @@ uint64_t DTypeBytes(fb::DType dtype) {
 Status CheckLaunches(const fb::Plan& plan, const fb::KernelBinary& binary,
                      const std::string& where) {
   bool ptx = binary.format() == fb::BinaryFormat::Ptx;
-  if (!ptx) {
-    if (binary.launches() != nullptr && binary.launches()->size() != 0)
-      return Fail(ErrorCode::kPlanBadValue, where + ": only a PTX binary has launches");
-    return Status::Ok();
-  }
   if (binary.launches() == nullptr || binary.launches()->size() != binary.symbols()->size())
     return Fail(ErrorCode::kPlanBadValue, where + ": needs one launch list per symbol");
   std::unordered_map<std::string, const fb::Kernel*> kernels;
@@ -460,9 +455,15 @@ Status CheckLaunches(const fb::Plan& plan, const fb::KernelBinary& binary,
           launch->grid() == nullptr || launch->grid()->size() != 3 ||
           launch->block() == nullptr || launch->block()->size() != 3 || launch->args() == nullptr)
         return Fail(ErrorCode::kPlanBadValue, on + ": needs an entry, a 3-D grid and block, args");
-      // CUDA's limits (compute capability 8.0 and 9.0).
+      // CUDA's limits (compute capability 8.0 and 9.0); on the CPU, iterations
+      // of a 1-D loop.
       constexpr uint32_t kMaxGrid[3] = {0x7fffffffu, 65535, 65535};
       constexpr uint32_t kMaxBlock[3] = {1024, 1024, 64};
+      if (!ptx && (launch->grid()->Get(1) != 1 || launch->grid()->Get(2) != 1 ||
+                   launch->block()->Get(0) != 1 || launch->block()->Get(1) != 1 ||
+                   launch->block()->Get(2) != 1))
+        return Fail(ErrorCode::kPlanBadValue,
+                    on + ": a CPU launch needs a 1-D grid and a 1x1x1 block");
       uint64_t threads = 1;
       for (int d = 0; d < 3; ++d) {
         uint32_t g = launch->grid()->Get(d), b = launch->block()->Get(d);
@@ -483,10 +484,11 @@ Status CheckLaunches(const fb::Plan& plan, const fb::KernelBinary& binary,
 }
 
 Status CheckPlanSemantics(const fb::Plan& plan, const LoaderLimits& limits) {
-  if (plan.version() == 0 || plan.version() > kPlanSchemaVersion)
+  if (plan.version() < kOldestPlanSchemaVersion || plan.version() > kPlanSchemaVersion)
     return Fail(ErrorCode::kPlanUnsupportedVersion,
                 "plan schema version " + Str(plan.version()) + " (this runtime reads " +
-                    Str(kPlanSchemaVersion) + ")");
+                    Str(kOldestPlanSchemaVersion) + " to " + Str(kPlanSchemaVersion) +
+                    "; recompile the model with this graphc)");
   if (plan.buffers() == nullptr || plan.programs() == nullptr)
     return Fail(ErrorCode::kPlanMalformed, "plan has no buffers or no programs");
   for (uint64_t size : {plan.arena_size(), plan.state_size(), plan.constant_size()})

@@ -18,7 +18,9 @@ namespace graphc::runtime {
 
 // The schema version this runtime reads; graphc's copy is in
 // compiler/Export/PlanExport.h. Newer plans are refused.
-inline constexpr uint32_t kPlanSchemaVersion = 1;
+inline constexpr uint32_t kPlanSchemaVersion = 2;
+// Version 1 plans have no CPU launches; they are refused, not guessed at.
+inline constexpr uint32_t kOldestPlanSchemaVersion = 2;
 
 // A plan string, "" when absent (the schema makes every string optional).
 inline std::string StringOf(const flatbuffers::String* s) { return s ? s->str() : std::string(); }

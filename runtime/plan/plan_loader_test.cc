@@ -61,6 +61,8 @@ struct PlanSpec {
   };
   bool with_ptx = false;
   std::vector<LaunchSpec> ptx_launches = {LaunchSpec()};
+  // The CPU binary's launches of every symbol (none: no list at all).
+  std::vector<LaunchSpec> cpu_launches = {LaunchSpec{{10, 1, 1}, {1, 1, 1}, {0, 1}}};
 
   std::vector<uint8_t> Build() const {
     flatbuffers::FlatBufferBuilder fbb;
@@ -96,10 +98,20 @@ struct PlanSpec {
         fbb, fbb.CreateString("k0"), fbb.CreateVectorOfStrings(ops), 1, 1, true,
         fbb.CreateVector(kernel_arg_bytes))};
     std::vector<uint8_t> code = {0x7f, 'E', 'L', 'F'};
+    std::vector<flatbuffers::Offset<fb::GpuKernel>> cpu_per_kernel;
+    if (!cpu_launches.empty())
+      for (const std::string& symbol : binary_symbols) {
+        std::vector<flatbuffers::Offset<fb::GpuLaunch>> launches;
+        for (const LaunchSpec& l : cpu_launches)
+          launches.push_back(fb::CreateGpuLaunch(
+              fbb, fbb.CreateString(symbol + "_l0"), fbb.CreateVector(l.grid),
+              fbb.CreateVector(l.block), fbb.CreateVector(l.args)));
+        cpu_per_kernel.push_back(fb::CreateGpuKernel(fbb, fbb.CreateVector(launches)));
+      }
     std::vector<flatbuffers::Offset<fb::KernelBinary>> binaries = {fb::CreateKernelBinary(
         fbb, fb::Target::CpuX86_64, fb::BinaryFormat::ElfSharedObject,
         fbb.CreateString("x86-64"), fbb.CreateVector(code),
-        fbb.CreateVectorOfStrings(binary_symbols))};
+        fbb.CreateVectorOfStrings(binary_symbols), fbb.CreateVector(cpu_per_kernel))};
     std::vector<fb::Target> targets = {fb::Target::CpuX86_64};
     if (with_ptx) {
       std::vector<flatbuffers::Offset<fb::GpuLaunch>> launches;
@@ -277,11 +289,15 @@ TEST(PlanLoaderTest, KernelMissingForTheDevice) {
   EXPECT_NE(cuda.message().find("CudaSm90"), std::string::npos) << cuda.message();
 
   PlanSpec spec;
-  spec.binary_symbols = {"k1"};
+  spec.binary_symbols = {};
   StatusOr<std::unique_ptr<Plan>> missing = Plan::FromBytes(spec.Build());
-  ASSERT_TRUE(missing.ok());
+  ASSERT_TRUE(missing.ok()) << missing.status().ToString();
   EXPECT_EQ((*missing)->CheckTarget(fb::Target::CpuX86_64).code(),
             ErrorCode::kPlanMissingKernel);
+
+  // A symbol that is no kernel of the plan has no arity to check launches by.
+  spec.binary_symbols = {"k1"};
+  EXPECT_EQ(LoadError(spec), ErrorCode::kPlanBadValue);
 }
 
 TEST(PlanLoaderTest, PtxLaunchesWithinCudaLimitsAndTheKernelsBuffers) {
@@ -320,6 +336,41 @@ TEST(PlanLoaderTest, PtxLaunchesWithinCudaLimitsAndTheKernelsBuffers) {
   no_launches.with_ptx = true;
   no_launches.ptx_launches.clear();  // a PTX binary with no launch list
   EXPECT_EQ(LoadError(no_launches), ErrorCode::kPlanBadValue);
+}
+
+TEST(PlanLoaderTest, CpuLaunchesAreOneDimensionalLoopsOverTheKernelsBuffers) {
+  PlanSpec spec;
+  ASSERT_EQ(LoadError(spec.Build()), ErrorCode::kOk);
+
+  PlanSpec bad_arg;
+  bad_arg.cpu_launches[0].args = {3};
+  EXPECT_EQ(LoadError(bad_arg.Build()), ErrorCode::kPlanBadIndex);
+
+  // A grid or block in y, z, or threads per iteration: CUDA's, not the CPU's.
+  const std::vector<std::pair<std::vector<uint32_t>, std::vector<uint32_t>>> bad_sizes = {
+      {{0, 1, 1}, {1, 1, 1}}, {{4, 2, 1}, {1, 1, 1}}, {{4, 1, 1}, {256, 1, 1}},
+      {{4, 1, 1}, {1, 1, 2}}, {{4, 1}, {1, 1, 1}},
+  };
+  for (const auto& [grid, block] : bad_sizes) {
+    PlanSpec sized;
+    sized.cpu_launches[0].grid = grid;
+    sized.cpu_launches[0].block = block;
+    EXPECT_EQ(LoadError(sized.Build()), ErrorCode::kPlanBadValue)
+        << "grid " << grid[0] << ", block " << block[0];
+  }
+
+  // Version 1 plans (no CPU launches) are refused by name, not misread.
+  PlanSpec old;
+  old.version = 1;
+  old.cpu_launches.clear();
+  StatusOr<std::unique_ptr<Plan>> plan = Plan::FromBytes(old.Build());
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().code(), ErrorCode::kPlanUnsupportedVersion);
+  EXPECT_NE(plan.status().message().find("recompile"), std::string::npos);
+
+  PlanSpec no_list;
+  no_list.cpu_launches.clear();
+  EXPECT_EQ(LoadError(no_list.Build()), ErrorCode::kPlanBadValue);
 }
 
 TEST(PlanLoaderTest, ErrorsNameTheirClassAndPlace) {

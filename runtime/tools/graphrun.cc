@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -34,9 +35,9 @@ int Fail(const graphc::runtime::Status& status) {
 struct TrainOptions {
   std::string plan_path;
   std::string device = "auto";
-  int64_t steps = -1, warmup = 10, epochs = 0, display_every = 10;
+  int64_t steps = -1, warmup = 10, epochs = 0, display_every = 10, threads = 0;
   std::string data = "synthetic";
-  bool eval = false;
+  bool eval = false, profile = false;
   uint64_t seed = 42;
   std::string report;
 };
@@ -80,6 +81,62 @@ std::vector<int64_t> ShapeOf(const fb::Buffer& b) {
   return std::vector<int64_t>(b.shape()->begin(), b.shape()->end());
 }
 
+// Prints where a step's time goes, from the per-command times of `steps`
+// profiled steps: per command class, then the slowest generated kernels.
+// Returns the same as JSON for --report.
+nlohmann::json Profile(const fb::Plan& root, const fb::Program& program,
+                       const std::vector<double>& seconds, size_t steps) {
+  struct Class {
+    double ms = 0;
+    int count = 0;
+  };
+  std::map<std::string, Class> classes;
+  std::vector<std::pair<double, uint32_t>> kernels;  // (ms per step, command)
+  double total = 0;
+  for (uint32_t c = 0; c < program.commands()->size(); ++c) {
+    const fb::Command& command = *program.commands()->Get(c);
+    const double ms = seconds[c] * 1000.0 / steps;
+    Class& k = classes[fb::EnumNameOpcode(command.op())];
+    k.ms += ms;
+    k.count += 1;
+    total += ms;
+    if (command.op() == fb::Opcode::Kernel) kernels.emplace_back(ms, c);
+  }
+  std::vector<std::pair<std::string, Class>> sorted(classes.begin(), classes.end());
+  std::sort(sorted.begin(), sorted.end(),
+            [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
+  std::sort(kernels.rbegin(), kernels.rend());
+  std::cout << "profile of " << StringOf(program.name()) << " over " << steps
+            << " steps (each command timed alone):\n"
+            << std::fixed << std::setprecision(2);
+  nlohmann::json j = {{"ms_per_step", total}, {"steps", steps}};
+  for (const auto& [name, k] : sorted) {
+    std::cout << "  " << std::left << std::setw(22) << name << std::right << std::setw(9)
+              << k.ms << " ms " << std::setw(6) << 100.0 * k.ms / total << "%  x" << k.count
+              << "\n";
+    j["classes"][name] = {{"ms_per_step", k.ms}, {"commands", k.count}};
+  }
+  std::cout << "  " << std::left << std::setw(22) << "total" << std::right << std::setw(9)
+            << total << " ms\n"
+            << "slowest kernels:\n";
+  for (size_t i = 0; i < std::min<size_t>(kernels.size(), 10); ++i) {
+    const fb::Command& command = *program.commands()->Get(kernels[i].second);
+    const fb::Kernel& kernel = *root.kernels()->Get(command.kernel());
+    std::string ops;
+    if (kernel.ops())
+      for (const auto* op : *kernel.ops()) ops += (ops.empty() ? "" : ", ") + op->str();
+    std::cout << "  " << std::setw(9) << kernels[i].first << " ms " << std::setw(6)
+              << 100.0 * kernels[i].first / total << "%  " << StringOf(kernel.name()) << " ["
+              << ops << "] " << StringOf(command.location()) << "\n";
+    j["kernels"].push_back({{"kernel", StringOf(kernel.name())},
+                            {"ops", ops},
+                            {"location", StringOf(command.location())},
+                            {"ms_per_step", kernels[i].first}});
+  }
+  std::cout << std::defaultfloat;
+  return j;
+}
+
 int Train(const TrainOptions& o) {
   StatusOr<std::unique_ptr<Plan>> loaded = Plan::FromFile(o.plan_path);
   if (!loaded.ok()) return Fail(loaded.status());
@@ -89,8 +146,8 @@ int Train(const TrainOptions& o) {
   if (o.device == "cuda")
     return Fail(Status(ErrorCode::kUnsupported,
                        "--device cuda: this build has no CUDA backend yet; use --device cpu"));
-  std::unique_ptr<Backend> backend = CreateCpuBackend();
-  std::cout << "device: cpu"
+  std::unique_ptr<Backend> backend = CreateCpuBackend(static_cast<int>(o.threads));
+  std::cout << "device: " << backend->Describe()
             << (o.device == "auto" ? " (auto: no CUDA backend in this build)" : "") << "\n";
 
   StatusOr<std::unique_ptr<Executor>> created = Executor::Create(plan, *backend);
@@ -172,6 +229,7 @@ int Train(const TrainOptions& o) {
     Clock::time_point start = Clock::now();
     status = exec.Write(images_buffer, b.images.data(), b.images.size() * sizeof(float));
     if (status.ok()) status = exec.Write(labels_buffer, b.labels.data(), b.labels.size() * 4);
+    exec.set_profiling(o.profile && step >= warmup);
     if (status.ok()) status = exec.Run(*train);
     if (status.ok()) status = exec.Read(loss_buffer, &loss, sizeof(loss));
     if (!status.ok()) return Fail(status);
@@ -208,6 +266,12 @@ int Train(const TrainOptions& o) {
             << step_ms.size() << " timed steps\n"
             << "final loss: " << std::setprecision(4) << loss << std::defaultfloat << "\n";
 
+  nlohmann::json profile;
+  if (o.profile && !step_ms.empty()) {
+    exec.set_profiling(false);
+    profile = Profile(root, step_program, exec.command_seconds(*train), step_ms.size());
+  }
+
   // Evaluate: whole batches of the test split (the remainder is dropped).
   double accuracy = -1;
   int64_t evaluated = 0;
@@ -241,7 +305,8 @@ int Train(const TrainOptions& o) {
   if (!o.report.empty()) {
     nlohmann::json j = {
         {"model", StringOf(root.model())},
-        {"device", "cpu"},
+        {"device", backend->name()},
+        {"device_description", backend->Describe()},
         {"data", data_name},
         {"batch_size", batch},
         {"steps", steps},
@@ -256,6 +321,7 @@ int Train(const TrainOptions& o) {
         {"final_loss", loss},
         {"seed", o.seed},
     };
+    if (!profile.is_null()) j["profile"] = profile;
     if (o.eval) {
       j["test_accuracy"] = accuracy;
       j["test_examples"] = evaluated;
@@ -308,6 +374,12 @@ int main(int argc, char** argv) {
                  "synthetic (default) or fashion-mnist[:DIR] (default DIR " +
                      std::string(kFashionMnistDir) + ")");
   app.add_flag("--eval", train.eval, "evaluate test accuracy after training");
+  app.add_flag("--profile", train.profile,
+               "time every command of the timed steps and print where a step's time goes "
+               "(synchronizes after each command)");
+  app.add_option("--threads", train.threads,
+                 "CPU threads for generated kernels and oneDNN (default: every core)")
+      ->check(Positive(/*allow_zero=*/false));
   app.add_option("--seed", train.seed, "seed of the initial parameters and data order");
   app.add_option("--report", train.report, "write the run's figures as JSON to this file");
   app.add_option("--display-every", train.display_every,

@@ -46,7 +46,7 @@ module attributes {plan.arena_size = 64 : i64, plan.state_size = 0 : i64, plan.c
 
 // Tests that every kernel is in the binary.
 module attributes {plan.arena_size = 64 : i64, plan.state_size = 0 : i64, plan.constant_size = 0 : i64} {
-  plan.binary cpu_x86_64 elf_shared_object cpu "x86-64-v3" symbols ["k0"] data "\7FELF"
+  plan.binary cpu_x86_64 elf_shared_object cpu "x86-64-v3" symbols ["k0"] data "\7FELF" launches [[{entry = "k0_l0", grid = array<i32: 4, 1, 1>, block = array<i32: 1, 1, 1>, args = array<i32: 0, 1>}]]
   plan.kernel @k0 ops ["nn.relu"] inputs 1 outputs 1 bytes [16, 16] elementwise
   // expected-error@+1 {{plan contract: kernel @k1 is missing from the cpu_x86_64 binary}}
   plan.kernel @k1 ops ["nn.exp"] inputs 1 outputs 1 bytes [16, 16] elementwise

@@ -78,13 +78,8 @@ LogicalResult KernelOp::verify() {
 
 LogicalResult BinaryOp::verify() {
   bool ptx = getFormat() == BinaryFormat::ptx;
-  if (!ptx) {
-    if (getLaunchesAttr())
-      return emitOpError("only a ptx binary has launches");
-    return success();
-  }
   if (!getLaunchesAttr() || getLaunchesAttr().size() != getSymbols().size())
-    return emitOpError("a ptx binary needs one launch list per symbol");
+    return emitOpError("needs one launch list per symbol");
   for (Attribute perKernel : getLaunchesAttr()) {
     auto list = llvm::dyn_cast<ArrayAttr>(perKernel);
     if (!list)
@@ -101,6 +96,13 @@ LogicalResult BinaryOp::verify() {
           return emitOpError("launch '") << entry.getValue() << "' needs a positive 3-D '"
                                          << key << "'";
       }
+      // A CPU launch runs chunks of grid[0] iterations, one per core.
+      if (!ptx && (launch.getAs<DenseI32ArrayAttr>("block").asArrayRef() !=
+                       ArrayRef<int32_t>{1, 1, 1} ||
+                   launch.getAs<DenseI32ArrayAttr>("grid")[1] != 1 ||
+                   launch.getAs<DenseI32ArrayAttr>("grid")[2] != 1))
+        return emitOpError("CPU launch '") << entry.getValue()
+                                           << "' must have a 1-D grid and a 1x1x1 block";
       auto args = launch.getAs<DenseI32ArrayAttr>("args");
       if (!args || llvm::any_of(args.asArrayRef(), [](int32_t a) { return a < 0; }))
         return emitOpError("launch '") << entry.getValue()

@@ -160,14 +160,20 @@ def Plan_KernelOp : Plan_Op<"kernel", [Symbol]> {
 def Plan_BinaryOp : Plan_Op<"binary"> {
   let summary = "the compiled kernels of one target";
   let description = [{
+    Every binary says how to launch each symbol: per symbol, its launches in
+    order, each an entry of the binary, the grid and block sizes, and which of
+    the kernel's buffers (inputs, then outputs) are the entry's pointer
+    parameters. On the CPU (`cpu` names the x86-64 level) a launch's grid is
+    `[iterations, 1, 1]` and its block `[1, 1, 1]`: the runtime spreads
+    iterations of the launch's outermost loop over the cores.
+
     ```mlir
-    plan.binary cpu_x86_64 elf_shared_object cpu "x86-64-v3" symbols ["k0", "k1"] data "\7FELF..."
+    plan.binary cpu_x86_64 elf_shared_object cpu "x86-64-v3" symbols ["k0"] data "\7FELF..."
+        launches [[{entry = "k0_l0", grid = array<i32: 32, 1, 1>,
+                    block = array<i32: 1, 1, 1>, args = array<i32: 0, 1>} ] ]
     ```
 
-    A PTX binary (`cpu` names the SM) also says how to launch each symbol:
-    per symbol, its launches in order, each an entry of the PTX module, the
-    grid and block sizes, and which of the kernel's buffers (inputs, then
-    outputs) are the entry's pointer parameters:
+    For PTX (`cpu` names the SM) each launch is a cuLaunchKernel:
 
     ```mlir
     plan.binary cuda_sm90 ptx cpu "sm_90" symbols ["k0"] data ".version 8.0 ..."

@@ -106,3 +106,15 @@ plan.buffer @a : memref<4xf64> in arena
 // Tests that a kernel declares one byte size per argument.
 // expected-error@+1 {{needs one byte size per argument}}
 plan.kernel @k0 ops ["nn.add"] inputs 2 outputs 1 bytes [16, 16] elementwise
+
+// -----
+
+// Tests that every binary says how to launch each of its symbols.
+// expected-error@+1 {{'plan.binary' op needs one launch list per symbol}}
+plan.binary cpu_x86_64 elf_shared_object cpu "x86-64-v3" symbols ["k0"] data "\7FELF"
+
+// -----
+
+// Tests that a CPU launch is a 1-D loop, not a CUDA grid.
+// expected-error@+1 {{CPU launch 'k0_l0' must have a 1-D grid and a 1x1x1 block}}
+plan.binary cpu_x86_64 elf_shared_object cpu "x86-64-v3" symbols ["k0"] data "\7FELF" launches [[{entry = "k0_l0", grid = array<i32: 4, 1, 1>, block = array<i32: 256, 1, 1>, args = array<i32: 0>}]]

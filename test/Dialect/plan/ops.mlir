@@ -10,7 +10,7 @@
 // CHECK: plan.state @s = constant 5.000000e-01
 // CHECK: plan.constant @c = dense<1.000000e+00> : tensor<f32>
 // CHECK: plan.kernel @k0 ops ["nn.relu"] inputs 1 outputs 1 bytes [160, 160] elementwise
-// CHECK: plan.binary cpu_x86_64 elf_shared_object cpu "x86-64-v3" symbols ["k0"] data "\7FELF"
+// CHECK: plan.binary cpu_x86_64 elf_shared_object cpu "x86-64-v3" symbols ["k0"] data "\7FELF" launches {{\[\[}}{args = array<i32: 0, 1>, block = array<i32: 1, 1, 1>, entry = "k0_l0", grid = array<i32: 2, 1, 1>}]]
 // CHECK: plan.program @train_step inputs [@x] outputs [@yflat] arena 1024 {
 // CHECK-NEXT: plan.conv2d [@x, @w] -> [@y] {dilations = array<i64: 1, 1>, groups = 1 : i64, padding = array<i64: 0, 0, 0, 0>, strides = array<i64: 1, 1>}
 // CHECK-NEXT: plan.launch @k0 [@y] -> [@y] in_place [0]
@@ -31,7 +31,7 @@ plan.state @w = kaiming_normal trainable
 plan.state @s = constant 0.5
 plan.constant @c = dense<1.0> : tensor<f32>
 plan.kernel @k0 ops ["nn.relu"] inputs 1 outputs 1 bytes [160, 160] elementwise
-plan.binary cpu_x86_64 elf_shared_object cpu "x86-64-v3" symbols ["k0"] data "\7FELF"
+plan.binary cpu_x86_64 elf_shared_object cpu "x86-64-v3" symbols ["k0"] data "\7FELF" launches [[{entry = "k0_l0", grid = array<i32: 2, 1, 1>, block = array<i32: 1, 1, 1>, args = array<i32: 0, 1>}]]
 plan.program @train_step inputs [@x] outputs [@yflat] arena 1024 {
   plan.conv2d [@x, @w] -> [@y] {strides = array<i64: 1, 1>, padding = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>, groups = 1 : i64}
   plan.launch @k0 [@y] -> [@y] in_place [0]

@@ -1,0 +1,157 @@
+//===- KernelLoops.cpp - loop structure shared by both codegen targets ----===//
+
+#include "compiler/Lowering/KernelLoops.h"
+
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Linalg/Passes.h"
+#include "mlir/Dialect/Linalg/Transforms/Transforms.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/IR/IRMapping.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Transforms/Passes.h"
+#include "llvm/ADT/SetVector.h"
+
+using namespace mlir;
+
+namespace graphc {
+namespace {
+
+/// Reorders each linalg.generic's loops: parallel iterators, then reductions.
+LogicalResult parallelLoopsFirst(ModuleOp module) {
+  IRRewriter rewriter(module.getContext());
+  SmallVector<linalg::GenericOp> generics;
+  module.walk([&](linalg::GenericOp op) { generics.push_back(op); });
+  for (linalg::GenericOp op : generics) {
+    SmallVector<utils::IteratorType> iterators = op.getIteratorTypesArray();
+    SmallVector<unsigned> order;
+    for (auto kind : {utils::IteratorType::parallel, utils::IteratorType::reduction})
+      for (unsigned i = 0; i < iterators.size(); ++i)
+        if (iterators[i] == kind)
+          order.push_back(i);
+    if (llvm::equal(order, llvm::seq<unsigned>(0, iterators.size())))
+      continue;
+    rewriter.setInsertionPoint(op);
+    if (failed(linalg::interchangeGenericOp(rewriter, op, order)))
+      return op.emitError("cannot put the parallel loops of this kernel first");
+  }
+  return success();
+}
+
+/// Clones `run` into every scf.parallel that uses its results and erases it,
+/// if the run only computes values: ops without regions that are free of
+/// memory effects or load memrefs the kernel never writes.
+LogicalResult sinkIntoParallelLoops(ArrayRef<Operation *> run, func::FuncOp func) {
+  llvm::SmallPtrSet<Value, 8> written;
+  bool unknownWrite = false;
+  func.walk([&](MemoryEffectOpInterface op) {
+    SmallVector<MemoryEffects::EffectInstance> effects;
+    op.getEffects(effects);
+    for (const auto &effect : effects)
+      if (isa<MemoryEffects::Write>(effect.getEffect())) {
+        if (Value v = effect.getValue())
+          written.insert(v);
+        else
+          unknownWrite = true;
+      }
+  });
+  if (unknownWrite)
+    return failure();
+  llvm::SmallPtrSet<Operation *, 16> inRun(run.begin(), run.end());
+  llvm::SetVector<scf::ParallelOp> loops;
+  for (Operation *op : run) {
+    if (op->getNumRegions() != 0)
+      return failure();
+    auto load = dyn_cast<memref::LoadOp>(op);
+    if (load ? written.contains(load.getMemRef()) : !isMemoryEffectFree(op))
+      return failure();
+    for (Operation *user : op->getUsers()) {
+      Operation *top = op->getBlock()->findAncestorOpInBlock(*user);
+      if (inRun.contains(top))
+        continue;
+      auto loop = dyn_cast<scf::ParallelOp>(top);
+      if (!loop)
+        return failure();
+      loops.insert(loop);
+    }
+  }
+  for (scf::ParallelOp loop : loops) {
+    OpBuilder b = OpBuilder::atBlockBegin(loop.getBody());
+    IRMapping mapping;
+    for (Operation *op : run) {
+      Operation *copy = b.clone(*op, mapping);
+      for (auto [from, to] : llvm::zip(op->getResults(), copy->getResults()))
+        from.replaceUsesWithIf(to, [&](OpOperand &use) {
+          return loop->isProperAncestor(use.getOwner());
+        });
+    }
+  }
+  for (Operation *op : llvm::reverse(run))
+    op->erase();
+  return success();
+}
+
+} // namespace
+
+LogicalResult wrapHostCode(func::FuncOp func,
+                           function_ref<LogicalResult(ArrayRef<Operation *>)> wrap) {
+  Block &body = func.getBody().front();
+  auto isLeftOnHost = [](Operation &op) {
+    return op.hasTrait<OpTrait::ConstantLike>() || op.hasTrait<OpTrait::IsTerminator>();
+  };
+  for (auto loop : body.getOps<scf::ParallelOp>())
+    if (loop.getNumReductions() != 0)
+      return loop.emitError("codegen: parallel loops with reductions are not supported");
+
+  SmallVector<SmallVector<Operation *>> runs;
+  bool newRun = true;
+  for (Operation &op : body) {
+    if (isLeftOnHost(op))
+      continue;
+    if (isa<scf::ParallelOp>(op)) {
+      newRun = true;
+      continue;
+    }
+    if (newRun)
+      runs.emplace_back();
+    newRun = false;
+    runs.back().push_back(&op);
+  }
+  auto escapes = [](ArrayRef<Operation *> run) {
+    llvm::SmallPtrSet<Operation *, 16> inRun(run.begin(), run.end());
+    for (Operation *op : run)
+      for (Operation *user : op->getUsers())
+        if (!inRun.contains(op->getBlock()->findAncestorOpInBlock(*user)))
+          return true;
+    return false;
+  };
+  // A scalar computed before a parallel loop (dropout's seed hash) is
+  // recomputed by each thread instead, when that is legal.
+  llvm::erase_if(runs, [&](ArrayRef<Operation *> run) {
+    return escapes(run) && succeeded(sinkIntoParallelLoops(run, func));
+  });
+  if (llvm::any_of(runs, escapes)) {
+    runs.assign(1, {});
+    for (Operation &op : body)
+      if (!isLeftOnHost(op))
+        runs.back().push_back(&op);
+  }
+  for (ArrayRef<Operation *> run : runs)
+    if (failed(wrap(run)))
+      return failure();
+  return success();
+}
+
+LogicalResult lowerToParallelLoops(ModuleOp kernels) {
+  if (failed(parallelLoopsFirst(kernels)))
+    return failure();
+  PassManager pm(kernels->getContext(), ModuleOp::getOperationName());
+  pm.addNestedPass<func::FuncOp>(createConvertLinalgToParallelLoopsPass());
+  pm.addPass(createCanonicalizerPass());
+  if (failed(pm.run(kernels)))
+    return emitError(kernels.getLoc(), "codegen: lowering linalg to loops failed");
+  return success();
+}
+
+} // namespace graphc

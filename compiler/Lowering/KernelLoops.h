@@ -1,0 +1,55 @@
+//===- KernelLoops.h - loop structure shared by both codegen targets -*- C++ -*-===//
+//
+// Both targets split a kernel body into launches the runtime issues in order:
+// one per top-level scf.parallel (a grid of thread blocks on CUDA, chunks of
+// the outermost loop spread over the cores on the CPU), and one serial launch
+// per run of code outside them (a full reduction, a scalar update).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef GRAPHC_COMPILER_LOWERING_KERNELLOOPS_H
+#define GRAPHC_COMPILER_LOWERING_KERNELLOOPS_H
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/SmallVector.h"
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+namespace graphc {
+
+/// One launch of a plan kernel; a kernel body may need several (e.g. a fill,
+/// then a reduction), issued in order.
+///  - PTX: a cuLaunchKernel of `entry` with this grid and block.
+///  - CPU: `void graphc_kernel_<entry>(void **buffers, int64_t begin, int64_t
+///    end)` runs iterations [begin, end) of its outermost loop, which has
+///    grid[0] iterations; block is {1, 1, 1}.
+struct KernelLaunch {
+  std::string entry;
+  std::array<uint32_t, 3> grid{};
+  std::array<uint32_t, 3> block{};
+  /// The entry's pointer parameters, as indices into the plan kernel's
+  /// buffers (inputs, then outputs).
+  llvm::SmallVector<uint32_t> args;
+};
+
+/// Lowers every linalg op of `kernels` to loops: each linalg.generic's
+/// parallel dimensions outermost (a per-channel reduction becomes one parallel
+/// iteration per channel), as scf.parallel, reductions as scf.for inside.
+mlir::LogicalResult lowerToParallelLoops(mlir::ModuleOp kernels);
+
+/// Groups the top-level ops of `func` that are neither constants nor
+/// scf.parallel loops into runs and calls `wrap` on each, which must move the
+/// run into one op (a one-thread launch, a one-iteration loop). Runs are
+/// maximal when no value crosses a run's boundary; a run that only computes
+/// values a later loop reads (dropout's seed hash) is cloned into those loops
+/// instead; otherwise the whole body is one run.
+mlir::LogicalResult
+wrapHostCode(mlir::func::FuncOp func,
+             llvm::function_ref<mlir::LogicalResult(llvm::ArrayRef<mlir::Operation *>)> wrap);
+
+} // namespace graphc
+
+#endif // GRAPHC_COMPILER_LOWERING_KERNELLOOPS_H
