@@ -31,6 +31,7 @@ class Executor {
   // The index of program `name`, or kInvalidArgument.
   StatusOr<int> FindProgram(const std::string& name) const;
   const fb::Program& program(int index) const;
+  const Plan& plan() const { return plan_; }
   const fb::Buffer& buffer(int32_t index) const;
 
   // Copies host bytes into / out of a buffer (exactly its size).

@@ -160,6 +160,13 @@ void BatchSource::Next(Batch& out) {
   position_ += batch_;
 }
 
+void BatchSource::Seek(int64_t batches) {
+  const int64_t per_epoch = batches_per_epoch();
+  epoch_ = per_epoch > 0 ? batches / per_epoch : 0;
+  position_ = per_epoch > 0 ? (batches % per_epoch) * batch_ : 0;
+  Shuffle();
+}
+
 Prefetcher::Prefetcher(BatchSource& source) : source_(source) {
   thread_ = std::thread([this] { Loop(); });
 }

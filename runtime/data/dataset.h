@@ -63,6 +63,9 @@ class BatchSource {
   int64_t examples() const { return examples_.count; }
   // Fills `out` with the next batch; a new epoch starts reshuffled.
   void Next(Batch& out);
+  // Positions the source as if Next had been called `batches` times since
+  // Create (a resumed run sees the batches the interrupted one would have).
+  void Seek(int64_t batches);
 
  private:
   BatchSource(Examples examples, int64_t batch, bool shuffle, uint64_t seed);

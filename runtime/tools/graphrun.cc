@@ -20,6 +20,7 @@
 #include "CLI/CLI.hpp"
 #include "nlohmann/json.hpp"
 #include "runtime/backend.h"
+#include "runtime/checkpoint.h"
 #include "runtime/data/dataset.h"
 #include "runtime/executor.h"
 #include "runtime/plan/plan_loader.h"
@@ -40,6 +41,8 @@ struct TrainOptions {
   bool eval = false, profile = false;
   uint64_t seed = 42;
   std::string report;
+  std::string save, resume;
+  int64_t save_every = 0;
 };
 
 using namespace graphc::runtime;
@@ -155,6 +158,28 @@ int Train(const TrainOptions& o) {
   Executor& exec = **created;
   Status status = exec.InitializeState(o.seed);
   if (!status.ok()) return Fail(status);
+  // The step counter: where a resumed run's data and schedules continue.
+  int32_t step_buffer = -1;
+  if (root.states())
+    for (const fb::State* state : *root.states())
+      if (StringOf(exec.buffer(state->buffer()).name()) == "graphc.step" &&
+          exec.buffer(state->buffer()).dtype() == fb::DType::I64)
+        step_buffer = state->buffer();
+  if (!o.save.empty()) {
+    // Fail now, not after the first K steps.
+    size_t slash = o.save.rfind('/');
+    std::string dir = slash == std::string::npos ? "." : o.save.substr(0, slash + 1);
+    if (access(dir.c_str(), W_OK) != 0)
+      return Fail(Status(ErrorCode::kIo, "--save " + o.save + ": cannot write to " + dir));
+  }
+  int64_t start_step = 0;
+  if (!o.resume.empty()) {
+    status = LoadCheckpoint(exec, o.resume);
+    if (status.ok() && step_buffer >= 0)
+      status = exec.Read(step_buffer, &start_step, sizeof(start_step));
+    if (!status.ok()) return Fail(status);
+    std::cout << "resumed from " << o.resume << " at step " << start_step << "\n";
+  }
 
   StatusOr<int> train = exec.FindProgram("train_step");
   if (!train.ok()) return Fail(train.status());
@@ -221,7 +246,21 @@ int Train(const TrainOptions& o) {
   const bool terminal = isatty(STDOUT_FILENO);
   std::vector<double> step_ms, rates;
   float loss = 0;
+  source->Seek(start_step);
   Prefetcher prefetch(*source);
+  auto save = [&](int64_t done) {
+    std::map<std::string, std::string> metadata = {
+        {"format", "pt"},
+        {"graphc.model", StringOf(root.model())},
+        {"graphc.step", std::to_string(start_step + done)},
+        {"graphc.batch_size", std::to_string(batch)},
+        {"graphc.seed", std::to_string(o.seed)},
+    };
+    Status saved = SaveCheckpoint(exec, o.save, metadata);
+    if (saved.ok() && !terminal)
+      std::cout << "saved " << o.save << " at step " << start_step + done << "\n";
+    return saved;
+  };
   std::cout << "Step\tImg/sec\ttotal_loss\n";
   using Clock = std::chrono::steady_clock;
   for (int64_t step = 0; step < steps; ++step) {
@@ -254,6 +293,10 @@ int Train(const TrainOptions& o) {
       else
         std::cout << s.mean << " +/- " << s.error << " (jitter = " << s.jitter << ")";
       std::cout << "\t" << std::setprecision(3) << loss << std::defaultfloat << "\n";
+    }
+    if (!o.save.empty() && (done == steps || (o.save_every > 0 && done % o.save_every == 0))) {
+      status = save(done);
+      if (!status.ok()) return Fail(status);
     }
   }
   double total_ms = 0;
@@ -380,6 +423,16 @@ int main(int argc, char** argv) {
   app.add_option("--threads", train.threads,
                  "CPU threads for generated kernels and oneDNN (default: every core)")
       ->check(Positive(/*allow_zero=*/false));
+  CLI::Option* save_option =
+      app.add_option("--save", train.save,
+                     "write the parameters and state to this safetensors file after the run "
+                     "(atomically)");
+  app.add_option("--save-every", train.save_every, "also save every K steps (needs --save)")
+      ->check(Positive(/*allow_zero=*/false))
+      ->needs(save_option);
+  app.add_option("--resume", train.resume,
+                 "start from this safetensors checkpoint (its step counter positions the data "
+                 "and the schedules; --steps/--epochs count from there)");
   app.add_option("--seed", train.seed, "seed of the initial parameters and data order");
   app.add_option("--report", train.report, "write the run's figures as JSON to this file");
   app.add_option("--display-every", train.display_every,

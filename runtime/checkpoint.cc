@@ -1,0 +1,230 @@
+// Checkpoints in the safetensors format (see checkpoint.h). The layout, from
+// https://github.com/huggingface/safetensors: an 8-byte little-endian header
+// length N, N bytes of JSON {name: {dtype, shape, data_offsets: [begin, end]},
+// "__metadata__": {...}} padded with spaces, then the tensors' bytes, with
+// offsets relative to the end of the header.
+
+#include "runtime/checkpoint.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <vector>
+
+#include "nlohmann/json.hpp"
+
+namespace graphc::runtime {
+namespace {
+
+// A header larger than this is not a checkpoint of any plan we load.
+constexpr uint64_t kMaxHeaderBytes = 64ull << 20;
+
+struct DTypeInfo {
+  const char* name;
+  uint64_t bytes;
+};
+
+DTypeInfo InfoOf(fb::DType dtype) {
+  switch (dtype) {
+    case fb::DType::F32: return {"F32", 4};
+    case fb::DType::F16: return {"F16", 2};
+    case fb::DType::BF16: return {"BF16", 2};
+    case fb::DType::I32: return {"I32", 4};
+    case fb::DType::I64: return {"I64", 8};
+    case fb::DType::I1: return {"BOOL", 1};
+  }
+  return {"?", 0};
+}
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+std::vector<int64_t> ShapeOf(const fb::Buffer& b) {
+  if (b.shape() == nullptr) return {};
+  return std::vector<int64_t>(b.shape()->begin(), b.shape()->end());
+}
+
+Status Io(const std::string& path, const std::string& what) {
+  return Status(ErrorCode::kIo, path + ": " + what);
+}
+
+Status SysIo(const std::string& path, const std::string& what) {
+  return Io(path, what + " (" + std::strerror(errno) + ")");
+}
+
+// Writes all of `bytes` to `fd`.
+bool WriteAll(int fd, const char* bytes, uint64_t size) {
+  while (size > 0) {
+    ssize_t written = write(fd, bytes, size);
+    if (written < 0 && errno == EINTR) continue;
+    if (written <= 0) return false;
+    bytes += written;
+    size -= static_cast<uint64_t>(written);
+  }
+  return true;
+}
+
+std::string DirectoryOf(const std::string& path) {
+  size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+}  // namespace
+
+Status SaveCheckpoint(const Executor& exec, const std::string& path,
+                      const std::map<std::string, std::string>& metadata) {
+  const fb::Plan& root = exec.plan().root();
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  header["__metadata__"] = metadata;
+  std::vector<int32_t> buffers;
+  uint64_t offset = 0;
+  if (root.states() != nullptr)
+    for (const fb::State* state : *root.states()) {
+      const fb::Buffer& b = exec.buffer(state->buffer());
+      std::string name = StringOf(b.name());
+      if (name.empty() || header.contains(name))
+        return Status(ErrorCode::kInvalidArgument,
+                      "state buffer " + std::to_string(state->buffer()) +
+                          " has no name or a repeated one ('" + name + "')");
+      header[name] = {{"dtype", InfoOf(b.dtype()).name},
+                      {"shape", ShapeOf(b)},
+                      {"data_offsets", {offset, offset + b.size()}}};
+      offset += b.size();
+      buffers.push_back(state->buffer());
+    }
+  std::string json = header.dump();
+  json.append((8 - json.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
+  uint8_t length[8];
+  for (int i = 0; i < 8; ++i) length[i] = static_cast<uint8_t>(uint64_t(json.size()) >> (8 * i));
+
+  std::string temp = path + ".tmp.XXXXXX";
+  int fd = mkstemp(temp.data());
+  if (fd < 0) return SysIo(path, "cannot create a temporary file next to it");
+  auto fail = [&](const std::string& what) {
+    Status status = SysIo(path, what);
+    close(fd);
+    unlink(temp.c_str());
+    return status;
+  };
+  if (fchmod(fd, 0644) != 0) return fail("cannot set the file mode");
+  if (!WriteAll(fd, reinterpret_cast<const char*>(length), 8) ||
+      !WriteAll(fd, json.data(), json.size()))
+    return fail("cannot write");
+  std::vector<char> data;
+  for (int32_t index : buffers) {
+    data.resize(exec.buffer(index).size());
+    Status status = exec.Read(index, data.data(), data.size());
+    if (!status.ok()) {
+      close(fd);
+      unlink(temp.c_str());
+      return status;
+    }
+    if (!WriteAll(fd, data.data(), data.size())) return fail("cannot write");
+  }
+  if (fsync(fd) != 0) return fail("cannot flush to disk");
+  if (close(fd) != 0) {
+    unlink(temp.c_str());
+    return SysIo(path, "cannot write");
+  }
+  if (std::rename(temp.c_str(), path.c_str()) != 0) {
+    Status status = SysIo(path, "cannot replace");
+    unlink(temp.c_str());
+    return status;
+  }
+  // The rename itself reaches the disk with the directory.
+  int dir = open(DirectoryOf(path).c_str(), O_RDONLY | O_DIRECTORY);
+  if (dir >= 0) {
+    fsync(dir);
+    close(dir);
+  }
+  return Status::Ok();
+}
+
+Status LoadCheckpoint(Executor& exec, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return SysIo(path, "cannot open checkpoint");
+  in.seekg(0, std::ios::end);
+  const uint64_t file_size = static_cast<uint64_t>(in.tellg());
+  in.seekg(0);
+  uint8_t length[8];
+  if (file_size < 8 || !in.read(reinterpret_cast<char*>(length), 8))
+    return Io(path, "not a safetensors file (shorter than its 8-byte header length)");
+  uint64_t header_size = 0;
+  for (int i = 0; i < 8; ++i) header_size |= uint64_t(length[i]) << (8 * i);
+  if (header_size > kMaxHeaderBytes || header_size > file_size - 8)
+    return Io(path, "not a safetensors file (header length " + std::to_string(header_size) +
+                        " in a file of " + std::to_string(file_size) + " bytes)");
+  std::string json(header_size, '\0');
+  if (!in.read(json.data(), header_size)) return Io(path, "cannot read the header");
+  nlohmann::json header = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
+  if (!header.is_object()) return Io(path, "not a safetensors file (the header is not JSON)");
+  const uint64_t data_size = file_size - 8 - header_size;
+
+  // Check everything before writing anything.
+  struct Load {
+    int32_t buffer;
+    uint64_t begin;
+  };
+  std::vector<Load> loads;
+  std::set<std::string> wanted;
+  const fb::Plan& root = exec.plan().root();
+  if (root.states() != nullptr)
+    for (const fb::State* state : *root.states()) {
+      const fb::Buffer& b = exec.buffer(state->buffer());
+      const std::string name = StringOf(b.name());
+      wanted.insert(name);
+      auto it = header.find(name);
+      if (it == header.end())
+        return Io(path, "has no tensor '" + name + "' (the model has it)");
+      const nlohmann::json& t = *it;
+      const std::string at = "tensor '" + name + "'";
+      if (!t.is_object() || !t.contains("dtype") || !t["dtype"].is_string() ||
+          !t.contains("shape") || !t["shape"].is_array() || !t.contains("data_offsets") ||
+          !t["data_offsets"].is_array() || t["data_offsets"].size() != 2 ||
+          !t["data_offsets"][0].is_number_unsigned() ||
+          !t["data_offsets"][1].is_number_unsigned())
+        return Io(path, at + ": needs a dtype, a shape and two data_offsets");
+      if (t["dtype"] != InfoOf(b.dtype()).name)
+        return Io(path, at + " is " + t["dtype"].get<std::string>() + ", the model's is " +
+                            InfoOf(b.dtype()).name);
+      std::vector<int64_t> shape;
+      for (const auto& d : t["shape"]) {
+        if (!d.is_number_integer()) return Io(path, at + ": a shape of integers");
+        shape.push_back(d.get<int64_t>());
+      }
+      if (shape != ShapeOf(b))
+        return Io(path, at + " has shape " + ShapeString(shape) + ", the model's is " +
+                            ShapeString(ShapeOf(b)));
+      const uint64_t begin = t["data_offsets"][0], end = t["data_offsets"][1];
+      if (begin > end || end > data_size || end - begin != b.size())
+        return Io(path, at + ": data_offsets [" + std::to_string(begin) + ", " +
+                            std::to_string(end) + ") do not hold its " +
+                            std::to_string(b.size()) + " bytes in the file's " +
+                            std::to_string(data_size));
+      loads.push_back({state->buffer(), begin});
+    }
+  for (const auto& [name, value] : header.items())
+    if (name != "__metadata__" && !wanted.count(name))
+      return Io(path, "has tensor '" + name + "', which the model does not");
+
+  std::vector<char> data;
+  for (const Load& load : loads) {
+    data.resize(exec.buffer(load.buffer).size());
+    in.seekg(static_cast<std::streamoff>(8 + header_size + load.begin));
+    if (!in.read(data.data(), data.size())) return Io(path, "cannot read tensor data");
+    Status status = exec.Write(load.buffer, data.data(), data.size());
+    if (!status.ok()) return status;
+  }
+  return Status::Ok();
+}
+
+}  // namespace graphc::runtime
