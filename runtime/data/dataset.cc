@@ -8,7 +8,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <fstream>
 
 namespace graphc::runtime {
@@ -39,7 +42,164 @@ uint32_t BigEndian(const uint8_t* p) {
   return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | p[3];
 }
 
+// One .npy array: its dtype descriptor (e.g. "<f4"), shape and raw bytes.
+struct NpyArray {
+  std::string descr;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> data;
+};
+
+// The value of 'key' in the header's Python dict literal, up to the next
+// top-level ',' or '}' (a tuple's commas are inside parentheses).
+bool NpyField(const std::string& header, const std::string& key, std::string& value) {
+  size_t at = header.find("'" + key + "'");
+  if (at == std::string::npos) return false;
+  at = header.find(':', at);
+  if (at == std::string::npos) return false;
+  int depth = 0;
+  size_t end = at + 1;
+  for (; end < header.size(); ++end) {
+    char c = header[end];
+    if (c == '(') ++depth;
+    if (c == ')') --depth;
+    if (depth == 0 && (c == ',' || c == '}')) break;
+  }
+  value = header.substr(at + 1, end - at - 1);
+  value.erase(0, value.find_first_not_of(" "));
+  value.erase(value.find_last_not_of(" ") + 1);
+  return true;
+}
+
+StatusOr<NpyArray> ReadNpyArray(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return IoError(path, "cannot open (" + std::string(strerror(errno)) + ")");
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
+  static const char kMagic[] = "\x93NUMPY";
+  if (bytes.size() < 10 || std::memcmp(bytes.data(), kMagic, 6) != 0)
+    return IoError(path, "not a NumPy .npy file");
+  const int major = bytes[6];
+  size_t length_bytes = major == 1 ? 2 : (major == 2 || major == 3) ? 4 : 0;
+  if (length_bytes == 0)
+    return IoError(path, ".npy format version " + std::to_string(major) + " is not supported");
+  uint64_t header_length = 0;
+  for (size_t i = 0; i < length_bytes; ++i) header_length |= uint64_t(bytes[8 + i]) << (8 * i);
+  const size_t data_start = 8 + length_bytes + header_length;
+  if (data_start > bytes.size()) return IoError(path, "truncated .npy header");
+  std::string header(bytes.begin() + 8 + length_bytes, bytes.begin() + data_start);
+
+  NpyArray array;
+  std::string descr, fortran, shape;
+  if (!NpyField(header, "descr", descr) || !NpyField(header, "fortran_order", fortran) ||
+      !NpyField(header, "shape", shape))
+    return IoError(path, "the .npy header has no descr, fortran_order or shape");
+  if (descr.size() < 3 || (descr.front() != '\'' && descr.front() != '"'))
+    return IoError(path, "unreadable dtype " + descr);
+  array.descr = descr.substr(1, descr.size() - 2);
+  if (fortran != "False")
+    return IoError(path, "a Fortran-order array; save it with np.ascontiguousarray");
+  if (shape.size() < 2 || shape.front() != '(' || shape.back() != ')')
+    return IoError(path, "unreadable shape " + shape);
+  std::string dims = shape.substr(1, shape.size() - 2);
+  size_t pos = 0;
+  while (pos < dims.size()) {
+    size_t comma = dims.find(',', pos);
+    std::string dim = dims.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    dim.erase(0, dim.find_first_not_of(" "));
+    dim.erase(dim.find_last_not_of(" ") + 1);
+    if (!dim.empty()) {
+      char* end = nullptr;
+      long long d = std::strtoll(dim.c_str(), &end, 10);
+      if (*end != '\0' || d < 0) return IoError(path, "unreadable shape " + shape);
+      array.shape.push_back(d);
+    }
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  array.data.assign(bytes.begin() + data_start, bytes.end());
+  return array;
+}
+
+uint64_t ElementsOf(const std::vector<int64_t>& shape) {
+  uint64_t n = 1;
+  for (int64_t d : shape) n *= static_cast<uint64_t>(d);
+  return n;
+}
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  std::string s = "(";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + ")";
+}
+
 }  // namespace
+
+StatusOr<Examples> ReadNpy(const std::string& images_path, const std::string& labels_path) {
+  StatusOr<NpyArray> images = ReadNpyArray(images_path);
+  if (!images.ok()) return images.status();
+  StatusOr<NpyArray> labels = ReadNpyArray(labels_path);
+  if (!labels.ok()) return labels.status();
+
+  Examples e;
+  const std::vector<int64_t>& is = images->shape;
+  uint64_t image_bytes;
+  if (images->descr == "<f4") {
+    image_bytes = 4;
+  } else if (images->descr == "|u1" || images->descr == "<u1") {
+    image_bytes = 1;
+  } else {
+    return IoError(images_path, "images of dtype '" + images->descr +
+                                    "'; give float32 ('<f4') or uint8 ('|u1')");
+  }
+  if (is.size() == 4) {
+    e.count = is[0], e.channels = is[1], e.height = is[2], e.width = is[3];
+  } else if (is.size() == 3) {
+    e.count = is[0], e.channels = 1, e.height = is[1], e.width = is[2];
+  } else {
+    return IoError(images_path, "images of shape " + ShapeString(is) +
+                                    "; give (N, C, H, W) or (N, H, W)");
+  }
+  const uint64_t pixels = ElementsOf(is);
+  if (images->data.size() != pixels * image_bytes)
+    return IoError(images_path, "holds " + std::to_string(images->data.size()) +
+                                    " bytes of data, its shape " + ShapeString(is) + " needs " +
+                                    std::to_string(pixels * image_bytes));
+  e.images.resize(pixels);
+  if (image_bytes == 4)
+    std::memcpy(e.images.data(), images->data.data(), pixels * 4);
+  else
+    for (uint64_t i = 0; i < pixels; ++i) e.images[i] = images->data[i] / 255.0f;
+
+  const std::vector<int64_t>& ls = labels->shape;
+  uint64_t label_bytes = labels->descr == "<i4" ? 4 : labels->descr == "<i8" ? 8 : 0;
+  if (label_bytes == 0)
+    return IoError(labels_path, "labels of dtype '" + labels->descr +
+                                    "'; give int32 ('<i4') or int64 ('<i8')");
+  if (ls.size() != 1 || ls[0] != e.count)
+    return IoError(labels_path, "labels of shape " + ShapeString(ls) + " for " +
+                                    std::to_string(e.count) + " images; give (" +
+                                    std::to_string(e.count) + ",)");
+  if (labels->data.size() != uint64_t(e.count) * label_bytes)
+    return IoError(labels_path, "holds " + std::to_string(labels->data.size()) +
+                                    " bytes of data, its shape needs " +
+                                    std::to_string(e.count * label_bytes));
+  e.labels.resize(e.count);
+  for (int64_t i = 0; i < e.count; ++i) {
+    int64_t v;
+    if (label_bytes == 4) {
+      int32_t v32;
+      std::memcpy(&v32, labels->data.data() + 4 * i, 4);
+      v = v32;
+    } else {
+      std::memcpy(&v, labels->data.data() + 8 * i, 8);
+    }
+    if (v < INT32_MIN || v > INT32_MAX)
+      return IoError(labels_path, "label " + std::to_string(v) + " of example " +
+                                      std::to_string(i) + " is out of range");
+    e.labels[i] = static_cast<int32_t>(v);
+  }
+  return e;
+}
 
 StatusOr<Examples> ReadIdx(const std::string& images_path, const std::string& labels_path,
                            float mean, float stddev) {

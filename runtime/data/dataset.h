@@ -4,7 +4,9 @@
 //    once from the seed and cycled (no input pipeline cost in the timing);
 //  - fashion-mnist[:DIR]: Debian's IDX files (dataset-fashion-mnist), pixels
 //    scaled to [0, 1] and normalized with the training set's mean and standard
-//    deviation, shuffled per epoch from the seed.
+//    deviation, shuffled per epoch from the seed;
+//  - npy:IMAGES.npy,LABELS.npy[,TEST_IMAGES.npy,TEST_LABELS.npy]: the user's
+//    own arrays, shuffled the same way.
 //
 // A Prefetcher fills the next batch on a background thread while a step runs.
 
@@ -39,6 +41,11 @@ struct Examples {
 // the pixels to [0, 1] and normalizes them with `mean` and `stddev`.
 StatusOr<Examples> ReadIdx(const std::string& images_path, const std::string& labels_path,
                            float mean, float stddev);
+
+// NumPy arrays (.npy, format 1.0 to 3.0, C order, little-endian): images as
+// float32 [N, C, H, W] taken as they are, or uint8 [N, C, H, W] / [N, H, W]
+// scaled to [0, 1]; labels as int32 or int64 [N]. Users normalize their own data.
+StatusOr<Examples> ReadNpy(const std::string& images_path, const std::string& labels_path);
 
 // Fashion-MNIST's training or test split from DIR (train-*/t10k-*-idx?-ubyte.gz).
 StatusOr<Examples> ReadFashionMnist(const std::string& dir, bool train);

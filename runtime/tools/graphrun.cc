@@ -227,9 +227,32 @@ int Train(const TrainOptions& o) {
       if (!made.ok()) return Fail(made.status());
       (train_split ? source : test_source) = std::move(*made);
     }
+  } else if (o.data.rfind("npy:", 0) == 0) {
+    std::vector<std::string> paths;
+    std::stringstream list(o.data.substr(4));
+    for (std::string path; std::getline(list, path, ',');) paths.push_back(path);
+    if ((paths.size() != 2 && paths.size() != 4) ||
+        std::any_of(paths.begin(), paths.end(), [](const std::string& p) { return p.empty(); }))
+      return Fail(Status(ErrorCode::kInvalidArgument,
+                         "--data npy: needs IMAGES.npy,LABELS.npy[,TEST_IMAGES.npy,"
+                         "TEST_LABELS.npy], got '" + o.data + "'"));
+    if (o.eval && paths.size() != 4)
+      return Fail(Status(ErrorCode::kInvalidArgument,
+                         "--eval with --data npy: needs the test arrays too: "
+                         "npy:IMAGES.npy,LABELS.npy,TEST_IMAGES.npy,TEST_LABELS.npy"));
+    data_name = "npy";
+    for (size_t split = 0; split < paths.size() / 2; ++split) {
+      StatusOr<Examples> examples = ReadNpy(paths[2 * split], paths[2 * split + 1]);
+      if (!examples.ok()) return Fail(examples.status());
+      auto made = BatchSource::Create(std::move(*examples), batch, image_shape, classes,
+                                      /*shuffle=*/split == 0, o.seed);
+      if (!made.ok()) return Fail(made.status());
+      (split == 0 ? source : test_source) = std::move(*made);
+    }
   } else {
     return Fail(Status(ErrorCode::kInvalidArgument,
-                       "--data must be synthetic or fashion-mnist[:DIR], got '" + o.data + "'"));
+                       "--data must be synthetic, fashion-mnist[:DIR] or "
+                       "npy:IMAGES.npy,LABELS.npy[,...], got '" + o.data + "'"));
   }
   if (!test_source) test_source = BatchSource::Synthetic(batch, image_shape, classes, 4, o.seed);
 
@@ -414,8 +437,10 @@ int main(int argc, char** argv) {
   app.add_option("--epochs", train.epochs, "train for E passes over the data")
       ->check(Positive(false));
   app.add_option("--data", train.data,
-                 "synthetic (default) or fashion-mnist[:DIR] (default DIR " +
-                     std::string(kFashionMnistDir) + ")");
+                 "synthetic (default), fashion-mnist[:DIR] (default DIR " +
+                     std::string(kFashionMnistDir) +
+                     ") or npy:IMAGES.npy,LABELS.npy[,TEST_IMAGES.npy,TEST_LABELS.npy] "
+                     "(float32 or uint8 NCHW images, int32 or int64 labels)");
   app.add_flag("--eval", train.eval, "evaluate test accuracy after training");
   app.add_flag("--profile", train.profile,
                "time every command of the timed steps and print where a step's time goes "
