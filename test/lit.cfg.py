@@ -31,3 +31,19 @@ if os.path.exists(ptxas):
 # Debian's dataset-fashion-mnist (setup.sh installs it).
 if os.path.exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"):
     config.available_features.add("fashion-mnist")
+
+# A Python with NumPy (Debian's python3-numpy, which setup.sh installs, lives
+# with /usr/bin/python3) for the float64 reference of the gradient check.
+import subprocess
+for python in (config.python_executable, "/usr/bin/python3"):
+    if subprocess.run([python, "-c", "import numpy"], capture_output=True).returncode == 0:
+        config.available_features.add("numpy")
+        config.substitutions.append(("%numpy_python", python))
+        break
+
+# lit runs several tests at once, each graphrun with one OpenMP thread per core:
+# more threads than cores. libgomp's default spin-waiting at every parallel
+# region then burns the time slices the other threads need (steps measured 10x
+# slower); passive waiting keeps the tests fast. Throughput is measured by
+# benchmarks/, never here.
+config.environment["OMP_WAIT_POLICY"] = "PASSIVE"
