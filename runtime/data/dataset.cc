@@ -313,8 +313,17 @@ void BatchSource::Next(Batch& out) {
   out.labels.resize(batch_);
   for (int64_t b = 0; b < batch_; ++b) {
     int64_t index = order_[position_ + b];
-    std::memcpy(out.images.data() + b * size, examples_.images.data() + index * size,
-                size * sizeof(float));
+    float* image = out.images.data() + b * size;
+    const float* from = examples_.images.data() + index * size;
+    Rng rng{(seed_ * 0x9e3779b97f4a7c15ull + uint64_t(epoch_)) * 0xbf58476d1ce4e5b9ull +
+            uint64_t(index)};
+    if (flip_ && (rng.Next() & 1)) {
+      const int64_t w = examples_.width;
+      for (int64_t row = 0; row < size / w; ++row)
+        for (int64_t x = 0; x < w; ++x) image[row * w + x] = from[row * w + w - 1 - x];
+    } else {
+      std::memcpy(image, from, size * sizeof(float));
+    }
     out.labels[b] = examples_.labels[index];
   }
   position_ += batch_;

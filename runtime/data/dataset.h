@@ -70,6 +70,9 @@ class BatchSource {
   int64_t examples() const { return examples_.count; }
   // Fills `out` with the next batch; a new epoch starts reshuffled.
   void Next(Batch& out);
+  // Flips each image left-right with probability 1/2, drawn from (seed, epoch,
+  // example): the usual augmentation for Fashion-MNIST and CIFAR.
+  void set_flip(bool flip) { flip_ = flip; }
   // Positions the source as if Next had been called `batches` times since
   // Create (a resumed run sees the batches the interrupted one would have).
   void Seek(int64_t batches);
@@ -81,6 +84,7 @@ class BatchSource {
   Examples examples_;
   int64_t batch_;
   bool shuffle_;
+  bool flip_ = false;
   uint64_t seed_;
   int64_t epoch_ = 0, position_ = 0;
   std::vector<int64_t> order_;

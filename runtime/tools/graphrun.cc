@@ -38,7 +38,7 @@ struct TrainOptions {
   std::string device = "auto";
   int64_t steps = -1, warmup = 10, epochs = 0, display_every = 10, threads = 0;
   std::string data = "synthetic";
-  bool eval = false, profile = false;
+  bool eval = false, profile = false, flip = false;
   uint64_t seed = 42;
   std::string report;
   std::string save, resume;
@@ -255,6 +255,7 @@ int Train(const TrainOptions& o) {
                        "npy:IMAGES.npy,LABELS.npy[,...], got '" + o.data + "'"));
   }
   if (!test_source) test_source = BatchSource::Synthetic(batch, image_shape, classes, 4, o.seed);
+  source->set_flip(o.flip);
 
   int64_t steps = o.steps;
   if (o.epochs > 0) steps = o.epochs * source->batches_per_epoch();
@@ -442,6 +443,8 @@ int main(int argc, char** argv) {
                      ") or npy:IMAGES.npy,LABELS.npy[,TEST_IMAGES.npy,TEST_LABELS.npy] "
                      "(float32 or uint8 NCHW images, int32 or int64 labels)");
   app.add_flag("--eval", train.eval, "evaluate test accuracy after training");
+  app.add_flag("--flip", train.flip,
+               "augment: flip each training image left-right with probability 1/2 (seeded)");
   app.add_flag("--profile", train.profile,
                "time every command of the timed steps and print where a step's time goes "
                "(synchronizes after each command)");
