@@ -487,7 +487,9 @@ Status CheckPlanSemantics(const fb::Plan& plan, const LoaderLimits& limits) {
   if (plan.version() < kOldestPlanSchemaVersion || plan.version() > kPlanSchemaVersion)
     return Fail(ErrorCode::kPlanUnsupportedVersion,
                 "plan schema version " + Str(plan.version()) + " (this runtime reads " +
-                    Str(kOldestPlanSchemaVersion) + " to " + Str(kPlanSchemaVersion) +
+                    (kOldestPlanSchemaVersion == kPlanSchemaVersion
+                         ? "version " + Str(kPlanSchemaVersion)
+                         : Str(kOldestPlanSchemaVersion) + " to " + Str(kPlanSchemaVersion)) +
                     "; recompile the model with this graphc)");
   if (plan.buffers() == nullptr || plan.programs() == nullptr)
     return Fail(ErrorCode::kPlanMalformed, "plan has no buffers or no programs");
