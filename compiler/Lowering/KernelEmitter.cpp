@@ -203,6 +203,154 @@ KernelSignature emitBroadcast(nn::BroadcastOp op, ModuleOp kernels, StringRef na
   return {{op.getInput()}, false};
 }
 
+/// An nn.fusion: one linalg.generic over the iteration space, every op's
+/// scalar function composed in its body, intermediates in registers.
+///
+/// Every buffer is passed flat (bare pointers are all the runtime has) and
+/// indexed by a linearized map. Output dims that every broadcast treats alike
+/// (all read, or all stretched) are collapsed first, so the innermost loop
+/// runs over as many contiguous elements as possible: a per-channel scale of
+/// [N, C, H, W] loops over (n, c, h*w), not over w alone.
+KernelSignature emitFusion(nn::FusionOp op, ModuleOp kernels, StringRef name) {
+  OpBuilder b(op->getContext());
+  Location loc = op.getLoc();
+  MLIRContext *ctx = b.getContext();
+  Block &body = op.getBody().front();
+  SmallVector<nn::BroadcastOp> broadcasts(body.getOps<nn::BroadcastOp>());
+  ArrayRef<int64_t> shape = op.getIterationShape();
+  const int64_t rank = shape.size();
+
+  // Which output dims broadcast j reads (not absent, not stretched).
+  auto reads = [&](nn::BroadcastOp bc, int64_t d) {
+    auto inType = llvm::cast<RankedTensorType>(bc.getInput().getType());
+    for (auto [i, dim] : llvm::enumerate(bc.getDims()))
+      if (dim == d)
+        return !(inType.getDimSize(i) == 1 && shape[d] != 1);
+    return false;
+  };
+  SmallVector<SmallVector<int64_t>> groups; // consecutive output dims
+  for (int64_t d = 0; d < rank; ++d) {
+    bool same = !groups.empty() && llvm::all_of(broadcasts, [&](nn::BroadcastOp bc) {
+      return reads(bc, d) == reads(bc, groups.back().back());
+    });
+    if (same)
+      groups.back().push_back(d);
+    else
+      groups.push_back({d});
+  }
+  const unsigned loops = groups.size();
+  auto strides = [](ArrayRef<int64_t> dims) {
+    SmallVector<int64_t> st(dims.size(), 1);
+    for (int64_t i = static_cast<int64_t>(dims.size()) - 2; i >= 0; --i)
+      st[i] = st[i + 1] * dims[i + 1];
+    return st;
+  };
+  // Outputs, and inputs of the iteration shape, are passed as the collapsed
+  // shape (so linalg sees the loop bounds); broadcast inputs flat; rank-0
+  // inputs as scalars.
+  SmallVector<int64_t> collapsed;
+  for (const auto &group : groups) {
+    int64_t size = 1;
+    for (int64_t d : group)
+      size *= shape[d];
+    collapsed.push_back(size);
+  }
+  AffineMap identity = AffineMap::getMultiDimIdentityMap(loops, ctx);
+  auto typeOf = [&](Type tensorType) -> MemRefType {
+    auto type = llvm::cast<RankedTensorType>(tensorType);
+    if (type.getRank() == 0)
+      return naturalType(type);
+    if (type.getShape() == shape)
+      return MemRefType::get(collapsed, type.getElementType());
+    return flatType(type);
+  };
+  auto mapOf = [&](nn::BroadcastOp bc) {
+    auto inType = llvm::cast<RankedTensorType>(bc.getInput().getType());
+    if (inType.getRank() == 0)
+      return AffineMap::get(loops, 0, {}, ctx);
+    if (inType.getShape() == shape)
+      return identity;
+    SmallVector<int64_t> inStrides = strides(inType.getShape());
+    AffineExpr e = getAffineConstantExpr(0, ctx);
+    for (unsigned g = 0; g < loops; ++g) {
+      if (!reads(bc, groups[g].back()))
+        continue;
+      // The input dim mapped to the group's last output dim: its stride.
+      for (auto [i, dim] : llvm::enumerate(bc.getDims()))
+        if (dim == groups[g].back())
+          e = e + getAffineDimExpr(g, ctx) * inStrides[i];
+    }
+    return AffineMap::get(loops, 0, e, ctx);
+  };
+
+  // Inputs that are only a broadcast's `shape_of` are never read: no buffer.
+  SmallVector<Type> types;
+  SmallVector<Value> read;
+  DenseMap<unsigned, unsigned> argIndex; // block argument -> kernel argument
+  for (BlockArgument arg : body.getArguments()) {
+    bool isRead = llvm::any_of(arg.getUses(), [](OpOperand &use) {
+      return !isa<nn::BroadcastOp>(use.getOwner()) || use.getOperandNumber() == 0;
+    });
+    if (!isRead)
+      continue;
+    argIndex[arg.getArgNumber()] = types.size();
+    types.push_back(typeOf(arg.getType()));
+    read.push_back(op.getInputs()[arg.getArgNumber()]);
+  }
+  const size_t numInputs = types.size();
+  for (Value v : op.getResults())
+    types.push_back(typeOf(v.getType()));
+  func::FuncOp func = createKernelFunc(b, kernels, name, loc, types);
+  auto funcArgs = func.getArguments();
+
+  // The generic's inputs: each argument read elementwise, then each broadcast.
+  SmallVector<Value> ins;
+  SmallVector<AffineMap> maps;
+  DenseMap<Value, unsigned> slot; // body value -> generic input index
+  for (BlockArgument arg : body.getArguments()) {
+    bool direct = llvm::any_of(arg.getUsers(),
+                               [](Operation *u) { return !isa<nn::BroadcastOp>(u); });
+    if (!direct)
+      continue;
+    slot[arg] = ins.size();
+    ins.push_back(funcArgs[argIndex.lookup(arg.getArgNumber())]);
+    maps.push_back(identity);
+  }
+  for (nn::BroadcastOp bc : broadcasts) {
+    auto input = llvm::cast<BlockArgument>(bc.getInput());
+    slot[bc.getResult()] = ins.size();
+    ins.push_back(funcArgs[argIndex.lookup(input.getArgNumber())]);
+    maps.push_back(mapOf(bc));
+  }
+  SmallVector<Value> outs(funcArgs.drop_front(numInputs));
+  for (size_t i = 0; i < outs.size(); ++i)
+    maps.push_back(identity);
+  SmallVector<IteratorType> iterators(loops, IteratorType::parallel);
+  auto yield = llvm::cast<nn::YieldOp>(body.getTerminator());
+  buildGeneric(b, loc, ins, outs, maps, iterators,
+               [&](OpBuilder &nb, Location nloc, ValueRange scalars) {
+                 DenseMap<Value, Value> value;
+                 for (auto [v, index] : slot)
+                   value[v] = scalars[index];
+                 for (Operation &inner : body.without_terminator()) {
+                   if (isa<nn::BroadcastOp>(inner))
+                     continue;
+                   SmallVector<Value> args;
+                   for (Value operand : inner.getOperands())
+                     args.push_back(value.lookup(operand));
+                   value[inner.getResult(0)] = emitScalarOp(nb, nloc, &inner, args);
+                 }
+                 SmallVector<Value> results;
+                 for (Value v : yield.getValues())
+                   results.push_back(value.lookup(v));
+                 return results;
+               });
+  b.create<func::ReturnOp>(loc);
+  // Broadcast inputs are smaller than the outputs unless they are identities
+  // (no dim stretched), so each output may overwrite any same-sized input.
+  return {read, /*elementwise=*/true};
+}
+
 /// Sum / max / mean over `dims` of `input` into `output` (declared without the
 /// reduced dims); `scale` multiplies the result (mean, global average pool).
 void buildReduction(OpBuilder &b, Location loc, Value input, Value output,
@@ -727,12 +875,13 @@ bool isKernelOp(Operation *op) {
                    nn::ReduceMaxOp, nn::GlobalAvgPoolOp, nn::ArgmaxOp,
                    nn::SoftmaxCrossEntropyOp, nn::SoftmaxCrossEntropyBackwardOp,
                    nn::LrScheduleOp, nn::SgdOp, nn::SgdMomentumOp, nn::LarsOp,
-                   nn::DropoutMaskOp>(op);
+                   nn::DropoutMaskOp, nn::FusionOp>(op);
 }
 
 FailureOr<KernelSignature> emitKernel(Operation *op, ModuleOp kernels, StringRef name) {
   return llvm::TypeSwitch<Operation *, FailureOr<KernelSignature>>(op)
       .Case([&](nn::BroadcastOp o) { return emitBroadcast(o, kernels, name); })
+      .Case([&](nn::FusionOp o) { return emitFusion(o, kernels, name); })
       .Case([&](nn::ReduceSumOp o) { return emitReduce(o, kernels, name, false, false); })
       .Case([&](nn::ReduceMeanOp o) { return emitReduce(o, kernels, name, false, true); })
       .Case([&](nn::ReduceMaxOp o) { return emitReduce(o, kernels, name, true, false); })

@@ -221,8 +221,16 @@ LogicalResult LowerToPlanPass::lowerOp(Operation *op) {
       }
       OpBuilder::InsertionGuard guard(moduleBuilder);
       moduleBuilder.setInsertionPoint(kernels);
+      // The ops it computes: a fusion's members, in order.
+      SmallVector<StringRef> opNames;
+      if (auto fusion = llvm::dyn_cast<nn::FusionOp>(op)) {
+        for (Operation &inner : fusion.getBody().front().without_terminator())
+          opNames.push_back(inner.getName().getStringRef());
+      } else {
+        opNames.push_back(op->getName().getStringRef());
+      }
       moduleBuilder.create<plan::KernelOp>(
-          loc, name, moduleBuilder.getStrArrayAttr({op->getName().getStringRef()}),
+          loc, name, moduleBuilder.getStrArrayAttr(opNames),
           signature->inputs.size(), op->getNumResults(),
           moduleBuilder.getDenseI64ArrayAttr(argBytes), signature->elementwise);
     }

@@ -16,6 +16,8 @@
 //  - graphc-autodiff, then graphc-optimizer: gradients end in
 //    nn.apply_gradient, the seam where mixed precision (unscale) and
 //    data-parallel (allreduce) will act before the update consumes them.
+//  - graphc-fuse-elementwise last at the nn level: it sees the whole step
+//    (forward, backward, update) as written, and its groups become kernels.
 //
 //===----------------------------------------------------------------------===//
 
@@ -38,8 +40,11 @@ void buildCompilePipeline(mlir::OpPassManager &pm, const PipelineOptions &option
   pm.addPass(createOptimizer(options.optimizer));
   if (options.stopAfter == Phase::Autodiff)
     return;
-  // Mixed precision, data-parallel and fusion will go here: they rewrite nn ops,
-  // so they must run before the step is bufferized.
+  // Fusion after the optimizer, so the update's elementwise ops are visible,
+  // and before bufferization, which turns each nn.fusion into one kernel.
+  // Mixed precision and data-parallel will go before it: they rewrite nn ops.
+  if (options.fuse)
+    pm.addPass(createFuseElementwise());
 
   // Bufferize first, then place: placement needs the final command order and
   // the in-place opportunities only the commands show.

@@ -42,6 +42,9 @@ struct PipelineOptions {
   OptimizerOptions optimizer;
   /// Kernel code generation (graphc-codegen-kernels' options).
   CodegenKernelsOptions codegen;
+  /// Group elementwise chains into one kernel each (graphc-fuse-elementwise);
+  /// false gives the unfused baseline, one kernel per op.
+  bool fuse = true;
 };
 
 /// Adds the passes of every phase up to `options.stopAfter` to `pm`, which must

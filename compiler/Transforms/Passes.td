@@ -78,6 +78,51 @@ def DecomposeTrainingOps : Pass<"graphc-decompose-training-ops", "::mlir::Module
   let dependentDialects = ["::graphc::nn::NNDialect"];
 }
 
+def FuseElementwise : Pass<"graphc-fuse-elementwise", "::mlir::ModuleOp"> {
+  let summary = "Groups chains of elementwise ops into nn.fusion regions";
+  let description = [{
+    In every step function, walks the ops in order and puts each elementwise
+    op (relu, neg, exp, log, rsqrt, add, sub, mul, div, max, select, cmp,
+    cast) and each `nn.broadcast` into the group of the ops that produce its
+    operands, when the result is legal; each group of two or more becomes one
+    `nn.fusion`, which lowers to one kernel: one pass over memory, the
+    intermediates in registers, a broadcast an indexing map.
+
+    - Multiple consumers: a member used outside its group becomes one of the
+      fusion's results (a multi-output kernel); nothing is recomputed.
+    - One iteration space: every member computes the same shape; a broadcast
+      joins only to read a group input (its operand comes from outside).
+    - No cycles: a group is emitted where its last member was, so no member
+      may have a user outside the group before that point. This is also why
+      nothing fuses across a library op (a convolution, a gemm, a pool, a
+      reduction): the library op sits between producer and consumer.
+    - At most `max-operands` inputs plus results per group (the kernel's
+      buffer count).
+    Reductions, the loss, the optimizer updates and the other non-elementwise
+    kernels are left alone (their elementwise prologues are not yet fused).
+
+    ```mlir
+    // before
+    %b = nn.broadcast %s to %x dims [1] : tensor<64xf32>, tensor<8x64x56x56xf32>
+    %m = nn.mul %x, %b : tensor<8x64x56x56xf32>
+    %r = nn.relu %m : tensor<8x64x56x56xf32>
+    // after: one kernel
+    %r = nn.fusion %x, %s : tensor<8x64x56x56xf32>, tensor<64xf32> -> tensor<8x64x56x56xf32> {
+    ^bb0(%a: tensor<8x64x56x56xf32>, %c: tensor<64xf32>):
+      %0 = nn.broadcast %c to %a dims [1] : tensor<64xf32>, tensor<8x64x56x56xf32>
+      %1 = nn.mul %a, %0 : tensor<8x64x56x56xf32>
+      %2 = nn.relu %1 : tensor<8x64x56x56xf32>
+      nn.yield %2 : tensor<8x64x56x56xf32>
+    }
+    ```
+  }];
+  let options = [
+    Option<"maxOperands", "max-operands", "int64_t", /*default=*/"32",
+           "Most buffers (inputs + results) one fused kernel may take">,
+  ];
+  let dependentDialects = ["::graphc::nn::NNDialect"];
+}
+
 def Optimizer : Pass<"graphc-optimizer", "::mlir::ModuleOp"> {
   let summary = "Replaces nn.apply_gradient with the optimizer's in-place update";
   let description = [{

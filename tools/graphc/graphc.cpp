@@ -85,6 +85,11 @@ cl::opt<std::string> dumpKernels("dump-kernels",
                                           "directory (e.g. to disassemble them)"),
                                  cl::sub(compileCommand), cl::cat(codegenCategory));
 
+cl::opt<bool> noFuse("no-fuse",
+                     cl::desc("Do not fuse elementwise ops: one kernel per op (the unfused "
+                              "baseline; numerically the same)"),
+                     cl::sub(compileCommand), cl::cat(codegenCategory));
+
 cl::OptionCategory trainingCategory("Training step (compile)");
 cl::opt<std::string> optimizerKind("optimizer",
                                    cl::desc("sgd, momentum, nesterov or lars"),
@@ -307,6 +312,7 @@ int main(int argc, char **argv) {
   opt.finalLr = finalLr;
   opt.decayStepSize = decayStepSize;
   opt.decayGamma = decayGamma;
+  options.fuse = !noFuse;
   options.codegen.cpu = kernelCpu;
   options.codegen.targets = targetKind;
   if (const char *cudaHome = std::getenv("CUDA_HOME"))
@@ -337,6 +343,7 @@ int main(int argc, char **argv) {
     graphc::PlanMetadata metadata;
     metadata.model = llvm::sys::path::stem(modelPath).str();
     metadata.batchSize = options.batchSize;
+    metadata.fused = options.fuse;
     if (failed(graphc::exportPlan(*module, metadata, output->os())))
       return 1;
     output->keep();

@@ -1138,5 +1138,49 @@ LogicalResult LarsOp::verify() {
   return success();
 }
 
+//===----------------------------------------------------------------------===//
+// Fusion
+//===----------------------------------------------------------------------===//
+
+bool graphc::nn::isFusibleElementwise(Operation *op) {
+  return isa<ReluOp, NegOp, ExpOp, LogOp, RsqrtOp, AddOp, SubOp, MulOp, DivOp, MaxOp,
+             SelectOp, CmpOp, CastOp>(op);
+}
+
+LogicalResult FusionOp::verify() {
+  if (getNumResults() == 0)
+    return emitOpError("needs at least one result");
+  Block &body = getBody().front();
+  if (body.getNumArguments() != getInputs().size())
+    return emitOpError("has ") << getInputs().size() << " inputs but its body takes "
+                               << body.getNumArguments();
+  for (auto [input, arg] : llvm::zip(getInputs(), body.getArguments()))
+    if (input.getType() != arg.getType())
+      return emitOpError("body argument ") << arg.getArgNumber() << " is " << arg.getType()
+                                           << ", its input is " << input.getType();
+  ArrayRef<int64_t> shape = getIterationShape();
+  for (Type type : getResultTypes())
+    if (llvm::cast<RankedTensorType>(type).getShape() != shape)
+      return emitOpError("results must share one shape (the iteration space)");
+  auto yield = llvm::dyn_cast<YieldOp>(body.getTerminator());
+  if (!yield)
+    return emitOpError("body must end with nn.yield");
+  if (yield.getValues().getTypes() != getResultTypes())
+    return emitOpError("yields ") << yield.getValues().getTypes().size()
+                                  << " values whose types differ from the results";
+  for (Operation &op : body.without_terminator()) {
+    if (auto broadcast = llvm::dyn_cast<BroadcastOp>(op)) {
+      if (!llvm::isa<BlockArgument>(broadcast.getInput()))
+        return op.emitOpError("in an nn.fusion must broadcast one of its inputs");
+    } else if (!isFusibleElementwise(&op)) {
+      return op.emitOpError("cannot be fused: only elementwise ops and broadcasts of "
+                            "inputs are");
+    }
+    if (llvm::cast<RankedTensorType>(op.getResult(0).getType()).getShape() != shape)
+      return op.emitOpError("in an nn.fusion must compute the iteration shape");
+  }
+  return success();
+}
+
 #define GET_OP_CLASSES
 #include "dialects/nn/IR/NNOps.cpp.inc"

@@ -30,4 +30,9 @@ int64_t slidingWindowOutputSize(int64_t inputSize, int64_t window, int64_t strid
 #define GET_OP_CLASSES
 #include "dialects/nn/IR/NNOps.h.inc"
 
+namespace graphc::nn {
+/// The elementwise ops an nn.fusion may compute (one scalar function each).
+bool isFusibleElementwise(mlir::Operation *op);
+} // namespace graphc::nn
+
 #endif // GRAPHC_DIALECTS_NN_IR_NNOPS_H

@@ -791,4 +791,51 @@ def NN_LarsOp : NN_OptimizerOp<"lars",
   let hasVerifier = 1;
 }
 
+//===----------------------------------------------------------------------===//
+// Fusion
+//===----------------------------------------------------------------------===//
+
+def NN_FusionOp : NN_Op<"fusion", [IsolatedFromAbove, Pure, SingleBlock]> {
+  let summary = "elementwise ops computed together: one kernel, one pass over memory";
+  let description = [{
+    Written by graphc-fuse-elementwise. The body computes, per element of one
+    iteration space (the shape every result has), a chain of elementwise ops
+    on the block arguments (the inputs) and yields the results. An input of
+    that shape is read at each element; an input reaches a smaller shape
+    through an `nn.broadcast` in the body (a per-channel scale), which costs no
+    memory: it becomes an indexing map. A rank-0 input (a learning rate) is
+    read as a scalar. Intermediate values never reach memory.
+
+    ```mlir
+    %y, %r = nn.fusion %x, %scale : tensor<8x64x56x56xf32>, tensor<64xf32>
+        -> tensor<8x64x56x56xf32>, tensor<8x64x56x56xf32> {
+    ^bb0(%a: tensor<8x64x56x56xf32>, %s: tensor<64xf32>):
+      %b = nn.broadcast %s to %a dims [1] : tensor<64xf32>, tensor<8x64x56x56xf32>
+      %m = nn.mul %a, %b : tensor<8x64x56x56xf32>
+      %q = nn.relu %m : tensor<8x64x56x56xf32>
+      nn.yield %m, %q : tensor<8x64x56x56xf32>, tensor<8x64x56x56xf32>
+    }
+    ```
+  }];
+  let arguments = (ins Variadic<AnyStaticShapeTensor>:$inputs);
+  let results = (outs Variadic<AnyStaticShapeTensor>:$results);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = [{
+    $inputs attr-dict `:` type($inputs) `->` type($results) $body
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The shape every result has and every elementwise op in the body computes.
+    ::llvm::ArrayRef<int64_t> getIterationShape() {
+      return ::llvm::cast<::mlir::RankedTensorType>(getResult(0).getType()).getShape();
+    }
+  }];
+}
+
+def NN_YieldOp : NN_Op<"yield", [Pure, Terminator, HasParent<"FusionOp">]> {
+  let summary = "the results of an nn.fusion";
+  let arguments = (ins Variadic<AnyStaticShapeTensor>:$values);
+  let assemblyFormat = "$values attr-dict `:` type($values)";
+}
+
 #endif // GRAPHC_NN_OPS

@@ -5,6 +5,8 @@ the checkpoint tests.
   safetensors_tool.py check FILE MODEL.mlir   every nn.parameter / nn.state of the
                                                model, by name, dtype and shape
   safetensors_tool.py same A B                 the same tensors with the same bytes
+  safetensors_tool.py close A B TOL            the same tensors, float32 values within
+                                               TOL * max(1, |b|) of each other
   safetensors_tool.py reshape IN OUT NAME      NAME's shape reversed (a wrong file)
   safetensors_tool.py drop IN OUT NAME         without NAME
   safetensors_tool.py extra IN OUT             an extra tensor 'stray'
@@ -66,6 +68,24 @@ def main():
             sa, sb = slice(*ta[k]["data_offsets"]), slice(*tb[k]["data_offsets"])
             assert ba[sa] == bb[sb], f"{k} differs"
         print(f"same: {len(ta)} tensors")
+    elif cmd == "close":
+        (ha, ba), (hb, bb) = read(sys.argv[2]), read(sys.argv[3])
+        tol = float(sys.argv[4])
+        ta, tb = tensors(ha), tensors(hb)
+        assert ta.keys() == tb.keys()
+        worst, count = 0.0, 0
+        for k in ta:
+            if ta[k]["dtype"] != "F32":
+                assert ba[slice(*ta[k]["data_offsets"])] == bb[slice(*tb[k]["data_offsets"])], k
+                continue
+            ra, rb = ba[slice(*ta[k]["data_offsets"])], bb[slice(*tb[k]["data_offsets"])]
+            n = len(ra) // 4
+            for x, y in zip(struct.unpack(f"<{n}f", ra), struct.unpack(f"<{n}f", rb)):
+                d = abs(x - y) / max(1.0, abs(y))
+                assert d <= tol, f"{k}: {x} vs {y}"
+                worst = max(worst, d)
+            count += n
+        print(f"close: {count} values within {tol}, worst {worst:.1e}")
     else:
         header, body = read(sys.argv[2])
         if cmd == "reshape":
