@@ -16,7 +16,7 @@ PACKAGES=(
   libmlir-19-dev mlir-19-tools llvm-19-dev llvm-19-tools lld-19
   libzstd-dev zlib1g-dev libedit-dev libncurses-dev libxml2-dev libffi-dev
   # build and test tools (clang-19 + its runtime: libFuzzer, ASan, UBSan)
-  cmake ninja-build g++ python3 python3-numpy googletest libgtest-dev libbenchmark-dev
+  cmake ninja-build g++ python3 python3-numpy python3-matplotlib googletest libgtest-dev libbenchmark-dev
   clang-19 libclang-rt-19-dev
   # runtime: plan format, CPU kernels, multi-rank, data
   flatbuffers-compiler libflatbuffers-dev libcli11-dev nlohmann-json3-dev libdnnl-dev

@@ -8,6 +8,7 @@
 #include "compiler/Export/PlanExport.h"
 
 #include "compiler/Lowering/Passes.h"
+#include "compiler/Transforms/Passes.h"
 #include "dialects/plan/IR/PlanDialect.h"
 #include "schema/plan_generated.h"
 #include "llvm/ADT/TypeSwitch.h"
@@ -68,8 +69,37 @@ std::string locationString(Location loc) {
 
 } // namespace
 
+llvm::StringMap<KernelTraffic> graphc::kernelTraffic(ModuleOp module) {
+  llvm::StringMap<int64_t> kernelBytes;
+  for (auto kernel : module.getOps<plan::KernelOp>()) {
+    int64_t bytes = 0;
+    for (int64_t b : kernel.getArgBytes())
+      bytes += b;
+    kernelBytes[kernel.getSymName()] = bytes;
+  }
+  auto savings = module->getAttrOfType<DictionaryAttr>(kFusionSavingsAttr);
+  llvm::StringMap<KernelTraffic> result;
+  for (auto program : module.getOps<plan::ProgramOp>()) {
+    KernelTraffic &t = result[program.getSymName()];
+    for (auto launch : program.getBody().front().getOps<plan::LaunchOp>()) {
+      ++t.launches;
+      t.bytes += kernelBytes.lookup(launch.getKernel());
+    }
+    t.unfusedLaunches = t.launches;
+    t.unfusedBytes = t.bytes;
+    if (auto saved = savings ? savings.getAs<DenseI64ArrayAttr>(program.getSymName())
+                             : DenseI64ArrayAttr();
+        saved && saved.size() == 2) {
+      t.unfusedLaunches += saved[0];
+      t.unfusedBytes += saved[1];
+    }
+  }
+  return result;
+}
+
 LogicalResult graphc::exportPlan(ModuleOp module, const PlanMetadata &metadata,
                                  llvm::raw_ostream &os) {
+  llvm::StringMap<KernelTraffic> traffic = kernelTraffic(module);
   flatbuffers::FlatBufferBuilder fbb(1 << 20);
   llvm::StringMap<int32_t> bufferIndex, kernelIndex;
   std::vector<flatbuffers::Offset<fb::Buffer>> buffers;
@@ -222,10 +252,13 @@ LogicalResult graphc::exportPlan(ModuleOp module, const PlanMetadata &metadata,
       commands.push_back(fb::CreateCommand(fbb, opcode, inputs, outputs, inPlace, kernel,
                                            conv, gemm, pool, location));
     }
+    const KernelTraffic &t = traffic[program.getSymName()];
+    bool fused = t.unfusedLaunches != t.launches || t.unfusedBytes != t.bytes;
     programs.push_back(fb::CreateProgram(
         fbb, fbb.CreateString(program.getSymName().str()), indices(program.getInputs()),
         indices(program.getOutputs()), fbb.CreateVector(commands),
-        program.getArenaSize().value_or(0)));
+        program.getArenaSize().value_or(0), fused ? t.unfusedLaunches : 0,
+        fused ? t.unfusedBytes : 0));
   }
 
   auto sizeAttr = [&](StringRef name) -> uint64_t {

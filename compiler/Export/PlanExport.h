@@ -9,6 +9,7 @@
 #define GRAPHC_COMPILER_EXPORT_PLANEXPORT_H
 
 #include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/StringMap.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <string>
@@ -24,6 +25,15 @@ struct PlanMetadata {
   std::string precision = "fp32";
   bool fused = false;
 };
+
+/// What a program's generated kernels cost per run: launches, and bytes they
+/// read and write; and the same unfused (equal when fusion did not run).
+struct KernelTraffic {
+  int64_t launches = 0, bytes = 0;
+  int64_t unfusedLaunches = 0, unfusedBytes = 0;
+};
+/// Per program (by name) of a plan-dialect module.
+llvm::StringMap<KernelTraffic> kernelTraffic(mlir::ModuleOp module);
 
 /// Serializes `module` (plan dialect only) to `os`; fails with a diagnostic.
 mlir::LogicalResult exportPlan(mlir::ModuleOp module, const PlanMetadata &metadata,

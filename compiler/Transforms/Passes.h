@@ -13,6 +13,10 @@
 
 namespace graphc {
 
+/// Module attribute graphc-fuse-elementwise leaves for the fusion report: per
+/// step function, array<i64: kernel launches saved, kernel bytes saved>.
+inline constexpr llvm::StringLiteral kFusionSavingsAttr = "graphc.fusion_savings";
+
 #define GEN_PASS_DECL
 #include "compiler/Transforms/Passes.h.inc"
 

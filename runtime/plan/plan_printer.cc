@@ -100,6 +100,22 @@ void PrintPlan(const Plan& loaded, const PrintOptions& options, std::ostream& os
     os << "), arena " << program->arena_size() << " bytes, inputs ["
        << List(plan, *program->inputs()) << "], outputs [" << List(plan, *program->outputs())
        << "]\n";
+    // The fusion report: generated kernels' launches and traffic per run.
+    uint64_t launches = 0, bytes = 0;
+    for (const fb::Command* c : *program->commands()) {
+      if (c->op() != fb::Opcode::Kernel || !plan.kernels() || c->kernel() < 0 ||
+          static_cast<uint32_t>(c->kernel()) >= plan.kernels()->size())
+        continue;
+      ++launches;
+      const fb::Kernel* k = plan.kernels()->Get(c->kernel());
+      if (k->arg_bytes())
+        for (uint64_t b : *k->arg_bytes()) bytes += b;
+    }
+    os << "  kernels: " << launches << " launches, " << MiB(bytes) << " read and written";
+    if (program->unfused_kernel_launches() != 0)
+      os << " (unfused: " << program->unfused_kernel_launches() << " launches, "
+         << MiB(program->unfused_kernel_bytes()) << ")";
+    os << "\n";
   }
 
   if (options.states && plan.states()) {

@@ -90,6 +90,11 @@ cl::opt<bool> noFuse("no-fuse",
                               "baseline; numerically the same)"),
                      cl::sub(compileCommand), cl::cat(codegenCategory));
 
+cl::opt<bool> fusionReport("fusion-report",
+                           cl::desc("Print each program's generated-kernel launches and the "
+                                    "bytes they move per run, fused vs unfused"),
+                           cl::sub(compileCommand), cl::cat(codegenCategory));
+
 cl::OptionCategory trainingCategory("Training step (compile)");
 cl::opt<std::string> optimizerKind("optimizer",
                                    cl::desc("sgd, momentum, nesterov or lars"),
@@ -223,6 +228,25 @@ void printPlanSummary(ModuleOp module, llvm::StringRef path, uint64_t fileBytes)
      << ", constants: " << attr(graphc::kConstantSizeAttr) << " bytes\n";
 }
 
+/// Per program: kernel launches and bytes per run, fused vs unfused.
+void printFusionReport(ModuleOp module, bool fused) {
+  llvm::raw_ostream &os = llvm::outs();
+  os << "fusion report (generated kernels per run; "
+     << (fused ? "fused" : "unfused: --no-fuse") << "):\n";
+  for (const auto &entry : graphc::kernelTraffic(module)) {
+    const graphc::KernelTraffic &t = entry.getValue();
+    os << llvm::formatv("  {0}: {1} launches, {2}", entry.getKey(), t.launches,
+                        mebibytes(t.bytes));
+    if (fused)
+      os << llvm::formatv("; unfused {0} launches, {1}: {2:f2}x fewer launches, "
+                          "{3:f2}x fewer bytes",
+                          t.unfusedLaunches, mebibytes(t.unfusedBytes),
+                          t.launches ? double(t.unfusedLaunches) / t.launches : 1.0,
+                          t.bytes ? double(t.unfusedBytes) / t.bytes : 1.0);
+    os << "\n";
+  }
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -348,6 +372,8 @@ int main(int argc, char **argv) {
       return 1;
     output->keep();
     printPlanSummary(*module, outputPath, output->os().tell());
+    if (fusionReport)
+      printFusionReport(*module, options.fuse);
     return 0;
   }
   module->print(output->os());
