@@ -1018,3 +1018,42 @@ func.func @f(%x: tensor<1x8x6x6xf32>) {
   %0 = nn.avg_pool2d %x window [2, 2] padding [0, 0, -1, 0] : tensor<1x8x6x6xf32>
   return
 }
+
+// -----
+
+// Tests that an nn.fusion computes only elementwise ops and broadcasts.
+func.func @fusion_with_reduction(%x: tensor<4xf32>) -> tensor<f32> {
+  %r = nn.fusion %x : tensor<4xf32> -> tensor<f32> {
+  ^bb0(%a: tensor<4xf32>):
+    // expected-error@+1 {{cannot be fused: only elementwise ops and broadcasts of inputs are}}
+    %s = nn.reduce_sum %a dims [0] : tensor<4xf32>
+    nn.yield %s : tensor<f32>
+  }
+  return %r : tensor<f32>
+}
+
+// -----
+
+// Tests that a broadcast in an nn.fusion reads an input, not a member.
+func.func @fusion_broadcast_of_member(%x: tensor<4xf32>, %y: tensor<2x4xf32>) -> tensor<2x4xf32> {
+  %r = nn.fusion %x, %y : tensor<4xf32>, tensor<2x4xf32> -> tensor<2x4xf32> {
+  ^bb0(%a: tensor<4xf32>, %b: tensor<2x4xf32>):
+    %e = nn.exp %b : tensor<2x4xf32>
+    // expected-error@+1 {{in an nn.fusion must broadcast one of its inputs}}
+    %c = nn.broadcast %e to %b dims [0, 1] : tensor<2x4xf32>, tensor<2x4xf32>
+    nn.yield %c : tensor<2x4xf32>
+  }
+  return %r : tensor<2x4xf32>
+}
+
+// -----
+
+// Tests that every result of an nn.fusion has the iteration shape.
+func.func @fusion_shapes(%x: tensor<4xf32>, %y: tensor<8xf32>) -> (tensor<4xf32>, tensor<8xf32>) {
+  // expected-error@+1 {{results must share one shape (the iteration space)}}
+  %r:2 = nn.fusion %x, %y : tensor<4xf32>, tensor<8xf32> -> tensor<4xf32>, tensor<8xf32> {
+  ^bb0(%a: tensor<4xf32>, %b: tensor<8xf32>):
+    nn.yield %a, %b : tensor<4xf32>, tensor<8xf32>
+  }
+  return %r#0, %r#1 : tensor<4xf32>, tensor<8xf32>
+}
