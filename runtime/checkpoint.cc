@@ -47,11 +47,6 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
-std::vector<int64_t> ShapeOf(const fb::Buffer& b) {
-  if (b.shape() == nullptr) return {};
-  return std::vector<int64_t>(b.shape()->begin(), b.shape()->end());
-}
-
 Status Io(const std::string& path, const std::string& what) {
   return Status(ErrorCode::kIo, path + ": " + what);
 }

@@ -288,10 +288,7 @@ KernelSignature emitFusion(nn::FusionOp op, ModuleOp kernels, StringRef name) {
   SmallVector<Value> read;
   DenseMap<unsigned, unsigned> argIndex; // block argument -> kernel argument
   for (BlockArgument arg : body.getArguments()) {
-    bool isRead = llvm::any_of(arg.getUses(), [](OpOperand &use) {
-      return !isa<nn::BroadcastOp>(use.getOwner()) || use.getOperandNumber() == 0;
-    });
-    if (!isRead)
+    if (!op.isInputRead(arg.getArgNumber()))
       continue;
     argIndex[arg.getArgNumber()] = types.size();
     types.push_back(typeOf(arg.getType()));

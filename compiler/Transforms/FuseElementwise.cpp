@@ -198,10 +198,8 @@ void FuseElementwisePass::emitFusion(ArrayRef<Operation *> members) {
 
   // One launch instead of one per member; the intermediates never reach memory.
   int64_t fusedBytes = 0;
-  for (auto [input, arg] : llvm::zip(inputs, body->getArguments()))
-    if (llvm::any_of(arg.getUses(), [](OpOperand &use) {
-          return !isa<nn::BroadcastOp>(use.getOwner()) || use.getOperandNumber() == 0;
-        }))
+  for (auto [i, input] : llvm::enumerate(inputs))
+    if (fusion.isInputRead(i))
       fusedBytes += bytesOf(input);
   for (Value v : outputs)
     fusedBytes += bytesOf(v);

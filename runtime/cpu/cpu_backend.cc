@@ -184,7 +184,6 @@ Status CpuBackend::Run(const fb::Command& command, const DeviceMemory* operands)
       int32_t k = command.kernel();
       if (k < 0 || static_cast<size_t>(k) >= kernels_.size())
         return Status(ErrorCode::kInvalidArgument, "kernels are not loaded");
-      size_t count = command.inputs()->size() + command.outputs()->size();
       void* addresses[64];
       std::vector<void*> many;
       for (const Launch& launch : kernels_[k]) {
@@ -193,11 +192,9 @@ Status CpuBackend::Run(const fb::Command& command, const DeviceMemory* operands)
           many.resize(launch.args.size());
           args = many.data();
         }
-        for (size_t i = 0; i < launch.args.size(); ++i) {
-          if (launch.args[i] >= count)
-            return Status(ErrorCode::kInvalidArgument, "launch argument out of range");
+        // The loader proved every launch argument one of the command's buffers.
+        for (size_t i = 0; i < launch.args.size(); ++i)
           args[i] = operands[launch.args[i]].address;
-        }
         const int64_t n = launch.iterations;
         const int threads = threads_;
         if (n < 2 || threads < 2 || launch.bytes < kParallelMinBytes) {

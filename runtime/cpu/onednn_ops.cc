@@ -19,10 +19,6 @@ using dnnl::memory;
 using dnnl::prop_kind;
 using Dims = memory::dims;
 
-memory::dims ShapeOf(const fb::Buffer& buffer) {
-  return Dims(buffer.shape()->begin(), buffer.shape()->end());
-}
-
 // Row-major strides: NCHW, OIHW, [M, N] and so on.
 Dims RowMajor(const Dims& dims) {
   Dims strides(dims.size(), 1);

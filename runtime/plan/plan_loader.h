@@ -25,6 +25,12 @@ inline constexpr uint32_t kOldestPlanSchemaVersion = 2;
 // A plan string, "" when absent (the schema makes every string optional).
 inline std::string StringOf(const flatbuffers::String* s) { return s ? s->str() : std::string(); }
 
+// A buffer's shape, empty when absent (a scalar).
+inline std::vector<int64_t> ShapeOf(const fb::Buffer& b) {
+  if (b.shape() == nullptr) return {};
+  return std::vector<int64_t>(b.shape()->begin(), b.shape()->end());
+}
+
 struct LoaderLimits {
   uint64_t max_file_bytes = uint64_t{1} << 31;  // FlatBuffers' own maximum
   uint32_t max_depth = 64;

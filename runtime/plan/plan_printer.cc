@@ -16,7 +16,7 @@ std::string MiB(uint64_t bytes) {
   return os.str();
 }
 
-std::string ShapeOf(const fb::Buffer& b) {
+std::string TypeString(const fb::Buffer& b) {
   std::string s = fb::EnumNameDType(b.dtype());
   s += "[";
   for (uint32_t i = 0; i < b.shape()->size(); ++i)
@@ -122,7 +122,7 @@ void PrintPlan(const Plan& loaded, const PrintOptions& options, std::ostream& os
     os << "\nstate:\n";
     for (const fb::State* s : *plan.states()) {
       const fb::Buffer* b = plan.buffers()->Get(s->buffer());
-      os << "  " << StringOf(b->name()) << " " << ShapeOf(*b) << " = "
+      os << "  " << StringOf(b->name()) << " " << TypeString(*b) << " = "
          << fb::EnumNameInitializer(s->init());
       if (s->init() == fb::Initializer::Constant || s->init() == fb::Initializer::Normal ||
           s->init() == fb::Initializer::Uniform)
@@ -134,7 +134,7 @@ void PrintPlan(const Plan& loaded, const PrintOptions& options, std::ostream& os
     os << "\nbuffers:\n";
     for (uint32_t i = 0; i < plan.buffers()->size(); ++i) {
       const fb::Buffer* b = plan.buffers()->Get(i);
-      os << "  " << i << " " << StringOf(b->name()) << " " << ShapeOf(*b) << " "
+      os << "  " << i << " " << StringOf(b->name()) << " " << TypeString(*b) << " "
          << fb::EnumNameRegion(b->region()) << " [" << b->offset() << ", "
          << b->offset() + b->size() << ")\n";
     }

@@ -80,10 +80,6 @@ double Percentile(std::vector<double> values, double q) {
   return values[std::min(index, values.size() - 1)];
 }
 
-std::vector<int64_t> ShapeOf(const fb::Buffer& b) {
-  return std::vector<int64_t>(b.shape()->begin(), b.shape()->end());
-}
-
 // Prints where a step's time goes, from the per-command times of `steps`
 // profiled steps: per command class, then the slowest generated kernels.
 // Returns the same as JSON for --report.

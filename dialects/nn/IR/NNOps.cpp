@@ -1147,6 +1147,12 @@ bool graphc::nn::isFusibleElementwise(Operation *op) {
              SelectOp, CmpOp, CastOp>(op);
 }
 
+bool FusionOp::isInputRead(unsigned i) {
+  return llvm::any_of(getBody().front().getArgument(i).getUses(), [](OpOperand &use) {
+    return !isa<BroadcastOp>(use.getOwner()) || use.getOperandNumber() == 0;
+  });
+}
+
 LogicalResult FusionOp::verify() {
   if (getNumResults() == 0)
     return emitOpError("needs at least one result");

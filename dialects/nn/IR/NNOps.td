@@ -829,6 +829,9 @@ def NN_FusionOp : NN_Op<"fusion", [IsolatedFromAbove, Pure, SingleBlock]> {
     ::llvm::ArrayRef<int64_t> getIterationShape() {
       return ::llvm::cast<::mlir::RankedTensorType>(getResult(0).getType()).getShape();
     }
+    /// Whether the kernel reads input `i`: an input that is only a
+    /// broadcast's `shape_of` is never read (and gets no buffer).
+    bool isInputRead(unsigned i);
   }];
 }
 

@@ -16,13 +16,14 @@ Prints one line per case and exits 1 if any parameter element differs from the
 reference by more than 1e-3 relative (with a floor of 1e-4 of the tensor's
 largest gradient, below which float32's rounding of `p - g` dominates).
 """
-import json
 import os
 import struct
 import subprocess
 import sys
 
 import numpy as np
+
+import safetensors_tool  # the format, shared with the checkpoint tests
 
 N, C, H, W, K = 4, 2, 5, 5, 3
 REL, FLOOR = 1e-3, 1e-4
@@ -253,23 +254,15 @@ def save_safetensors(path, tensors):
                         "data_offsets": [offset, offset + len(raw)]}
         body += raw
         offset += len(raw)
-    text = json.dumps(header).encode()
-    text += b" " * ((8 - len(text) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text + body)
+    safetensors_tool.write(path, header, body)
 
 
 def load_safetensors(path):
-    data = open(path, "rb").read()
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + n])
+    header, body = safetensors_tool.read(path)
     out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        begin, end = info["data_offsets"]
+    for name, info in safetensors_tool.tensors(header).items():
         dtype = {"F32": np.float32, "I64": np.int64}[info["dtype"]]
-        out[name] = np.frombuffer(data[8 + n + begin:8 + n + end], dtype).reshape(info["shape"])
+        out[name] = np.frombuffer(body[slice(*info["data_offsets"])], dtype).reshape(info["shape"])
     return out
 
 
