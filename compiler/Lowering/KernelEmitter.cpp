@@ -680,8 +680,51 @@ KernelSignature emitLrSchedule(nn::LrScheduleOp op, ModuleOp kernels, StringRef 
   return {{op.getStep()}, false};
 }
 
-/// sgd, sgd_momentum and lars: flat loops over (param, grad[, velocity]) with
-/// the scalar learning rate; LARS first reduces the two norms.
+/// The per-element rule of an elementwise optimizer op (sgd, sgd_momentum,
+/// adam): `s` holds one scalar per operand (the rank-0 ones included), the
+/// result is one scalar per op result. Empty for ops that are not
+/// elementwise (lars).
+SmallVector<Value> emitScalarUpdate(OpBuilder &b, Location l, Operation *op,
+                                    ValueRange s) {
+  Type elem = s[0].getType();
+  auto c = [&](double v) { return constFloat(b, l, elem, v); };
+  auto mul = [&](Value x, Value y) -> Value { return b.create<arith::MulFOp>(l, x, y); };
+  auto add = [&](Value x, Value y) -> Value { return b.create<arith::AddFOp>(l, x, y); };
+  auto sub = [&](Value x, Value y) -> Value { return b.create<arith::SubFOp>(l, x, y); };
+  if (auto sgd = llvm::dyn_cast<nn::SgdOp>(op)) {
+    // s = p, g, lr
+    Value d = add(s[1], mul(c(sgd.getWeightDecay().convertToDouble()), s[0]));
+    return {sub(s[0], mul(s[2], d))};
+  }
+  if (auto momentum = llvm::dyn_cast<nn::SgdMomentumOp>(op)) {
+    // s = p, g, v, lr
+    double mu = momentum.getMomentum().convertToDouble();
+    Value d = add(s[1], mul(c(momentum.getWeightDecay().convertToDouble()), s[0]));
+    Value v = add(mul(c(mu), s[2]), d);
+    Value step = momentum.getNesterov() ? add(d, mul(c(mu), v)) : v;
+    return {sub(s[0], mul(s[3], step)), v};
+  }
+  if (auto adam = llvm::dyn_cast<nn::AdamOp>(op)) {
+    // s = p, g, m, v, lr, corr1, corr2
+    double beta1 = adam.getBeta1().convertToDouble();
+    double beta2 = adam.getBeta2().convertToDouble();
+    double wd = adam.getWeightDecay().convertToDouble();
+    bool decoupled = adam.getDecoupled();
+    Value p = s[0], lr = s[4];
+    Value d = decoupled || wd == 0.0 ? s[1] : add(s[1], mul(c(wd), p));
+    Value m = add(mul(c(beta1), s[2]), mul(c(1.0 - beta1), d));
+    Value v = add(mul(c(beta2), s[3]), mul(c(1.0 - beta2), mul(d, d)));
+    Value denom = add(mul(b.create<math::SqrtOp>(l, v), s[6]), c(adam.getEpsilon().convertToDouble()));
+    Value step = b.create<arith::DivFOp>(l, mul(mul(lr, s[5]), m), denom);
+    if (decoupled && wd != 0.0)
+      p = mul(p, sub(c(1.0), mul(lr, c(wd))));
+    return {sub(p, step), m, v};
+  }
+  return {};
+}
+
+/// The optimizer ops: one flat loop over (param, grad, state...) with the
+/// rank-0 operands as scalars; LARS first reduces the two norms.
 KernelSignature emitOptimizer(Operation *op, ModuleOp kernels, StringRef name) {
   OpBuilder b(op->getContext());
   Location loc = op->getLoc();
@@ -698,40 +741,15 @@ KernelSignature emitOptimizer(Operation *op, ModuleOp kernels, StringRef name) {
   ValueRange inputs = args.take_front(numInputs);
   ValueRange outputs = args.drop_front(numInputs);
   Type elem = llvm::cast<MemRefType>(args[0].getType()).getElementType();
-  auto c = [&](OpBuilder &nb, Location nloc, double v) {
-    return constFloat(nb, nloc, elem, v);
-  };
+  auto c = [&](double v) { return constFloat(b, loc, elem, v); };
   auto mul = [](OpBuilder &nb, Location l, Value x, Value y) -> Value {
     return nb.create<arith::MulFOp>(l, x, y);
   };
   auto add = [](OpBuilder &nb, Location l, Value x, Value y) -> Value {
     return nb.create<arith::AddFOp>(l, x, y);
   };
-  auto sub = [](OpBuilder &nb, Location l, Value x, Value y) -> Value {
-    return nb.create<arith::SubFOp>(l, x, y);
-  };
 
-  if (auto sgd = llvm::dyn_cast<nn::SgdOp>(op)) {
-    double wd = sgd.getWeightDecay().convertToDouble();
-    buildFlatGeneric(b, loc, inputs, outputs,
-                     [&](OpBuilder &nb, Location l, ValueRange s) -> SmallVector<Value> {
-                       Value d = add(nb, l, s[1], mul(nb, l, c(nb, l, wd), s[0]));
-                       return {sub(nb, l, s[0], mul(nb, l, s[2], d))};
-                     });
-  } else if (auto momentum = llvm::dyn_cast<nn::SgdMomentumOp>(op)) {
-    double wd = momentum.getWeightDecay().convertToDouble();
-    double mu = momentum.getMomentum().convertToDouble();
-    bool nesterov = momentum.getNesterov();
-    buildFlatGeneric(b, loc, inputs, outputs,
-                     [&](OpBuilder &nb, Location l, ValueRange s) -> SmallVector<Value> {
-                       // s = p, g, v, lr, (p', v')
-                       Value d = add(nb, l, s[1], mul(nb, l, c(nb, l, wd), s[0]));
-                       Value v = add(nb, l, mul(nb, l, c(nb, l, mu), s[2]), d);
-                       Value step = nesterov ? add(nb, l, d, mul(nb, l, c(nb, l, mu), v)) : v;
-                       return {sub(nb, l, s[0], mul(nb, l, s[3], step)), v};
-                     });
-  } else {
-    auto lars = llvm::cast<nn::LarsOp>(op);
+  if (auto lars = llvm::dyn_cast<nn::LarsOp>(op)) {
     double wd = lars.getWeightDecay().convertToDouble();
     double mu = lars.getMomentum().convertToDouble();
     double eta = lars.getEta().convertToDouble();
@@ -740,7 +758,7 @@ KernelSignature emitOptimizer(Operation *op, ModuleOp kernels, StringRef name) {
     SmallVector<Value> norms;
     for (Value tensor : {inputs[0], inputs[1]}) {
       Value acc = b.create<memref::AllocaOp>(loc, scalarType);
-      b.create<linalg::FillOp>(loc, c(b, loc, 0.0), acc);
+      b.create<linalg::FillOp>(loc, c(0.0), acc);
       MLIRContext *ctx = b.getContext();
       buildGeneric(b, loc, tensor, acc,
                    {AffineMap::getMultiDimIdentityMap(1, ctx), AffineMap::get(1, 0, {}, ctx)},
@@ -751,20 +769,26 @@ KernelSignature emitOptimizer(Operation *op, ModuleOp kernels, StringRef name) {
       norms.push_back(b.create<math::SqrtOp>(
           loc, b.create<memref::LoadOp>(loc, acc, ValueRange{})));
     }
-    Value zero = c(b, loc, 0.0);
+    Value zero = c(0.0);
     Value pPositive = b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::OGT, norms[0], zero);
     Value gPositive = b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::OGT, norms[1], zero);
     Value ratio = b.create<arith::DivFOp>(
-        loc, mul(b, loc, c(b, loc, eta), norms[0]),
-        add(b, loc, norms[1], mul(b, loc, c(b, loc, wd), norms[0])));
+        loc, mul(b, loc, c(eta), norms[0]),
+        add(b, loc, norms[1], mul(b, loc, c(wd), norms[0])));
     Value local = b.create<arith::SelectOp>(
-        loc, b.create<arith::AndIOp>(loc, pPositive, gPositive), ratio, c(b, loc, 1.0));
+        loc, b.create<arith::AndIOp>(loc, pPositive, gPositive), ratio, c(1.0));
     buildFlatGeneric(b, loc, inputs, outputs,
                      [&](OpBuilder &nb, Location l, ValueRange s) -> SmallVector<Value> {
-                       Value d = add(nb, l, s[1], mul(nb, l, c(nb, l, wd), s[0]));
-                       Value v = add(nb, l, mul(nb, l, c(nb, l, mu), s[2]),
+                       Value d = add(nb, l, s[1],
+                                     mul(nb, l, constFloat(nb, l, elem, wd), s[0]));
+                       Value v = add(nb, l, mul(nb, l, constFloat(nb, l, elem, mu), s[2]),
                                      mul(nb, l, mul(nb, l, s[3], local), d));
-                       return {sub(nb, l, s[0], v), v};
+                       return {nb.create<arith::SubFOp>(l, s[0], v), v};
+                     });
+  } else {
+    buildFlatGeneric(b, loc, inputs, outputs,
+                     [&](OpBuilder &nb, Location l, ValueRange s) {
+                       return emitScalarUpdate(nb, l, op, s.take_front(numInputs));
                      });
   }
   b.create<func::ReturnOp>(loc);
@@ -871,7 +895,7 @@ bool isKernelOp(Operation *op) {
                    nn::CastOp, nn::BroadcastOp, nn::ReduceSumOp, nn::ReduceMeanOp,
                    nn::ReduceMaxOp, nn::GlobalAvgPoolOp, nn::ArgmaxOp,
                    nn::SoftmaxCrossEntropyOp, nn::SoftmaxCrossEntropyBackwardOp,
-                   nn::LrScheduleOp, nn::SgdOp, nn::SgdMomentumOp, nn::LarsOp,
+                   nn::LrScheduleOp, nn::SgdOp, nn::SgdMomentumOp, nn::LarsOp, nn::AdamOp,
                    nn::DropoutMaskOp, nn::FusionOp>(op);
 }
 
@@ -892,7 +916,7 @@ FailureOr<KernelSignature> emitKernel(Operation *op, ModuleOp kernels, StringRef
       })
       .Case([&](nn::LrScheduleOp o) { return emitLrSchedule(o, kernels, name); })
       .Case([&](nn::DropoutMaskOp o) { return emitDropoutMask(o, kernels, name); })
-      .Case<nn::SgdOp, nn::SgdMomentumOp, nn::LarsOp>(
+      .Case<nn::SgdOp, nn::SgdMomentumOp, nn::LarsOp, nn::AdamOp>(
           [&](Operation *o) { return emitOptimizer(o, kernels, name); })
       .Default([&](Operation *o) -> FailureOr<KernelSignature> {
         if (!isKernelOp(o))

@@ -12,7 +12,10 @@
 #include "compiler/Transforms/BuildUtils.h"
 #include "dialects/nn/IR/NNOps.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
+
+#include <cmath>
 
 #define DEBUG_TYPE "graphc-optimizer"
 
@@ -26,7 +29,10 @@ using namespace mlir;
 namespace graphc {
 namespace {
 
-enum class Kind { Sgd, Momentum, Nesterov, Lars };
+enum class Kind { Sgd, Momentum, Nesterov, Lars, Adam, AdamW };
+
+/// `value` as printf's %g writes it: 0.999, 1e-08.
+std::string num(double value) { return llvm::formatv("{0}", llvm::format("%g", value)).str(); }
 
 struct OptimizerPass : impl::OptimizerBase<OptimizerPass> {
   using OptimizerBase::OptimizerBase;
@@ -44,9 +50,13 @@ struct OptimizerPass : impl::OptimizerBase<OptimizerPass> {
       kind = Kind::Nesterov;
     else if (optimizer == "lars")
       kind = Kind::Lars;
+    else if (optimizer == "adam")
+      kind = Kind::Adam;
+    else if (optimizer == "adamw")
+      kind = Kind::AdamW;
     else
       return bad("unknown optimizer '" + optimizer +
-                 "'; expected sgd, momentum, nesterov or lars");
+                 "'; expected sgd, momentum, nesterov, lars, adam or adamw");
     if (lrDecay == "constant")
       decay = nn::LrDecay::constant;
     else if (lrDecay == "cosine")
@@ -56,15 +66,19 @@ struct OptimizerPass : impl::OptimizerBase<OptimizerPass> {
     else
       return bad("unknown lr-decay '" + lrDecay + "'; expected constant, cosine or step");
     if (!(lr > 0.0))
-      return bad(llvm::formatv("lr must be > 0, got {0}", double(lr)).str());
-    if (kind != Kind::Sgd && !(momentum > 0.0 && momentum < 1.0))
-      return bad(llvm::formatv("momentum must be in (0, 1), got {0}", double(momentum))
-                     .str());
+      return bad("lr must be > 0, got " + num(lr));
+    bool adam = kind == Kind::Adam || kind == Kind::AdamW;
+    if (!adam && kind != Kind::Sgd && !(momentum > 0.0 && momentum < 1.0))
+      return bad("momentum must be in (0, 1), got " + num(momentum));
     if (!(weightDecay >= 0.0))
-      return bad(llvm::formatv("weight-decay must be >= 0, got {0}", double(weightDecay))
-                     .str());
+      return bad("weight-decay must be >= 0, got " + num(weightDecay));
+    if (adam && !(beta1 >= 0.0 && beta1 < 1.0 && beta2 >= 0.0 && beta2 < 1.0))
+      return bad("adam-beta1 and adam-beta2 must be in [0, 1), got " + num(beta1) + " and " +
+                 num(beta2));
+    if (adam && !(epsilon > 0.0))
+      return bad("adam-eps must be > 0, got " + num(epsilon));
     if (kind == Kind::Lars && !(larsEta > 0.0))
-      return bad(llvm::formatv("lars-eta must be > 0, got {0}", double(larsEta)).str());
+      return bad("lars-eta must be > 0, got " + num(larsEta));
     if (warmupSteps < 0)
       return bad(llvm::formatv("warmup-steps must be >= 0, got {0}", int64_t(warmupSteps))
                      .str());
@@ -76,9 +90,11 @@ struct OptimizerPass : impl::OptimizerBase<OptimizerPass> {
     return success();
   }
 
-  /// The momentum buffer of `param`, declared as zero-initialized state.
-  StringRef velocityOf(OpBuilder &b, ModuleOp module, nn::ParameterOp param) {
-    std::string name = (param.getSymName() + ".momentum_buffer").str();
+  /// The state `<param>.<suffix>` (PyTorch's optimizer state names), declared
+  /// zero-initialized on first use.
+  StringRef stateOf(OpBuilder &b, ModuleOp module, nn::ParameterOp param,
+                    StringRef suffix) {
+    std::string name = (param.getSymName() + "." + suffix).str();
     if (!module.lookupSymbol(name)) {
       OpBuilder::InsertionGuard guard(b);
       b.setInsertionPointAfter(param);
@@ -126,6 +142,25 @@ struct OptimizerPass : impl::OptimizerBase<OptimizerPass> {
     Value rate =
         b.create<nn::LrScheduleOp>(stepLoc, ValueRange{counter}, schedule.getAttrs())
             .getResult();
+    // Adam's bias corrections of step t = counter + 1: 1 / (1 - beta1^t) and
+    // 1 / sqrt(1 - beta2^t), with beta^t = exp(t * ln beta); rank-0 ops the
+    // fusion pass makes one small kernel of.
+    Value corrections[2];
+    if (kind == Kind::Adam || kind == Kind::AdamW) {
+      Type f32 = b.getF32Type();
+      Value t = b.create<nn::AddOp>(
+          stepLoc, b.create<nn::CastOp>(stepLoc, counter, TypeAttr::get(f32)),
+          scalarConstant(b, stepLoc, f32, 1.0));
+      auto complement = [&](double beta) -> Value {
+        Value power = b.create<nn::ExpOp>(
+            stepLoc, b.create<nn::MulOp>(stepLoc, t,
+                                         scalarConstant(b, stepLoc, f32, std::log(beta))));
+        return b.create<nn::SubOp>(stepLoc, scalarConstant(b, stepLoc, f32, 1.0), power);
+      };
+      corrections[0] = b.create<nn::DivOp>(stepLoc, scalarConstant(b, stepLoc, f32, 1.0),
+                                           complement(beta1));
+      corrections[1] = b.create<nn::RsqrtOp>(stepLoc, complement(beta2));
+    }
 
     for (nn::ApplyGradientOp update : updates) {
       b.setInsertionPoint(update);
@@ -139,8 +174,21 @@ struct OptimizerPass : impl::OptimizerBase<OptimizerPass> {
       if (kind == Kind::Sgd) {
         Value next = b.create<nn::SgdOp>(loc, p, g, rate, wd);
         b.create<nn::AssignOp>(loc, param.getSymName(), next);
+      } else if (kind == Kind::Adam || kind == Kind::AdamW) {
+        StringRef mName = stateOf(b, module, param, "exp_avg");
+        StringRef vName = stateOf(b, module, param, "exp_avg_sq");
+        Value m = b.create<nn::LoadOp>(loc, param.getType(), mName);
+        Value v = b.create<nn::LoadOp>(loc, param.getType(), vName);
+        auto rule = b.create<nn::AdamOp>(
+            loc, p, g, m, v, rate, corrections[0], corrections[1],
+            b.getF64FloatAttr(beta1), b.getF64FloatAttr(beta2),
+            b.getF64FloatAttr(epsilon), wd,
+            kind == Kind::AdamW ? b.getUnitAttr() : UnitAttr());
+        b.create<nn::AssignOp>(loc, param.getSymName(), rule.getNewParam());
+        b.create<nn::AssignOp>(loc, mName, rule.getNewExpAvg());
+        b.create<nn::AssignOp>(loc, vName, rule.getNewExpAvgSq());
       } else {
-        StringRef velocityName = velocityOf(b, module, param);
+        StringRef velocityName = stateOf(b, module, param, "momentum_buffer");
         Value v = b.create<nn::LoadOp>(loc, param.getType(), velocityName);
         FloatAttr m = b.getF64FloatAttr(momentum);
         Operation *rule;

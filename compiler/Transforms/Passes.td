@@ -127,8 +127,11 @@ def Optimizer : Pass<"graphc-optimizer", "::mlir::ModuleOp"> {
   let summary = "Replaces nn.apply_gradient with the optimizer's in-place update";
   let description = [{
     Each `nn.apply_gradient` becomes `nn.sgd`, `nn.sgd_momentum` (optionally
-    Nesterov) or `nn.lars`, with momentum buffers declared as state named
-    `<param>.momentum_buffer`. Weight decay skips rank-1 parameters (batch-norm
+    Nesterov), `nn.lars` or `nn.adam` (AdamW: `decoupled`), with momentum
+    buffers declared as state named `<param>.momentum_buffer` and Adam's moments
+    as `<param>.exp_avg` and `<param>.exp_avg_sq` (PyTorch's names). Adam's
+    bias corrections are rank-0 ops of the step counter, computed once per
+    step. Weight decay skips rank-1 parameters (batch-norm
     scales and shifts, biases) unless `exclude-bn-bias=false`; LARS updates
     them with plain momentum (You et al. 2017). The learning rate is an
     `nn.lr_schedule` of the step counter `@graphc.step`, which the step
@@ -148,7 +151,7 @@ def Optimizer : Pass<"graphc-optimizer", "::mlir::ModuleOp"> {
   }];
   let options = [
     Option<"optimizer", "optimizer", "std::string", /*default=*/"\"momentum\"",
-           "sgd, momentum, nesterov or lars">,
+           "sgd, momentum, nesterov, lars, adam or adamw">,
     Option<"lr", "lr", "double", /*default=*/"0.1", "Base learning rate">,
     Option<"momentum", "momentum", "double", /*default=*/"0.9",
            "Momentum (all but sgd)">,
@@ -158,6 +161,12 @@ def Optimizer : Pass<"graphc-optimizer", "::mlir::ModuleOp"> {
            "No weight decay (and no LARS scaling) for rank-1 parameters">,
     Option<"larsEta", "lars-eta", "double", /*default=*/"0.001",
            "LARS trust coefficient">,
+    Option<"beta1", "adam-beta1", "double", /*default=*/"0.9",
+           "Adam's first-moment decay">,
+    Option<"beta2", "adam-beta2", "double", /*default=*/"0.999",
+           "Adam's second-moment decay">,
+    Option<"epsilon", "adam-eps", "double", /*default=*/"1e-8",
+           "Adam's denominator term">,
     Option<"lrDecay", "lr-decay", "std::string", /*default=*/"\"constant\"",
            "After warmup: constant, cosine or step">,
     Option<"warmupSteps", "warmup-steps", "int64_t", /*default=*/"0",

@@ -1,17 +1,21 @@
-// RUN: not graphc-opt %s -graphc-optimizer="optimizer=adam" 2>&1 | FileCheck %s --check-prefix=KIND
+// RUN: not graphc-opt %s -graphc-optimizer="optimizer=adagrad" 2>&1 | FileCheck %s --check-prefix=KIND
 // RUN: not graphc-opt %s -graphc-optimizer="lr=0" 2>&1 | FileCheck %s --check-prefix=LR
 // RUN: not graphc-opt %s -graphc-optimizer="momentum=1.0" 2>&1 | FileCheck %s --check-prefix=MOMENTUM
 // RUN: not graphc-opt %s -graphc-optimizer="lr-decay=cosine total-steps=5 warmup-steps=5" 2>&1 | FileCheck %s --check-prefix=COSINE
 // RUN: not graphc-opt %s -graphc-optimizer="lr-decay=step decay-gamma=2" 2>&1 | FileCheck %s --check-prefix=STEP
 // RUN: not graphc-opt %s -graphc-optimizer="lr-decay=linear" 2>&1 | FileCheck %s --check-prefix=DECAY
+// RUN: not graphc-opt %s -graphc-optimizer="optimizer=adam adam-beta2=1" 2>&1 | FileCheck %s --check-prefix=BETA
+// RUN: not graphc-opt %s -graphc-optimizer="optimizer=adamw adam-eps=0" 2>&1 | FileCheck %s --check-prefix=EPS
 
 // Tests that bad optimizer options are reported by name.
-// KIND: error: graphc-optimizer: unknown optimizer 'adam'; expected sgd, momentum, nesterov or lars
+// KIND: error: graphc-optimizer: unknown optimizer 'adagrad'; expected sgd, momentum, nesterov, lars, adam or adamw
 // LR: error: graphc-optimizer: lr must be > 0, got 0
 // MOMENTUM: error: graphc-optimizer: momentum must be in (0, 1), got 1
 // COSINE: error: graphc-optimizer: lr-decay=cosine needs total-steps > warmup-steps
 // STEP: error: graphc-optimizer: lr-decay=step needs decay-step-size >= 1 and decay-gamma in (0, 1]
 // DECAY: error: graphc-optimizer: unknown lr-decay 'linear'; expected constant, cosine or step
+// BETA: error: graphc-optimizer: adam-beta1 and adam-beta2 must be in [0, 1), got 0.9 and 1
+// EPS: error: graphc-optimizer: adam-eps must be > 0, got 0
 nn.parameter @w : tensor<3xf32> = zeros
 func.func @train_step(%g: tensor<3xf32>) {
   nn.apply_gradient @w, %g : tensor<3xf32>

@@ -3,6 +3,8 @@
 // RUN: graphc-opt %s -graphc-optimizer="optimizer=nesterov exclude-bn-bias=false" | FileCheck %s --check-prefix=NESTEROV
 // RUN: graphc-opt %s -graphc-optimizer="optimizer=lars lars-eta=0.002 weight-decay=5e-5 lr-decay=cosine warmup-steps=5 total-steps=100 final-lr=0.001" | FileCheck %s --check-prefix=LARS
 // RUN: graphc-opt %s -graphc-optimizer="lr-decay=step decay-step-size=30 decay-gamma=0.5" | FileCheck %s --check-prefix=STEPDECAY
+// RUN: graphc-opt %s -graphc-optimizer="optimizer=adam lr=0.001 adam-beta1=0.8 weight-decay=0.01" | FileCheck %s --check-prefix=ADAM
+// RUN: graphc-opt %s -graphc-optimizer="optimizer=adamw" | FileCheck %s --check-prefix=ADAMW
 
 nn.parameter @fc.weight : tensor<3x4xf32> = zeros
 nn.parameter @fc.bias : tensor<3xf32> = zeros
@@ -57,3 +59,27 @@ func.func @train_step(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> tensor<f32> {
 // LARS: nn.lars %{{.+}} momentum 9.000000e-01 weight_decay 5.000000e-05 eta 2.000000e-03 : tensor<3x4xf32>
 
 // STEPDECAY: nn.lr_schedule %{{.+}} {base_lr = 1.000000e-01 : f64, decay = 2 : i32, gamma = 5.000000e-01 : f64, step_size = 30 : i64}
+
+// Adam: two moments per parameter (PyTorch's state names), the bias
+// corrections 1 / (1 - beta1^t) and 1 / sqrt(1 - beta2^t) of t = step + 1 as
+// rank-0 ops computed once, shared by every update.
+// ADAM-DAG: nn.state @fc.weight.exp_avg : tensor<3x4xf32> = zeros
+// ADAM-DAG: nn.state @fc.weight.exp_avg_sq : tensor<3x4xf32> = zeros
+// ADAM-DAG: nn.state @fc.bias.exp_avg : tensor<3xf32> = zeros
+// ADAM-NOT: momentum_buffer
+// ADAM: %[[STEP:.+]] = nn.load @graphc.step : tensor<i64>
+// ADAM: %[[LR:.+]] = nn.lr_schedule %[[STEP]] {base_lr = 1.000000e-03 : f64, decay = 0 : i32}
+// ADAM: %[[F:.+]] = nn.cast %[[STEP]] : tensor<i64> to f32
+// ADAM: %[[T:.+]] = nn.add %[[F]], %{{.+}} : tensor<f32>
+// ADAM: %[[C1:.+]] = nn.div
+// ADAM: %[[C2:.+]] = nn.rsqrt
+// ADAM: %[[M:.+]] = nn.load @fc.bias.exp_avg : tensor<3xf32>
+// ADAM: %[[V:.+]] = nn.load @fc.bias.exp_avg_sq : tensor<3xf32>
+// ADAM: %[[NB:.+]], %[[NM:.+]], %[[NV:.+]] = nn.adam %{{.+}}, %{{.+}}, %[[M]], %[[V]], %[[LR]], %[[C1]], %[[C2]] beta1 8.000000e-01 beta2 0.99899999999999999 epsilon 1.000000e-08 weight_decay 0.000000e+00 : tensor<3xf32>
+// ADAM: nn.assign @fc.bias, %[[NB]]
+// ADAM: nn.assign @fc.bias.exp_avg, %[[NM]]
+// ADAM: nn.assign @fc.bias.exp_avg_sq, %[[NV]]
+// ADAM: nn.adam {{.+}} weight_decay 1.000000e-02 : tensor<3x4xf32>
+
+// ADAMW: nn.adam {{.+}} weight_decay 0.000000e+00 decoupled : tensor<3xf32>
+// ADAMW: nn.adam {{.+}} weight_decay 1.000000e-04 decoupled : tensor<3x4xf32>

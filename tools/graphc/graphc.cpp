@@ -97,14 +97,15 @@ cl::opt<bool> fusionReport("fusion-report",
 
 cl::OptionCategory trainingCategory("Training step (compile)");
 cl::opt<std::string> optimizerKind("optimizer",
-                                   cl::desc("sgd, momentum, nesterov or lars"),
+                                   cl::desc("sgd, momentum, nesterov, lars, adam or adamw"),
                                    cl::init("momentum"), cl::sub(compileCommand),
                                    cl::cat(trainingCategory));
 cl::opt<double> learningRate("lr", cl::desc("Base learning rate"), cl::init(0.1),
                              cl::sub(compileCommand), cl::cat(trainingCategory));
 cl::opt<double> momentumFactor("momentum", cl::desc("Momentum"), cl::init(0.9),
                                cl::sub(compileCommand), cl::cat(trainingCategory));
-cl::opt<double> weightDecay("weight-decay", cl::desc("L2 weight decay"),
+cl::opt<double> weightDecay("weight-decay",
+                            cl::desc("Weight decay (L2; decoupled for adamw)"),
                             cl::init(1e-4), cl::sub(compileCommand),
                             cl::cat(trainingCategory));
 cl::opt<bool> excludeBnBias("exclude-bn-bias",
@@ -115,6 +116,14 @@ cl::opt<bool> excludeBnBias("exclude-bn-bias",
 cl::opt<double> larsEta("lars-eta", cl::desc("LARS trust coefficient"),
                         cl::init(0.001), cl::sub(compileCommand),
                         cl::cat(trainingCategory));
+cl::opt<double> adamBeta1("adam-beta1", cl::desc("Adam's first-moment decay"),
+                          cl::init(0.9), cl::sub(compileCommand),
+                          cl::cat(trainingCategory));
+cl::opt<double> adamBeta2("adam-beta2", cl::desc("Adam's second-moment decay"),
+                          cl::init(0.999), cl::sub(compileCommand),
+                          cl::cat(trainingCategory));
+cl::opt<double> adamEps("adam-eps", cl::desc("Adam's denominator term"), cl::init(1e-8),
+                        cl::sub(compileCommand), cl::cat(trainingCategory));
 cl::opt<std::string> lrDecay("lr-decay",
                              cl::desc("After warmup: constant, cosine or step"),
                              cl::init("constant"), cl::sub(compileCommand),
@@ -330,6 +339,9 @@ int main(int argc, char **argv) {
   opt.weightDecay = weightDecay;
   opt.excludeBnBias = excludeBnBias;
   opt.larsEta = larsEta;
+  opt.beta1 = adamBeta1;
+  opt.beta2 = adamBeta2;
+  opt.epsilon = adamEps;
   opt.lrDecay = lrDecay;
   opt.warmupSteps = warmupSteps;
   opt.totalSteps = totalSteps;

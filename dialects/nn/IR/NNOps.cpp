@@ -1138,6 +1138,20 @@ LogicalResult LarsOp::verify() {
   return success();
 }
 
+LogicalResult AdamOp::verify() {
+  if (failed(verifyOptimizer(*this, std::nullopt, getWeightDecay())))
+    return failure();
+  for (auto [name, beta] : {std::pair{"beta1", getBeta1()}, std::pair{"beta2", getBeta2()}}) {
+    double v = beta.convertToDouble();
+    if (!(v >= 0.0 && v < 1.0))
+      return emitOpError("expects ") << name << " in [0, 1), got " << str(v);
+  }
+  double eps = getEpsilon().convertToDouble();
+  if (!(eps > 0.0))
+    return emitOpError("expects epsilon > 0, got ") << str(eps);
+  return success();
+}
+
 //===----------------------------------------------------------------------===//
 // Fusion
 //===----------------------------------------------------------------------===//

@@ -791,6 +791,40 @@ def NN_LarsOp : NN_OptimizerOp<"lars",
   let hasVerifier = 1;
 }
 
+def NN_AdamOp : NN_OptimizerOp<"adam",
+    ["param", "grad", "exp_avg", "exp_avg_sq", "new_param", "new_exp_avg",
+     "new_exp_avg_sq"]> {
+  let summary = "Adam step (Kingma & Ba 2015; PyTorch's rule), or AdamW";
+  let description = [{
+    `d = g + weight_decay * p` (Adam) or `d = g` (`decoupled`, AdamW);
+    `m' = beta1 * m + (1 - beta1) * d; v' = beta2 * v + (1 - beta2) * d^2;
+    p' = p * (decoupled ? 1 - lr * weight_decay : 1)
+         - lr * corr1 * m' / (sqrt(v') * corr2 + epsilon)`.
+    `corr1 = 1 / (1 - beta1^t)` and `corr2 = 1 / sqrt(1 - beta2^t)` are the
+    bias corrections of step `t` (counted from 1), rank-0 operands computed
+    once per step. Returns `(p', m', v')`.
+
+    ```mlir
+    %p2, %m2, %v2 = nn.adam %p, %g, %m, %v, %lr, %c1, %c2 beta1 9.000000e-01
+        beta2 0.99899999999999999 epsilon 1.000000e-08 weight_decay 0.000000e+00
+        : tensor<64x3x7x7xf32>
+    ```
+  }];
+  let arguments = (ins NN_FloatTensor:$param, NN_FloatTensor:$grad,
+                       NN_FloatTensor:$exp_avg, NN_FloatTensor:$exp_avg_sq,
+                       NN_F32Scalar:$lr, NN_F32Scalar:$corr1, NN_F32Scalar:$corr2,
+                       F64Attr:$beta1, F64Attr:$beta2, F64Attr:$epsilon,
+                       F64Attr:$weight_decay, UnitAttr:$decoupled);
+  let results = (outs NN_FloatTensor:$new_param, NN_FloatTensor:$new_exp_avg,
+                      NN_FloatTensor:$new_exp_avg_sq);
+  let assemblyFormat = [{
+    $param `,` $grad `,` $exp_avg `,` $exp_avg_sq `,` $lr `,` $corr1 `,` $corr2
+    `beta1` $beta1 `beta2` $beta2 `epsilon` $epsilon `weight_decay` $weight_decay
+    (`decoupled` $decoupled^)? attr-dict `:` type($param)
+  }];
+  let hasVerifier = 1;
+}
+
 //===----------------------------------------------------------------------===//
 // Fusion
 //===----------------------------------------------------------------------===//

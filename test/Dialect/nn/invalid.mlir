@@ -895,6 +895,24 @@ func.func @f(%p: tensor<4xf32>, %lr: tensor<f32>) {
 
 // -----
 
+// Tests that Adam's decays are in [0, 1).
+func.func @f(%p: tensor<4xf32>, %lr: tensor<f32>) {
+  // expected-error@+1 {{expects beta2 in [0, 1), got 1}}
+  %0:3 = nn.adam %p, %p, %p, %p, %lr, %lr, %lr beta1 0.9 beta2 1.0 epsilon 1.0e-8 weight_decay 0.0 : tensor<4xf32>
+  return
+}
+
+// -----
+
+// Tests that Adam's epsilon is positive.
+func.func @f(%p: tensor<4xf32>, %lr: tensor<f32>) {
+  // expected-error@+1 {{expects epsilon > 0, got 0}}
+  %0:3 = nn.adam %p, %p, %p, %p, %lr, %lr, %lr beta1 0.9 beta2 0.999 epsilon 0.0 weight_decay 0.0 : tensor<4xf32>
+  return
+}
+
+// -----
+
 // Tests that an optimizer's parameter, gradient and velocity share a type.
 func.func @f(%p: tensor<4xf32>, %g: tensor<5xf32>, %lr: tensor<f32>) {
   // expected-error@+1 {{failed to verify that all of {param, grad, velocity, new_param, new_velocity} have same type}}

@@ -141,6 +141,8 @@ func.func @training_step_ops(%x: tensor<8x4x16x16xf32>, %w: tensor<8x4x3x3xf32>,
   %p2, %v2 = nn.sgd_momentum %p, %dw, %p, %lr momentum 0.9 weight_decay 1.0e-4 nesterov : tensor<8x4x3x3xf32>
   // CHECK: nn.lars %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}} momentum 9.000000e-01 weight_decay 5.000000e-05 eta 1.000000e-03 : tensor<8x4x3x3xf32>
   %p3, %v3 = nn.lars %p, %dw, %p, %lr momentum 0.9 weight_decay 5.0e-5 eta 1.0e-3 : tensor<8x4x3x3xf32>
+  // CHECK: nn.adam %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}} beta1 9.000000e-01 beta2 0.99899999999999999 epsilon 1.000000e-08 weight_decay 1.000000e-02 decoupled : tensor<8x4x3x3xf32>
+  %p4, %m4, %v4 = nn.adam %p, %dw, %p, %p, %lr, %lr, %lr beta1 0.9 beta2 0.999 epsilon 1.0e-8 weight_decay 0.01 decoupled : tensor<8x4x3x3xf32>
   return
 }
 
