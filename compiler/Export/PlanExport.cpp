@@ -154,10 +154,13 @@ LogicalResult graphc::exportPlan(ModuleOp module, const PlanMetadata &metadata,
         ops.push_back(name.str());
       std::vector<uint64_t> argBytes(kernel.getArgBytes().begin(),
                                      kernel.getArgBytes().end());
+      std::vector<int32_t> groups;
+      if (std::optional<ArrayRef<int64_t>> g = kernel.getGroups())
+        groups.assign(g->begin(), g->end());
       kernels.push_back(fb::CreateKernel(
           fbb, fbb.CreateString(kernel.getSymName().str()), fbb.CreateVectorOfStrings(ops),
           kernel.getNumInputs(), kernel.getNumOutputs(), kernel.getElementwise(),
-          fbb.CreateVector(argBytes)));
+          fbb.CreateVector(argBytes), groups.empty() ? 0 : fbb.CreateVector(groups)));
     } else if (auto binary = llvm::dyn_cast<plan::BinaryOp>(op)) {
       std::vector<std::string> symbols;
       for (StringRef name : binary.getSymbols().getAsValueRange<StringAttr>())

@@ -21,6 +21,7 @@
 #include "llvm/ADT/TypeSwitch.h"
 
 #include <cmath>
+#include <functional>
 
 using namespace mlir;
 
@@ -691,15 +692,19 @@ SmallVector<Value> emitScalarUpdate(OpBuilder &b, Location l, Operation *op,
   auto mul = [&](Value x, Value y) -> Value { return b.create<arith::MulFOp>(l, x, y); };
   auto add = [&](Value x, Value y) -> Value { return b.create<arith::AddFOp>(l, x, y); };
   auto sub = [&](Value x, Value y) -> Value { return b.create<arith::SubFOp>(l, x, y); };
+  // g + wd * p, without the product when wd is 0 (as PyTorch).
+  auto decayed = [&](Value g, Value p, const APFloat &wd) {
+    return wd.isZero() ? g : add(g, mul(c(wd.convertToDouble()), p));
+  };
   if (auto sgd = llvm::dyn_cast<nn::SgdOp>(op)) {
     // s = p, g, lr
-    Value d = add(s[1], mul(c(sgd.getWeightDecay().convertToDouble()), s[0]));
+    Value d = decayed(s[1], s[0], sgd.getWeightDecay());
     return {sub(s[0], mul(s[2], d))};
   }
   if (auto momentum = llvm::dyn_cast<nn::SgdMomentumOp>(op)) {
     // s = p, g, v, lr
     double mu = momentum.getMomentum().convertToDouble();
-    Value d = add(s[1], mul(c(momentum.getWeightDecay().convertToDouble()), s[0]));
+    Value d = decayed(s[1], s[0], momentum.getWeightDecay());
     Value v = add(mul(c(mu), s[2]), d);
     Value step = momentum.getNesterov() ? add(d, mul(c(mu), v)) : v;
     return {sub(s[0], mul(s[3], step)), v};
@@ -711,7 +716,7 @@ SmallVector<Value> emitScalarUpdate(OpBuilder &b, Location l, Operation *op,
     double wd = adam.getWeightDecay().convertToDouble();
     bool decoupled = adam.getDecoupled();
     Value p = s[0], lr = s[4];
-    Value d = decoupled || wd == 0.0 ? s[1] : add(s[1], mul(c(wd), p));
+    Value d = decoupled ? s[1] : decayed(s[1], p, adam.getWeightDecay());
     Value m = add(mul(c(beta1), s[2]), mul(c(1.0 - beta1), d));
     Value v = add(mul(c(beta2), s[3]), mul(c(1.0 - beta2), mul(d, d)));
     Value denom = add(mul(b.create<math::SqrtOp>(l, v), s[6]), c(adam.getEpsilon().convertToDouble()));
@@ -793,6 +798,104 @@ KernelSignature emitOptimizer(Operation *op, ModuleOp kernels, StringRef name) {
   }
   b.create<func::ReturnOp>(loc);
   return {llvm::to_vector(op->getOperands()), /*elementwise=*/true};
+}
+
+/// nn.multi_tensor: every member's elements in blocks of kBlock; one 2-D
+/// parallel loop over (block, element in block), all members' blocks in a
+/// row. A binary search on the block index (compares against constants) picks
+/// the member; the last block of a member is partial. On the CPU the block
+/// loop is split over the threads and the element loop is the inner loop; on
+/// CUDA both map onto the grid.
+KernelSignature emitMultiTensor(nn::MultiTensorOp op, ModuleOp kernels, StringRef name) {
+  constexpr int64_t kBlock = 1024;
+  OpBuilder b(op->getContext());
+  Location loc = op.getLoc();
+  SmallVector<Type> types;
+  for (Value v : op.getInputs())
+    types.push_back(llvm::cast<RankedTensorType>(v.getType()).getRank() == 0
+                        ? naturalType(v.getType())
+                        : flatType(v.getType()));
+  for (Value v : op.getResults())
+    types.push_back(flatType(v.getType()));
+  func::FuncOp func = createKernelFunc(b, kernels, name, loc, types);
+  auto args = func.getArguments();
+  const unsigned numInputs = op.getInputs().size();
+
+  Block &body = op.getBody().front();
+  SmallVector<Operation *> members;
+  for (Operation &m : body.without_terminator())
+    members.push_back(&m);
+  SmallVector<int64_t> firstBlock = {0}; // per member, then the total
+  SmallVector<unsigned> firstResult = {0};
+  for (Operation *m : members) {
+    int64_t n = llvm::cast<RankedTensorType>(m->getResult(0).getType()).getNumElements();
+    firstBlock.push_back(firstBlock.back() + std::max<int64_t>(1, (n + kBlock - 1) / kBlock));
+    firstResult.push_back(firstResult.back() + m->getNumResults());
+  }
+
+  auto leaf = [&](OpBuilder &nb, Location l, unsigned j, Value block, Value element) {
+    Operation *m = members[j];
+    int64_t n = llvm::cast<RankedTensorType>(m->getResult(0).getType()).getNumElements();
+    Value index = nb.create<arith::AddIOp>(
+        l, nb.create<arith::MulIOp>(
+               l, nb.create<arith::SubIOp>(l, block, constIndex(nb, l, firstBlock[j])),
+               constIndex(nb, l, kBlock)),
+        element);
+    auto compute = [&](OpBuilder &cb, Location cl) {
+      SmallVector<Value> scalars;
+      for (Value operand : m->getOperands()) {
+        Value buffer = args[llvm::cast<BlockArgument>(operand).getArgNumber()];
+        bool scalar = llvm::cast<MemRefType>(buffer.getType()).getRank() == 0;
+        scalars.push_back(cb.create<memref::LoadOp>(
+            cl, buffer, scalar ? ValueRange{} : ValueRange{index}));
+      }
+      SmallVector<Value> results = emitScalarUpdate(cb, cl, m, scalars);
+      for (auto [r, value] : llvm::enumerate(results))
+        cb.create<memref::StoreOp>(cl, value, args[numInputs + firstResult[j] + r],
+                                   ValueRange{index});
+    };
+    if (n % kBlock == 0) {
+      compute(nb, l);
+      return;
+    }
+    Value inside = nb.create<arith::CmpIOp>(l, arith::CmpIPredicate::ult, index,
+                                            constIndex(nb, l, n));
+    auto guard = nb.create<scf::IfOp>(l, inside, /*withElseRegion=*/false);
+    OpBuilder gb = guard.getThenBodyBuilder();
+    compute(gb, l);
+  };
+  std::function<void(OpBuilder &, Location, unsigned, unsigned, Value, Value)> search =
+      [&](OpBuilder &nb, Location l, unsigned lo, unsigned hi, Value block, Value element) {
+        if (hi - lo == 1)
+          return leaf(nb, l, lo, block, element);
+        unsigned mid = (lo + hi) / 2;
+        Value below = nb.create<arith::CmpIOp>(l, arith::CmpIPredicate::ult, block,
+                                               constIndex(nb, l, firstBlock[mid]));
+        auto branch = nb.create<scf::IfOp>(l, below, /*withElseRegion=*/true);
+        OpBuilder tb = branch.getThenBodyBuilder();
+        search(tb, l, lo, mid, block, element);
+        OpBuilder eb = branch.getElseBodyBuilder();
+        search(eb, l, mid, hi, block, element);
+      };
+  b.create<scf::ParallelOp>(
+      loc, ValueRange{constIndex(b, loc, 0), constIndex(b, loc, 0)},
+      ValueRange{constIndex(b, loc, firstBlock.back()), constIndex(b, loc, kBlock)},
+      ValueRange{constIndex(b, loc, 1), constIndex(b, loc, 1)},
+      [&](OpBuilder &nb, Location l, ValueRange ivs) {
+        search(nb, l, 0, members.size(), ivs[0], ivs[1]);
+      });
+  b.create<func::ReturnOp>(loc);
+  // Elementwise within a member, not across members: an output may overwrite
+  // its own member's operands only; a shared input (the learning rate) none.
+  KernelSignature signature{llvm::to_vector(op.getInputs()), /*elementwise=*/true, {}};
+  for (BlockArgument arg : body.getArguments()) {
+    SmallVector<Operation *> readers(arg.getUsers());
+    bool own = readers.size() == 1 && llvm::cast<RankedTensorType>(arg.getType()).getRank() > 0;
+    signature.groups.push_back(own ? llvm::find(members, readers[0]) - members.begin() : -1);
+  }
+  for (auto [j, m] : llvm::enumerate(members))
+    signature.groups.append(m->getNumResults(), static_cast<int64_t>(j));
+  return signature;
 }
 
 /// Inverted-dropout keep mask from a counter-based hash of (seed, step, index):
@@ -896,13 +999,14 @@ bool isKernelOp(Operation *op) {
                    nn::ReduceMaxOp, nn::GlobalAvgPoolOp, nn::ArgmaxOp,
                    nn::SoftmaxCrossEntropyOp, nn::SoftmaxCrossEntropyBackwardOp,
                    nn::LrScheduleOp, nn::SgdOp, nn::SgdMomentumOp, nn::LarsOp, nn::AdamOp,
-                   nn::DropoutMaskOp, nn::FusionOp>(op);
+                   nn::DropoutMaskOp, nn::FusionOp, nn::MultiTensorOp>(op);
 }
 
 FailureOr<KernelSignature> emitKernel(Operation *op, ModuleOp kernels, StringRef name) {
   return llvm::TypeSwitch<Operation *, FailureOr<KernelSignature>>(op)
       .Case([&](nn::BroadcastOp o) { return emitBroadcast(o, kernels, name); })
       .Case([&](nn::FusionOp o) { return emitFusion(o, kernels, name); })
+      .Case([&](nn::MultiTensorOp o) { return emitMultiTensor(o, kernels, name); })
       .Case([&](nn::ReduceSumOp o) { return emitReduce(o, kernels, name, false, false); })
       .Case([&](nn::ReduceMeanOp o) { return emitReduce(o, kernels, name, false, true); })
       .Case([&](nn::ReduceMaxOp o) { return emitReduce(o, kernels, name, true, false); })

@@ -29,6 +29,10 @@ struct KernelSignature {
   /// Each output may overwrite an input of the same size: every element is read
   /// before the same element is written, and no other element is read after.
   bool elementwise = false;
+  /// For an elementwise kernel of independent parts (nn.multi_tensor): one
+  /// group per input, then per output; an output may overwrite only inputs of
+  /// its own group, never one of group -1. Empty: all one group.
+  llvm::SmallVector<int64_t> groups;
 };
 
 /// True for the nn ops that become generated kernels (as opposed to library

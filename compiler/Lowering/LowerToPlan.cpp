@@ -45,8 +45,8 @@ private:
   LogicalResult lowerOp(Operation *op);
   FlatSymbolRefAttr newBuffer(Location loc, StringRef name, MemRefType type,
                               plan::Region region, FlatSymbolRefAttr alias = {});
-  FlatSymbolRefAttr outputBuffer(Value result, bool elementwise);
-  bool canWriteStateInPlace(Value result, StringRef state, bool elementwise);
+  FlatSymbolRefAttr outputBuffer(Value result, const KernelSignature *signature);
+  bool canWriteStateInPlace(Value result, StringRef state, const KernelSignature *signature);
   FlatSymbolRefAttr rootOf(FlatSymbolRefAttr buffer) {
     auto it = aliasRoot.find(buffer.getValue());
     return it == aliasRoot.end() ? buffer : it->second;
@@ -91,7 +91,7 @@ FlatSymbolRefAttr LowerToPlanPass::newBuffer(Location loc, StringRef name,
 /// only when it is elementwise over s (element i is read before element i is
 /// written and never again), and only through an operand the size of s.
 bool LowerToPlanPass::canWriteStateInPlace(Value result, StringRef state,
-                                           bool elementwise) {
+                                           const KernelSignature *signature) {
   if (assignCount.lookup(state) != 1)
     return false;
   Operation *producer = result.getDefiningOp();
@@ -99,27 +99,37 @@ bool LowerToPlanPass::canWriteStateInPlace(Value result, StringRef state,
   auto it = lastRead.find(state);
   if (it == lastRead.end() || it->second < pos)
     return true;
-  if (it->second > pos || !elementwise)
+  if (it->second > pos)
     return false;
-  // The producer is the last reader: each operand that views s must be the
-  // same size as the result.
+  // The producer is the last reader: it must be elementwise over s, and each
+  // input that views s the same size as the result (and, in a kernel of
+  // independent parts, in the result's group).
+  if (!signature || !signature->elementwise)
+    return false;
+  unsigned output = llvm::cast<OpResult>(result).getResultNumber();
+  size_t numInputs = signature->inputs.size();
   int64_t resultElements =
       llvm::cast<RankedTensorType>(result.getType()).getNumElements();
-  for (Value operand : producer->getOperands()) {
-    FlatSymbolRefAttr buffer = bufferOf.lookup(operand);
-    if (buffer && rootOf(buffer).getValue() == state &&
-        llvm::cast<RankedTensorType>(operand.getType()).getNumElements() !=
-            resultElements)
+  for (auto [i, input] : llvm::enumerate(signature->inputs)) {
+    FlatSymbolRefAttr buffer = bufferOf.lookup(input);
+    if (!buffer || rootOf(buffer).getValue() != state)
+      continue;
+    bool sameGroup = signature->groups.empty() ||
+                     (signature->groups[i] >= 0 &&
+                      signature->groups[i] == signature->groups[numInputs + output]);
+    if (!sameGroup ||
+        llvm::cast<RankedTensorType>(input.getType()).getNumElements() != resultElements)
       return false;
   }
   return true;
 }
 
-FlatSymbolRefAttr LowerToPlanPass::outputBuffer(Value result, bool elementwise) {
+FlatSymbolRefAttr LowerToPlanPass::outputBuffer(Value result,
+                                                const KernelSignature *signature) {
   for (Operation *user : result.getUsers()) {
     auto assign = llvm::dyn_cast<nn::AssignOp>(user);
     if (assign && assign.getValue() == result &&
-        canWriteStateInPlace(result, assign.getVariable(), elementwise))
+        canWriteStateInPlace(result, assign.getVariable(), signature))
       return FlatSymbolRefAttr::get(assign.getVariableAttr().getAttr());
   }
   std::string name = prefix + ".v" + std::to_string(valueCounter++);
@@ -198,7 +208,7 @@ LogicalResult LowerToPlanPass::lowerOp(Operation *op) {
     SmallVector<int64_t> inPlace;
     bool anyInPlace = false;
     for (Value result : op->getResults()) {
-      FlatSymbolRefAttr out = outputBuffer(result, signature->elementwise);
+      FlatSymbolRefAttr out = outputBuffer(result, &*signature);
       bufferOf[result] = out;
       outputs.push_back(out);
       int64_t overwritten = -1;
@@ -223,8 +233,8 @@ LogicalResult LowerToPlanPass::lowerOp(Operation *op) {
       moduleBuilder.setInsertionPoint(kernels);
       // The ops it computes: a fusion's members, in order.
       SmallVector<StringRef> opNames;
-      if (auto fusion = llvm::dyn_cast<nn::FusionOp>(op)) {
-        for (Operation &inner : fusion.getBody().front().without_terminator())
+      if (llvm::isa<nn::FusionOp, nn::MultiTensorOp>(op)) {
+        for (Operation &inner : op->getRegion(0).front().without_terminator())
           opNames.push_back(inner.getName().getStringRef());
       } else {
         opNames.push_back(op->getName().getStringRef());
@@ -232,7 +242,9 @@ LogicalResult LowerToPlanPass::lowerOp(Operation *op) {
       moduleBuilder.create<plan::KernelOp>(
           loc, name, moduleBuilder.getStrArrayAttr(opNames),
           signature->inputs.size(), op->getNumResults(),
-          moduleBuilder.getDenseI64ArrayAttr(argBytes), signature->elementwise);
+          moduleBuilder.getDenseI64ArrayAttr(argBytes), signature->elementwise,
+          signature->groups.empty() ? DenseI64ArrayAttr()
+                                    : moduleBuilder.getDenseI64ArrayAttr(signature->groups));
     }
     programBuilder.create<plan::LaunchOp>(
         loc, inputs, ArrayAttr::get(ctx, outputs),
@@ -243,7 +255,7 @@ LogicalResult LowerToPlanPass::lowerOp(Operation *op) {
 
   // Library calls: one output, never in place.
   auto libraryOutput = [&]() {
-    FlatSymbolRefAttr out = outputBuffer(op->getResult(0), /*elementwise=*/false);
+    FlatSymbolRefAttr out = outputBuffer(op->getResult(0), /*signature=*/nullptr);
     bufferOf[op->getResult(0)] = out;
     return ArrayAttr::get(ctx, {out});
   };

@@ -108,7 +108,8 @@ int64_t PlanMemoryPass::planProgram(plan::ProgramOp program, SymbolTable &symbol
         continue;
       for (auto [i, inRef] : llvm::enumerate(launch.getInputs())) {
         StringRef in = rootOf(llvm::cast<FlatSymbolRefAttr>(inRef).getValue());
-        if (!isArena(in) || taken.contains(in) || programOutputs.contains(in) ||
+        if (!kernel.mayOverwrite(o, i) || !isArena(in) || taken.contains(in) ||
+            programOutputs.contains(in) ||
             intervals[in].end != at || intervals[in].size != intervals[out].size)
           continue;
         // Every other input view of `in` must be read at this command only,

@@ -48,6 +48,7 @@ public:
         continue;
       launchesSaved = bytesSaved = 0;
       fuseBlock(func.getBody().front());
+      batchUpdates(func.getBody().front());
       savings.push_back(b.getNamedAttr(
           func.getSymName(), b.getDenseI64ArrayAttr({launchesSaved, bytesSaved})));
     }
@@ -59,6 +60,8 @@ public:
 private:
   void fuseBlock(Block &block);
   void emitFusion(ArrayRef<Operation *> members);
+  void batchUpdates(Block &block);
+  void emitBatch(ArrayRef<Operation *> members);
 
   int64_t launchesSaved = 0, bytesSaved = 0;
 };
@@ -212,6 +215,131 @@ void FuseElementwisePass::emitFusion(ArrayRef<Operation *> members) {
     from.replaceUsesWithIf(to, [&](OpOperand &use) { return !set.contains(use.getOwner()); });
   for (Operation *m : llvm::reverse(members))
     m->erase();
+}
+
+/// Optimizer updates into nn.multi_tensor batches: in program order, as many
+/// as `max-batch-operands` allows. A batch is emitted at its last member; an
+/// earlier member whose results are read before that point is left out, except
+/// by the nn.assign writing them back, which moves after the batch when
+/// nothing in between reads or writes that state.
+void FuseElementwisePass::batchUpdates(Block &block) {
+  DenseMap<Operation *, unsigned> position;
+  unsigned pos = 0;
+  SmallVector<Operation *> ops;
+  for (Operation &op : block) {
+    position[&op] = pos++;
+    ops.push_back(&op);
+  }
+  // Whether `assign` can move to just after position `to`.
+  auto canSink = [&](nn::AssignOp assign, unsigned to) {
+    StringRef state = assign.getVariable();
+    for (unsigned i = position[assign] + 1; i <= to; ++i) {
+      if (auto load = llvm::dyn_cast<nn::LoadOp>(ops[i]); load && load.getVariable() == state)
+        return false;
+      if (auto other = llvm::dyn_cast<nn::AssignOp>(ops[i]); other && other.getVariable() == state)
+        return false;
+    }
+    return true;
+  };
+  // Whether member `m` of `batch` may be computed at position `at` instead:
+  // its results are not read before (but by write-backs that can move after
+  // it), and no state it reads (an nn.load is a view of the state's buffer)
+  // is written in between, but by the batch's own write-backs.
+  auto canDelay = [&](Operation *m, unsigned at, ArrayRef<Operation *> batch) {
+    for (Value operand : m->getOperands()) {
+      auto load = operand.getDefiningOp<nn::LoadOp>();
+      if (!load)
+        continue;
+      for (unsigned i = position[m] + 1; i <= at; ++i) {
+        auto assign = llvm::dyn_cast<nn::AssignOp>(ops[i]);
+        if (assign && assign.getVariable() == load.getVariable() &&
+            !llvm::is_contained(batch, assign.getValue().getDefiningOp()))
+          return false;
+      }
+    }
+    return llvm::all_of(m->getUsers(), [&](Operation *user) {
+      if (position[user] > at)
+        return true;
+      auto assign = llvm::dyn_cast<nn::AssignOp>(user);
+      return assign && canSink(assign, at);
+    });
+  };
+
+  SmallVector<SmallVector<Operation *>> batches(1);
+  llvm::SetVector<Value> inputs;
+  int64_t results = 0;
+  for (Operation *op : ops) {
+    if (!nn::isBatchableUpdate(op))
+      continue;
+    llvm::SetVector<Value> trial(inputs);
+    trial.insert(op->getOperands().begin(), op->getOperands().end());
+    int64_t count = static_cast<int64_t>(trial.size()) + results + op->getNumResults();
+    if (!batches.back().empty() && count > maxBatchOperands) {
+      batches.emplace_back();
+      trial.clear();
+      trial.insert(op->getOperands().begin(), op->getOperands().end());
+      results = 0;
+    }
+    batches.back().push_back(op);
+    inputs = std::move(trial);
+    results += op->getNumResults();
+  }
+  // Decide every batch on the original order, then rewrite: batches follow
+  // each other, so one's moved assigns never fall inside the next.
+  for (SmallVector<Operation *> &batch : batches) {
+    unsigned at = position[batch.back()];
+    SmallVector<Operation *> all(batch);
+    llvm::erase_if(batch, [&](Operation *m) {
+      return m != all.back() && !canDelay(m, at, all);
+    });
+  }
+  for (ArrayRef<Operation *> batch : batches)
+    if (batch.size() >= 2)
+      emitBatch(batch);
+}
+
+void FuseElementwisePass::emitBatch(ArrayRef<Operation *> members) {
+  Operation *last = members.back();
+  OpBuilder b(last->getContext());
+  b.setInsertionPointAfter(last);
+  llvm::SetVector<Value> inputs;
+  SmallVector<Value> outputs;
+  SmallVector<Location> locs;
+  for (Operation *m : members) {
+    inputs.insert(m->getOperands().begin(), m->getOperands().end());
+    llvm::append_range(outputs, m->getResults());
+    locs.push_back(m->getLoc());
+  }
+  SmallVector<Type> resultTypes;
+  for (Value v : outputs)
+    resultTypes.push_back(v.getType());
+  Location loc = b.getFusedLoc(locs);
+  auto batch = b.create<nn::MultiTensorOp>(loc, resultTypes, inputs.getArrayRef());
+  Block *body = b.createBlock(&batch.getBody());
+  IRMapping mapping;
+  for (Value input : inputs)
+    mapping.map(input, body->addArgument(input.getType(), input.getLoc()));
+  for (Operation *m : members)
+    b.clone(*m, mapping);
+  SmallVector<Value> yielded;
+  for (Value v : outputs)
+    yielded.push_back(mapping.lookup(v));
+  b.create<nn::YieldOp>(loc, yielded);
+
+  // The write-backs of earlier members move after the batch, in order.
+  Operation *insertAfter = batch;
+  for (Operation *m : members)
+    for (Operation *user : llvm::make_early_inc_range(m->getUsers()))
+      if (llvm::isa<nn::AssignOp>(user) && user->isBeforeInBlock(batch)) {
+        user->moveAfter(insertAfter);
+        insertAfter = user;
+      }
+  for (auto [from, to] : llvm::zip(outputs, batch.getResults()))
+    from.replaceAllUsesWith(to);
+  for (Operation *m : llvm::reverse(members))
+    m->erase();
+  // One launch for all; the same bytes move.
+  launchesSaved += static_cast<int64_t>(members.size()) - 1;
 }
 
 } // namespace

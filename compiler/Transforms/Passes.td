@@ -98,8 +98,18 @@ def FuseElementwise : Pass<"graphc-fuse-elementwise", "::mlir::ModuleOp"> {
       reduction): the library op sits between producer and consumer.
     - At most `max-operands` inputs plus results per group (the kernel's
       buffer count).
-    Reductions, the loss, the optimizer updates and the other non-elementwise
-    kernels are left alone (their elementwise prologues are not yet fused).
+
+    Then the optimizer updates (`nn.sgd`, `nn.sgd_momentum`, `nn.adam`; not
+    `nn.lars`, whose per-tensor norms are reductions) are batched, in program
+    order, into `nn.multi_tensor` ops of at most `max-batch-operands` buffers
+    (256: 2 KiB of kernel parameters on CUDA, whose limit is 4 KiB), one
+    launch each instead of one per parameter. A batch is emitted at its last
+    member; the `nn.assign`s writing back earlier members move after it when
+    nothing in between reads or writes their state, and a member whose result
+    is read earlier stays out.
+
+    Reductions, the loss and the other non-elementwise kernels are left alone
+    (their elementwise prologues are not yet fused).
 
     ```mlir
     // before
@@ -119,6 +129,8 @@ def FuseElementwise : Pass<"graphc-fuse-elementwise", "::mlir::ModuleOp"> {
   let options = [
     Option<"maxOperands", "max-operands", "int64_t", /*default=*/"32",
            "Most buffers (inputs + results) one fused kernel may take">,
+    Option<"maxBatchOperands", "max-batch-operands", "int64_t", /*default=*/"256",
+           "Most buffers (inputs + results) one nn.multi_tensor may take">,
   ];
   let dependentDialects = ["::graphc::nn::NNDialect"];
 }

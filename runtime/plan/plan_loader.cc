@@ -121,6 +121,16 @@ Status CommandChecker::CheckOverlap(const fb::Command& command, bool may_be_in_p
         return Fail(ErrorCode::kPlanAliasedOperands,
                     where + ": output " + Str(o) + " is declared in place over input " +
                         Str(i) + " but they are not the same memory");
+      // A kernel of independent parts: only within a part.
+      const fb::Kernel* kernel = plan_.kernels()->Get(command.kernel());
+      if (const auto* groups = kernel->arg_groups(); groups != nullptr && groups->size() != 0) {
+        int32_t group = groups->Get(static_cast<uint32_t>(i));
+        if (group < 0 || group != groups->Get(kernel->num_inputs() + o))
+          return Fail(ErrorCode::kPlanAliasedOperands,
+                      where + ": output " + Str(o) + " is declared in place over input " +
+                          Str(i) + ", which belongs to another part of kernel " +
+                          kernel->name()->str());
+      }
     }
   }
   for (uint32_t o = 0; o < outputs.size(); ++o) {
@@ -527,6 +537,13 @@ Status CheckPlanSemantics(const fb::Plan& plan, const LoaderLimits& limits) {
       if (k->num_inputs() < 0 || k->num_outputs() < 1 || k->arg_bytes() == nullptr ||
           static_cast<int64_t>(k->arg_bytes()->size()) != k->num_inputs() + k->num_outputs())
         return Fail(ErrorCode::kPlanBadValue, where + ": inconsistent arity");
+      if (const auto* groups = k->arg_groups(); groups != nullptr && groups->size() != 0) {
+        if (static_cast<int64_t>(groups->size()) != k->num_inputs() + k->num_outputs())
+          return Fail(ErrorCode::kPlanBadValue, where + ": needs one group per argument");
+        for (uint32_t a = static_cast<uint32_t>(k->num_inputs()); a < groups->size(); ++a)
+          if (groups->Get(a) < 0)
+            return Fail(ErrorCode::kPlanBadValue, where + ": puts an output in no group");
+      }
     }
   if (plan.binaries())
     for (uint32_t i = 0; i < plan.binaries()->size(); ++i) {

@@ -54,6 +54,7 @@ struct PlanSpec {
   int32_t state_buffer = 1;
   int32_t constant_buffer = 5;
   std::vector<uint64_t> kernel_arg_bytes = {160, 160};
+  std::vector<int32_t> kernel_arg_groups;  // empty: none (one group)
   std::vector<std::string> binary_symbols = {"k0"};
   // A CudaSm90 PTX binary too, with these launches for k0 (none: no list).
   struct LaunchSpec {
@@ -96,7 +97,8 @@ struct PlanSpec {
     std::vector<std::string> ops = {"nn.relu"};
     std::vector<flatbuffers::Offset<fb::Kernel>> kernels = {fb::CreateKernel(
         fbb, fbb.CreateString("k0"), fbb.CreateVectorOfStrings(ops), 1, 1, true,
-        fbb.CreateVector(kernel_arg_bytes))};
+        fbb.CreateVector(kernel_arg_bytes),
+        kernel_arg_groups.empty() ? 0 : fbb.CreateVector(kernel_arg_groups))};
     std::vector<uint8_t> code = {0x7f, 'E', 'L', 'F'};
     std::vector<flatbuffers::Offset<fb::GpuKernel>> cpu_per_kernel;
     if (!cpu_launches.empty())
@@ -240,6 +242,26 @@ TEST(PlanLoaderTest, SameBufferAsInputAndOutput) {
   PlanSpec library;
   library.commands[3].in_place = {0};
   EXPECT_EQ(LoadError(library), ErrorCode::kPlanAliasedOperands);
+}
+
+// A kernel of independent parts (nn.multi_tensor) writes in place only over an
+// input of the output's own part; a shared input (group -1) never.
+TEST(PlanLoaderTest, GroupedKernelRunsInPlaceOnlyWithinAGroup) {
+  PlanSpec same;
+  same.kernel_arg_groups = {3, 3};
+  EXPECT_EQ(LoadError(same), ErrorCode::kOk);
+  PlanSpec other;
+  other.kernel_arg_groups = {0, 1};
+  EXPECT_EQ(LoadError(other), ErrorCode::kPlanAliasedOperands);
+  PlanSpec shared;
+  shared.kernel_arg_groups = {-1, 0};
+  EXPECT_EQ(LoadError(shared), ErrorCode::kPlanAliasedOperands);
+  PlanSpec ungrouped_output;
+  ungrouped_output.kernel_arg_groups = {0, -1};
+  EXPECT_EQ(LoadError(ungrouped_output), ErrorCode::kPlanBadValue);
+  PlanSpec short_list;
+  short_list.kernel_arg_groups = {0};
+  EXPECT_EQ(LoadError(short_list), ErrorCode::kPlanBadValue);
 }
 
 TEST(PlanLoaderTest, OffsetPlusSizeOverflows) {

@@ -1202,5 +1202,58 @@ LogicalResult FusionOp::verify() {
   return success();
 }
 
+bool graphc::nn::isBatchableUpdate(Operation *op) {
+  return isa<SgdOp, SgdMomentumOp, AdamOp>(op);
+}
+
+Operation *MultiTensorOp::getMemberOf(unsigned i) {
+  auto yield = llvm::cast<YieldOp>(getBody().front().getTerminator());
+  return yield.getValues()[i].getDefiningOp();
+}
+
+SmallVector<unsigned> MultiTensorOp::getMemberInputs(unsigned i) {
+  SmallVector<unsigned> inputs;
+  for (Value operand : getMemberOf(i)->getOperands())
+    inputs.push_back(llvm::cast<BlockArgument>(operand).getArgNumber());
+  return inputs;
+}
+
+LogicalResult MultiTensorOp::verify() {
+  Block &body = getBody().front();
+  if (body.getNumArguments() != getInputs().size())
+    return emitOpError("has ") << getInputs().size() << " inputs but its body takes "
+                               << body.getNumArguments();
+  for (auto [input, arg] : llvm::zip(getInputs(), body.getArguments()))
+    if (input.getType() != arg.getType())
+      return emitOpError("body argument ") << arg.getArgNumber() << " is " << arg.getType()
+                                           << ", its input is " << input.getType();
+  auto yield = llvm::dyn_cast<YieldOp>(body.getTerminator());
+  if (!yield)
+    return emitOpError("body must end with nn.yield");
+  if (yield.getValues().getTypes() != getResultTypes())
+    return emitOpError("yields ") << yield.getValues().getTypes().size()
+                                  << " values whose types differ from the results";
+  // Members on block arguments; their results yielded member by member.
+  unsigned next = 0;
+  for (Operation &op : body.without_terminator()) {
+    if (!isBatchableUpdate(&op))
+      return op.emitOpError("cannot be a member of an nn.multi_tensor: only sgd, "
+                            "sgd_momentum and adam are");
+    for (Value operand : op.getOperands())
+      if (!llvm::isa<BlockArgument>(operand))
+        return op.emitOpError("in an nn.multi_tensor must read its block arguments only");
+    for (Value result : op.getResults()) {
+      if (next >= yield.getValues().size() || yield.getValues()[next] != result)
+        return op.emitOpError("results must be yielded in member order, each once");
+      ++next;
+    }
+  }
+  if (next == 0)
+    return emitOpError("needs at least one member");
+  if (next != yield.getValues().size())
+    return emitOpError("yields values that are not member results");
+  return success();
+}
+
 #define GET_OP_CLASSES
 #include "dialects/nn/IR/NNOps.cpp.inc"

@@ -33,6 +33,9 @@ int64_t slidingWindowOutputSize(int64_t inputSize, int64_t window, int64_t strid
 namespace graphc::nn {
 /// The elementwise ops an nn.fusion may compute (one scalar function each).
 bool isFusibleElementwise(mlir::Operation *op);
+/// The optimizer updates an nn.multi_tensor may batch (elementwise per
+/// parameter: sgd, sgd_momentum, adam; not lars, which needs per-tensor norms).
+bool isBatchableUpdate(mlir::Operation *op);
 } // namespace graphc::nn
 
 #endif // GRAPHC_DIALECTS_NN_IR_NNOPS_H

@@ -869,8 +869,53 @@ def NN_FusionOp : NN_Op<"fusion", [IsolatedFromAbove, Pure, SingleBlock]> {
   }];
 }
 
-def NN_YieldOp : NN_Op<"yield", [Pure, Terminator, HasParent<"FusionOp">]> {
-  let summary = "the results of an nn.fusion";
+def NN_MultiTensorOp : NN_Op<"multi_tensor", [IsolatedFromAbove, Pure, SingleBlock]> {
+  let summary = "independent elementwise updates of many tensors: one kernel";
+  let description = [{
+    Written by graphc-fuse-elementwise. The body holds optimizer updates
+    (`nn.sgd`, `nn.sgd_momentum`, `nn.adam`), the members, each on block
+    arguments only, of any shapes; it yields every member's results, member by
+    member. The kernel runs them all in one launch, as PyTorch's and Apex's
+    multi-tensor apply do: each member's elements are split into blocks of a
+    fixed size, the blocks of all members are one parallel loop, and each block
+    finds its member with a binary search on the block index. Element i of a
+    member's results is computed from element i of that member's operands
+    only (and the rank-0 ones, such as the learning rate, shared by all).
+
+    ```mlir
+    %p2, %v2, %q2, %w2 = nn.multi_tensor %p, %g, %v, %lr, %q, %h, %w
+        : tensor<64x3x7x7xf32>, tensor<64x3x7x7xf32>, tensor<64x3x7x7xf32>, tensor<f32>,
+          tensor<64xf32>, tensor<64xf32>, tensor<64xf32>
+        -> tensor<64x3x7x7xf32>, tensor<64x3x7x7xf32>, tensor<64xf32>, tensor<64xf32> {
+    ^bb0(%a: tensor<64x3x7x7xf32>, %b: tensor<64x3x7x7xf32>, %c: tensor<64x3x7x7xf32>,
+         %r: tensor<f32>, %d: tensor<64xf32>, %e: tensor<64xf32>, %f: tensor<64xf32>):
+      %0:2 = nn.sgd_momentum %a, %b, %c, %r momentum 9.000000e-01
+          weight_decay 1.000000e-04 : tensor<64x3x7x7xf32>
+      %1:2 = nn.sgd_momentum %d, %e, %f, %r momentum 9.000000e-01
+          weight_decay 0.000000e+00 : tensor<64xf32>
+      nn.yield %0#0, %0#1, %1#0, %1#1 : tensor<64x3x7x7xf32>, tensor<64x3x7x7xf32>,
+          tensor<64xf32>, tensor<64xf32>
+    }
+    ```
+  }];
+  let arguments = (ins Variadic<AnyStaticShapeTensor>:$inputs);
+  let results = (outs Variadic<AnyStaticShapeTensor>:$results);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = [{
+    $inputs attr-dict `:` type($inputs) `->` type($results) $body
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The member (body op) that computes result `i`, and the indices of the
+    /// inputs it reads.
+    ::mlir::Operation *getMemberOf(unsigned i);
+    ::llvm::SmallVector<unsigned> getMemberInputs(unsigned i);
+  }];
+}
+
+def NN_YieldOp : NN_Op<"yield", [Pure, Terminator,
+                                 ParentOneOf<["FusionOp", "MultiTensorOp"]>]> {
+  let summary = "the results of an nn.fusion or nn.multi_tensor";
   let arguments = (ins Variadic<AnyStaticShapeTensor>:$values);
   let assemblyFormat = "$values attr-dict `:` type($values)";
 }

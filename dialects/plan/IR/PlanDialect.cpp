@@ -73,7 +73,25 @@ LogicalResult KernelOp::verify() {
     return emitOpError("needs a non-negative input count and at least one output");
   if (static_cast<int64_t>(getArgBytes().size()) != numInputs + numOutputs)
     return emitOpError("needs one byte size per argument");
+  if (std::optional<ArrayRef<int64_t>> groups = getGroups()) {
+    if (!getElementwise())
+      return emitOpError("has groups but is not elementwise");
+    if (static_cast<int64_t>(groups->size()) != numInputs + numOutputs)
+      return emitOpError("needs one group per argument");
+    if (llvm::any_of(groups->drop_front(numInputs), [](int64_t g) { return g < 0; }))
+      return emitOpError("puts an output in no group");
+  }
   return success();
+}
+
+bool KernelOp::mayOverwrite(unsigned output, unsigned input) {
+  if (!getElementwise())
+    return false;
+  std::optional<ArrayRef<int64_t>> groups = getGroups();
+  if (!groups)
+    return true;
+  int64_t group = (*groups)[input];
+  return group >= 0 && group == (*groups)[getNumInputsAttr().getInt() + output];
 }
 
 LogicalResult BinaryOp::verify() {
@@ -182,6 +200,12 @@ static LogicalResult verifyCommand(OpT op, SymbolTableCollection &symbols) {
     if (op.getInPlace() && !kernel.getElementwise())
       return op.emitOpError("runs in place but kernel ") << op.getKernelAttr()
                                                          << " is not elementwise";
+    if (std::optional<ArrayRef<int64_t>> inPlace = op.getInPlace())
+      for (auto [o, i] : llvm::enumerate(*inPlace))
+        if (i >= 0 && !kernel.mayOverwrite(o, i))
+          return op.emitOpError("writes output ")
+                 << o << " over input " << i << ", which kernel " << op.getKernelAttr()
+                 << " does not allow (another group)";
   } else {
     if (op.getInPlace())
       return op.emitOpError("library calls cannot run in place");

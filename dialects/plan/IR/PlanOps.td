@@ -146,13 +146,24 @@ def Plan_KernelOp : Plan_Op<"kernel", [Symbol]> {
     `bytes` is the exact size of each argument (inputs, then outputs): the
     code was generated for those shapes, so a launch must pass buffers of
     exactly those sizes.
+
+    `elementwise`: an output may be written over a same-sized input, since
+    element i of each output is computed from element i of the inputs.
+    `groups` (one per argument) narrows that for a kernel of independent
+    parts (an nn.multi_tensor): an output may overwrite only an input of its
+    own group; an input of group -1 (shared by all parts) never.
   }];
   let arguments = (ins SymbolNameAttr:$sym_name, StrArrayAttr:$ops,
                        I64Attr:$num_inputs, I64Attr:$num_outputs,
-                       DenseI64ArrayAttr:$arg_bytes, UnitAttr:$elementwise);
+                       DenseI64ArrayAttr:$arg_bytes, UnitAttr:$elementwise,
+                       OptionalAttr<DenseI64ArrayAttr>:$groups);
   let assemblyFormat = [{
     $sym_name `ops` $ops `inputs` $num_inputs `outputs` $num_outputs
-    `bytes` $arg_bytes (`elementwise` $elementwise^)? attr-dict
+    `bytes` $arg_bytes (`elementwise` $elementwise^)? (`groups` $groups^)? attr-dict
+  }];
+  let extraClassDeclaration = [{
+    /// Whether output `output` may be written over input `input`.
+    bool mayOverwrite(unsigned output, unsigned input);
   }];
   let hasVerifier = 1;
 }

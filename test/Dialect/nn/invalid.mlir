@@ -1075,3 +1075,44 @@ func.func @fusion_shapes(%x: tensor<4xf32>, %y: tensor<8xf32>) -> (tensor<4xf32>
   }
   return %r#0, %r#1 : tensor<4xf32>, tensor<8xf32>
 }
+
+// -----
+
+// Tests that an nn.multi_tensor batches optimizer updates only.
+func.func @multi_tensor_member(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %r = nn.multi_tensor %x : tensor<4xf32> -> tensor<4xf32> {
+  ^bb0(%a: tensor<4xf32>):
+    // expected-error@+1 {{cannot be a member of an nn.multi_tensor: only sgd, sgd_momentum and adam are}}
+    %e = nn.relu %a : tensor<4xf32>
+    nn.yield %e : tensor<4xf32>
+  }
+  return %r : tensor<4xf32>
+}
+
+// -----
+
+// Tests that members are independent: each reads block arguments only.
+func.func @multi_tensor_chain(%p: tensor<4xf32>, %lr: tensor<f32>) -> (tensor<4xf32>, tensor<4xf32>) {
+  %r:2 = nn.multi_tensor %p, %lr : tensor<4xf32>, tensor<f32> -> tensor<4xf32>, tensor<4xf32> {
+  ^bb0(%a: tensor<4xf32>, %l: tensor<f32>):
+    %0 = nn.sgd %a, %a, %l weight_decay 0.0 : tensor<4xf32>
+    // expected-error@+1 {{in an nn.multi_tensor must read its block arguments only}}
+    %1 = nn.sgd %0, %a, %l weight_decay 0.0 : tensor<4xf32>
+    nn.yield %0, %1 : tensor<4xf32>, tensor<4xf32>
+  }
+  return %r#0, %r#1 : tensor<4xf32>, tensor<4xf32>
+}
+
+// -----
+
+// Tests that results are yielded member by member (the kernel's layout).
+func.func @multi_tensor_order(%p: tensor<4xf32>, %q: tensor<8xf32>, %lr: tensor<f32>) -> (tensor<8xf32>, tensor<4xf32>) {
+  %r:2 = nn.multi_tensor %p, %q, %lr : tensor<4xf32>, tensor<8xf32>, tensor<f32> -> tensor<8xf32>, tensor<4xf32> {
+  ^bb0(%a: tensor<4xf32>, %b: tensor<8xf32>, %l: tensor<f32>):
+    // expected-error@+1 {{results must be yielded in member order, each once}}
+    %0 = nn.sgd %a, %a, %l weight_decay 0.0 : tensor<4xf32>
+    %1 = nn.sgd %b, %b, %l weight_decay 0.0 : tensor<8xf32>
+    nn.yield %1, %0 : tensor<8xf32>, tensor<4xf32>
+  }
+  return %r#0, %r#1 : tensor<8xf32>, tensor<4xf32>
+}

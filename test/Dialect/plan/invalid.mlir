@@ -118,3 +118,24 @@ plan.binary cpu_x86_64 elf_shared_object cpu "x86-64-v3" symbols ["k0"] data "\7
 // Tests that a CPU launch is a 1-D loop, not a CUDA grid.
 // expected-error@+1 {{CPU launch 'k0_l0' must have a 1-D grid and a 1x1x1 block}}
 plan.binary cpu_x86_64 elf_shared_object cpu "x86-64-v3" symbols ["k0"] data "\7FELF" launches [[{entry = "k0_l0", grid = array<i32: 4, 1, 1>, block = array<i32: 256, 1, 1>, args = array<i32: 0>}]]
+
+// -----
+
+// Tests that a kernel of independent parts runs in place only within a part.
+plan.kernel @k0 ops ["nn.sgd", "nn.sgd"] inputs 5 outputs 2 bytes [16, 16, 4, 16, 16, 16, 16] elementwise groups [0, 0, -1, 1, 1, 0, 1]
+plan.buffer @p : memref<4xf32> in state
+plan.buffer @g : memref<4xf32> in arena
+plan.buffer @lr : memref<f32> in arena
+plan.buffer @q : memref<4xf32> in state
+plan.buffer @h : memref<4xf32> in arena
+plan.buffer @o : memref<4xf32> in arena
+plan.program @prog inputs [] outputs [] {
+  // expected-error@+1 {{writes output 1 over input 1, which kernel @k0 does not allow (another group)}}
+  plan.launch @k0 [@p, @g, @lr, @q, @h] -> [@o, @g] in_place [-1, 1]
+}
+
+// -----
+
+// Tests that every output of a grouped kernel is in a group.
+// expected-error@+1 {{puts an output in no group}}
+plan.kernel @k0 ops ["nn.sgd"] inputs 2 outputs 1 bytes [16, 16, 16] elementwise groups [0, -1, -1]
