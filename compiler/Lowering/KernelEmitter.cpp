@@ -220,6 +220,8 @@ KernelSignature emitFusion(nn::FusionOp op, ModuleOp kernels, StringRef name) {
   SmallVector<nn::BroadcastOp> broadcasts(body.getOps<nn::BroadcastOp>());
   ArrayRef<int64_t> shape = op.getIterationShape();
   const int64_t rank = shape.size();
+  ArrayRef<int64_t> reducedDims = op.getReducedDims();
+  auto isReduced = [&](int64_t d) { return llvm::is_contained(reducedDims, d); };
 
   // Which output dims broadcast j reads (not absent, not stretched).
   auto reads = [&](nn::BroadcastOp bc, int64_t d) {
@@ -231,9 +233,10 @@ KernelSignature emitFusion(nn::FusionOp op, ModuleOp kernels, StringRef name) {
   };
   SmallVector<SmallVector<int64_t>> groups; // consecutive output dims
   for (int64_t d = 0; d < rank; ++d) {
-    bool same = !groups.empty() && llvm::all_of(broadcasts, [&](nn::BroadcastOp bc) {
-      return reads(bc, d) == reads(bc, groups.back().back());
-    });
+    bool same = !groups.empty() && isReduced(d) == isReduced(groups.back().back()) &&
+                llvm::all_of(broadcasts, [&](nn::BroadcastOp bc) {
+                  return reads(bc, d) == reads(bc, groups.back().back());
+                });
     if (same)
       groups.back().push_back(d);
     else
@@ -296,8 +299,25 @@ KernelSignature emitFusion(nn::FusionOp op, ModuleOp kernels, StringRef name) {
     read.push_back(op.getInputs()[arg.getArgNumber()]);
   }
   const size_t numInputs = types.size();
-  for (Value v : op.getResults())
-    types.push_back(typeOf(v.getType()));
+  // A reduction's result: the collapsed shape without the reduced loops.
+  auto yield = llvm::cast<nn::YieldOp>(body.getTerminator());
+  auto reductionOf = [](Value v) -> Operation * {
+    Operation *def = v.getDefiningOp();
+    return def && isa<nn::ReduceSumOp, nn::ReduceMeanOp>(def) ? def : nullptr;
+  };
+  SmallVector<int64_t> reducedShape;
+  SmallVector<AffineExpr> reducedExprs;
+  for (unsigned g = 0; g < loops; ++g)
+    if (!isReduced(groups[g].front())) {
+      reducedShape.push_back(collapsed[g]);
+      reducedExprs.push_back(getAffineDimExpr(g, ctx));
+    }
+  for (Value v : yield.getValues())
+    types.push_back(reductionOf(v)
+                        ? MemRefType::get(reducedShape,
+                                          llvm::cast<RankedTensorType>(v.getType())
+                                              .getElementType())
+                        : typeOf(v.getType()));
   func::FuncOp func = createKernelFunc(b, kernels, name, loc, types);
   auto funcArgs = func.getArguments();
 
@@ -321,17 +341,24 @@ KernelSignature emitFusion(nn::FusionOp op, ModuleOp kernels, StringRef name) {
     maps.push_back(mapOf(bc));
   }
   SmallVector<Value> outs(funcArgs.drop_front(numInputs));
-  for (size_t i = 0; i < outs.size(); ++i)
-    maps.push_back(identity);
-  SmallVector<IteratorType> iterators(loops, IteratorType::parallel);
-  auto yield = llvm::cast<nn::YieldOp>(body.getTerminator());
+  AffineMap reducedMap = AffineMap::get(loops, 0, reducedExprs, ctx);
+  for (Value v : yield.getValues()) {
+    maps.push_back(reductionOf(v) ? reducedMap : identity);
+    if (reductionOf(v))
+      b.create<linalg::FillOp>(loc, constFloat(b, loc, b.getF32Type(), 0.0),
+                               outs[maps.size() - ins.size() - 1]);
+  }
+  SmallVector<IteratorType> iterators;
+  for (const auto &group : groups)
+    iterators.push_back(isReduced(group.front()) ? IteratorType::reduction
+                                                 : IteratorType::parallel);
   buildGeneric(b, loc, ins, outs, maps, iterators,
                [&](OpBuilder &nb, Location nloc, ValueRange scalars) {
                  DenseMap<Value, Value> value;
                  for (auto [v, index] : slot)
                    value[v] = scalars[index];
                  for (Operation &inner : body.without_terminator()) {
-                   if (isa<nn::BroadcastOp>(inner))
+                   if (isa<nn::BroadcastOp>(inner) || reductionOf(inner.getResult(0)))
                      continue;
                    SmallVector<Value> args;
                    for (Value operand : inner.getOperands())
@@ -339,14 +366,46 @@ KernelSignature emitFusion(nn::FusionOp op, ModuleOp kernels, StringRef name) {
                    value[inner.getResult(0)] = emitScalarOp(nb, nloc, &inner, args);
                  }
                  SmallVector<Value> results;
-                 for (Value v : yield.getValues())
-                   results.push_back(value.lookup(v));
+                 for (auto [i, v] : llvm::enumerate(yield.getValues())) {
+                   Operation *reduction = reductionOf(v);
+                   if (!reduction) {
+                     results.push_back(value.lookup(v));
+                     continue;
+                   }
+                   // Accumulate into the output's current value.
+                   results.push_back(nb.create<arith::AddFOp>(
+                       nloc, scalars[ins.size() + i],
+                       value.lookup(reduction->getOperand(0))));
+                 }
                  return results;
                });
+  // Means: the sums scaled by 1 / (elements reduced), as nn.reduce_mean's kernel.
+  int64_t count = 1;
+  for (int64_t d : reducedDims)
+    count *= shape[d];
+  for (auto [i, v] : llvm::enumerate(yield.getValues())) {
+    if (!isa_and_nonnull<nn::ReduceMeanOp>(v.getDefiningOp()))
+      continue;
+    Value factor = constFloat(b, loc, b.getF32Type(), 1.0 / static_cast<double>(count));
+    unsigned outRank = reducedShape.size();
+    buildGeneric(b, loc, {}, outs[i], {AffineMap::getMultiDimIdentityMap(outRank, ctx)},
+                 SmallVector<IteratorType>(outRank, IteratorType::parallel),
+                 [&](OpBuilder &nb, Location nloc, ValueRange s) -> SmallVector<Value> {
+                   return {nb.create<arith::MulFOp>(nloc, s[0], factor)};
+                 });
+  }
   b.create<func::ReturnOp>(loc);
   // Broadcast inputs are smaller than the outputs unless they are identities
-  // (no dim stretched), so each output may overwrite any same-sized input.
-  return {read, /*elementwise=*/true};
+  // (no dim stretched), so each elementwise output may overwrite any
+  // same-sized input. A reduction's output is accumulated over many
+  // iterations: it overwrites nothing (a group of its own).
+  KernelSignature signature{read, /*elementwise=*/true, {}};
+  if (!reducedDims.empty()) {
+    signature.groups.assign(read.size(), 0);
+    for (Value v : yield.getValues())
+      signature.groups.push_back(reductionOf(v) ? 1 : 0);
+  }
+  return signature;
 }
 
 /// Sum / max / mean over `dims` of `input` into `output` (declared without the

@@ -48,6 +48,7 @@ public:
         continue;
       launchesSaved = bytesSaved = 0;
       fuseBlock(func.getBody().front());
+      absorbReductions(func.getBody().front());
       batchUpdates(func.getBody().front());
       savings.push_back(b.getNamedAttr(
           func.getSymName(), b.getDenseI64ArrayAttr({launchesSaved, bytesSaved})));
@@ -60,6 +61,7 @@ public:
 private:
   void fuseBlock(Block &block);
   void emitFusion(ArrayRef<Operation *> members);
+  void absorbReductions(Block &block);
   void batchUpdates(Block &block);
   void emitBatch(ArrayRef<Operation *> members);
 
@@ -215,6 +217,90 @@ void FuseElementwisePass::emitFusion(ArrayRef<Operation *> members) {
     from.replaceUsesWithIf(to, [&](OpOperand &use) { return !set.contains(use.getOwner()); });
   for (Operation *m : llvm::reverse(members))
     m->erase();
+}
+
+/// Reductions take their elementwise prologue: a reduce_sum / reduce_mean of
+/// a fusion's result (or of a lone elementwise op's, made a fusion first)
+/// becomes another result of that fusion, computed in the same pass over
+/// memory, at the fusion's position (earlier than the reduction: legal, since
+/// it reads nothing else). The reduced value stops being a result when nothing
+/// else reads it. All reductions of one fusion reduce the same dims.
+void FuseElementwisePass::absorbReductions(Block &block) {
+  SmallVector<Operation *> reductions;
+  for (Operation &op : block)
+    if (isa<nn::ReduceSumOp, nn::ReduceMeanOp>(op))
+      reductions.push_back(&op);
+  for (Operation *reduction : reductions) {
+    Value value = reduction->getOperand(0);
+    auto type = llvm::cast<RankedTensorType>(value.getType());
+    Operation *producer = value.getDefiningOp();
+    if (!type.getElementType().isF32() || !producer)
+      continue;
+    ArrayRef<int64_t> dims = isa<nn::ReduceSumOp>(reduction)
+                                 ? cast<nn::ReduceSumOp>(reduction).getDims()
+                                 : cast<nn::ReduceMeanOp>(reduction).getDims();
+    auto fusion = dyn_cast<nn::FusionOp>(producer);
+    if (fusion) {
+      ArrayRef<int64_t> existing = fusion.getReducedDims();
+      if (fusion.getIterationShape() != type.getShape() ||
+          (!existing.empty() && existing != dims) ||
+          static_cast<int64_t>(fusion.getNumOperands() + fusion.getNumResults()) + 1 >
+              maxOperands)
+        continue;
+    } else {
+      // A lone elementwise op: a one-member fusion first (the same kernel).
+      llvm::SmallSetVector<Value, 4> operands(producer->getOperands().begin(),
+                                              producer->getOperands().end());
+      if (!nn::isFusibleElementwise(producer) ||
+          static_cast<int64_t>(operands.size()) + 2 > maxOperands)
+        continue;
+      int64_t before = launchesSaved;
+      emitFusion({producer}); // erases `producer`
+      launchesSaved = before;
+      value = reduction->getOperand(0);
+      fusion = cast<nn::FusionOp>(value.getDefiningOp());
+    }
+    // Rebuild the fusion with the reduction as one more result.
+    unsigned index = llvm::cast<OpResult>(value).getResultNumber();
+    bool dropped = value.hasOneUse();
+    int64_t valueBytes = bytesOf(value);
+    OpBuilder b(fusion);
+    SmallVector<Type> types;
+    for (Value r : fusion.getResults())
+      if (!(dropped && r == value))
+        types.push_back(r.getType());
+    types.push_back(reduction->getResult(0).getType());
+    auto merged = b.create<nn::FusionOp>(
+        b.getFusedLoc({fusion.getLoc(), reduction->getLoc()}), types, fusion.getInputs());
+    IRMapping mapping;
+    fusion.getBody().cloneInto(&merged.getBody(), mapping);
+    Block &body = merged.getBody().front();
+    auto yield = cast<nn::YieldOp>(body.getTerminator());
+    b.setInsertionPoint(yield);
+    mapping.map(value, yield.getValues()[index]);
+    Operation *reduced = b.clone(*reduction, mapping);
+    SmallVector<Value> yielded;
+    for (auto [i, v] : llvm::enumerate(yield.getValues()))
+      if (!(dropped && i == index))
+        yielded.push_back(v);
+    yielded.push_back(reduced->getResult(0));
+    b.create<nn::YieldOp>(yield.getLoc(), yielded);
+    yield.erase();
+
+    reduction->getResult(0).replaceAllUsesWith(merged.getResults().back());
+    reduction->erase();
+    unsigned next = 0;
+    for (Value r : fusion.getResults()) {
+      if (dropped && r == value)
+        continue;
+      r.replaceAllUsesWith(merged.getResult(next++));
+    }
+    fusion.erase();
+    // The reduction's own launch, and its read of the value; the value's
+    // write and read too when it is no longer a result.
+    launchesSaved += 1;
+    bytesSaved += valueBytes * (dropped ? 2 : 1);
+  }
 }
 
 /// Optimizer updates into nn.multi_tensor batches: in program order, as many

@@ -108,8 +108,15 @@ def FuseElementwise : Pass<"graphc-fuse-elementwise", "::mlir::ModuleOp"> {
     nothing in between reads or writes their state, and a member whose result
     is read earlier stays out.
 
-    Reductions, the loss and the other non-elementwise kernels are left alone
-    (their elementwise prologues are not yet fused).
+    Reductions take their elementwise prologue: an `nn.reduce_sum` or
+    `nn.reduce_mean` (f32) of a fusion's result, or of a lone elementwise op's,
+    becomes another result of that fusion, computed in the same pass (batch-norm
+    statistics, bias and batch-norm parameter gradients); the reduced value
+    stops being a result when nothing else reads it. A fusion's reductions all
+    reduce the same dims (the loop nest's reduction loops), and the reduction
+    is computed where the fusion is, which is legal since it reads nothing
+    else. The loss, pooling and the other non-elementwise kernels are left
+    alone.
 
     ```mlir
     // before

@@ -25,20 +25,50 @@ func.func @affine_relu(%x: tensor<2x3x4x4xf32>, %s: tensor<3xf32>, %t: tensor<3x
 
 // -----
 
-// Tests multiple consumers: %e feeds the group and a reduction after it, so
-// the fusion has two results; nothing is computed twice.
+// Tests multiple consumers: %e feeds the group, a reduction and the return,
+// so the fusion yields it too; nothing is computed twice. The reduction
+// joins the fusion as a third result (its prologue is the group).
 // CHECK-LABEL: func.func @two_results
-// CHECK: %[[F:.*]]:2 = nn.fusion %{{.*}}, %{{.*}} : tensor<8xf32>, tensor<8xf32> -> tensor<8xf32>, tensor<8xf32>
+// CHECK: %[[F:.*]]:3 = nn.fusion %{{.*}}, %{{.*}} : tensor<8xf32>, tensor<8xf32> -> tensor<8xf32>, tensor<8xf32>, tensor<f32>
 // CHECK-COUNT-1: nn.exp
-// CHECK: nn.yield
-// CHECK: nn.reduce_sum %[[F]]#0
-// CHECK: return %{{.*}}, %[[F]]#1
-func.func @two_results(%x: tensor<8xf32>, %y: tensor<8xf32>) -> (tensor<f32>, tensor<8xf32>) {
+// CHECK: %[[S:.*]] = nn.reduce_sum %{{.*}} dims [0]
+// CHECK-NEXT: nn.yield %{{.*}}, %{{.*}}, %[[S]]
+// CHECK-NOT: nn.reduce_sum
+// CHECK: return %[[F]]#2, %[[F]]#1, %[[F]]#0
+func.func @two_results(%x: tensor<8xf32>, %y: tensor<8xf32>) -> (tensor<f32>, tensor<8xf32>, tensor<8xf32>) {
   %e = nn.exp %x : tensor<8xf32>
   %m = nn.mul %e, %y : tensor<8xf32>
   %r = nn.relu %m : tensor<8xf32>
   %s = nn.reduce_sum %e dims [0] : tensor<8xf32>
-  return %s, %r : tensor<f32>, tensor<8xf32>
+  return %s, %r, %e : tensor<f32>, tensor<8xf32>, tensor<8xf32>
+}
+
+// -----
+
+// Tests the batch-norm statistics and bias-gradient shapes: the square of the
+// centered input is only reduced, so it never reaches memory: the fusion
+// yields the centered value (read later) and the per-channel mean of its
+// square. A lone elementwise op feeding a reduction (the gradient product)
+// becomes a fusion with it, and its product is not a result either.
+// CHECK-LABEL: func.func @bn_statistics
+// CHECK: %[[F:.*]]:2 = nn.fusion %{{.*}}, %{{.*}} : tensor<3xf32>, tensor<2x3x4x4xf32> -> tensor<2x3x4x4xf32>, tensor<3xf32> {
+// CHECK: nn.sub
+// CHECK-NEXT: %[[Q:.*]] = nn.mul
+// CHECK-NEXT: %[[V:.*]] = nn.reduce_mean %[[Q]] dims [0, 2, 3]
+// CHECK-NEXT: nn.yield %{{.*}}, %[[V]] : tensor<2x3x4x4xf32>, tensor<3xf32>
+// CHECK: %[[G:.*]] = nn.fusion %{{.*}}, %[[F]]#0 : tensor<2x3x4x4xf32>, tensor<2x3x4x4xf32> -> tensor<1x3x1x1xf32> {
+// CHECK: nn.mul
+// CHECK-NEXT: nn.reduce_sum %{{.*}} dims [0, 2, 3] keep_dims
+// CHECK-NOT: nn.reduce
+// CHECK: return %[[F]]#1, %[[G]]
+func.func @bn_statistics(%x: tensor<2x3x4x4xf32>, %m: tensor<3xf32>, %dy: tensor<2x3x4x4xf32>) -> (tensor<3xf32>, tensor<1x3x1x1xf32>) {
+  %b = nn.broadcast %m to %x dims [1] : tensor<3xf32>, tensor<2x3x4x4xf32>
+  %c = nn.sub %x, %b : tensor<2x3x4x4xf32>
+  %q = nn.mul %c, %c : tensor<2x3x4x4xf32>
+  %v = nn.reduce_mean %q dims [0, 2, 3] : tensor<2x3x4x4xf32>
+  %p = nn.mul %dy, %c : tensor<2x3x4x4xf32>
+  %g = nn.reduce_sum %p dims [0, 2, 3] keep_dims : tensor<2x3x4x4xf32>
+  return %v, %g : tensor<3xf32>, tensor<1x3x1x1xf32>
 }
 
 // -----
@@ -61,12 +91,14 @@ func.func @across_conv(%x: tensor<1x2x4x4xf32>, %w: tensor<2x2x1x1xf32>) -> tens
 // -----
 
 // Tests the cycle a reduction in the middle would make: exp feeds a reduction
-// whose broadcast feeds the multiply. exp stays alone; the broadcast and the
-// multiply fuse, reading exp's result and the reduction as inputs.
+// whose broadcast feeds the multiply. exp does not join the multiply; it
+// takes the reduction (one pass: exp and its row sums); the broadcast and the
+// multiply fuse, reading both as inputs.
 // CHECK-LABEL: func.func @softmax_like
-// CHECK: %[[E:.*]] = nn.exp
-// CHECK: %[[S:.*]] = nn.reduce_sum %[[E]]
-// CHECK: nn.fusion %[[S]], %[[E]] : tensor<4xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
+// CHECK: %[[ES:.*]]:2 = nn.fusion %{{.*}} : tensor<4x8xf32> -> tensor<4x8xf32>, tensor<4xf32>
+// CHECK: nn.exp
+// CHECK-NEXT: nn.reduce_sum
+// CHECK: nn.fusion %[[ES]]#1, %[[ES]]#0 : tensor<4xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
 // CHECK: nn.broadcast
 // CHECK: nn.div
 func.func @softmax_like(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {

@@ -1167,10 +1167,34 @@ bool FusionOp::isInputRead(unsigned i) {
   });
 }
 
+/// A reduction an nn.fusion may end in.
+static bool isFusionReduction(Operation *op) {
+  return isa_and_nonnull<ReduceSumOp, ReduceMeanOp>(op);
+}
+
+ArrayRef<int64_t> FusionOp::getIterationShape() {
+  for (Operation &op : getBody().front().without_terminator())
+    if (!isFusionReduction(&op))
+      return llvm::cast<RankedTensorType>(op.getResult(0).getType()).getShape();
+  return llvm::cast<RankedTensorType>(getResult(0).getType()).getShape();
+}
+
+ArrayRef<int64_t> FusionOp::getReducedDims() {
+  for (Operation &op : getBody().front().without_terminator()) {
+    if (auto sum = dyn_cast<ReduceSumOp>(op))
+      return sum.getDims();
+    if (auto mean = dyn_cast<ReduceMeanOp>(op))
+      return mean.getDims();
+  }
+  return {};
+}
+
 LogicalResult FusionOp::verify() {
   if (getNumResults() == 0)
     return emitOpError("needs at least one result");
   Block &body = getBody().front();
+  if (body.without_terminator().empty())
+    return emitOpError("computes nothing");
   if (body.getNumArguments() != getInputs().size())
     return emitOpError("has ") << getInputs().size() << " inputs but its body takes "
                                << body.getNumArguments();
@@ -1179,16 +1203,27 @@ LogicalResult FusionOp::verify() {
       return emitOpError("body argument ") << arg.getArgNumber() << " is " << arg.getType()
                                            << ", its input is " << input.getType();
   ArrayRef<int64_t> shape = getIterationShape();
-  for (Type type : getResultTypes())
-    if (llvm::cast<RankedTensorType>(type).getShape() != shape)
-      return emitOpError("results must share one shape (the iteration space)");
   auto yield = llvm::dyn_cast<YieldOp>(body.getTerminator());
   if (!yield)
     return emitOpError("body must end with nn.yield");
   if (yield.getValues().getTypes() != getResultTypes())
     return emitOpError("yields ") << yield.getValues().getTypes().size()
                                   << " values whose types differ from the results";
+  ArrayRef<int64_t> reduced = getReducedDims();
   for (Operation &op : body.without_terminator()) {
+    if (isFusionReduction(&op)) {
+      ArrayRef<int64_t> dims = isa<ReduceSumOp>(op) ? cast<ReduceSumOp>(op).getDims()
+                                                    : cast<ReduceMeanOp>(op).getDims();
+      if (dims != reduced)
+        return op.emitOpError("in an nn.fusion must reduce the same dims as the others");
+      if (llvm::cast<RankedTensorType>(op.getOperand(0).getType()).getShape() != shape)
+        return op.emitOpError("in an nn.fusion must reduce a value of the iteration shape");
+      if (!llvm::cast<RankedTensorType>(op.getOperand(0).getType()).getElementType().isF32())
+        return op.emitOpError("in an nn.fusion must reduce f32 values");
+      if (llvm::any_of(op.getUsers(), [](Operation *u) { return !isa<YieldOp>(u); }))
+        return op.emitOpError("in an nn.fusion must only be yielded");
+      continue;
+    }
     if (auto broadcast = llvm::dyn_cast<BroadcastOp>(op)) {
       if (!llvm::isa<BlockArgument>(broadcast.getInput()))
         return op.emitOpError("in an nn.fusion must broadcast one of its inputs");
@@ -1199,6 +1234,10 @@ LogicalResult FusionOp::verify() {
     if (llvm::cast<RankedTensorType>(op.getResult(0).getType()).getShape() != shape)
       return op.emitOpError("in an nn.fusion must compute the iteration shape");
   }
+  for (Value v : yield.getValues())
+    if (!isFusionReduction(v.getDefiningOp()) &&
+        llvm::cast<RankedTensorType>(v.getType()).getShape() != shape)
+      return emitOpError("results must share one shape (the iteration space)");
   return success();
 }
 

@@ -840,6 +840,12 @@ def NN_FusionOp : NN_Op<"fusion", [IsolatedFromAbove, Pure, SingleBlock]> {
     memory: it becomes an indexing map. A rank-0 input (a learning rate) is
     read as a scalar. Intermediate values never reach memory.
 
+    The body may also end in reductions (`nn.reduce_sum`, `nn.reduce_mean`, all
+    over the same dims) of values of the iteration shape, yielded as results
+    of the reduced shape: batch-norm statistics and bias gradients then take
+    their elementwise prologue in the same pass over memory, and the reduced
+    value is never materialized.
+
     ```mlir
     %y, %r = nn.fusion %x, %scale : tensor<8x64x56x56xf32>, tensor<64xf32>
         -> tensor<8x64x56x56xf32>, tensor<8x64x56x56xf32> {
@@ -859,10 +865,11 @@ def NN_FusionOp : NN_Op<"fusion", [IsolatedFromAbove, Pure, SingleBlock]> {
   }];
   let hasVerifier = 1;
   let extraClassDeclaration = [{
-    /// The shape every result has and every elementwise op in the body computes.
-    ::llvm::ArrayRef<int64_t> getIterationShape() {
-      return ::llvm::cast<::mlir::RankedTensorType>(getResult(0).getType()).getShape();
-    }
+    /// The shape every elementwise op in the body computes and every result
+    /// but the reductions' has.
+    ::llvm::ArrayRef<int64_t> getIterationShape();
+    /// The dims the body's reductions reduce (empty: no reduction).
+    ::llvm::ArrayRef<int64_t> getReducedDims();
     /// Whether the kernel reads input `i`: an input that is only a
     /// broadcast's `shape_of` is never read (and gets no buffer).
     bool isInputRead(unsigned i);

@@ -1039,15 +1039,61 @@ func.func @f(%x: tensor<1x8x6x6xf32>) {
 
 // -----
 
-// Tests that an nn.fusion computes only elementwise ops and broadcasts.
-func.func @fusion_with_reduction(%x: tensor<4xf32>) -> tensor<f32> {
+// Tests that an nn.fusion computes only elementwise ops and broadcasts (and
+// reductions at its end).
+func.func @fusion_with_library_op(%x: tensor<2x4xf32>) -> tensor<2xi64> {
+  %r = nn.fusion %x : tensor<2x4xf32> -> tensor<2xi64> {
+  ^bb0(%a: tensor<2x4xf32>):
+    // expected-error@+1 {{cannot be fused: only elementwise ops and broadcasts of inputs are}}
+    %s = nn.argmax %a dim 1 : tensor<2x4xf32>
+    nn.yield %s : tensor<2xi64>
+  }
+  return %r : tensor<2xi64>
+}
+
+// -----
+
+// Tests that a reduction in an nn.fusion reduces a value of the iteration shape.
+func.func @fusion_reduction_shape(%x: tensor<4xf32>) -> tensor<f32> {
   %r = nn.fusion %x : tensor<4xf32> -> tensor<f32> {
   ^bb0(%a: tensor<4xf32>):
-    // expected-error@+1 {{cannot be fused: only elementwise ops and broadcasts of inputs are}}
+    // expected-error@+1 {{in an nn.fusion must reduce a value of the iteration shape}}
     %s = nn.reduce_sum %a dims [0] : tensor<4xf32>
     nn.yield %s : tensor<f32>
   }
   return %r : tensor<f32>
+}
+
+// -----
+
+// Tests that the reductions of an nn.fusion share their dims (the loop nest's
+// reduction loops).
+func.func @fusion_reduction_dims(%x: tensor<2x4xf32>) -> (tensor<4xf32>, tensor<2xf32>) {
+  %r:2 = nn.fusion %x : tensor<2x4xf32> -> tensor<4xf32>, tensor<2xf32> {
+  ^bb0(%a: tensor<2x4xf32>):
+    %e = nn.exp %a : tensor<2x4xf32>
+    %s = nn.reduce_sum %e dims [0] : tensor<2x4xf32>
+    // expected-error@+1 {{in an nn.fusion must reduce the same dims as the others}}
+    %t = nn.reduce_mean %e dims [1] : tensor<2x4xf32>
+    nn.yield %s, %t : tensor<4xf32>, tensor<2xf32>
+  }
+  return %r#0, %r#1 : tensor<4xf32>, tensor<2xf32>
+}
+
+// -----
+
+// Tests that a reduction in an nn.fusion only ends it: nothing reads it but
+// the yield.
+func.func @fusion_reduction_read(%x: tensor<2x4xf32>) -> (tensor<4xf32>, tensor<4xf32>) {
+  %r:2 = nn.fusion %x : tensor<2x4xf32> -> tensor<4xf32>, tensor<4xf32> {
+  ^bb0(%a: tensor<2x4xf32>):
+    %e = nn.exp %a : tensor<2x4xf32>
+    // expected-error@+1 {{in an nn.fusion must only be yielded}}
+    %s = nn.reduce_sum %e dims [0] : tensor<2x4xf32>
+    %n = nn.neg %s : tensor<4xf32>
+    nn.yield %s, %n : tensor<4xf32>, tensor<4xf32>
+  }
+  return %r#0, %r#1 : tensor<4xf32>, tensor<4xf32>
 }
 
 // -----
@@ -1071,7 +1117,8 @@ func.func @fusion_shapes(%x: tensor<4xf32>, %y: tensor<8xf32>) -> (tensor<4xf32>
   // expected-error@+1 {{results must share one shape (the iteration space)}}
   %r:2 = nn.fusion %x, %y : tensor<4xf32>, tensor<8xf32> -> tensor<4xf32>, tensor<8xf32> {
   ^bb0(%a: tensor<4xf32>, %b: tensor<8xf32>):
-    nn.yield %a, %b : tensor<4xf32>, tensor<8xf32>
+    %e = nn.exp %a : tensor<4xf32>
+    nn.yield %e, %b : tensor<4xf32>, tensor<8xf32>
   }
   return %r#0, %r#1 : tensor<4xf32>, tensor<8xf32>
 }
