@@ -54,6 +54,20 @@ std::string LaunchSummary(const fb::KernelBinary& binary) {
 
 }  // namespace
 
+std::string KernelOpsString(const fb::Kernel& kernel, const char* separator) {
+  std::string out;
+  if (kernel.ops() == nullptr) return out;
+  const auto& ops = *kernel.ops();
+  for (uint32_t i = 0; i < ops.size();) {
+    uint32_t end = i + 1;
+    while (end < ops.size() && ops.Get(end)->str() == ops.Get(i)->str()) ++end;
+    out += (out.empty() ? "" : separator) + ops.Get(i)->str();
+    if (end - i > 1) out += " x" + std::to_string(end - i);
+    i = end;
+  }
+  return out;
+}
+
 void PrintPlan(const Plan& loaded, const PrintOptions& options, std::ostream& os) {
   const fb::Plan& plan = loaded.root();
   os << "plan: model " << StringOf(plan.model()) << ", batch " << plan.batch_size()
@@ -143,7 +157,7 @@ void PrintPlan(const Plan& loaded, const PrintOptions& options, std::ostream& os
     os << "\nkernels:\n";
     for (const fb::Kernel* k : *plan.kernels()) {
       os << "  " << StringOf(k->name()) << ":";
-      for (const flatbuffers::String* op : *k->ops()) os << " " << op->str();
+      os << " " << KernelOpsString(*k, " ");
       os << " (" << k->num_inputs() << " in, " << k->num_outputs() << " out"
          << (k->elementwise() ? ", elementwise" : "") << ")\n";
     }

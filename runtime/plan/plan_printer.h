@@ -18,6 +18,10 @@ struct PrintOptions {
 
 void PrintPlan(const Plan& plan, const PrintOptions& options, std::ostream& os);
 
+// The ops a kernel computes, joined by `separator`, a run of one op written
+// once with its count ("nn.sgd_momentum x51": an nn.multi_tensor).
+std::string KernelOpsString(const fb::Kernel& kernel, const char* separator);
+
 }  // namespace graphc::runtime
 
 #endif  // GRAPHC_RUNTIME_PLAN_PLAN_PRINTER_H_

@@ -121,9 +121,7 @@ nlohmann::json Profile(const fb::Plan& root, const fb::Program& program,
   for (size_t i = 0; i < std::min<size_t>(kernels.size(), 10); ++i) {
     const fb::Command& command = *program.commands()->Get(kernels[i].second);
     const fb::Kernel& kernel = *root.kernels()->Get(command.kernel());
-    std::string ops;
-    if (kernel.ops())
-      for (const auto* op : *kernel.ops()) ops += (ops.empty() ? "" : ", ") + op->str();
+    std::string ops = KernelOpsString(kernel, ", ");
     std::cout << "  " << std::setw(9) << kernels[i].first << " ms " << std::setw(6)
               << 100.0 * kernels[i].first / total << "%  " << StringOf(kernel.name()) << " ["
               << ops << "] " << StringOf(command.location()) << "\n";
