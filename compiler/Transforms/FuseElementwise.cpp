@@ -86,6 +86,33 @@ int64_t unfusedBytes(Operation *op) {
   return bytes;
 }
 
+/// `OpT` (nn.fusion, nn.multi_tensor) at `b`'s insertion point: a body with
+/// one argument per input, clones of `members`, yielding `outputs`.
+template <typename OpT>
+OpT buildGroupOp(OpBuilder &b, ArrayRef<Operation *> members, ArrayRef<Value> inputs,
+                 ArrayRef<Value> outputs) {
+  SmallVector<Location> locs;
+  for (Operation *m : members)
+    locs.push_back(m->getLoc());
+  Location loc = b.getFusedLoc(locs);
+  SmallVector<Type> resultTypes;
+  for (Value v : outputs)
+    resultTypes.push_back(v.getType());
+  auto group = b.create<OpT>(loc, resultTypes, inputs);
+  OpBuilder::InsertionGuard guard(b);
+  Block *body = b.createBlock(&group.getBody());
+  IRMapping mapping;
+  for (Value input : inputs)
+    mapping.map(input, body->addArgument(input.getType(), input.getLoc()));
+  for (Operation *m : members)
+    b.clone(*m, mapping);
+  SmallVector<Value> yielded;
+  for (Value v : outputs)
+    yielded.push_back(mapping.lookup(v));
+  b.create<nn::YieldOp>(loc, yielded);
+  return group;
+}
+
 /// The values from outside `members` they read, in first-use order, and their
 /// results used outside them.
 void boundary(ArrayRef<Operation *> members, const llvm::SmallPtrSetImpl<Operation *> &set,
@@ -182,24 +209,7 @@ void FuseElementwisePass::emitFusion(ArrayRef<Operation *> members) {
   Operation *last = members.back();
   OpBuilder b(last->getContext());
   b.setInsertionPointAfter(last);
-  SmallVector<Location> locs;
-  for (Operation *m : members)
-    locs.push_back(m->getLoc());
-  Location loc = b.getFusedLoc(locs);
-  SmallVector<Type> resultTypes;
-  for (Value v : outputs)
-    resultTypes.push_back(v.getType());
-  auto fusion = b.create<nn::FusionOp>(loc, resultTypes, inputs.getArrayRef());
-  Block *body = b.createBlock(&fusion.getBody());
-  IRMapping mapping;
-  for (Value input : inputs)
-    mapping.map(input, body->addArgument(input.getType(), input.getLoc()));
-  for (Operation *m : members)
-    b.clone(*m, mapping);
-  SmallVector<Value> yielded;
-  for (Value v : outputs)
-    yielded.push_back(mapping.lookup(v));
-  b.create<nn::YieldOp>(loc, yielded);
+  auto fusion = buildGroupOp<nn::FusionOp>(b, members, inputs.getArrayRef(), outputs);
 
   // One launch instead of one per member; the intermediates never reach memory.
   int64_t fusedBytes = 0;
@@ -390,27 +400,11 @@ void FuseElementwisePass::emitBatch(ArrayRef<Operation *> members) {
   b.setInsertionPointAfter(last);
   llvm::SetVector<Value> inputs;
   SmallVector<Value> outputs;
-  SmallVector<Location> locs;
   for (Operation *m : members) {
     inputs.insert(m->getOperands().begin(), m->getOperands().end());
     llvm::append_range(outputs, m->getResults());
-    locs.push_back(m->getLoc());
   }
-  SmallVector<Type> resultTypes;
-  for (Value v : outputs)
-    resultTypes.push_back(v.getType());
-  Location loc = b.getFusedLoc(locs);
-  auto batch = b.create<nn::MultiTensorOp>(loc, resultTypes, inputs.getArrayRef());
-  Block *body = b.createBlock(&batch.getBody());
-  IRMapping mapping;
-  for (Value input : inputs)
-    mapping.map(input, body->addArgument(input.getType(), input.getLoc()));
-  for (Operation *m : members)
-    b.clone(*m, mapping);
-  SmallVector<Value> yielded;
-  for (Value v : outputs)
-    yielded.push_back(mapping.lookup(v));
-  b.create<nn::YieldOp>(loc, yielded);
+  auto batch = buildGroupOp<nn::MultiTensorOp>(b, members, inputs.getArrayRef(), outputs);
 
   // The write-backs of earlier members move after the batch, in order.
   Operation *insertAfter = batch;

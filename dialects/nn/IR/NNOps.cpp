@@ -1167,6 +1167,20 @@ bool FusionOp::isInputRead(unsigned i) {
   });
 }
 
+/// The body of an nn.fusion / nn.multi_tensor takes one argument per input,
+/// of its type.
+static LogicalResult verifyBodyArguments(Operation *op, ValueRange inputs, Block &body) {
+  if (body.getNumArguments() != inputs.size())
+    return op->emitOpError("has ") << inputs.size() << " inputs but its body takes "
+                                   << body.getNumArguments();
+  for (auto [input, arg] : llvm::zip(inputs, body.getArguments()))
+    if (input.getType() != arg.getType())
+      return op->emitOpError("body argument ")
+             << arg.getArgNumber() << " is " << arg.getType() << ", its input is "
+             << input.getType();
+  return success();
+}
+
 /// A reduction an nn.fusion may end in.
 static bool isFusionReduction(Operation *op) {
   return isa_and_nonnull<ReduceSumOp, ReduceMeanOp>(op);
@@ -1195,13 +1209,8 @@ LogicalResult FusionOp::verify() {
   Block &body = getBody().front();
   if (body.without_terminator().empty())
     return emitOpError("computes nothing");
-  if (body.getNumArguments() != getInputs().size())
-    return emitOpError("has ") << getInputs().size() << " inputs but its body takes "
-                               << body.getNumArguments();
-  for (auto [input, arg] : llvm::zip(getInputs(), body.getArguments()))
-    if (input.getType() != arg.getType())
-      return emitOpError("body argument ") << arg.getArgNumber() << " is " << arg.getType()
-                                           << ", its input is " << input.getType();
+  if (failed(verifyBodyArguments(*this, getInputs(), body)))
+    return failure();
   ArrayRef<int64_t> shape = getIterationShape();
   auto yield = llvm::dyn_cast<YieldOp>(body.getTerminator());
   if (!yield)
@@ -1259,13 +1268,8 @@ SmallVector<unsigned> MultiTensorOp::getMemberInputs(unsigned i) {
 
 LogicalResult MultiTensorOp::verify() {
   Block &body = getBody().front();
-  if (body.getNumArguments() != getInputs().size())
-    return emitOpError("has ") << getInputs().size() << " inputs but its body takes "
-                               << body.getNumArguments();
-  for (auto [input, arg] : llvm::zip(getInputs(), body.getArguments()))
-    if (input.getType() != arg.getType())
-      return emitOpError("body argument ") << arg.getArgNumber() << " is " << arg.getType()
-                                           << ", its input is " << input.getType();
+  if (failed(verifyBodyArguments(*this, getInputs(), body)))
+    return failure();
   auto yield = llvm::dyn_cast<YieldOp>(body.getTerminator());
   if (!yield)
     return emitOpError("body must end with nn.yield");
