@@ -1254,18 +1254,6 @@ bool graphc::nn::isBatchableUpdate(Operation *op) {
   return isa<SgdOp, SgdMomentumOp, AdamOp>(op);
 }
 
-Operation *MultiTensorOp::getMemberOf(unsigned i) {
-  auto yield = llvm::cast<YieldOp>(getBody().front().getTerminator());
-  return yield.getValues()[i].getDefiningOp();
-}
-
-SmallVector<unsigned> MultiTensorOp::getMemberInputs(unsigned i) {
-  SmallVector<unsigned> inputs;
-  for (Value operand : getMemberOf(i)->getOperands())
-    inputs.push_back(llvm::cast<BlockArgument>(operand).getArgNumber());
-  return inputs;
-}
-
 LogicalResult MultiTensorOp::verify() {
   Block &body = getBody().front();
   if (failed(verifyBodyArguments(*this, getInputs(), body)))

@@ -912,12 +912,6 @@ def NN_MultiTensorOp : NN_Op<"multi_tensor", [IsolatedFromAbove, Pure, SingleBlo
     $inputs attr-dict `:` type($inputs) `->` type($results) $body
   }];
   let hasVerifier = 1;
-  let extraClassDeclaration = [{
-    /// The member (body op) that computes result `i`, and the indices of the
-    /// inputs it reads.
-    ::mlir::Operation *getMemberOf(unsigned i);
-    ::llvm::SmallVector<unsigned> getMemberInputs(unsigned i);
-  }];
 }
 
 def NN_YieldOp : NN_Op<"yield", [Pure, Terminator,
