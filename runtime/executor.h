@@ -38,7 +38,9 @@ class Executor {
   Status Write(int32_t buffer, const void* data, uint64_t bytes);
   Status Read(int32_t buffer, void* data, uint64_t bytes) const;
 
-  // Runs every command of the program, then synchronizes.
+  // Runs every command of the program, then synchronizes. The program's
+  // inputs live in the arena and may be overwritten once last read, so they are
+  // written before every Run; its outputs are valid until the next Run.
   Status Run(int program);
 
   // While on, Run synchronizes after every command and adds its wall time to
