@@ -41,6 +41,15 @@ public:
   using FuseElementwiseBase::FuseElementwiseBase;
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    // A kernel takes at least one input and one result; a smaller limit would
+    // silently turn fusion off (--no-fuse is the way to do that).
+    for (auto [name, value] : {std::pair<StringRef, int64_t>{"max-operands", maxOperands},
+                               {"max-batch-operands", maxBatchOperands}})
+      if (value < 2) {
+        module.emitError("graphc-fuse-elementwise: ")
+            << name << " must be >= 2, got " << value;
+        return signalPassFailure();
+      }
     SmallVector<NamedAttribute> savings;
     Builder b(module.getContext());
     for (auto func : module.getOps<func::FuncOp>()) {

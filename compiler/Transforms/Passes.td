@@ -97,7 +97,8 @@ def FuseElementwise : Pass<"graphc-fuse-elementwise", "::mlir::ModuleOp"> {
       nothing fuses across a library op (a convolution, a gemm, a pool, a
       reduction): the library op sits between producer and consumer.
     - At most `max-operands` inputs plus results per group (the kernel's
-      buffer count).
+      buffer count). Both limits must be at least 2; `graphc compile
+      --no-fuse` is the way to turn fusion off.
 
     Then the optimizer updates (`nn.sgd`, `nn.sgd_momentum`, `nn.adam`; not
     `nn.lars`, whose per-tensor norms are reductions) are batched, in program
