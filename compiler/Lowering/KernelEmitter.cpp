@@ -395,13 +395,19 @@ KernelSignature emitFusion(nn::FusionOp op, ModuleOp kernels, StringRef name) {
                  });
   }
   b.create<func::ReturnOp>(loc);
-  // Broadcast inputs are smaller than the outputs unless they are identities
-  // (no dim stretched), so each elementwise output may overwrite any
-  // same-sized input. A reduction's output is accumulated over many
-  // iterations: it overwrites nothing (a group of its own).
+  // An elementwise output may overwrite an input read at the iteration
+  // shape (element i read only to write element i), never one read through a
+  // broadcast map: fewer elements, but not necessarily fewer bytes (an f16 or
+  // i1 output over an f32 input). A reduction's output is accumulated over
+  // many iterations: it overwrites nothing (a group of its own).
   KernelSignature signature{read, /*elementwise=*/true, {}};
-  if (!reducedDims.empty()) {
-    signature.groups.assign(read.size(), 0);
+  bool stretched = llvm::any_of(read, [&](Value v) {
+    return llvm::cast<RankedTensorType>(v.getType()).getShape() != shape;
+  });
+  if (stretched || !reducedDims.empty()) {
+    for (Value v : read)
+      signature.groups.push_back(
+          llvm::cast<RankedTensorType>(v.getType()).getShape() == shape ? 0 : -1);
     for (Value v : yield.getValues())
       signature.groups.push_back(reductionOf(v) ? 1 : 0);
   }

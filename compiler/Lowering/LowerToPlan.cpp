@@ -331,13 +331,17 @@ LogicalResult LowerToPlanPass::lowerFunction(func::FuncOp func) {
   unsigned pos = 0;
   for (Operation &op : body)
     position[&op] = pos++;
+  SmallVector<std::pair<nn::LoadOp, unsigned>> loadReads; // each load's last read
+  SmallVector<nn::AssignOp> assigns;
   for (Operation &op : body) {
-    if (auto assign = llvm::dyn_cast<nn::AssignOp>(op))
+    if (auto assign = llvm::dyn_cast<nn::AssignOp>(op)) {
       ++assignCount[assign.getVariable()];
+      assigns.push_back(assign);
+    }
     auto load = llvm::dyn_cast<nn::LoadOp>(op);
     if (!load)
       continue;
-    unsigned &last = lastRead[load.getVariable()];
+    unsigned last = 0;
     SmallVector<Value> worklist = {load.getResult()};
     while (!worklist.empty()) {
       Value v = worklist.pop_back_val();
@@ -350,7 +354,23 @@ LogicalResult LowerToPlanPass::lowerFunction(func::FuncOp func) {
           last = std::max(last, pos);
       }
     }
+    loadReads.push_back({load, last});
+    unsigned &stateLast = lastRead[load.getVariable()];
+    stateLast = std::max(stateLast, last);
   }
+  // A load is a view of the state's buffer, so it must not be read after an
+  // nn.assign overwrites that buffer (the passes keep every read first).
+  for (nn::AssignOp assign : assigns)
+    for (auto [load, last] : loadReads)
+      if (load.getVariable() == assign.getVariable() && position[load] < position[assign] &&
+          last > position[assign]) {
+        InFlightDiagnostic diag = assign.emitOpError("overwrites @")
+                                  << assign.getVariable()
+                                  << " while a value loaded from it is still read later (a "
+                                     "load is a view of the state's buffer)";
+        diag.attachNote(load.getLoc()) << "loaded here";
+        return diag;
+      }
 
   moduleBuilder.setInsertionPoint(kernels);
   auto program = moduleBuilder.create<plan::ProgramOp>(

@@ -106,14 +106,27 @@ int64_t PlanMemoryPass::planProgram(plan::ProgramOp program, SymbolTable &symbol
       StringRef out = rootOf(llvm::cast<FlatSymbolRefAttr>(outRef).getValue());
       if (inPlace[o] != -1 || !isArena(out) || intervals[out].begin != at)
         continue;
+      auto elements = [&](Attribute ref) {
+        return buffers.lookup(llvm::cast<FlatSymbolRefAttr>(ref).getValue())
+            .getMemRefType()
+            .getNumElements();
+      };
       for (auto [i, inRef] : llvm::enumerate(launch.getInputs())) {
         StringRef in = rootOf(llvm::cast<FlatSymbolRefAttr>(inRef).getValue());
-        if (!kernel.mayOverwrite(o, i) || !isArena(in) || taken.contains(in) ||
-            programOutputs.contains(in) ||
+        if (!isArena(in) || taken.contains(in) || programOutputs.contains(in) ||
             intervals[in].end != at || intervals[in].size != intervals[out].size)
           continue;
-        // Every other input view of `in` must be read at this command only,
-        // which holds since its interval ends here.
+        // Every input view of `in` is read at this command only (its interval
+        // ends here), and each must be one the output may overwrite: element
+        // for element (same count), within the output's group.
+        bool every = llvm::all_of(llvm::enumerate(launch.getInputs()), [&](auto view) {
+          StringRef name = llvm::cast<FlatSymbolRefAttr>(view.value()).getValue();
+          return rootOf(name) != in ||
+                 (kernel.mayOverwrite(o, view.index()) &&
+                  elements(view.value()) == elements(outRef));
+        });
+        if (!every)
+          continue;
         LLVM_DEBUG(llvm::dbgs() << out << " reuses " << in << "\n");
         Interval merged = intervals[in];
         merged.end = intervals[out].end;

@@ -36,6 +36,50 @@ struct Group {
   ArrayRef<int64_t> shape;
 };
 
+/// The state whose buffer `v` is: an nn.load, or a reshape / flatten of one
+/// (the plan makes both views of the state's buffer, so they see a later
+/// nn.assign to it). Empty for any other value.
+StringRef stateOf(Value v) {
+  while (Operation *def = v.getDefiningOp()) {
+    if (auto load = dyn_cast<nn::LoadOp>(def))
+      return load.getVariable();
+    if (!isa<nn::ReshapeOp, nn::FlattenOp>(def))
+      break;
+    v = def->getOperand(0);
+  }
+  return {};
+}
+
+/// A block's ops and their positions.
+struct ProgramOrder {
+  explicit ProgramOrder(Block &block) {
+    for (Operation &op : block) {
+      position[&op] = ops.size();
+      ops.push_back(&op);
+    }
+  }
+  /// Whether moving `op` to just after position `to` keeps every state it
+  /// reads unchanged: no nn.assign to one of them in between, but those
+  /// `exempt` says will move after it too.
+  bool keepsStateReads(Operation *op, unsigned to,
+                       llvm::function_ref<bool(nn::AssignOp)> exempt) const {
+    for (Value operand : op->getOperands()) {
+      StringRef state = stateOf(operand);
+      if (state.empty())
+        continue;
+      for (unsigned i = position.lookup(op) + 1; i <= to && i < ops.size(); ++i) {
+        auto assign = dyn_cast<nn::AssignOp>(ops[i]);
+        if (assign && assign.getVariable() == state && !exempt(assign))
+          return false;
+      }
+    }
+    return true;
+  }
+
+  DenseMap<Operation *, unsigned> position;
+  SmallVector<Operation *> ops;
+};
+
 class FuseElementwisePass : public graphc::impl::FuseElementwiseBase<FuseElementwisePass> {
 public:
   using FuseElementwiseBase::FuseElementwiseBase;
@@ -137,10 +181,8 @@ void boundary(ArrayRef<Operation *> members, const llvm::SmallPtrSetImpl<Operati
 }
 
 void FuseElementwisePass::fuseBlock(Block &block) {
-  DenseMap<Operation *, unsigned> position;
-  unsigned pos = 0;
-  for (Operation &op : block)
-    position[&op] = pos++;
+  ProgramOrder order(block);
+  DenseMap<Operation *, unsigned> &position = order.position;
 
   std::vector<Group> groups;
   DenseMap<Operation *, int> groupOf;
@@ -170,10 +212,13 @@ void FuseElementwisePass::fuseBlock(Block &block) {
       llvm::append_range(trial, groups[g].members);
       llvm::SmallPtrSet<Operation *, 32> trialSet(set);
       trialSet.insert(groups[g].members.begin(), groups[g].members.end());
-      // No member read outside the group before `op` (where it is emitted).
-      // And a broadcast reads a group input, never a member.
+      // No member read outside the group before `op` (where it is emitted),
+      // and no state a member reads written before then. A broadcast reads a
+      // group input, never a member.
       bool legal = llvm::all_of(trial, [&](Operation *m) {
         if (isa<nn::BroadcastOp>(m) && trialSet.contains(m->getOperand(0).getDefiningOp()))
+          return false;
+        if (!order.keepsStateReads(m, position[&op], [](nn::AssignOp) { return false; }))
           return false;
         return llvm::all_of(m->getUsers(), [&](Operation *u) {
           return trialSet.contains(u) || position[u] > position[&op];
@@ -260,6 +305,12 @@ void FuseElementwisePass::absorbReductions(Block &block) {
                                  : cast<nn::ReduceMeanOp>(reduction).getDims();
     auto fusion = dyn_cast<nn::FusionOp>(producer);
     if (fusion) {
+      // Not a reduction of a reduction (a keep_dims one over size-1 dims has
+      // the iteration shape): a reduced value is only yielded.
+      Operation *yielded = fusion.getBody().front().getTerminator()->getOperand(
+          llvm::cast<OpResult>(value).getResultNumber()).getDefiningOp();
+      if (isa_and_nonnull<nn::ReduceSumOp, nn::ReduceMeanOp>(yielded))
+        continue;
       ArrayRef<int64_t> existing = fusion.getReducedDims();
       if (fusion.getIterationShape() != type.getShape() ||
           (!existing.empty() && existing != dims) ||
@@ -328,13 +379,9 @@ void FuseElementwisePass::absorbReductions(Block &block) {
 /// by the nn.assign writing them back, which moves after the batch when
 /// nothing in between reads or writes that state.
 void FuseElementwisePass::batchUpdates(Block &block) {
-  DenseMap<Operation *, unsigned> position;
-  unsigned pos = 0;
-  SmallVector<Operation *> ops;
-  for (Operation &op : block) {
-    position[&op] = pos++;
-    ops.push_back(&op);
-  }
+  ProgramOrder order(block);
+  DenseMap<Operation *, unsigned> &position = order.position;
+  ArrayRef<Operation *> ops = order.ops;
   // Whether `assign` can move to just after position `to`.
   auto canSink = [&](nn::AssignOp assign, unsigned to) {
     StringRef state = assign.getVariable();
@@ -348,20 +395,13 @@ void FuseElementwisePass::batchUpdates(Block &block) {
   };
   // Whether member `m` of `batch` may be computed at position `at` instead:
   // its results are not read before (but by write-backs that can move after
-  // it), and no state it reads (an nn.load is a view of the state's buffer)
-  // is written in between, but by the batch's own write-backs.
+  // it), and no state it reads is written in between, but by the batch's own
+  // write-backs (which move after it).
   auto canDelay = [&](Operation *m, unsigned at, ArrayRef<Operation *> batch) {
-    for (Value operand : m->getOperands()) {
-      auto load = operand.getDefiningOp<nn::LoadOp>();
-      if (!load)
-        continue;
-      for (unsigned i = position[m] + 1; i <= at; ++i) {
-        auto assign = llvm::dyn_cast<nn::AssignOp>(ops[i]);
-        if (assign && assign.getVariable() == load.getVariable() &&
-            !llvm::is_contained(batch, assign.getValue().getDefiningOp()))
-          return false;
-      }
-    }
+    if (!order.keepsStateReads(m, at, [&](nn::AssignOp assign) {
+          return llvm::is_contained(batch, assign.getValue().getDefiningOp());
+        }))
+      return false;
     return llvm::all_of(m->getUsers(), [&](Operation *user) {
       if (position[user] > at)
         return true;
@@ -391,12 +431,17 @@ void FuseElementwisePass::batchUpdates(Block &block) {
   }
   // Decide every batch on the original order, then rewrite: batches follow
   // each other, so one's moved assigns never fall inside the next.
+  // A member left out takes its write-back's exemption with it, so drop
+  // until what stays is consistent.
   for (SmallVector<Operation *> &batch : batches) {
     unsigned at = position[batch.back()];
-    SmallVector<Operation *> all(batch);
-    llvm::erase_if(batch, [&](Operation *m) {
-      return m != all.back() && !canDelay(m, at, all);
-    });
+    for (size_t size = 0; size != batch.size();) {
+      size = batch.size();
+      SmallVector<Operation *> kept(batch);
+      llvm::erase_if(batch, [&](Operation *m) {
+        return m != kept.back() && !canDelay(m, at, kept);
+      });
+    }
   }
   for (ArrayRef<Operation *> batch : batches)
     if (batch.size() >= 2)

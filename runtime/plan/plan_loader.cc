@@ -55,6 +55,11 @@ class CommandChecker {
                       const std::string& where);
   Status CheckShapes(const fb::Command& command, const std::string& where);
   const fb::Buffer& Buf(int32_t index) const { return *plan_.buffers()->Get(index); }
+  int64_t Elements(int32_t index) const {
+    int64_t count = 1;
+    for (int64_t d : *Buf(index).shape()) count *= d;  // bounded by the buffer checks
+    return count;
+  }
   std::vector<int64_t> Shape(int32_t index) const {
     const fb::Buffer& b = Buf(index);
     return std::vector<int64_t>(b.shape()->begin(), b.shape()->end());
@@ -121,16 +126,6 @@ Status CommandChecker::CheckOverlap(const fb::Command& command, bool may_be_in_p
         return Fail(ErrorCode::kPlanAliasedOperands,
                     where + ": output " + Str(o) + " is declared in place over input " +
                         Str(i) + " but they are not the same memory");
-      // A kernel of independent parts: only within a part.
-      const fb::Kernel* kernel = plan_.kernels()->Get(command.kernel());
-      if (const auto* groups = kernel->arg_groups(); groups != nullptr && groups->size() != 0) {
-        int32_t group = groups->Get(static_cast<uint32_t>(i));
-        if (group < 0 || group != groups->Get(kernel->num_inputs() + o))
-          return Fail(ErrorCode::kPlanAliasedOperands,
-                      where + ": output " + Str(o) + " is declared in place over input " +
-                          Str(i) + ", which belongs to another part of kernel " +
-                          kernel->name()->str());
-      }
     }
   }
   for (uint32_t o = 0; o < outputs.size(); ++o) {
@@ -153,6 +148,20 @@ Status CommandChecker::CheckOverlap(const fb::Command& command, bool may_be_in_p
                     where + ": reads " + BufferName(plan_, inputs.Get(i)) +
                         " and writes " + BufferName(plan_, outputs.Get(o)) +
                         ", which overlap, without declaring it in place");
+      // Every input in that memory (the declared one and its views) is read
+      // element for element, within the output's part of the kernel.
+      if (Elements(inputs.Get(i)) != Elements(outputs.Get(o)))
+        return Fail(ErrorCode::kPlanAliasedOperands,
+                    where + ": writes " + BufferName(plan_, outputs.Get(o)) + " in place over " +
+                        BufferName(plan_, inputs.Get(i)) + ", which has another element count");
+      const fb::Kernel* kernel = plan_.kernels()->Get(command.kernel());
+      if (const auto* groups = kernel->arg_groups(); groups != nullptr && groups->size() != 0) {
+        int32_t group = groups->Get(i);
+        if (group < 0 || group != groups->Get(kernel->num_inputs() + o))
+          return Fail(ErrorCode::kPlanAliasedOperands,
+                      where + ": writes output " + Str(o) + " in place over input " + Str(i) +
+                          ", which belongs to another part of kernel " + kernel->name()->str());
+      }
     }
   }
   return Status::Ok();

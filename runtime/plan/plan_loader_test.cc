@@ -19,6 +19,7 @@ struct BufferSpec {
   fb::Region region = fb::Region::Arena;
   uint64_t offset = 0;
   int64_t size = -1;  // -1: from the shape
+  fb::DType dtype = fb::DType::F32;
 };
 
 struct CommandSpec {
@@ -55,6 +56,7 @@ struct PlanSpec {
   int32_t constant_buffer = 5;
   std::vector<uint64_t> kernel_arg_bytes = {160, 160};
   std::vector<int32_t> kernel_arg_groups;  // empty: none (one group)
+  uint32_t kernel_inputs = 1;
   std::vector<std::string> binary_symbols = {"k0"};
   // A CudaSm90 PTX binary too, with these launches for k0 (none: no list).
   struct LaunchSpec {
@@ -71,9 +73,9 @@ struct PlanSpec {
     for (const BufferSpec& b : buffers) {
       int64_t elements = 1;
       for (int64_t d : b.shape) elements *= d;
-      uint64_t size = b.size >= 0 ? b.size : elements * 4;
+      uint64_t size = b.size >= 0 ? b.size : elements * (b.dtype == fb::DType::F16 ? 2 : 4);
       buffer_offsets.push_back(fb::CreateBuffer(fbb, fbb.CreateString(b.name),
-                                                fb::DType::F32, fbb.CreateVector(b.shape),
+                                                b.dtype, fbb.CreateVector(b.shape),
                                                 b.region, b.offset, size));
     }
     std::vector<flatbuffers::Offset<fb::Command>> command_offsets;
@@ -96,7 +98,7 @@ struct PlanSpec {
         fb::CreateConstant(fbb, constant_buffer, fbb.CreateVector(constant_data))};
     std::vector<std::string> ops = {"nn.relu"};
     std::vector<flatbuffers::Offset<fb::Kernel>> kernels = {fb::CreateKernel(
-        fbb, fbb.CreateString("k0"), fbb.CreateVectorOfStrings(ops), 1, 1, true,
+        fbb, fbb.CreateString("k0"), fbb.CreateVectorOfStrings(ops), kernel_inputs, 1, true,
         fbb.CreateVector(kernel_arg_bytes),
         kernel_arg_groups.empty() ? 0 : fbb.CreateVector(kernel_arg_groups))};
     std::vector<uint8_t> code = {0x7f, 'E', 'L', 'F'};
@@ -262,6 +264,30 @@ TEST(PlanLoaderTest, GroupedKernelRunsInPlaceOnlyWithinAGroup) {
   PlanSpec short_list;
   short_list.kernel_arg_groups = {0};
   EXPECT_EQ(LoadError(short_list), ErrorCode::kPlanBadValue);
+}
+
+// In place means element i over element i: an output over an input of the
+// same bytes but another element count (f16 over f32) is refused.
+TEST(PlanLoaderTest, InPlaceNeedsTheSameElementCount) {
+  PlanSpec spec;
+  spec.buffers.push_back({"y16", {2, 5, 2, 2, 2}, fb::Region::Arena, 512, -1, fb::DType::F16});
+  spec.commands[1].outputs = {7};
+  EXPECT_EQ(LoadError(spec), ErrorCode::kPlanAliasedOperands);
+}
+
+// A view of the overwritten input read by another part of the kernel is
+// refused too: that part would read what the output already wrote.
+TEST(PlanLoaderTest, GroupedKernelReadsNoViewOfItsInPlaceInputInAnotherGroup) {
+  PlanSpec spec;
+  spec.buffers.push_back({"yv", {2, 20}, fb::Region::Arena, 512});  // 7: y's memory
+  spec.commands[1].inputs = {2, 7};
+  spec.kernel_inputs = 2;
+  spec.kernel_arg_bytes = {160, 160, 160};
+  spec.cpu_launches = {PlanSpec::LaunchSpec{{10, 1, 1}, {1, 1, 1}, {0, 1, 2}}};
+  spec.kernel_arg_groups = {0, 0, 0};
+  EXPECT_EQ(LoadError(spec), ErrorCode::kOk);
+  spec.kernel_arg_groups = {0, 1, 0};
+  EXPECT_EQ(LoadError(spec), ErrorCode::kPlanAliasedOperands);
 }
 
 TEST(PlanLoaderTest, OffsetPlusSizeOverflows) {

@@ -7,11 +7,12 @@
 //  - the reduced output is zeroed, indexed by c alone, accumulated in the
 //    body next to the elementwise output, then scaled by 1/32 for the mean;
 //  - the squared value is never an argument;
-//  - the reduced output is a group of its own: nothing runs in place over it.
+//  - the reduced output is a group of its own (nothing runs in place over
+//    it), and the broadcast [C] input is in none (never overwritten).
 // CHECK-DAG: #[[ID:map[0-9]*]] = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
 // CHECK-DAG: #[[C:map[0-9]*]] = affine_map<(d0, d1, d2) -> (d1)>
 // CHECK: plan.launch @[[K:k[0-9]+]] [@train_step.input1, @train_step.input0] -> [@train_step.v0, @train_step.v1]{{$}}
-// CHECK: plan.kernel @[[K]] ops ["nn.broadcast", "nn.sub", "nn.mul", "nn.reduce_mean"] inputs 2 outputs 2 bytes [12, 384, 384, 12] elementwise groups [0, 0, 0, 1]
+// CHECK: plan.kernel @[[K]] ops ["nn.broadcast", "nn.sub", "nn.mul", "nn.reduce_mean"] inputs 2 outputs 2 bytes [12, 384, 384, 12] elementwise groups [-1, 0, 0, 1]
 // CHECK: func.func @[[K]](%[[M:.*]]: memref<3xf32>, %[[X:.*]]: memref<2x3x16xf32>, %[[Y:.*]]: memref<2x3x16xf32>, %[[V:.*]]: memref<3xf32>)
 // CHECK: linalg.fill ins(%{{.*}} : f32) outs(%[[V]] : memref<3xf32>)
 // CHECK-NEXT: linalg.generic {indexing_maps = [#[[ID]], #[[C]], #[[ID]], #[[C]]], iterator_types = ["reduction", "parallel", "reduction"]} ins(%[[X]], %[[M]] : memref<2x3x16xf32>, memref<3xf32>) outs(%[[Y]], %[[V]] : memref<2x3x16xf32>, memref<3xf32>)

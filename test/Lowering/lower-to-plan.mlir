@@ -71,6 +71,22 @@ func.func @train_step(%x: tensor<2x4xf32>) -> tensor<2x4xf32> {
 
 // -----
 
+// Tests that a value loaded from a state is not read after an nn.assign
+// overwrites that state (the plan makes a load a view of the state's buffer,
+// so the read would see the new value).
+nn.state @s : tensor<4xf32> = zeros
+func.func @train_step(%x: tensor<4xf32>) -> tensor<2x2xf32> {
+  // expected-note@+1 {{loaded here}}
+  %l = nn.load @s : tensor<4xf32>
+  %v = nn.reshape %l shape [2, 2] : tensor<4xf32>
+  // expected-error@+1 {{overwrites @s while a value loaded from it is still read later}}
+  nn.assign @s, %x : tensor<4xf32>
+  %a = nn.neg %v : tensor<2x2xf32>
+  return %a : tensor<2x2xf32>
+}
+
+// -----
+
 // Tests that a module without a step function is refused.
 // expected-error@+1 {{nothing to lower: the module has no step function}}
 module {

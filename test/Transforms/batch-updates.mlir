@@ -96,3 +96,53 @@ func.func @train_step(%ga: tensor<3xf32>, %gb: tensor<2xf32>, %gc: tensor<4xf32>
   nn.assign @d, %nd : tensor<5xf32>
   return %r : tensor<3xf32>
 }
+
+// -----
+
+// Tests that leaving a member out withdraws its write-back's exemption: @b's
+// update is read early (it stays out), so the nn.assign of it to @a stays in
+// place, and @a's update, which reads @a before that assign, cannot move past
+// it either. Nothing is batched.
+// CHECK-LABEL: func.func @train_step
+// CHECK-NOT: nn.multi_tensor
+// CHECK: %[[NA:.*]] = nn.sgd
+// CHECK: %[[NB:.*]] = nn.sgd
+// CHECK: nn.assign @a, %[[NB]]
+// CHECK-NOT: nn.multi_tensor
+nn.parameter @a : tensor<4xf32> = zeros
+nn.parameter @b : tensor<4xf32> = zeros
+nn.parameter @c : tensor<5xf32> = zeros
+func.func @train_step(%ga: tensor<4xf32>, %gb: tensor<4xf32>, %gc: tensor<5xf32>, %lr: tensor<f32>) -> (tensor<4xf32>, tensor<4xf32>) {
+  %a = nn.load @a : tensor<4xf32>
+  %na = nn.sgd %a, %ga, %lr weight_decay 0.0 : tensor<4xf32>
+  %b = nn.load @b : tensor<4xf32>
+  %nb = nn.sgd %b, %gb, %lr weight_decay 0.0 : tensor<4xf32>
+  nn.assign @a, %nb : tensor<4xf32>
+  %r = nn.relu %nb : tensor<4xf32>
+  %c = nn.load @c : tensor<5xf32>
+  %nc = nn.sgd %c, %gc, %lr weight_decay 0.0 : tensor<5xf32>
+  nn.assign @c, %nc : tensor<5xf32>
+  return %na, %r : tensor<4xf32>, tensor<4xf32>
+}
+
+// -----
+
+// Tests that a state read through a view (a reshape of the load) counts as a
+// read: @a's update stays before the nn.assign to @a.
+// CHECK-LABEL: func.func @train_step
+// CHECK-NOT: nn.multi_tensor
+// CHECK: nn.sgd
+// CHECK-NEXT: nn.assign @a
+// CHECK-NOT: nn.multi_tensor
+nn.parameter @a : tensor<2x2xf32> = zeros
+nn.parameter @c : tensor<5xf32> = zeros
+func.func @train_step(%ga: tensor<4xf32>, %x: tensor<2x2xf32>, %gc: tensor<5xf32>, %lr: tensor<f32>) -> tensor<4xf32> {
+  %a = nn.load @a : tensor<2x2xf32>
+  %av = nn.reshape %a shape [4] : tensor<2x2xf32>
+  %na = nn.sgd %av, %ga, %lr weight_decay 0.0 : tensor<4xf32>
+  nn.assign @a, %x : tensor<2x2xf32>
+  %c = nn.load @c : tensor<5xf32>
+  %nc = nn.sgd %c, %gc, %lr weight_decay 0.0 : tensor<5xf32>
+  nn.assign @c, %nc : tensor<5xf32>
+  return %na : tensor<4xf32>
+}

@@ -122,6 +122,42 @@ func.func @shapes(%x: tensor<4xf32>, %s: tensor<f32>) -> (tensor<4xf32>, tensor<
 
 // -----
 
+// Tests that a state read does not move past a write of that state: the neg
+// reads @s (directly or through a reshape) before the nn.assign, the relu
+// after it, so the two are not fused at the relu.
+// CHECK-LABEL: func.func @state_read_before_assign
+// CHECK-NOT: nn.fusion
+// CHECK: nn.neg
+// CHECK: nn.assign @s
+// CHECK: nn.relu
+nn.state @s : tensor<4xf32> = zeros
+func.func @state_read_before_assign(%x: tensor<4xf32>) -> tensor<2x2xf32> {
+  %l = nn.load @s : tensor<4xf32>
+  %v = nn.reshape %l shape [2, 2] : tensor<4xf32>
+  %a = nn.neg %v : tensor<2x2xf32>
+  nn.assign @s, %x : tensor<4xf32>
+  %b = nn.relu %a : tensor<2x2xf32>
+  return %b : tensor<2x2xf32>
+}
+
+// -----
+
+// Tests that a reduction of a reduction is not absorbed: a keep_dims sum over
+// a size-1 dim has the iteration shape, but a reduced value is only yielded.
+// CHECK-LABEL: func.func @reduce_of_reduce
+// CHECK: %[[F:.*]] = nn.fusion
+// CHECK: nn.reduce_sum
+// CHECK: nn.yield
+// CHECK: nn.reduce_sum %[[F]]
+func.func @reduce_of_reduce(%x: tensor<1x4xf32>) -> tensor<1x4xf32> {
+  %e = nn.exp %x : tensor<1x4xf32>
+  %s = nn.reduce_sum %e dims [0] keep_dims : tensor<1x4xf32>
+  %t = nn.reduce_sum %s dims [0] keep_dims : tensor<1x4xf32>
+  return %t : tensor<1x4xf32>
+}
+
+// -----
+
 // Tests the operand limit: five inputs into one chain. With max-operands=4
 // (inputs + results) the chain is cut into fusions of at most 3 buffers.
 // CHECK-LABEL: func.func @wide
@@ -137,3 +173,4 @@ func.func @wide(%a: tensor<4xf32>, %b: tensor<4xf32>, %c: tensor<4xf32>, %d: ten
   %3 = nn.add %2, %e : tensor<4xf32>
   return %3 : tensor<4xf32>
 }
+

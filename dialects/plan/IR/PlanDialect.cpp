@@ -179,6 +179,12 @@ static LogicalResult verifyCommand(OpT op, SymbolTableCollection &symbols) {
       if (inputs[input].getSizeInBytes() != outputs[i].getSizeInBytes())
         return op.emitOpError("in_place output ") << i << " and input " << input
                                                   << " differ in size";
+      // Element i overwrites element i only when the counts match (an f16
+      // output over an f32 input of the same bytes would overrun its reads).
+      if (inputs[input].getMemRefType().getNumElements() !=
+          outputs[i].getMemRefType().getNumElements())
+        return op.emitOpError("in_place output ") << i << " and input " << input
+                                                  << " differ in element count";
     }
   }
   if constexpr (std::is_same_v<OpT, LaunchOp>) {
@@ -200,12 +206,26 @@ static LogicalResult verifyCommand(OpT op, SymbolTableCollection &symbols) {
     if (op.getInPlace() && !kernel.getElementwise())
       return op.emitOpError("runs in place but kernel ") << op.getKernelAttr()
                                                          << " is not elementwise";
+    // The buffer a view finally is (aliases are verified acyclic elsewhere;
+    // the bound only keeps a malformed chain from looping here).
+    auto rootOf = [&](BufferOp buffer) {
+      for (int hops = 0; buffer && buffer.getAlias() && hops < 64; ++hops)
+        buffer = symbols.lookupNearestSymbolFrom<BufferOp>(op, buffer.getAliasAttr());
+      return buffer;
+    };
     if (std::optional<ArrayRef<int64_t>> inPlace = op.getInPlace())
-      for (auto [o, i] : llvm::enumerate(*inPlace))
-        if (i >= 0 && !kernel.mayOverwrite(o, i))
-          return op.emitOpError("writes output ")
-                 << o << " over input " << i << ", which kernel " << op.getKernelAttr()
-                 << " does not allow (another group)";
+      for (auto [o, i] : llvm::enumerate(*inPlace)) {
+        if (i < 0)
+          continue;
+        // The overwritten input and every view of its memory.
+        BufferOp overwritten = rootOf(inputs[i]);
+        for (auto [j, input] : llvm::enumerate(inputs))
+          if ((static_cast<int64_t>(j) == i || (overwritten && rootOf(input) == overwritten)) &&
+              !kernel.mayOverwrite(o, j))
+            return op.emitOpError("writes output ")
+                   << o << " over input " << j << ", which kernel " << op.getKernelAttr()
+                   << " does not allow (another group)";
+      }
   } else {
     if (op.getInPlace())
       return op.emitOpError("library calls cannot run in place");

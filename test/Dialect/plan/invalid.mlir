@@ -136,6 +136,33 @@ plan.program @prog inputs [] outputs [] {
 
 // -----
 
+// Tests that no other group reads a view of the memory an output overwrites.
+plan.kernel @k0 ops ["nn.sgd", "nn.sgd"] inputs 5 outputs 2 bytes [16, 16, 4, 16, 16, 16, 16] elementwise groups [0, 0, -1, 1, 1, 0, 1]
+plan.buffer @p : memref<4xf32> in state
+plan.buffer @g : memref<4xf32> in arena
+plan.buffer @lr : memref<f32> in arena
+plan.buffer @q : memref<2x2xf32> in state
+plan.buffer @gv : memref<2x2xf32> in arena alias @g
+plan.buffer @o : memref<2x2xf32> in arena
+plan.program @prog inputs [] outputs [] {
+  // expected-error@+1 {{writes output 0 over input 4, which kernel @k0 does not allow (another group)}}
+  plan.launch @k0 [@p, @g, @lr, @q, @gv] -> [@g, @o] in_place [1, -1]
+}
+
+// -----
+
+// Tests that an output runs in place only over an input of as many elements
+// (here the same 32 bytes: 8 x f32 read, 16 x f16 written).
+plan.kernel @k0 ops ["nn.broadcast", "nn.cast"] inputs 1 outputs 1 bytes [32, 32] elementwise
+plan.buffer @s : memref<8xf32> in arena
+plan.buffer @h : memref<2x8xf16> in arena
+plan.program @prog inputs [] outputs [] {
+  // expected-error@+1 {{in_place output 0 and input 0 differ in element count}}
+  plan.launch @k0 [@s] -> [@h] in_place [0]
+}
+
+// -----
+
 // Tests that every output of a grouped kernel is in a group.
 // expected-error@+1 {{puts an output in no group}}
 plan.kernel @k0 ops ["nn.sgd"] inputs 2 outputs 1 bytes [16, 16, 16] elementwise groups [0, -1, -1]
