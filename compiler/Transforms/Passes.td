@@ -96,6 +96,9 @@ def FuseElementwise : Pass<"graphc-fuse-elementwise", "::mlir::ModuleOp"> {
       may have a user outside the group before that point. This is also why
       nothing fuses across a library op (a convolution, a gemm, a pool, a
       reduction): the library op sits between producer and consumer.
+    - State reads stay before state writes: a load (or a reshape of one) is
+      a view of the state's buffer, so no member reading a state moves past
+      an `nn.assign` to that state.
     - At most `max-operands` inputs plus results per group (the kernel's
       buffer count). Both limits must be at least 2; `graphc compile
       --no-fuse` is the way to turn fusion off.
