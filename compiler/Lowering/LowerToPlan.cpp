@@ -71,6 +71,8 @@ private:
   /// Per state: the last op position that reads it, and how often it is assigned.
   llvm::StringMap<unsigned> lastRead;
   llvm::StringMap<unsigned> assignCount;
+  /// Loads read after their state is overwritten: copies, not views.
+  llvm::SmallPtrSet<Operation *, 4> snapshots;
 };
 
 FlatSymbolRefAttr LowerToPlanPass::newBuffer(Location loc, StringRef name,
@@ -142,7 +144,18 @@ LogicalResult LowerToPlanPass::lowerOp(Operation *op) {
   MLIRContext *ctx = &getContext();
 
   if (auto load = llvm::dyn_cast<nn::LoadOp>(op)) {
-    bufferOf[load.getResult()] = FlatSymbolRefAttr::get(load.getVariableAttr().getAttr());
+    auto state = FlatSymbolRefAttr::get(load.getVariableAttr().getAttr());
+    if (!snapshots.contains(load)) {
+      bufferOf[load.getResult()] = state;
+      return success();
+    }
+    std::string name = prefix + ".v" + std::to_string(valueCounter++);
+    FlatSymbolRefAttr copy =
+        newBuffer(loc, name, memrefFor(load.getType()), plan::Region::arena);
+    programBuilder.create<plan::CopyOp>(loc, programBuilder.getArrayAttr({state}),
+                                        programBuilder.getArrayAttr({copy}),
+                                        DenseI64ArrayAttr());
+    bufferOf[load.getResult()] = copy;
     return success();
   }
   if (auto constant = llvm::dyn_cast<nn::ConstantOp>(op)) {
@@ -323,6 +336,7 @@ LogicalResult LowerToPlanPass::lowerFunction(func::FuncOp func) {
   position.clear();
   lastRead.clear();
   assignCount.clear();
+  snapshots.clear();
   if (!func.getBody().hasOneBlock())
     return func.emitOpError("must have a single block to become a plan program");
   Block &body = func.front();
@@ -355,22 +369,22 @@ LogicalResult LowerToPlanPass::lowerFunction(func::FuncOp func) {
       }
     }
     loadReads.push_back({load, last});
+  }
+  // A load is a view of the state's buffer. One still read after an
+  // nn.assign overwrites that buffer (a model updating a state in @forward
+  // whose backward reads the old value) is a copy into the arena instead,
+  // taken where it is loaded; the state is then read only there.
+  for (auto [load, last] : loadReads) {
+    for (nn::AssignOp assign : assigns)
+      if (load.getVariable() == assign.getVariable() && position[load] < position[assign] &&
+          last > position[assign]) {
+        snapshots.insert(load);
+        last = position[load];
+        break;
+      }
     unsigned &stateLast = lastRead[load.getVariable()];
     stateLast = std::max(stateLast, last);
   }
-  // A load is a view of the state's buffer, so it must not be read after an
-  // nn.assign overwrites that buffer (the passes keep every read first).
-  for (nn::AssignOp assign : assigns)
-    for (auto [load, last] : loadReads)
-      if (load.getVariable() == assign.getVariable() && position[load] < position[assign] &&
-          last > position[assign]) {
-        InFlightDiagnostic diag = assign.emitOpError("overwrites @")
-                                  << assign.getVariable()
-                                  << " while a value loaded from it is still read later (a "
-                                     "load is a view of the state's buffer)";
-        diag.attachNote(load.getLoc()) << "loaded here";
-        return diag;
-      }
 
   moduleBuilder.setInsertionPoint(kernels);
   auto program = moduleBuilder.create<plan::ProgramOp>(

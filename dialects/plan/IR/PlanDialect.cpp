@@ -219,12 +219,18 @@ static LogicalResult verifyCommand(OpT op, SymbolTableCollection &symbols) {
           continue;
         // The overwritten input and every view of its memory.
         BufferOp overwritten = rootOf(inputs[i]);
-        for (auto [j, input] : llvm::enumerate(inputs))
-          if ((static_cast<int64_t>(j) == i || (overwritten && rootOf(input) == overwritten)) &&
-              !kernel.mayOverwrite(o, j))
+        for (auto [j, input] : llvm::enumerate(inputs)) {
+          if (static_cast<int64_t>(j) != i && (!overwritten || rootOf(input) != overwritten))
+            continue;
+          if (!kernel.mayOverwrite(o, j))
             return op.emitOpError("writes output ")
                    << o << " over input " << j << ", which kernel " << op.getKernelAttr()
                    << " does not allow (another group)";
+          if (input.getMemRefType().getNumElements() !=
+              outputs[o].getMemRefType().getNumElements())
+            return op.emitOpError("writes output ")
+                   << o << " over input " << j << ", a view of another element count";
+        }
       }
   } else {
     if (op.getInPlace())

@@ -151,6 +151,17 @@ plan.program @prog inputs [] outputs [] {
 
 // -----
 
+// Tests that every view of the overwritten memory is read element for element.
+plan.kernel @k0 ops ["nn.add"] inputs 2 outputs 1 bytes [32, 32, 32] elementwise
+plan.buffer @a : memref<8xf32> in arena
+plan.buffer @v : memref<16xf16> in arena alias @a
+plan.program @prog inputs [] outputs [] {
+  // expected-error@+1 {{writes output 0 over input 1, a view of another element count}}
+  plan.launch @k0 [@a, @v] -> [@a] in_place [0]
+}
+
+// -----
+
 // Tests that an output runs in place only over an input of as many elements
 // (here the same 32 bytes: 8 x f32 read, 16 x f16 written).
 plan.kernel @k0 ops ["nn.broadcast", "nn.cast"] inputs 1 outputs 1 bytes [32, 32] elementwise
