@@ -463,7 +463,7 @@ Status CheckLaunches(const fb::Plan& plan, const fb::KernelBinary& binary,
     auto kernel = kernels.find(symbol);
     if (kernel == kernels.end())
       return Fail(ErrorCode::kPlanBadValue, at + ": not a kernel of the plan");
-    const int64_t arity = kernel->second->num_inputs() + kernel->second->num_outputs();
+    const int64_t arity = int64_t{kernel->second->num_inputs()} + kernel->second->num_outputs();
     const fb::GpuKernel* gpu = binary.launches()->Get(i);
     if (gpu->launches() == nullptr || gpu->launches()->size() == 0)
       return Fail(ErrorCode::kPlanBadValue, at + ": has no launches");
@@ -543,11 +543,13 @@ Status CheckPlanSemantics(const fb::Plan& plan, const LoaderLimits& limits) {
         return Fail(ErrorCode::kPlanBadValue, where + ": has no name or no op list");
       if (Misaligned(k->arg_bytes()))
         return Fail(ErrorCode::kPlanMalformed, where + ": arg_bytes is misaligned");
+      // int64: two int32 counts from the file may overflow int32 (the fuzzer).
+      const int64_t arity = int64_t{k->num_inputs()} + k->num_outputs();
       if (k->num_inputs() < 0 || k->num_outputs() < 1 || k->arg_bytes() == nullptr ||
-          static_cast<int64_t>(k->arg_bytes()->size()) != k->num_inputs() + k->num_outputs())
+          static_cast<int64_t>(k->arg_bytes()->size()) != arity)
         return Fail(ErrorCode::kPlanBadValue, where + ": inconsistent arity");
       if (const auto* groups = k->arg_groups(); groups != nullptr && groups->size() != 0) {
-        if (static_cast<int64_t>(groups->size()) != k->num_inputs() + k->num_outputs())
+        if (static_cast<int64_t>(groups->size()) != arity)
           return Fail(ErrorCode::kPlanBadValue, where + ": needs one group per argument");
         for (uint32_t a = static_cast<uint32_t>(k->num_inputs()); a < groups->size(); ++a)
           if (groups->Get(a) < 0)
