@@ -1169,7 +1169,7 @@ bool FusionOp::isInputRead(unsigned i) {
 
 /// The body of an nn.fusion / nn.multi_tensor takes one argument per input,
 /// of its type.
-static LogicalResult verifyBodyArguments(Operation *op, ValueRange inputs, Block &body) {
+static FailureOr<YieldOp> verifyGroupBody(Operation *op, ValueRange inputs, Block &body) {
   if (body.getNumArguments() != inputs.size())
     return op->emitOpError("has ") << inputs.size() << " inputs but its body takes "
                                    << body.getNumArguments();
@@ -1178,7 +1178,13 @@ static LogicalResult verifyBodyArguments(Operation *op, ValueRange inputs, Block
       return op->emitOpError("body argument ")
              << arg.getArgNumber() << " is " << arg.getType() << ", its input is "
              << input.getType();
-  return success();
+  auto yield = llvm::dyn_cast<YieldOp>(body.getTerminator());
+  if (!yield)
+    return op->emitOpError("body must end with nn.yield");
+  if (yield.getValues().getTypes() != op->getResultTypes())
+    return op->emitOpError("yields ") << yield.getValues().getTypes().size()
+                                      << " values whose types differ from the results";
+  return yield;
 }
 
 /// A reduction an nn.fusion may end in.
@@ -1209,15 +1215,10 @@ LogicalResult FusionOp::verify() {
   Block &body = getBody().front();
   if (body.without_terminator().empty())
     return emitOpError("computes nothing");
-  if (failed(verifyBodyArguments(*this, getInputs(), body)))
+  FailureOr<YieldOp> yield = verifyGroupBody(*this, getInputs(), body);
+  if (failed(yield))
     return failure();
   ArrayRef<int64_t> shape = getIterationShape();
-  auto yield = llvm::dyn_cast<YieldOp>(body.getTerminator());
-  if (!yield)
-    return emitOpError("body must end with nn.yield");
-  if (yield.getValues().getTypes() != getResultTypes())
-    return emitOpError("yields ") << yield.getValues().getTypes().size()
-                                  << " values whose types differ from the results";
   ArrayRef<int64_t> reduced = getReducedDims();
   for (Operation &op : body.without_terminator()) {
     if (isFusionReduction(&op)) {
@@ -1243,7 +1244,7 @@ LogicalResult FusionOp::verify() {
     if (llvm::cast<RankedTensorType>(op.getResult(0).getType()).getShape() != shape)
       return op.emitOpError("in an nn.fusion must compute the iteration shape");
   }
-  for (Value v : yield.getValues())
+  for (Value v : yield->getValues())
     if (!isFusionReduction(v.getDefiningOp()) &&
         llvm::cast<RankedTensorType>(v.getType()).getShape() != shape)
       return emitOpError("results must share one shape (the iteration space)");
@@ -1256,14 +1257,9 @@ bool graphc::nn::isBatchableUpdate(Operation *op) {
 
 LogicalResult MultiTensorOp::verify() {
   Block &body = getBody().front();
-  if (failed(verifyBodyArguments(*this, getInputs(), body)))
+  FailureOr<YieldOp> yield = verifyGroupBody(*this, getInputs(), body);
+  if (failed(yield))
     return failure();
-  auto yield = llvm::dyn_cast<YieldOp>(body.getTerminator());
-  if (!yield)
-    return emitOpError("body must end with nn.yield");
-  if (yield.getValues().getTypes() != getResultTypes())
-    return emitOpError("yields ") << yield.getValues().getTypes().size()
-                                  << " values whose types differ from the results";
   // Members on block arguments; their results yielded member by member.
   unsigned next = 0;
   for (Operation &op : body.without_terminator()) {
@@ -1274,14 +1270,14 @@ LogicalResult MultiTensorOp::verify() {
       if (!llvm::isa<BlockArgument>(operand))
         return op.emitOpError("in an nn.multi_tensor must read its block arguments only");
     for (Value result : op.getResults()) {
-      if (next >= yield.getValues().size() || yield.getValues()[next] != result)
+      if (next >= yield->getValues().size() || yield->getValues()[next] != result)
         return op.emitOpError("results must be yielded in member order, each once");
       ++next;
     }
   }
   if (next == 0)
     return emitOpError("needs at least one member");
-  if (next != yield.getValues().size())
+  if (next != yield->getValues().size())
     return emitOpError("yields values that are not member results");
   return success();
 }
