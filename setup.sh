@@ -20,6 +20,7 @@ PACKAGES=(
   clang-19 libclang-rt-19-dev
   # runtime: plan format, CPU kernels, multi-rank, data
   flatbuffers-compiler libflatbuffers-dev libcli11-dev nlohmann-json3-dev libdnnl-dev
+  libsodium-dev
   openmpi-bin
   libopenmpi-dev
   dataset-fashion-mnist

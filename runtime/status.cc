@@ -20,8 +20,14 @@ const char* ErrorCodeName(ErrorCode code) {
     case ErrorCode::kPlanBadValue: return "plan-bad-value";
     case ErrorCode::kPlanAliasedOperands: return "plan-aliased-operands";
     case ErrorCode::kPlanMissingKernel: return "plan-missing-kernel";
+    case ErrorCode::kPlanIntegrity: return "plan-integrity";
+    case ErrorCode::kPlanUnsafeCode: return "plan-unsafe-code";
+    case ErrorCode::kPlanUntrusted: return "plan-untrusted";
+    case ErrorCode::kPlanUndefinedRead: return "plan-undefined-read";
     case ErrorCode::kUnsupported: return "unsupported";
     case ErrorCode::kBackend: return "backend";
+    case ErrorCode::kNonFinite: return "non-finite";
+    case ErrorCode::kInternal: return "internal";
   }
   return "unknown";
 }

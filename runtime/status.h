@@ -26,8 +26,16 @@ enum class ErrorCode {
   kPlanBadValue,           // an attribute or enum value out of range
   kPlanAliasedOperands,    // an op reads and writes overlapping memory undeclared
   kPlanMissingKernel,      // no binary for the device, or a kernel missing from it
+  kPlanIntegrity,          // a recorded SHA-256 does not match: a corrupt plan
+  kPlanUnsafeCode,         // the embedded kernel library could run code when loaded,
+                           // imports what graphc's kernels never do, or does not
+                           // match the plan's launch table
+  kPlanUntrusted,          // not signed by a key the user trusts
+  kPlanUndefinedRead,      // a program reads memory nothing initialized
   kUnsupported,            // valid, but this build or device cannot run it
   kBackend,                // the device or a library failed
+  kNonFinite,              // a tensor holds NaN or infinity where it must not
+  kInternal,               // a bug: an exception escaped (reported, never a crash)
 };
 
 // A stable, greppable name such as "plan-bad-index".

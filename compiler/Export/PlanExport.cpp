@@ -186,11 +186,13 @@ LogicalResult graphc::exportPlan(ModuleOp module, const PlanMetadata &metadata,
         }
         launches = fbb.CreateVector(kernelLaunches);
       }
+      const auto *code = reinterpret_cast<const uint8_t *>(data.data());
+      graphc::runtime::Sha256Digest hash = graphc::runtime::Sha256Of(code, data.size());
       binaries.push_back(fb::CreateKernelBinary(
           fbb, target, static_cast<fb::BinaryFormat>(binary.getFormat()),
-          fbb.CreateString(binary.getCpu().str()),
-          fbb.CreateVector(reinterpret_cast<const uint8_t *>(data.data()), data.size()),
-          fbb.CreateVectorOfStrings(symbols), launches));
+          fbb.CreateString(binary.getCpu().str()), fbb.CreateVector(code, data.size()),
+          fbb.CreateVectorOfStrings(symbols), launches,
+          fbb.CreateVector(hash.data(), hash.size())));
     } else if (!llvm::isa<plan::ProgramOp>(op)) {
       return op.emitError("plan export: '") << op.getName() << "' is not part of a plan";
     }
@@ -268,6 +270,16 @@ LogicalResult graphc::exportPlan(ModuleOp module, const PlanMetadata &metadata,
     auto attr = module->getAttrOfType<IntegerAttr>(name);
     return attr ? attr.getInt() : 0;
   };
+  // The digest and signature are written as zeros, then filled in by SealPlan
+  // over the finished bytes (plan_integrity.h).
+  std::vector<uint8_t> zeros(graphc::runtime::kSignatureBytes, 0);
+  auto digest = fbb.CreateVector(zeros.data(), 32);
+  flatbuffers::Offset<flatbuffers::Vector<uint8_t>> signature, signer;
+  if (metadata.signingKey) {
+    graphc::runtime::PublicKey publicKey = graphc::runtime::PublicKeyOf(*metadata.signingKey);
+    signature = fbb.CreateVector(zeros.data(), zeros.size());
+    signer = fbb.CreateVector(publicKey.data(), publicKey.size());
+  }
   auto plan = fb::CreatePlan(
       fbb, kPlanSchemaVersion, fbb.CreateString(metadata.model), metadata.batchSize,
       fbb.CreateString(metadata.precision), metadata.fused,
@@ -275,8 +287,13 @@ LogicalResult graphc::exportPlan(ModuleOp module, const PlanMetadata &metadata,
       sizeAttr(kArenaSizeAttr), sizeAttr(kStateSizeAttr), sizeAttr(kConstantSizeAttr),
       sizeAttr(kTensorBytesAttr), fbb.CreateVector(buffers), fbb.CreateVector(states),
       fbb.CreateVector(constants), fbb.CreateVector(kernels), fbb.CreateVector(binaries),
-      fbb.CreateVector(programs));
+      fbb.CreateVector(programs), digest, signature, signer);
   fb::FinishPlanBuffer(fbb, plan);
+  graphc::runtime::Status sealed = graphc::runtime::SealPlan(
+      fbb.GetBufferPointer(), fbb.GetSize(),
+      metadata.signingKey ? &*metadata.signingKey : nullptr);
+  if (!sealed.ok())
+    return module.emitError("plan export: ") << sealed.message();
   os.write(reinterpret_cast<const char *>(fbb.GetBufferPointer()), fbb.GetSize());
   return success();
 }

@@ -9,21 +9,25 @@
 #define GRAPHC_COMPILER_EXPORT_PLANEXPORT_H
 
 #include "mlir/IR/BuiltinOps.h"
+#include "runtime/plan/plan_integrity.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <optional>
 #include <string>
 
 namespace graphc {
 
 /// The plan's schema version; runtime/plan/plan_loader.h has the runtime's.
-constexpr uint32_t kPlanSchemaVersion = 2;
+constexpr uint32_t kPlanSchemaVersion = 3;
 
 struct PlanMetadata {
   std::string model;
   int64_t batchSize = 0;
   std::string precision = "fp32";
   bool fused = false;
+  /// Signs the plan (Ed25519) when set; every plan gets a SHA-256 digest.
+  std::optional<graphc::runtime::SecretKey> signingKey;
 };
 
 /// What a program's generated kernels cost per run: launches, and bytes they
@@ -35,7 +39,8 @@ struct KernelTraffic {
 /// Per program (by name) of a plan-dialect module.
 llvm::StringMap<KernelTraffic> kernelTraffic(mlir::ModuleOp module);
 
-/// Serializes `module` (plan dialect only) to `os`; fails with a diagnostic.
+/// Serializes `module` (plan dialect only) to `os`, sealed with its digest
+/// (and signature); fails with a diagnostic.
 mlir::LogicalResult exportPlan(mlir::ModuleOp module, const PlanMetadata &metadata,
                                llvm::raw_ostream &os);
 

@@ -14,7 +14,10 @@
 //  3) optimize at O3 for the requested CPU through a real TargetMachine
 //     (without one, LLVM's cost model refuses to vectorize, silently);
 //  4) emit an object and link it into a shared object with ld.lld, which the
-//     runtime loads from memory.
+//     runtime loads from memory. Next to each entry the library exports
+//     `graphc_signature_<entry>`, a string recording what the code was
+//     compiled for (its kernel, launch index, iterations, buffers and their
+//     sizes); the runtime refuses a plan whose launch table says otherwise.
 //
 //===----------------------------------------------------------------------===//
 
@@ -44,6 +47,8 @@
 #include "mlir/Target/LLVMIR/Export.h"
 #include "mlir/Transforms/Passes.h"
 #include "mlir/Transforms/RegionUtils.h"
+#include "llvm/IR/Constants.h"
+#include "llvm/IR/GlobalVariable.h"
 #include "llvm/IR/IRBuilder.h"
 #include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/Module.h"
@@ -68,6 +73,7 @@ namespace {
 
 constexpr llvm::StringLiteral kCpuTriple = "x86_64-unknown-linux-gnu";
 constexpr llvm::StringLiteral kEntryPrefix = "graphc_kernel_";
+constexpr llvm::StringLiteral kSignaturePrefix = "graphc_signature_";
 /// The PTX targets of `targets=cuda`: Ampere and Hopper.
 constexpr std::pair<llvm::StringLiteral, plan::Target> kCudaChips[] = {
     {"sm_80", plan::Target::cuda_sm80}, {"sm_90", plan::Target::cuda_sm90}};
@@ -183,8 +189,12 @@ FailureOr<SmallVector<KernelLaunch>> outlineCpuLaunches(func::FuncOp func,
     launch.entry = outlined.getSymName().str();
     launch.grid = {static_cast<uint32_t>(extent), 1, 1};
     launch.block = {1, 1, 1};
-    for (BlockArgument arg : buffers)
+    for (BlockArgument arg : buffers) {
       launch.args.push_back(arg.getArgNumber());
+      auto type = llvm::cast<MemRefType>(arg.getType());
+      launch.argBytes.push_back(type.getNumElements() *
+                                plan::elementBytes(type.getElementType()));
+    }
   }
   symbols.erase(func);
   return launches;
@@ -227,7 +237,7 @@ public:
 
 private:
   LogicalResult dump(StringRef file, StringRef bytes);
-  FailureOr<std::string> compileCpu(ModuleOp kernels,
+  FailureOr<std::string> compileCpu(ModuleOp kernels, ArrayRef<std::string> names,
                                     ArrayRef<SmallVector<KernelLaunch>> launches);
   LogicalResult lowerToLLVMDialect(ModuleOp kernels);
 };
@@ -248,8 +258,22 @@ LogicalResult CodegenKernelsPass::lowerToLLVMDialect(ModuleOp kernels) {
   return pm.run(kernels);
 }
 
+/// What the library records about a launch; the runtime's LaunchSignature
+/// (runtime/plan/plan_loader.h) builds the same string from the plan.
+std::string launchSignature(StringRef kernel, size_t index, const KernelLaunch &launch) {
+  std::string args, bytes;
+  for (auto [i, arg] : llvm::enumerate(launch.args)) {
+    args += (i ? "," : "") + std::to_string(arg);
+    bytes += (i ? "," : "") + std::to_string(launch.argBytes[i]);
+  }
+  return ("graphc-launch-v1 kernel=" + kernel + " launch=" + Twine(index) +
+          " iterations=" + Twine(launch.grid[0]) + " args=" + args + " bytes=" + bytes)
+      .str();
+}
+
 FailureOr<std::string>
-CodegenKernelsPass::compileCpu(ModuleOp kernels, ArrayRef<SmallVector<KernelLaunch>> launches) {
+CodegenKernelsPass::compileCpu(ModuleOp kernels, ArrayRef<std::string> names,
+                               ArrayRef<SmallVector<KernelLaunch>> launches) {
   Location loc = kernels.getLoc();
   if (failed(lowerToLLVMDialect(kernels)))
     return emitError(loc, "lowering the kernels to the LLVM dialect failed");
@@ -285,8 +309,13 @@ CodegenKernelsPass::compileCpu(ModuleOp kernels, ArrayRef<SmallVector<KernelLaun
   llvm::Type *i64Type = llvm::Type::getInt64Ty(llvmContext);
   llvm::FunctionType *entryType = llvm::FunctionType::get(
       llvm::Type::getVoidTy(llvmContext), {ptrType, i64Type, i64Type}, false);
-  for (const SmallVector<KernelLaunch> &perKernel : launches)
-    for (const KernelLaunch &launch : perKernel) {
+  for (auto [kernelName, perKernel] : llvm::zip_equal(names, launches))
+    for (auto [index, launch] : llvm::enumerate(perKernel)) {
+      llvm::Constant *record = llvm::ConstantDataArray::getString(
+          llvmContext, launchSignature(kernelName, index, launch), /*AddNull=*/true);
+      new llvm::GlobalVariable(*llvmModule, record->getType(), /*isConstant=*/true,
+                               llvm::GlobalValue::ExternalLinkage, record,
+                               kSignaturePrefix + launch.entry);
       llvm::Function *body = llvmModule->getFunction(launch.entry);
       if (!body || body->arg_size() != launch.args.size() + 2)
         return emitError(loc, "launch ") << launch.entry << " vanished during lowering";
@@ -402,7 +431,7 @@ void CodegenKernelsPass::runOnOperation() {
     auto launches = splitCpuLaunches(*cpuModule, names);
     if (failed(launches))
       return signalPassFailure();
-    FailureOr<std::string> cpuBinary = compileCpu(*cpuModule, *launches);
+    FailureOr<std::string> cpuBinary = compileCpu(*cpuModule, names, *launches);
     if (failed(cpuBinary) || failed(dump("cpu_x86_64.so", *cpuBinary)))
       return signalPassFailure();
     b.create<plan::BinaryOp>(

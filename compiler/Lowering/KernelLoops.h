@@ -33,6 +33,9 @@ struct KernelLaunch {
   /// The entry's pointer parameters, as indices into the plan kernel's
   /// buffers (inputs, then outputs).
   llvm::SmallVector<uint32_t> args;
+  /// CPU: the byte size of each of `args` the code was compiled for (it is
+  /// recorded in the library, and the runtime checks the plan against it).
+  llvm::SmallVector<uint64_t> argBytes;
 };
 
 /// Lowers every linalg op of `kernels` to loops: each linalg.generic's

@@ -118,15 +118,18 @@ Status CpuBackend::LoadGeneratedKernels(const Plan& plan) {
   kernels_.clear();
   if (root.kernels() == nullptr || root.kernels()->size() == 0) return Status::Ok();
   const fb::KernelBinary* binary = nullptr;
-  for (const fb::KernelBinary* b : *root.binaries())
-    if (b->target() == fb::Target::CpuX86_64) binary = b;
+  if (root.binaries() != nullptr)
+    for (const fb::KernelBinary* b : *root.binaries())
+      if (b->target() == fb::Target::CpuX86_64) binary = b;
   if (binary == nullptr || binary->format() != fb::BinaryFormat::ElfSharedObject)
     return Status(ErrorCode::kPlanMissingKernel, "no x86-64 shared object in the plan");
   std::string cpu = binary->cpu() ? binary->cpu()->str() : "";
   if (!CpuSupports(cpu))
     return Status(ErrorCode::kUnsupported,
-                  "the plan's kernels need a '" + cpu +
+                  "the plan's kernels need a '" + Printable(cpu) +
                       "' CPU; recompile with graphc --kernel-cpu=x86-64");
+  // The loader checked the library's ELF (runtime/plan/elf_check.h): handing
+  // it to the dynamic loader runs none of its code.
 
   int fd = memfd_create("graphc-kernels", MFD_CLOEXEC);
   if (fd < 0) return Status(ErrorCode::kBackend, "memfd_create failed");
@@ -157,7 +160,7 @@ Status CpuBackend::LoadGeneratedKernels(const Plan& plan) {
     auto found = launches.find(kernel->name()->str());
     if (found == launches.end())
       return Status(ErrorCode::kPlanMissingKernel,
-                    "kernel '" + kernel->name()->str() + "' is not in the x86-64 library");
+                    "kernel '" + PrintableOf(kernel->name()) + "' is not in the x86-64 library");
     std::vector<Launch>& list = kernels_.emplace_back();
     for (const fb::GpuLaunch* launch : *found->second->launches()) {
       std::string symbol = "graphc_kernel_" + launch->entry()->str();
@@ -165,8 +168,8 @@ Status CpuBackend::LoadGeneratedKernels(const Plan& plan) {
       l.entry = reinterpret_cast<LaunchEntry>(dlsym(library_, symbol.c_str()));
       if (l.entry == nullptr)
         return Status(ErrorCode::kPlanMissingKernel,
-                      "launch '" + launch->entry()->str() + "' of kernel '" +
-                          kernel->name()->str() + "' is not in the x86-64 library");
+                      "launch '" + PrintableOf(launch->entry()) + "' of kernel '" +
+                          PrintableOf(kernel->name()) + "' is not in the x86-64 library");
       l.iterations = launch->grid()->Get(0);
       for (uint32_t arg : *launch->args()) {
         l.args.push_back(arg);

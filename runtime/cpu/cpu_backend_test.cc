@@ -4,11 +4,13 @@
 // tests skip and say why.
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -219,6 +221,85 @@ TEST_F(CpuBackendTest, GemmMatchesReference) {
       ++gemms;
     }
   EXPECT_GE(gemms, 2) << "mnist_softmax's plan has forward and backward gemms";
+}
+
+// Each launch's iterations are split into one chunk per thread; each chunk
+// computes exactly what one thread would, so every generated kernel of a real
+// plan (fmnist_cnn from the gradient-check fixtures: launches large enough to
+// run on several threads) gives the same bits on 1 and 3 threads. (oneDNN's
+// library calls promise no such thing across thread counts.)
+TEST(CpuBackendThreads, GeneratedKernelsGiveTheSameBitsOnAnyThreadCount) {
+  const char* env = std::getenv("GRAPHC_GRADCHECK_PLANS");
+  const std::string wanted = "gradcheck_fmnist_cnn_fused.plan";
+  std::string path;
+  std::stringstream list(env ? env : "");
+  for (std::string item; std::getline(list, item, ':');)
+    if (item.size() >= wanted.size() && item.compare(item.size() - wanted.size(), wanted.size(), wanted) == 0)
+      path = item;
+  if (path.empty()) GTEST_SKIP() << "GRAPHC_GRADCHECK_PLANS has no fmnist_cnn plan (run through ctest)";
+  StatusOr<std::unique_ptr<Plan>> plan = Plan::FromFile(path);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  // A backend sets OpenMP's thread count for the process (oneDNN reads it):
+  // put it back for the tests that follow.
+  const int saved_threads = omp_get_max_threads();
+  std::unique_ptr<Backend> one = CreateCpuBackend(1), three = CreateCpuBackend(3);
+  struct Restore {
+    int threads;
+    ~Restore() { omp_set_num_threads(threads); }
+  } restore{saved_threads};
+  ASSERT_TRUE(one->LoadKernels(**plan).ok());
+  ASSERT_TRUE(three->LoadKernels(**plan).ok());
+  const auto* buffers = (*plan)->root().buffers();
+  int kernels = 0;
+  uint32_t state = 7;
+  for (const fb::Program* p : *(*plan)->root().programs())
+    for (const fb::Command* c : *p->commands()) {
+      if (c->op() != fb::Opcode::Kernel) continue;
+      // The same inputs on both devices: floats in [-2, 2), small integers
+      // (labels and the step counter stay in range), booleans.
+      std::vector<std::vector<uint8_t>> outputs[2];
+      std::vector<std::vector<uint8_t>> inputs;
+      for (int32_t index : *c->inputs()) {
+        const fb::Buffer* b = buffers->Get(index);
+        std::vector<uint8_t> bytes(b->size());
+        const uint64_t n = b->size() / DTypeBytes(b->dtype());
+        for (uint64_t e = 0; e < n; ++e) {
+          state = state * 1664525u + 1013904223u;
+          if (b->dtype() == fb::DType::F32) {
+            float v = (state >> 8) * 0x1p-22f - 2.0f;
+            std::memcpy(bytes.data() + 4 * e, &v, 4);
+          } else if (b->dtype() == fb::DType::I32) {
+            int32_t v = static_cast<int32_t>((state >> 16) % 10);
+            std::memcpy(bytes.data() + 4 * e, &v, 4);
+          } else if (b->dtype() == fb::DType::I64) {
+            int64_t v = (state >> 16) % 10;
+            std::memcpy(bytes.data() + 8 * e, &v, 8);
+          } else {
+            bytes[e] = (state >> 16) & 1;
+          }
+        }
+        inputs.push_back(std::move(bytes));
+      }
+      for (int d = 0; d < 2; ++d) {
+        Backend& backend = d == 0 ? *one : *three;
+        std::vector<DeviceMemory> memory;
+        for (size_t i = 0; i < inputs.size(); ++i) {
+          memory.push_back(*backend.Allocate(inputs[i].size()));
+          ASSERT_TRUE(backend.CopyToDevice(memory.back(), 0, inputs[i].data(), inputs[i].size()).ok());
+        }
+        for (int32_t o : *c->outputs()) memory.push_back(*backend.Allocate(buffers->Get(o)->size()));
+        ASSERT_TRUE(backend.Run(*c, memory.data()).ok());
+        for (size_t i = inputs.size(); i < memory.size(); ++i) {
+          outputs[d].emplace_back(memory[i].bytes);
+          ASSERT_TRUE(backend.CopyToHost(outputs[d].back().data(), memory[i], 0, memory[i].bytes).ok());
+        }
+        for (DeviceMemory m : memory) backend.Free(m);
+      }
+      ASSERT_EQ(outputs[0], outputs[1])
+          << p->name()->str() << " kernel " << (*plan)->root().kernels()->Get(c->kernel())->name()->str();
+      ++kernels;
+    }
+  EXPECT_GE(kernels, 20);
 }
 
 }  // namespace

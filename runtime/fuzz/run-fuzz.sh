@@ -1,7 +1,10 @@
 #!/bin/bash
 # Builds the plan-loader fuzzer with clang (libFuzzer + ASan + UBSan) and runs
-# it for a bounded time, seeded with valid plans graphc compiles. Every file in
-# runtime/fuzz/regressions/ (inputs that once crashed it) is replayed first.
+# it for a bounded time, seeded with valid plans graphc compiles (each with an
+# embedded x86-64 kernel library and its launch table: elementwise, fused,
+# reduction and multi-tensor kernels; one with PTX too) and with the kernel
+# library alone. Every file in runtime/fuzz/regressions/ (inputs that once
+# crashed it) is replayed first.
 #
 #   runtime/fuzz/run-fuzz.sh SOURCE_DIR BUILD_DIR SECONDS
 #
@@ -23,13 +26,17 @@ mkdir -p "$out/corpus" "$out/artifacts"
   -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
   -I"$src" -I"$build/runtime" \
   "$src/runtime/fuzz/plan_loader_fuzzer.cc" "$src/runtime/plan/plan_loader.cc" \
-  "$src/runtime/plan/plan_printer.cc" "$src/runtime/status.cc" \
+  "$src/runtime/plan/elf_check.cc" "$src/runtime/plan/plan_integrity.cc" \
+  "$src/runtime/plan/plan_printer.cc" "$src/runtime/status.cc" -lsodium \
   -o "$out/plan_loader_fuzzer"
 
 "$build/bin/graphc" compile "$src/models/mnist_softmax.mlir" --batch-size 2 --target=all \
   -o "$out/corpus/mnist_softmax.plan" > /dev/null
 "$build/bin/graphc" compile "$src/models/fmnist_cnn.mlir" --batch-size 2 \
-  -o "$out/corpus/fmnist_cnn.plan" > /dev/null
+  --dump-kernels="$out" -o "$out/corpus/fmnist_cnn.plan" > /dev/null
+cp "$out/cpu_x86_64.so" "$out/corpus/fmnist_cnn_kernels.so"
+"$build/bin/graphc" compile "$src/models/resnet_tiny.mlir" --batch-size 1 --no-fuse \
+  --optimizer adam -o "$out/corpus/resnet_tiny_unfused_adam.plan" > /dev/null
 
 regressions=("$src"/runtime/fuzz/regressions/*)
 if [[ -e "${regressions[0]}" ]]; then

@@ -6,12 +6,20 @@
 
 #include "runtime/plan/plan_loader.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
 #include <cstdint>
-#include <fstream>
-#include <iterator>
+#include <cstring>
+#include <map>
 #include <set>
 #include <sstream>
 #include <unordered_map>
+
+#include "runtime/plan/elf_check.h"
 
 namespace graphc::runtime {
 namespace {
@@ -35,9 +43,38 @@ std::string Str(const T& value) {
 
 std::string BufferName(const fb::Plan& plan, int32_t index) {
   const fb::Buffer* buffer = plan.buffers()->Get(index);
-  std::string name = buffer->name() ? buffer->name()->str() : "";
+  std::string name = PrintableOf(buffer->name());
   return "buffer " + Str(index) + (name.empty() ? "" : " '" + name + "'");
 }
+
+std::string KernelName(const fb::Kernel& kernel) { return "'" + PrintableOf(kernel.name()) + "'"; }
+
+// A union of byte ranges [begin, end): what a program has written so far, or
+// what the state initializers cover.
+class ByteRanges {
+ public:
+  void Add(uint64_t begin, uint64_t end) {
+    if (begin >= end) return;
+    // Merge with every range that overlaps or touches [begin, end).
+    auto it = ranges_.upper_bound(begin);
+    if (it != ranges_.begin() && std::prev(it)->second >= begin) --it;
+    while (it != ranges_.end() && it->first <= end) {
+      begin = std::min(begin, it->first);
+      end = std::max(end, it->second);
+      it = ranges_.erase(it);
+    }
+    ranges_.emplace(begin, end);
+  }
+  bool Covers(uint64_t begin, uint64_t end) const {
+    auto it = ranges_.upper_bound(begin);
+    if (it == ranges_.begin()) return false;
+    --it;
+    return it->first <= begin && it->second >= end;
+  }
+
+ private:
+  std::map<uint64_t, uint64_t> ranges_;  // begin -> end; disjoint, not touching
+};
 
 // Checks and numbers every command of a program; `where` prefixes messages.
 class CommandChecker {
@@ -160,7 +197,7 @@ Status CommandChecker::CheckOverlap(const fb::Command& command, bool may_be_in_p
         if (group < 0 || group != groups->Get(kernel->num_inputs() + o))
           return Fail(ErrorCode::kPlanAliasedOperands,
                       where + ": writes output " + Str(o) + " in place over input " + Str(i) +
-                          ", which belongs to another part of kernel " + kernel->name()->str());
+                          ", which belongs to another part of kernel " + KernelName(*kernel));
       }
     }
   }
@@ -344,15 +381,15 @@ Status CommandChecker::CheckShapes(const fb::Command& command, const std::string
       if (static_cast<int64_t>(in.size()) != kernel.num_inputs() ||
           static_cast<int64_t>(out.size()) != kernel.num_outputs())
         return Fail(ErrorCode::kPlanBadIndex,
-                    where + ": kernel '" + kernel.name()->str() + "' takes " +
+                    where + ": kernel " + KernelName(kernel) + " takes " +
                         Str(kernel.num_inputs()) + " inputs and " +
                         Str(kernel.num_outputs()) + " outputs");
       for (uint32_t i = 0; i < in.size() + out.size(); ++i) {
         int32_t b = i < in.size() ? in.Get(i) : out.Get(i - in.size());
         if (Buf(b).size() != kernel.arg_bytes()->Get(i))
           return ShapeError(where, BufferName(plan_, b) + " has " + Str(Buf(b).size()) +
-                                       " bytes, kernel '" + kernel.name()->str() +
-                                       "' argument " + Str(i) + " needs " +
+                                       " bytes, kernel " + KernelName(kernel) +
+                                       " argument " + Str(i) + " needs " +
                                        Str(kernel.arg_bytes()->Get(i)));
       }
       return Status::Ok();
@@ -406,7 +443,8 @@ Status CheckBuffers(const fb::Plan& plan, const LoaderLimits& limits) {
           elements > (uint64_t{1} << 62))
         return Fail(ErrorCode::kPlanBadShape, where + ": too many elements");
     }
-    if (elements * DTypeBytes(b->dtype()) != b->size())
+    uint64_t bytes;
+    if (__builtin_mul_overflow(elements, DTypeBytes(b->dtype()), &bytes) || bytes != b->size())
       return Fail(ErrorCode::kPlanBadShape,
                   where + ": size " + Str(b->size()) + " does not match its shape");
     uint64_t end;
@@ -446,9 +484,68 @@ uint64_t DTypeBytes(fb::DType dtype) {
   return 0;
 }
 
-// A PTX binary's launch table: one launch list per symbol; every launch a
-// named entry with CUDA-legal grid and block sizes whose pointer parameters
-// are buffers of the kernel it runs.
+std::string Printable(const std::string& text, size_t max_bytes) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  auto escape = [&](unsigned char byte) {
+    out += "\\x";
+    out += digits[byte >> 4];
+    out += digits[byte & 15];
+  };
+  const size_t n = std::min(text.size(), max_bytes);
+  for (size_t i = 0; i < n;) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c < 0x7f) {
+      if (c == '\\') out += '\\';
+      out += static_cast<char>(c);
+      ++i;
+      continue;
+    }
+    // A well-formed UTF-8 sequence (no overlongs, no surrogates) is kept
+    // unless it is a C1 control or a bidirectional override or isolate.
+    size_t length = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3
+                    : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    uint32_t code = length == 2 ? c & 0x1f : length == 3 ? c & 0x0f : c & 0x07;
+    bool valid = length != 0 && i + length <= n;
+    for (size_t k = 1; valid && k < length; ++k) {
+      const unsigned char next = static_cast<unsigned char>(text[i + k]);
+      valid = (next & 0xc0) == 0x80;
+      code = (code << 6) | (next & 0x3f);
+    }
+    valid = valid && !(length == 3 && (code < 0x800 || (code >= 0xd800 && code <= 0xdfff))) &&
+            !(length == 4 && (code < 0x10000 || code > 0x10ffff));
+    const bool control = code < 0xa0 || (code >= 0x202a && code <= 0x202e) ||
+                         (code >= 0x2066 && code <= 0x2069) || code == 0x200e ||
+                         code == 0x200f || code == 0x061c;
+    if (!valid) length = 1;
+    if (!valid || control) {
+      for (size_t k = 0; k < length; ++k) escape(static_cast<unsigned char>(text[i + k]));
+    } else {
+      out.append(text, i, length);
+    }
+    i += length;
+  }
+  if (text.size() > max_bytes) out += "...";
+  return out;
+}
+
+std::string LaunchSignature(const fb::Kernel& kernel, uint32_t index,
+                            const fb::GpuLaunch& launch) {
+  std::string args, bytes;
+  for (uint32_t a = 0; a < launch.args()->size(); ++a) {
+    const uint32_t arg = launch.args()->Get(a);
+    args += (a ? "," : "") + Str(arg);
+    bytes += (a ? "," : "") + Str(kernel.arg_bytes()->Get(arg));
+  }
+  return "graphc-launch-v1 kernel=" + StringOf(kernel.name()) + " launch=" + Str(index) +
+         " iterations=" + Str(launch.grid()->Get(0)) + " args=" + args + " bytes=" + bytes;
+}
+
+namespace {
+
+// A binary's launch table: one launch list per symbol; every launch a named
+// entry with CUDA-legal grid and block sizes whose pointer parameters are
+// buffers of the kernel it runs. The kernels' arities were checked before.
 Status CheckLaunches(const fb::Plan& plan, const fb::KernelBinary& binary,
                      const std::string& where) {
   bool ptx = binary.format() == fb::BinaryFormat::Ptx;
@@ -457,12 +554,15 @@ Status CheckLaunches(const fb::Plan& plan, const fb::KernelBinary& binary,
   std::unordered_map<std::string, const fb::Kernel*> kernels;
   if (plan.kernels())
     for (const fb::Kernel* k : *plan.kernels()) kernels.emplace(k->name()->str(), k);
+  std::set<std::string> seen;
   for (uint32_t i = 0; i < binary.symbols()->size(); ++i) {
-    std::string symbol = binary.symbols()->Get(i)->str();
-    std::string at = where + " kernel '" + symbol + "'";
+    std::string symbol = StringOf(binary.symbols()->Get(i));
+    std::string at = where + " kernel '" + Printable(symbol) + "'";
     auto kernel = kernels.find(symbol);
     if (kernel == kernels.end())
       return Fail(ErrorCode::kPlanBadValue, at + ": not a kernel of the plan");
+    if (!seen.insert(symbol).second)
+      return Fail(ErrorCode::kPlanBadValue, at + ": listed twice");
     const int64_t arity = int64_t{kernel->second->num_inputs()} + kernel->second->num_outputs();
     const fb::GpuKernel* gpu = binary.launches()->Get(i);
     if (gpu->launches() == nullptr || gpu->launches()->size() == 0)
@@ -499,17 +599,151 @@ Status CheckLaunches(const fb::Plan& plan, const fb::KernelBinary& binary,
                           Str(arity) + " buffers");
     }
   }
+  if (seen.size() != kernels.size())
+    return Fail(ErrorCode::kPlanMissingKernel,
+                where + ": defines " + Str(seen.size()) + " of the plan's " +
+                    Str(kernels.size()) + " kernels");
   return Status::Ok();
 }
 
+// An x86-64 library: its ELF (elf_check.h), an entry for every launch, and
+// the library's own record of each launch equal to the launch table's (the
+// kernel, the launch's index, its iterations, its buffers and their sizes), so
+// the table cannot send code another kernel's buffers, too few of them, or
+// buffers of other sizes than it was compiled for.
+Status CheckCpuLibrary(const fb::Plan& plan, const fb::KernelBinary& binary,
+                       const std::string& where) {
+  StatusOr<KernelLibrary> library =
+      CheckKernelLibrary(binary.data()->data(), binary.data()->size());
+  if (!library.ok())
+    return Status(library.status().code(), where + ": " + library.status().message());
+  std::unordered_map<std::string, const fb::Kernel*> kernels;
+  if (plan.kernels())
+    for (const fb::Kernel* k : *plan.kernels()) kernels.emplace(k->name()->str(), k);
+  std::set<std::string> entries;
+  for (uint32_t i = 0; i < binary.symbols()->size(); ++i) {
+    const fb::Kernel& kernel = *kernels.at(StringOf(binary.symbols()->Get(i)));
+    const auto& launches = *binary.launches()->Get(i)->launches();
+    for (uint32_t l = 0; l < launches.size(); ++l) {
+      const fb::GpuLaunch& launch = *launches.Get(l);
+      const std::string entry = StringOf(launch.entry());
+      const std::string on = where + " kernel " + KernelName(kernel) + " launch " + Str(l) +
+                             " (entry '" + Printable(entry) + "')";
+      if (!entries.insert(entry).second)
+        return Fail(ErrorCode::kPlanUnsafeCode, on + ": the entry is launched twice");
+      if (!library->entries.count(entry))
+        return Fail(ErrorCode::kPlanMissingKernel,
+                    on + ": the library has no function " + kKernelEntryPrefix + Printable(entry));
+      auto recorded = library->signatures.find(entry);
+      if (recorded == library->signatures.end())
+        return Fail(ErrorCode::kPlanUnsafeCode,
+                    on + ": the library has no record of this launch (" +
+                        kKernelSignaturePrefix + Printable(entry) + ")");
+      const std::string expected = LaunchSignature(kernel, l, launch);
+      if (recorded->second != expected)
+        return Fail(ErrorCode::kPlanUnsafeCode,
+                    on + ": the launch table says \"" + Printable(expected) +
+                        "\" but the code was compiled for \"" + Printable(recorded->second) +
+                        "\"");
+    }
+  }
+  return Status::Ok();
+}
+
+// Every byte of the State (or Constant) region that a buffer covers belongs to
+// exactly one initializer: nothing is read that was never written, and no two
+// initializers fight over bytes.
+Status CheckRegionInitialized(const fb::Plan& plan, fb::Region region, const ByteRanges& covered,
+                              const char* what) {
+  for (uint32_t i = 0; i < plan.buffers()->size(); ++i) {
+    const fb::Buffer* b = plan.buffers()->Get(i);
+    if (b->region() == region && !covered.Covers(b->offset(), b->offset() + b->size()))
+      return Fail(ErrorCode::kPlanUndefinedRead,
+                  BufferName(plan, i) + " lies in " + fb::EnumNameRegion(region) +
+                      " memory that no " + what + " initializes");
+  }
+  return Status::Ok();
+}
+
+// A program's inputs are arena buffers the caller fills before a run and its
+// outputs buffers the caller reads after it: no two inputs (filling one would
+// change the other) and no two outputs may share a byte, and no command may
+// write over an output after computing it. (An output may reuse the bytes of
+// an input read for the last time: inputs are written before every run.)
+// Every command reads only arena bytes that the inputs or earlier commands of
+// the same program wrote: the arena's contents are not kept between runs.
+Status CheckProgramDataflow(const fb::Plan& plan, const fb::Program& program,
+                            const std::string& name) {
+  const auto& inputs = *program.inputs();
+  const auto& outputs = *program.outputs();
+  for (uint32_t i = 0; i < inputs.size(); ++i)
+    if (plan.buffers()->Get(inputs.Get(i))->region() != fb::Region::Arena)
+      return Fail(ErrorCode::kPlanBadValue, "program '" + name + "': input " +
+                                                BufferName(plan, inputs.Get(i)) +
+                                                " is not in the arena");
+  for (const auto* list : {&inputs, &outputs}) {
+    const char* what = list == &inputs ? "inputs " : "outputs ";
+    for (uint32_t a = 0; a < list->size(); ++a)
+      for (uint32_t b = a + 1; b < list->size(); ++b)
+        if (Overlaps(*plan.buffers()->Get(list->Get(a)), *plan.buffers()->Get(list->Get(b))))
+          return Fail(ErrorCode::kPlanAliasedOperands,
+                      "program '" + name + "': " + what + BufferName(plan, list->Get(a)) +
+                          " and " + BufferName(plan, list->Get(b)) + " share memory");
+  }
+  // Per output: the last command that computes it, and the last that writes
+  // over part of it otherwise.
+  std::vector<int64_t> computed(outputs.size(), -1), clobbered(outputs.size(), -1);
+  ByteRanges written;
+  for (int32_t index : inputs) {
+    const fb::Buffer* b = plan.buffers()->Get(index);
+    written.Add(b->offset(), b->offset() + b->size());
+  }
+  auto reads_unwritten = [&](int32_t index) {
+    const fb::Buffer* b = plan.buffers()->Get(index);
+    return b->region() == fb::Region::Arena &&
+           !written.Covers(b->offset(), b->offset() + b->size());
+  };
+  for (uint32_t c = 0; c < program.commands()->size(); ++c) {
+    const fb::Command* command = program.commands()->Get(c);
+    for (int32_t index : *command->inputs())
+      if (reads_unwritten(index)) {
+        std::string where = "program '" + name + "' command " + Str(c);
+        if (command->location() && command->location()->size())
+          where += " (" + PrintableOf(command->location()) + ")";
+        const fb::Buffer* b = plan.buffers()->Get(index);
+        return Fail(ErrorCode::kPlanUndefinedRead,
+                    where + ": reads " + BufferName(plan, index) + " (arena bytes [" +
+                        Str(b->offset()) + ", " + Str(b->offset() + b->size()) +
+                        ")), which neither the program's inputs nor an earlier command wrote");
+      }
+    for (int32_t index : *command->outputs()) {
+      const fb::Buffer* b = plan.buffers()->Get(index);
+      if (b->region() == fb::Region::Arena) written.Add(b->offset(), b->offset() + b->size());
+      for (uint32_t o = 0; o < outputs.size(); ++o) {
+        const fb::Buffer* out = plan.buffers()->Get(outputs.Get(o));
+        if (SameMemory(*b, *out))
+          computed[o] = c;
+        else if (Overlaps(*b, *out))
+          clobbered[o] = c;
+      }
+    }
+  }
+  for (uint32_t o = 0; o < outputs.size(); ++o) {
+    if (reads_unwritten(outputs.Get(o)))
+      return Fail(ErrorCode::kPlanUndefinedRead,
+                  "program '" + name + "': output " + BufferName(plan, outputs.Get(o)) +
+                      " is never written");
+    if (clobbered[o] > computed[o])
+      return Fail(ErrorCode::kPlanAliasedOperands,
+                  "program '" + name + "': command " + Str(clobbered[o]) + " writes over output " +
+                      BufferName(plan, outputs.Get(o)) + " after it is computed");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status CheckPlanSemantics(const fb::Plan& plan, const LoaderLimits& limits) {
-  if (plan.version() < kOldestPlanSchemaVersion || plan.version() > kPlanSchemaVersion)
-    return Fail(ErrorCode::kPlanUnsupportedVersion,
-                "plan schema version " + Str(plan.version()) + " (this runtime reads " +
-                    (kOldestPlanSchemaVersion == kPlanSchemaVersion
-                         ? "version " + Str(kPlanSchemaVersion)
-                         : Str(kOldestPlanSchemaVersion) + " to " + Str(kPlanSchemaVersion)) +
-                    "; recompile the model with this graphc)");
   if (plan.buffers() == nullptr || plan.programs() == nullptr)
     return Fail(ErrorCode::kPlanMalformed, "plan has no buffers or no programs");
   for (uint64_t size : {plan.arena_size(), plan.state_size(), plan.constant_size()})
@@ -519,6 +753,8 @@ Status CheckPlanSemantics(const fb::Plan& plan, const LoaderLimits& limits) {
                       Str(limits.max_region_bytes));
   RETURN_IF_ERROR(CheckBuffers(plan, limits));
 
+  ByteRanges initialized;
+  std::set<int32_t> state_buffers;
   if (plan.states())
     for (uint32_t i = 0; i < plan.states()->size(); ++i) {
       const fb::State* s = plan.states()->Get(i);
@@ -526,21 +762,51 @@ Status CheckPlanSemantics(const fb::Plan& plan, const LoaderLimits& limits) {
       RETURN_IF_ERROR(CheckBufferRef(plan, s->buffer(), fb::Region::State, where));
       if (s->init() < fb::Initializer::MIN || s->init() > fb::Initializer::MAX)
         return Fail(ErrorCode::kPlanBadValue, where + ": unknown initializer");
+      if (!std::isfinite(s->value()) ||
+          (s->value() < 0 && (s->init() == fb::Initializer::Normal ||
+                              s->init() == fb::Initializer::Uniform)))
+        return Fail(ErrorCode::kPlanBadValue,
+                    where + " (" + BufferName(plan, s->buffer()) + "): initializer value " +
+                        Str(s->value()) + " is not a finite, valid parameter");
+      const fb::Buffer* b = plan.buffers()->Get(s->buffer());
+      for (int32_t other : state_buffers)
+        if (Overlaps(*b, *plan.buffers()->Get(other)))
+          return Fail(ErrorCode::kPlanAliasedOperands,
+                      where + ": " + BufferName(plan, s->buffer()) + " shares memory with " +
+                          BufferName(plan, other) + ", which has its own initializer");
+      state_buffers.insert(s->buffer());
+      initialized.Add(b->offset(), b->offset() + b->size());
     }
+  RETURN_IF_ERROR(CheckRegionInitialized(plan, fb::Region::State, initialized, "state"));
+  ByteRanges constant_bytes;
+  std::set<int32_t> constant_buffers;
   if (plan.constants())
     for (uint32_t i = 0; i < plan.constants()->size(); ++i) {
       const fb::Constant* c = plan.constants()->Get(i);
       std::string where = "constant " + Str(i);
       RETURN_IF_ERROR(CheckBufferRef(plan, c->buffer(), fb::Region::Constant, where));
-      if (c->data() == nullptr || c->data()->size() != plan.buffers()->Get(c->buffer())->size())
+      const fb::Buffer* b = plan.buffers()->Get(c->buffer());
+      if (c->data() == nullptr || c->data()->size() != b->size())
         return Fail(ErrorCode::kPlanBadShape, where + ": data does not fill its buffer");
+      for (int32_t other : constant_buffers)
+        if (Overlaps(*b, *plan.buffers()->Get(other)))
+          return Fail(ErrorCode::kPlanAliasedOperands,
+                      where + ": " + BufferName(plan, c->buffer()) + " shares memory with " +
+                          BufferName(plan, other) + ", which has its own data");
+      constant_buffers.insert(c->buffer());
+      constant_bytes.Add(b->offset(), b->offset() + b->size());
     }
-  if (plan.kernels())
+  RETURN_IF_ERROR(
+      CheckRegionInitialized(plan, fb::Region::Constant, constant_bytes, "constant's data"));
+  if (plan.kernels()) {
+    std::set<std::string> names;
     for (uint32_t i = 0; i < plan.kernels()->size(); ++i) {
       const fb::Kernel* k = plan.kernels()->Get(i);
       std::string where = "kernel " + Str(i);
       if (k->name() == nullptr || k->name()->size() == 0 || k->ops() == nullptr)
         return Fail(ErrorCode::kPlanBadValue, where + ": has no name or no op list");
+      if (!names.insert(k->name()->str()).second)
+        return Fail(ErrorCode::kPlanBadValue, where + ": name " + KernelName(*k) + " is taken");
       if (Misaligned(k->arg_bytes()))
         return Fail(ErrorCode::kPlanMalformed, where + ": arg_bytes is misaligned");
       // int64: two int32 counts from the file may overflow int32 (the fuzzer).
@@ -556,20 +822,33 @@ Status CheckPlanSemantics(const fb::Plan& plan, const LoaderLimits& limits) {
             return Fail(ErrorCode::kPlanBadValue, where + ": puts an output in no group");
       }
     }
-  if (plan.binaries())
+  }
+  if (plan.binaries()) {
+    std::set<fb::Target> targets;
     for (uint32_t i = 0; i < plan.binaries()->size(); ++i) {
       const fb::KernelBinary* b = plan.binaries()->Get(i);
+      const std::string where = "binary " + Str(i);
       if (b->target() > fb::Target::MAX || b->format() > fb::BinaryFormat::MAX ||
           b->target() < fb::Target::MIN || b->format() < fb::BinaryFormat::MIN ||
           b->data() == nullptr || b->symbols() == nullptr)
-        return Fail(ErrorCode::kPlanBadValue, "binary " + Str(i) + ": malformed");
-      RETURN_IF_ERROR(CheckLaunches(plan, *b, "binary " + Str(i)));
+        return Fail(ErrorCode::kPlanBadValue, where + ": malformed");
+      if (!targets.insert(b->target()).second)
+        return Fail(ErrorCode::kPlanBadValue,
+                    where + ": a second binary for " + fb::EnumNameTarget(b->target()));
+      const bool elf = b->format() == fb::BinaryFormat::ElfSharedObject;
+      if (elf != (b->target() == fb::Target::CpuX86_64))
+        return Fail(ErrorCode::kPlanBadValue,
+                    where + ": " + fb::EnumNameBinaryFormat(b->format()) + " code for " +
+                        fb::EnumNameTarget(b->target()));
+      RETURN_IF_ERROR(CheckLaunches(plan, *b, where));
+      if (elf) RETURN_IF_ERROR(CheckCpuLibrary(plan, *b, where + " (x86-64 kernel library)"));
     }
+  }
 
   CommandChecker checker(plan, limits);
   for (uint32_t p = 0; p < plan.programs()->size(); ++p) {
     const fb::Program* program = plan.programs()->Get(p);
-    std::string name = program->name() ? program->name()->str() : Str(p);
+    std::string name = program->name() ? PrintableOf(program->name()) : Str(p);
     if (program->commands() == nullptr || program->inputs() == nullptr ||
         program->outputs() == nullptr)
       return Fail(ErrorCode::kPlanMalformed, "program '" + name + "' is incomplete");
@@ -582,9 +861,10 @@ Status CheckPlanSemantics(const fb::Plan& plan, const LoaderLimits& limits) {
       const fb::Command* command = program->commands()->Get(c);
       std::string where = "program '" + name + "' command " + Str(c);
       if (command->location() && command->location()->size())
-        where += " (" + command->location()->str() + ")";
+        where += " (" + PrintableOf(command->location()) + ")";
       RETURN_IF_ERROR(checker.Check(*command, where));
     }
+    RETURN_IF_ERROR(CheckProgramDataflow(plan, *program, name));
   }
   return Status::Ok();
 }
@@ -608,23 +888,54 @@ StatusOr<std::unique_ptr<Plan>> Plan::FromBytes(std::vector<uint8_t> bytes,
     return Fail(ErrorCode::kPlanMalformed,
                 "FlatBuffers verification failed (truncated or corrupt plan)");
   plan->root_ = fb::GetPlan(plan->bytes_.data());
-  Status status = CheckPlanSemantics(*plan->root_, limits);
-  if (!status.ok()) return status;
+  const uint32_t version = plan->root_->version();
+  if (version < kOldestPlanSchemaVersion || version > kPlanSchemaVersion)
+    return Fail(ErrorCode::kPlanUnsupportedVersion,
+                "plan schema version " + Str(version) + " (this runtime reads " +
+                    (kOldestPlanSchemaVersion == kPlanSchemaVersion
+                         ? "version " + Str(kPlanSchemaVersion)
+                         : Str(kOldestPlanSchemaVersion) + " to " + Str(kPlanSchemaVersion)) +
+                    "; recompile the model with this graphc)");
+  RETURN_IF_ERROR(CheckPlanIntegrity(plan->bytes_.data(), plan->bytes_.size()));
+  RETURN_IF_ERROR(CheckPlanSemantics(*plan->root_, limits));
   return plan;
 }
 
 StatusOr<std::unique_ptr<Plan>> Plan::FromFile(const std::string& path,
                                                const LoaderLimits& limits) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return Fail(ErrorCode::kIo, "cannot open plan '" + path + "'");
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
-                             std::istreambuf_iterator<char>());
-  if (in.bad())
-    return Fail(ErrorCode::kIo, "cannot read plan '" + path + "'");
+  // Open first, then ask the open file what it is: a directory, a device
+  // (/dev/zero) or a FIFO is refused before a byte is read, and a regular
+  // file's size before it is read whole.
+  const std::string shown = Printable(path);
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return Fail(ErrorCode::kIo, "cannot open plan '" + shown + "' (" + std::strerror(errno) + ")");
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return Fail(ErrorCode::kIo, "plan '" + shown + "' is not a regular file" +
+                                    (S_ISDIR(st.st_mode) ? " (it is a directory)" : ""));
+  }
+  if (static_cast<uint64_t>(st.st_size) > limits.max_file_bytes) {
+    close(fd);
+    return Fail(ErrorCode::kPlanMalformed, shown + ": plan is " + Str(st.st_size) +
+                                               " bytes, more than the limit of " +
+                                               Str(limits.max_file_bytes));
+  }
+  std::vector<uint8_t> bytes(static_cast<size_t>(st.st_size));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t got = read(fd, bytes.data() + done, bytes.size() - done);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;
+    done += static_cast<size_t>(got);
+  }
+  close(fd);
+  if (done != bytes.size())
+    return Fail(ErrorCode::kIo, "cannot read plan '" + shown + "' (it changed while read)");
   StatusOr<std::unique_ptr<Plan>> plan = FromBytes(std::move(bytes), limits);
   if (!plan.ok())
-    return Status(plan.status().code(), path + ": " + plan.status().message());
+    return Status(plan.status().code(), shown + ": " + plan.status().message());
   return plan;
 }
 
@@ -633,21 +944,13 @@ Status Plan::CheckTarget(fb::Target target) const {
   if (root_->binaries())
     for (const fb::KernelBinary* b : *root_->binaries())
       if (b->target() == target) binary = b;
-  std::string name = fb::EnumNameTarget(target);
-  std::set<std::string> symbols;
-  if (binary != nullptr)
-    for (const flatbuffers::String* symbol : *binary->symbols()) symbols.insert(symbol->str());
+  // The loader proved that a binary defines every kernel of the plan.
   for (const fb::Program* program : *root_->programs())
-    for (const fb::Command* command : *program->commands()) {
-      if (command->op() != fb::Opcode::Kernel) continue;
-      if (binary == nullptr)
-        return Fail(ErrorCode::kPlanMissingKernel,
-                    "the plan has no kernel binary for target " + name);
-      std::string kernel = root_->kernels()->Get(command->kernel())->name()->str();
-      if (symbols.count(kernel) == 0)
-        return Fail(ErrorCode::kPlanMissingKernel,
-                    "kernel '" + kernel + "' is missing from the " + name + " binary");
-    }
+    for (const fb::Command* command : *program->commands())
+      if (command->op() == fb::Opcode::Kernel && binary == nullptr)
+        return Fail(ErrorCode::kPlanMissingKernel, std::string("the plan has no kernel binary "
+                                                               "for target ") +
+                                                       fb::EnumNameTarget(target));
   return Status::Ok();
 }
 

@@ -1,7 +1,22 @@
-// Loads a plan file and proves it safe to execute: the FlatBuffers Verifier
-// (structure, with limits), then semantic checks (indices, buffer ranges,
-// overflow, shapes per op, in-place declarations). After Load returns, the
-// executor and the backends trust the plan and do no further checking.
+// Loads a plan file and verifies all of it before anything runs: the
+// FlatBuffers Verifier (structure, with limits), the version, the SHA-256 of
+// the file and of each kernel binary (plan_integrity.h), then semantic checks:
+// indices, buffer ranges, byte sizes without overflow, shapes per op, in-place
+// declarations, every program reading only memory that its inputs or earlier
+// commands wrote (or state and constants, each with an initializer), program
+// inputs and outputs apart, and the x86-64 kernel library's ELF structure and
+// its record of every launch against the launch table (elf_check.h). After
+// FromBytes returns, the executor and the backends trust the plan's structure
+// and do no further checking.
+//
+// What this does not do: make a plan's code safe to run. A plan carries native
+// code (the x86-64 kernels, the PTX); loading a verified plan runs none of it,
+// but training with it runs it with the user's rights, as running any program
+// does. Run plans you compiled, or plans signed by a key you trust
+// (CheckSignature, graphrun --trusted-keys). `graphrun inspect PLAN` verifies
+// and prints without loading the code; `--load-kernels=cpu` also hands the
+// checked library to the dynamic loader (which runs none of its code) and
+// resolves every entry.
 
 #ifndef GRAPHC_RUNTIME_PLAN_PLAN_LOADER_H_
 #define GRAPHC_RUNTIME_PLAN_PLAN_LOADER_H_
@@ -11,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/plan/plan_integrity.h"
 #include "runtime/status.h"
 #include "schema/plan_generated.h"
 
@@ -18,12 +34,20 @@ namespace graphc::runtime {
 
 // The schema version this runtime reads; graphc's copy is in
 // compiler/Export/PlanExport.h. Newer plans are refused.
-inline constexpr uint32_t kPlanSchemaVersion = 2;
-// Version 1 plans have no CPU launches; they are refused, not guessed at.
-inline constexpr uint32_t kOldestPlanSchemaVersion = 2;
+inline constexpr uint32_t kPlanSchemaVersion = 3;
+// Version 1 plans have no CPU launches, version 2 plans no digests and no
+// launch signatures; they are refused, not guessed at.
+inline constexpr uint32_t kOldestPlanSchemaVersion = 3;
 
 // A plan string, "" when absent (the schema makes every string optional).
 inline std::string StringOf(const flatbuffers::String* s) { return s ? s->str() : std::string(); }
+
+// `text` fit for a terminal: the bytes of control characters (C0, DEL, C1),
+// of bidirectional overrides and of anything that is not UTF-8 written as
+// \xNN escapes, a backslash as \\, and the result cut after `max_bytes` of
+// input with "..." (names printed from a plan or a file are attacker-controlled).
+std::string Printable(const std::string& text, size_t max_bytes = 256);
+inline std::string PrintableOf(const flatbuffers::String* s) { return Printable(StringOf(s)); }
 
 // A buffer's shape, empty when absent (a scalar).
 inline std::vector<int64_t> ShapeOf(const fb::Buffer& b) {
@@ -48,6 +72,12 @@ class Plan {
 
   const fb::Plan& root() const { return *root_; }
   size_t file_size() const { return bytes_.size(); }
+  const std::vector<uint8_t>& bytes() const { return bytes_; }
+
+  // Succeeds when the plan is signed by one of `trusted` (plan_integrity.h).
+  Status CheckSignature(const std::vector<PublicKey>& trusted) const {
+    return CheckPlanSignature(bytes_.data(), bytes_.size(), trusted);
+  }
 
   // Succeeds when a binary for `target` defines every kernel a command launches.
   Status CheckTarget(fb::Target target) const;
@@ -58,8 +88,14 @@ class Plan {
   const fb::Plan* root_ = nullptr;
 };
 
-// The semantic half of loading, on an already verified buffer (exposed for tests).
+// The semantic half of loading, on a buffer the FlatBuffers Verifier accepted,
+// whatever its version or digest (exposed for tests and the fuzzer).
 Status CheckPlanSemantics(const fb::Plan& plan, const LoaderLimits& limits = {});
+
+// The string an x86-64 kernel library records for launch `index` of `kernel`
+// (plan.fbs, KernelBinary.sha256); graphc writes the same.
+std::string LaunchSignature(const fb::Kernel& kernel, uint32_t index,
+                            const fb::GpuLaunch& launch);
 
 // Bytes per element of a dtype as plans store it (I1 takes one byte).
 uint64_t DTypeBytes(fb::DType dtype);

@@ -6,9 +6,18 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
 #include <limits>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "runtime/backend.h"
+#include "runtime/plan/testing/elf_builder.h"
 
 namespace graphc::runtime {
 namespace {
@@ -64,8 +73,51 @@ struct PlanSpec {
   };
   bool with_ptx = false;
   std::vector<LaunchSpec> ptx_launches = {LaunchSpec()};
-  // The CPU binary's launches of every symbol (none: no list at all).
+  // The CPU binary's launches of every symbol (none: no list at all); launch
+  // l of kernel K runs entry K_l<l>.
   std::vector<LaunchSpec> cpu_launches = {LaunchSpec{{10, 1, 1}, {1, 1, 1}, {0, 1}}};
+  // The library's record of an entry, when it should differ from what the
+  // launch table says ("" drops the record).
+  std::map<std::string, std::string> signature_overrides;
+  // The CPU binary's code instead of the library built from the launches.
+  std::optional<std::vector<uint8_t>> library;
+  bool with_digest = true;  // a 32-byte Plan.digest and KernelBinary.sha256
+  bool seal = true;         // fill them in
+  bool with_cpu_binary = true;
+  std::optional<SecretKey> key;  // sign with it
+  // More State entries, over these buffers (zeros), and the first one's.
+  std::vector<int32_t> more_state_buffers;
+  fb::Initializer state_init = fb::Initializer::KaimingNormal;
+  double state_value = 0;
+
+  // What graphc's library records for launch l of `kernel` (plan.fbs).
+  std::string Signature(const std::string& kernel, size_t l, const LaunchSpec& launch) const {
+    std::string args, bytes;
+    for (size_t a = 0; a < launch.args.size(); ++a) {
+      uint32_t arg = launch.args[a];
+      args += (a ? "," : "") + std::to_string(arg);
+      bytes += (a ? "," : "") +
+               std::to_string(arg < kernel_arg_bytes.size() ? kernel_arg_bytes[arg] : 0);
+    }
+    return "graphc-launch-v1 kernel=" + kernel + " launch=" + std::to_string(l) +
+           " iterations=" + std::to_string(launch.grid.empty() ? 0 : launch.grid[0]) +
+           " args=" + args + " bytes=" + bytes;
+  }
+
+  std::vector<uint8_t> Library() const {
+    if (library) return *library;
+    testing::ElfSpec elf;
+    for (const std::string& symbol : binary_symbols)
+      for (size_t l = 0; l < cpu_launches.size(); ++l) {
+        std::string entry = symbol + "_l" + std::to_string(l);
+        auto override = signature_overrides.find(entry);
+        elf.entries.emplace_back(entry, override != signature_overrides.end()
+                                            ? override->second
+                                            : Signature(symbol, l, cpu_launches[l]));
+      }
+    elf.imports = {"expf", "memset"};
+    return testing::BuildElf(elf);
+  }
 
   std::vector<uint8_t> Build() const {
     flatbuffers::FlatBufferBuilder fbb;
@@ -92,7 +144,9 @@ struct PlanSpec {
         fbb, fbb.CreateString("train_step"), fbb.CreateVector(program_inputs),
         fbb.CreateVector(program_outputs), fbb.CreateVector(command_offsets), arena_size)};
     std::vector<flatbuffers::Offset<fb::State>> states = {
-        fb::CreateState(fbb, state_buffer, fb::Initializer::KaimingNormal, 0, true)};
+        fb::CreateState(fbb, state_buffer, state_init, state_value, true)};
+    for (int32_t b : more_state_buffers)
+      states.push_back(fb::CreateState(fbb, b, fb::Initializer::Zeros, 0, false));
     std::vector<uint8_t> constant_data(48, 0);
     std::vector<flatbuffers::Offset<fb::Constant>> constants = {
         fb::CreateConstant(fbb, constant_buffer, fbb.CreateVector(constant_data))};
@@ -101,22 +155,32 @@ struct PlanSpec {
         fbb, fbb.CreateString("k0"), fbb.CreateVectorOfStrings(ops), kernel_inputs, 1, true,
         fbb.CreateVector(kernel_arg_bytes),
         kernel_arg_groups.empty() ? 0 : fbb.CreateVector(kernel_arg_groups))};
-    std::vector<uint8_t> code = {0x7f, 'E', 'L', 'F'};
+    std::vector<uint8_t> code = Library();
     std::vector<flatbuffers::Offset<fb::GpuKernel>> cpu_per_kernel;
     if (!cpu_launches.empty())
       for (const std::string& symbol : binary_symbols) {
         std::vector<flatbuffers::Offset<fb::GpuLaunch>> launches;
-        for (const LaunchSpec& l : cpu_launches)
+        for (size_t l = 0; l < cpu_launches.size(); ++l)
           launches.push_back(fb::CreateGpuLaunch(
-              fbb, fbb.CreateString(symbol + "_l0"), fbb.CreateVector(l.grid),
-              fbb.CreateVector(l.block), fbb.CreateVector(l.args)));
+              fbb, fbb.CreateString(symbol + "_l" + std::to_string(l)),
+              fbb.CreateVector(cpu_launches[l].grid), fbb.CreateVector(cpu_launches[l].block),
+              fbb.CreateVector(cpu_launches[l].args)));
         cpu_per_kernel.push_back(fb::CreateGpuKernel(fbb, fbb.CreateVector(launches)));
       }
-    std::vector<flatbuffers::Offset<fb::KernelBinary>> binaries = {fb::CreateKernelBinary(
-        fbb, fb::Target::CpuX86_64, fb::BinaryFormat::ElfSharedObject,
-        fbb.CreateString("x86-64"), fbb.CreateVector(code),
-        fbb.CreateVectorOfStrings(binary_symbols), fbb.CreateVector(cpu_per_kernel))};
-    std::vector<fb::Target> targets = {fb::Target::CpuX86_64};
+    auto hash_of = [&](const std::vector<uint8_t>& data) {
+      Sha256Digest hash = Sha256Of(data.data(), data.size());
+      return with_digest ? fbb.CreateVector(hash.data(), hash.size()) : 0;
+    };
+    std::vector<flatbuffers::Offset<fb::KernelBinary>> binaries;
+    std::vector<fb::Target> targets;
+    if (with_cpu_binary) {
+      binaries.push_back(fb::CreateKernelBinary(
+          fbb, fb::Target::CpuX86_64, fb::BinaryFormat::ElfSharedObject,
+          fbb.CreateString("x86-64"), fbb.CreateVector(code),
+          fbb.CreateVectorOfStrings(binary_symbols), fbb.CreateVector(cpu_per_kernel),
+          hash_of(code)));
+      targets.push_back(fb::Target::CpuX86_64);
+    }
     if (with_ptx) {
       std::vector<flatbuffers::Offset<fb::GpuLaunch>> launches;
       for (const LaunchSpec& l : ptx_launches)
@@ -128,10 +192,11 @@ struct PlanSpec {
       if (!ptx_launches.empty())
         per_kernel.push_back(fb::CreateGpuKernel(fbb, fbb.CreateVector(launches)));
       std::string ptx = ".version 8.0\n.target sm_90\n";
+      std::vector<uint8_t> ptx_bytes(ptx.begin(), ptx.end());
       binaries.push_back(fb::CreateKernelBinary(
           fbb, fb::Target::CudaSm90, fb::BinaryFormat::Ptx, fbb.CreateString("sm_90"),
-          fbb.CreateVector(reinterpret_cast<const uint8_t*>(ptx.data()), ptx.size()),
-          fbb.CreateVectorOfStrings(binary_symbols), fbb.CreateVector(per_kernel)));
+          fbb.CreateVector(ptx_bytes), fbb.CreateVectorOfStrings(binary_symbols),
+          fbb.CreateVector(per_kernel), hash_of(ptx_bytes)));
       targets.push_back(fb::Target::CudaSm90);
     }
     auto plan = fb::CreatePlan(
@@ -139,10 +204,15 @@ struct PlanSpec {
         fbb.CreateVector(targets), arena_size, state_size, constant_size, 0,
         fbb.CreateVector(buffer_offsets), fbb.CreateVector(states),
         fbb.CreateVector(constants), fbb.CreateVector(kernels), fbb.CreateVector(binaries),
-        fbb.CreateVector(programs));
+        fbb.CreateVector(programs),
+        with_digest ? fbb.CreateVector(std::vector<uint8_t>(32, 0)) : 0,
+        key ? fbb.CreateVector(std::vector<uint8_t>(kSignatureBytes, 0)) : 0,
+        key ? fbb.CreateVector(PublicKeyOf(*key).data(), 32) : 0);
     fbb.Finish(plan, identifier.c_str());
-    return std::vector<uint8_t>(fbb.GetBufferPointer(),
-                                fbb.GetBufferPointer() + fbb.GetSize());
+    std::vector<uint8_t> bytes(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize());
+    if (seal && with_digest && identifier == "GPLN")
+      EXPECT_TRUE(SealPlan(bytes.data(), bytes.size(), key ? &*key : nullptr).ok());
+    return bytes;
   }
 };
 
@@ -336,11 +406,20 @@ TEST(PlanLoaderTest, KernelMissingForTheDevice) {
   EXPECT_EQ(cuda.code(), ErrorCode::kPlanMissingKernel);
   EXPECT_NE(cuda.message().find("CudaSm90"), std::string::npos) << cuda.message();
 
+  // A binary defines every kernel of the plan, or the plan is refused.
   PlanSpec spec;
   spec.binary_symbols = {};
-  StatusOr<std::unique_ptr<Plan>> missing = Plan::FromBytes(spec.Build());
-  ASSERT_TRUE(missing.ok()) << missing.status().ToString();
-  EXPECT_EQ((*missing)->CheckTarget(fb::Target::CpuX86_64).code(),
+  EXPECT_EQ(LoadError(spec), ErrorCode::kPlanMissingKernel);
+
+  // No binary at all: the plan loads (inspect can show it), no device runs it.
+  PlanSpec none;
+  none.with_cpu_binary = false;
+  StatusOr<std::unique_ptr<Plan>> unrunnable = Plan::FromBytes(none.Build());
+  ASSERT_TRUE(unrunnable.ok()) << unrunnable.status().ToString();
+  EXPECT_EQ((*unrunnable)->CheckTarget(fb::Target::CpuX86_64).code(),
+            ErrorCode::kPlanMissingKernel);
+  // ... and the CPU backend says so instead of dereferencing the absent list.
+  EXPECT_EQ(CreateCpuBackend(1)->LoadKernels(**unrunnable).code(),
             ErrorCode::kPlanMissingKernel);
 
   // A symbol that is no kernel of the plan has no arity to check launches by.
@@ -435,6 +514,245 @@ TEST(PlanLoaderTest, MissingFileIsAnIoError) {
   StatusOr<std::unique_ptr<Plan>> plan = Plan::FromFile("/nonexistent/plan.fb");
   ASSERT_FALSE(plan.ok());
   EXPECT_EQ(plan.status().code(), ErrorCode::kIo);
+}
+
+
+// Every error message from here on is checked for its class; these are the
+// holes an adversarial review found in loaded-and-accepted plans.
+
+TEST(PlanLoaderTest, ByteSizeOfAHugeShapeDoesNotWrap) {
+  // 2^62 f32 elements are 2^64 bytes: the size wrapped to 0 and was accepted,
+  // then the state initializer ran 2^62 elements off the buffer.
+  PlanSpec spec;
+  spec.buffers[4].shape = {int64_t{1} << 31, int64_t{1} << 31};
+  spec.buffers[4].size = 0;
+  EXPECT_EQ(LoadError(spec), ErrorCode::kPlanBadShape);
+}
+
+// The launch table must be what the code was compiled for: the library records
+// each launch, and any difference is refused by name.
+TEST(PlanLoaderTest, LaunchTableIsTiedToTheCodeItLaunches) {
+  const PlanSpec original;
+  const std::string compiled = original.Signature("k0", 0, original.cpu_launches[0]);
+  auto load = [&](PlanSpec spec) {
+    spec.signature_overrides["k0_l0"] = compiled;  // the library as compiled
+    return Plan::FromBytes(spec.Build());
+  };
+  PlanSpec permuted;
+  permuted.cpu_launches[0].args = {1, 0};
+  PlanSpec empty;
+  empty.cpu_launches[0].args = {};
+  PlanSpec fewer_iterations;
+  fewer_iterations.cpu_launches[0].grid = {5, 1, 1};
+  PlanSpec other_sizes;  // the same kernel over buffers of another size
+  other_sizes.kernel_arg_bytes = {320, 320};
+  other_sizes.buffers[2].shape = {2, 5, 2, 4};
+  other_sizes.buffers[3].shape = {2, 5, 2, 4};
+  for (const PlanSpec* spec : {&permuted, &empty, &fewer_iterations, &other_sizes}) {
+    StatusOr<std::unique_ptr<Plan>> plan = load(*spec);
+    ASSERT_FALSE(plan.ok());
+    EXPECT_EQ(plan.status().code(), ErrorCode::kPlanUnsafeCode) << plan.status().ToString();
+    EXPECT_NE(plan.status().message().find("compiled for"), std::string::npos)
+        << plan.status().message();
+  }
+  // Another kernel's entry: the record names the kernel it belongs to.
+  PlanSpec foreign;
+  foreign.signature_overrides["k0_l0"] =
+      "graphc-launch-v1 kernel=k7 launch=0 iterations=10 args=0,1 bytes=160,160";
+  EXPECT_EQ(LoadError(foreign), ErrorCode::kPlanUnsafeCode);
+  // No record at all, or no function for the entry.
+  PlanSpec unrecorded;
+  unrecorded.signature_overrides["k0_l0"] = "";
+  EXPECT_EQ(LoadError(unrecorded), ErrorCode::kPlanUnsafeCode);
+  PlanSpec missing;
+  testing::ElfSpec elf;
+  elf.entries = {{"k9_l0", compiled}};
+  missing.library = testing::BuildElf(elf);
+  EXPECT_EQ(LoadError(missing), ErrorCode::kPlanMissingKernel);
+}
+
+TEST(PlanLoaderTest, EmbeddedLibraryMustRunNoCodeWhenLoaded) {
+  testing::ElfSpec elf;
+  PlanSpec spec;
+  elf.entries = {{"k0_l0", spec.Signature("k0", 0, spec.cpu_launches[0])}};
+  elf.extra_tags = {{DT_INIT_ARRAY, 0x1000}, {DT_INIT_ARRAYSZ, 8}};
+  spec.library = testing::BuildElf(elf);
+  StatusOr<std::unique_ptr<Plan>> plan = Plan::FromBytes(spec.Build());
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().code(), ErrorCode::kPlanUnsafeCode);
+  EXPECT_NE(plan.status().message().find("DT_INIT_ARRAY"), std::string::npos)
+      << plan.status().message();
+  // A truncated library: its segments map bytes past its end (a SIGBUS in
+  // dlopen before this check).
+  PlanSpec truncated;
+  std::vector<uint8_t> cut = truncated.Library();
+  cut.resize(cut.size() - 100);
+  truncated.library = cut;
+  EXPECT_EQ(LoadError(truncated), ErrorCode::kPlanUnsafeCode);
+}
+
+TEST(PlanLoaderTest, ProgramsReadOnlyMemorySomethingWrote) {
+  PlanSpec unwritten;  // the copy reads arena bytes no command or input wrote
+  unwritten.buffers.push_back({"ghost", {2, 5, 2, 2}, fb::Region::Arena, 3000});
+  unwritten.commands[2].inputs = {7};
+  StatusOr<std::unique_ptr<Plan>> plan = Plan::FromBytes(unwritten.Build());
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().code(), ErrorCode::kPlanUndefinedRead);
+  EXPECT_NE(plan.status().message().find("buffer 7 'ghost'"), std::string::npos)
+      << plan.status().message();
+  PlanSpec early;  // the copy of y moved before the convolution that writes y
+  std::swap(early.commands[0], early.commands[2]);
+  EXPECT_EQ(LoadError(early), ErrorCode::kPlanUndefinedRead);
+  PlanSpec output;  // an output nothing writes
+  output.buffers.push_back({"never", {4}, fb::Region::Arena, 3000});
+  output.program_outputs.push_back(7);
+  EXPECT_EQ(LoadError(output), ErrorCode::kPlanUndefinedRead);
+}
+
+TEST(PlanLoaderTest, ProgramInputsAndOutputsShareNoMemory) {
+  PlanSpec twice;
+  twice.program_inputs = {0, 0};
+  EXPECT_EQ(LoadError(twice), ErrorCode::kPlanAliasedOperands);
+  PlanSpec overlapping;  // a second input over x's bytes
+  overlapping.buffers.push_back({"x2", {4}, fb::Region::Arena, 16});
+  overlapping.program_inputs = {0, 4, 7};
+  EXPECT_EQ(LoadError(overlapping), ErrorCode::kPlanAliasedOperands);
+  PlanSpec outputs;
+  outputs.program_outputs = {3, 6, 3};
+  EXPECT_EQ(LoadError(outputs), ErrorCode::kPlanAliasedOperands);
+  // An output computed, then written over by a later command.
+  PlanSpec clobbered;
+  clobbered.program_outputs = {2, 6};  // y, then a copy of y2 over half of y
+  clobbered.buffers.push_back({"z", {2, 5, 2, 2}, fb::Region::Arena, 592});
+  clobbered.commands.push_back({fb::Opcode::Copy, {3}, {7}});
+  EXPECT_EQ(LoadError(clobbered), ErrorCode::kPlanAliasedOperands);
+  clobbered.program_outputs = {3, 6};  // y2 is untouched: fine
+  EXPECT_EQ(LoadError(clobbered), ErrorCode::kOk);
+  PlanSpec state_input;  // filling an "input" in the State region
+  state_input.program_inputs = {0, 4, 1};
+  EXPECT_EQ(LoadError(state_input), ErrorCode::kPlanBadValue);
+}
+
+TEST(PlanLoaderTest, EveryStateByteHasOneInitializer) {
+  PlanSpec uninitialized;  // State memory without an initializer
+  uninitialized.buffers.push_back({"s", {16}, fb::Region::State, 768});
+  EXPECT_EQ(LoadError(uninitialized), ErrorCode::kPlanUndefinedRead);
+  uninitialized.more_state_buffers = {7};
+  EXPECT_EQ(LoadError(uninitialized), ErrorCode::kOk);
+  PlanSpec view;  // a view of an initialized state needs no initializer of its own
+  view.buffers.push_back({"w_view", {135}, fb::Region::State, 0});
+  EXPECT_EQ(LoadError(view), ErrorCode::kOk);
+  view.more_state_buffers = {7};  // ... and may not have a second one
+  EXPECT_EQ(LoadError(view), ErrorCode::kPlanAliasedOperands);
+  PlanSpec nan;
+  nan.state_init = fb::Initializer::Normal;
+  nan.state_value = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_EQ(LoadError(nan), ErrorCode::kPlanBadValue);
+  nan.state_value = -1;  // a negative standard deviation
+  EXPECT_EQ(LoadError(nan), ErrorCode::kPlanBadValue);
+  PlanSpec constant;  // Constant memory without data
+  constant.buffers.push_back({"k", {4}, fb::Region::Constant, 48});
+  EXPECT_EQ(LoadError(constant), ErrorCode::kPlanUndefinedRead);
+}
+
+TEST(PlanLoaderTest, NamesFromThePlanAreEscapedInMessages) {
+  PlanSpec spec;
+  spec.buffers[4].name = "evil\x1b[2J\xc2\x9b\xe2\x80\xae\xff";
+  spec.buffers[4].size = 16;
+  StatusOr<std::unique_ptr<Plan>> plan = Plan::FromBytes(spec.Build());
+  ASSERT_FALSE(plan.ok());
+  const std::string& message = plan.status().message();
+  EXPECT_NE(message.find("'evil\\x1b[2J\\xc2\\x9b\\xe2\\x80\\xae\\xff'"), std::string::npos)
+      << message;
+  EXPECT_EQ(message.find('\x1b'), std::string::npos);
+  EXPECT_EQ(Printable("conv1.weight \xc3\xa9t\xc3\xa9"), "conv1.weight \xc3\xa9t\xc3\xa9");
+  EXPECT_EQ(Printable("a\\b\n"), "a\\\\b\\x0a");
+  EXPECT_EQ(Printable(std::string(300, 'x')), std::string(256, 'x') + "...");
+}
+
+TEST(PlanLoaderTest, CorruptionIsCaughtByTheDigests) {
+  std::vector<uint8_t> bytes = PlanSpec().Build();
+  ASSERT_EQ(LoadError(bytes), ErrorCode::kOk);
+  // A flipped bit anywhere the Verifier does not notice: the model name.
+  std::vector<uint8_t> flipped = bytes;
+  const std::string model = "test";
+  auto at = std::search(flipped.begin(), flipped.end(), model.begin(), model.end());
+  ASSERT_NE(at, flipped.end());
+  *at ^= 1;
+  StatusOr<std::unique_ptr<Plan>> plan = Plan::FromBytes(flipped);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().code(), ErrorCode::kPlanIntegrity);
+  EXPECT_NE(plan.status().message().find("SHA-256 mismatch"), std::string::npos);
+  // The kernel code changed and the plan digest recomputed (as a careless
+  // tool would): the kernel binary's own hash names it.
+  std::vector<uint8_t> patched = bytes;
+  const std::string magic = "\x7f" "ELF";
+  auto elf = std::search(patched.begin(), patched.end(), magic.begin(), magic.end());
+  ASSERT_NE(elf, patched.end());
+  ASSERT_EQ(*(elf + 0x1000), 0xc3);  // the first kernel's `ret` (elf_builder.h)
+  *(elf + 0x1000) = 0xcc;
+  ASSERT_TRUE(SealPlan(patched.data(), patched.size()).ok());
+  plan = Plan::FromBytes(patched);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().code(), ErrorCode::kPlanIntegrity);
+  EXPECT_NE(plan.status().message().find("kernel binary 0"), std::string::npos)
+      << plan.status().message();
+  PlanSpec undigested;
+  undigested.with_digest = false;
+  EXPECT_EQ(LoadError(undigested), ErrorCode::kPlanIntegrity);
+  PlanSpec unsealed;
+  unsealed.seal = false;
+  EXPECT_EQ(LoadError(unsealed), ErrorCode::kPlanIntegrity);
+}
+
+TEST(PlanLoaderTest, SignedPlansVerifyOnlyAgainstTrustedKeys) {
+  char dir[] = "/tmp/graphc-keys-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string base = dir;
+  ASSERT_TRUE(GenerateKeyPair(base + "/a.key", base + "/a.pub").ok());
+  ASSERT_TRUE(GenerateKeyPair(base + "/b.key", base + "/b.pub").ok());
+  // Keys are never overwritten.
+  EXPECT_EQ(GenerateKeyPair(base + "/a.key", base + "/c.pub").code(), ErrorCode::kIo);
+  StatusOr<SecretKey> a = ReadSecretKey(base + "/a.key");
+  StatusOr<PublicKey> a_pub = ReadPublicKey(base + "/a.pub");
+  StatusOr<PublicKey> b_pub = ReadPublicKey(base + "/b.pub");
+  ASSERT_TRUE(a.ok() && a_pub.ok() && b_pub.ok());
+  EXPECT_EQ(PublicKeyOf(*a), *a_pub);
+  EXPECT_EQ(ReadPublicKey(base + "/a.key").status().code(), ErrorCode::kInvalidArgument);
+
+  PlanSpec spec;
+  spec.key = *a;
+  std::vector<uint8_t> bytes = spec.Build();
+  StatusOr<std::unique_ptr<Plan>> plan = Plan::FromBytes(bytes);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_TRUE((*plan)->CheckSignature({*b_pub, *a_pub}).ok());
+  Status untrusted = (*plan)->CheckSignature({*b_pub});
+  EXPECT_EQ(untrusted.code(), ErrorCode::kPlanUntrusted);
+  EXPECT_NE(untrusted.message().find(HexOf(*a_pub)), std::string::npos) << untrusted.message();
+  // Edited, then resealed without the key: the digest is right, the signature not.
+  const std::string model = "test";
+  auto at = std::search(bytes.begin(), bytes.end(), model.begin(), model.end());
+  *at = 'T';
+  ASSERT_TRUE(SealPlan(bytes.data(), bytes.size()).ok());
+  StatusOr<std::unique_ptr<Plan>> edited = Plan::FromBytes(bytes);
+  ASSERT_TRUE(edited.ok()) << edited.status().ToString();
+  EXPECT_EQ((*edited)->CheckSignature({*a_pub}).code(), ErrorCode::kPlanUntrusted);
+  // An unsigned plan is untrusted.
+  StatusOr<std::unique_ptr<Plan>> unsigned_plan = Plan::FromBytes(PlanSpec().Build());
+  ASSERT_TRUE(unsigned_plan.ok());
+  EXPECT_EQ((*unsigned_plan)->CheckSignature({*a_pub}).code(), ErrorCode::kPlanUntrusted);
+  for (const char* file : {"a.key", "a.pub", "b.key", "b.pub"}) unlink((base + "/" + file).c_str());
+  rmdir(dir);
+}
+
+TEST(PlanLoaderTest, NonRegularFilesAreRefusedBeforeReading) {
+  for (const char* path : {"/tmp", "/dev/zero", "/dev/null"}) {
+    StatusOr<std::unique_ptr<Plan>> plan = Plan::FromFile(path);
+    ASSERT_FALSE(plan.ok()) << path;
+    EXPECT_EQ(plan.status().code(), ErrorCode::kIo) << path;
+    EXPECT_NE(plan.status().message().find("not a regular file"), std::string::npos)
+        << plan.status().message();
+  }
 }
 
 }  // namespace

@@ -26,7 +26,7 @@ std::string TypeString(const fb::Buffer& b) {
 
 std::string NameOf(const fb::Plan& plan, int32_t index) {
   const fb::Buffer* b = plan.buffers()->Get(index);
-  return b->name() ? b->name()->str() : "#" + std::to_string(index);
+  return b->name() ? PrintableOf(b->name()) : "#" + std::to_string(index);
 }
 
 std::string List(const fb::Plan& plan, const flatbuffers::Vector<int32_t>& indices) {
@@ -61,7 +61,7 @@ std::string KernelOpsString(const fb::Kernel& kernel, const char* separator) {
   for (uint32_t i = 0; i < ops.size();) {
     uint32_t end = i + 1;
     while (end < ops.size() && ops.Get(end)->str() == ops.Get(i)->str()) ++end;
-    out += (out.empty() ? "" : separator) + ops.Get(i)->str();
+    out += (out.empty() ? "" : separator) + Printable(ops.Get(i)->str());
     if (end - i > 1) out += " x" + std::to_string(end - i);
     i = end;
   }
@@ -70,17 +70,32 @@ std::string KernelOpsString(const fb::Kernel& kernel, const char* separator) {
 
 void PrintPlan(const Plan& loaded, const PrintOptions& options, std::ostream& os) {
   const fb::Plan& plan = loaded.root();
-  os << "plan: model " << StringOf(plan.model()) << ", batch " << plan.batch_size()
-     << ", precision " << StringOf(plan.precision()) << ", "
+  os << "plan: model " << PrintableOf(plan.model()) << ", batch " << plan.batch_size()
+     << ", precision " << PrintableOf(plan.precision()) << ", "
      << (plan.fused() ? "fused" : "unfused") << ", schema v" << plan.version() << ", "
      << loaded.file_size() << " bytes\n";
   os << "targets:";
   if (plan.binaries())
     for (const fb::KernelBinary* b : *plan.binaries())
       os << " " << fb::EnumNameTarget(b->target()) << " ("
-         << fb::EnumNameBinaryFormat(b->format()) << ", " << StringOf(b->cpu()) << ", "
+         << fb::EnumNameBinaryFormat(b->format()) << ", " << PrintableOf(b->cpu()) << ", "
          << b->data()->size() << " bytes" << LaunchSummary(*b) << ")";
   os << "\n";
+  // What the loader verified: the digests (so a user can compare a kernel
+  // binary with `sha256sum` of graphc --dump-kernels), and who signed it.
+  if (plan.digest() && plan.digest()->size() == 32)
+    os << "integrity: sha256 " << HexOf(plan.digest()->data(), 32) << " (verified), "
+       << (plan.signer() && plan.signer()->size() == 32 && plan.signature() &&
+                   plan.signature()->size() != 0
+               ? "signed by key " + HexOf(plan.signer()->data(), 32) +
+                     " (graphrun --trusted-keys checks it)"
+               : std::string("unsigned"))
+       << "\n";
+  if (plan.binaries())
+    for (const fb::KernelBinary* b : *plan.binaries())
+      if (b->sha256() && b->sha256()->size() == 32)
+        os << "  " << fb::EnumNameTarget(b->target()) << " code sha256 "
+           << HexOf(b->sha256()->data(), 32) << "\n";
   uint64_t parameters = 0, parameter_tensors = 0;
   if (plan.states())
     for (const fb::State* s : *plan.states())
@@ -104,7 +119,7 @@ void PrintPlan(const Plan& loaded, const PrintOptions& options, std::ostream& os
       ++by_op[c->op() == fb::Opcode::Kernel
                   ? std::string("kernel")
                   : std::string(fb::EnumNameOpcode(c->op()))];
-    os << "program " << StringOf(program->name()) << ": " << program->commands()->size()
+    os << "program " << PrintableOf(program->name()) << ": " << program->commands()->size()
        << " commands (";
     bool first = true;
     for (const auto& [op, count] : by_op) {
@@ -136,7 +151,7 @@ void PrintPlan(const Plan& loaded, const PrintOptions& options, std::ostream& os
     os << "\nstate:\n";
     for (const fb::State* s : *plan.states()) {
       const fb::Buffer* b = plan.buffers()->Get(s->buffer());
-      os << "  " << StringOf(b->name()) << " " << TypeString(*b) << " = "
+      os << "  " << PrintableOf(b->name()) << " " << TypeString(*b) << " = "
          << fb::EnumNameInitializer(s->init());
       if (s->init() == fb::Initializer::Constant || s->init() == fb::Initializer::Normal ||
           s->init() == fb::Initializer::Uniform)
@@ -148,7 +163,7 @@ void PrintPlan(const Plan& loaded, const PrintOptions& options, std::ostream& os
     os << "\nbuffers:\n";
     for (uint32_t i = 0; i < plan.buffers()->size(); ++i) {
       const fb::Buffer* b = plan.buffers()->Get(i);
-      os << "  " << i << " " << StringOf(b->name()) << " " << TypeString(*b) << " "
+      os << "  " << i << " " << PrintableOf(b->name()) << " " << TypeString(*b) << " "
          << fb::EnumNameRegion(b->region()) << " [" << b->offset() << ", "
          << b->offset() + b->size() << ")\n";
     }
@@ -156,7 +171,7 @@ void PrintPlan(const Plan& loaded, const PrintOptions& options, std::ostream& os
   if (options.kernels && plan.kernels()) {
     os << "\nkernels:\n";
     for (const fb::Kernel* k : *plan.kernels()) {
-      os << "  " << StringOf(k->name()) << ":";
+      os << "  " << PrintableOf(k->name()) << ":";
       os << " " << KernelOpsString(*k, " ");
       os << " (" << k->num_inputs() << " in, " << k->num_outputs() << " out"
          << (k->elementwise() ? ", elementwise" : "") << ")\n";
@@ -164,18 +179,18 @@ void PrintPlan(const Plan& loaded, const PrintOptions& options, std::ostream& os
   }
   if (options.commands) {
     for (const fb::Program* program : *plan.programs()) {
-      os << "\ncommands of " << StringOf(program->name()) << ":\n";
+      os << "\ncommands of " << PrintableOf(program->name()) << ":\n";
       uint32_t index = 0;
       for (const fb::Command* c : *program->commands()) {
         os << "  " << index++ << " ";
         if (c->op() == fb::Opcode::Kernel)
-          os << "kernel " << StringOf(plan.kernels()->Get(c->kernel())->name());
+          os << "kernel " << PrintableOf(plan.kernels()->Get(c->kernel())->name());
         else
           os << fb::EnumNameOpcode(c->op());
         os << " [" << List(plan, *c->inputs()) << "] -> [" << List(plan, *c->outputs())
            << "]";
         if (c->in_place() && c->in_place()->size()) os << " in place";
-        if (c->location() && c->location()->size()) os << "  ; " << c->location()->str();
+        if (c->location() && c->location()->size()) os << "  ; " << PrintableOf(c->location());
         os << "\n";
       }
     }
