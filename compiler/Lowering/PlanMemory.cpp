@@ -31,6 +31,7 @@ struct Interval {
   int64_t end = -1;
   int64_t size = 0;
   int64_t offset = -1;
+  bool merged = false; // taken over by an in-place input: placed as that input
 };
 
 class PlanMemoryPass : public graphc::impl::PlanMemoryBase<PlanMemoryPass> {
@@ -131,7 +132,9 @@ int64_t PlanMemoryPass::planProgram(plan::ProgramOp program, SymbolTable &symbol
         Interval merged = intervals[in];
         merged.end = intervals[out].end;
         intervals[in] = merged;
-        intervals.erase(out);
+        // Not intervals.erase(out): MapVector::erase is O(size) (it renumbers
+        // every later entry), so one per in-place merge made this quadratic.
+        intervals[out].merged = true;
         parent[out] = in;
         taken.insert(in);
         inPlace[o] = i;
@@ -146,28 +149,31 @@ int64_t PlanMemoryPass::planProgram(plan::ProgramOp program, SymbolTable &symbol
   // 3) Greedy by size: largest first, lowest aligned offset that fits.
   SmallVector<Interval *> order;
   for (auto &entry : intervals)
-    order.push_back(&entry.second);
+    if (!entry.second.merged)
+      order.push_back(&entry.second);
   llvm::stable_sort(order, [](Interval *a, Interval *b) { return a->size > b->size; });
+  // `placed` is kept sorted by offset, so the intervals live with this one
+  // come in offset order without sorting them for every interval.
   SmallVector<Interval *> placed;
   int64_t arenaSize = 0;
   for (Interval *interval : order) {
-    SmallVector<Interval *> live;
-    for (Interval *other : placed)
-      if (other->begin <= interval->end && interval->begin <= other->end)
-        live.push_back(other);
-    llvm::sort(live, [](Interval *a, Interval *b) { return a->offset < b->offset; });
     int64_t offset = 0;
-    for (Interval *other : live) {
+    for (Interval *other : placed) {
+      if (!(other->begin <= interval->end && interval->begin <= other->end))
+        continue;
       if (offset + interval->size <= other->offset)
         break;
       offset = std::max<int64_t>(offset, llvm::alignTo(other->offset + other->size, kAlignment));
     }
     interval->offset = offset;
-    placed.push_back(interval);
+    placed.insert(llvm::upper_bound(placed, offset,
+                                    [](int64_t o, Interval *p) { return o < p->offset; }),
+                  interval);
     arenaSize = std::max(arenaSize, offset + interval->size);
   }
   for (auto &[name, interval] : intervals)
-    buffers.lookup(name).setOffset(interval.offset);
+    if (!interval.merged)
+      buffers.lookup(name).setOffset(interval.offset);
   return llvm::alignTo(arenaSize, kAlignment);
 }
 

