@@ -39,12 +39,27 @@ struct Examples {
 
 // Reads an IDX image file and its label file (gzip-compressed or not), scales
 // the pixels to [0, 1] and normalizes them with `mean` and `stddev`.
+//
+// Both readers refuse with a kIo error naming the file anything but a regular
+// file (a directory, a device, a FIFO: checked on the open descriptor before
+// a byte is read, and without waiting on a FIFO), and allocate no more than a
+// file can hold. ReadIdx refuses a header whose dimensions are 0, overflow or
+// multiply past 4 GiB or past what the file can hold (a gzip file expands at
+// most 1032:1), before any allocation; a file shorter or longer than its
+// header says; a truncated or corrupt gzip stream (its CRC is checked); and
+// label and image counts that differ.
 StatusOr<Examples> ReadIdx(const std::string& images_path, const std::string& labels_path,
                            float mean, float stddev);
 
 // NumPy arrays (.npy, format 1.0 to 3.0, C order, little-endian): images as
 // float32 [N, C, H, W] taken as they are, or uint8 [N, C, H, W] / [N, H, W]
 // scaled to [0, 1]; labels as int32 or int64 [N]. Users normalize their own data.
+// Both files' headers are checked before any data is read: a header over
+// 1 MiB, an unreadable or repeated field, a dimension that is 0, negative or
+// not a decimal integer, a shape whose byte size overflows or differs from the
+// bytes present, another dtype (big-endian included) and Fortran order are kIo
+// errors naming the file; so are a label outside [0, 2^31) (naming the first
+// such example) and, as kNonFinite, a NaN or infinite float32 pixel.
 StatusOr<Examples> ReadNpy(const std::string& images_path, const std::string& labels_path);
 
 // Fashion-MNIST's training or test split from DIR (train-*/t10k-*-idx?-ubyte.gz).
@@ -54,12 +69,16 @@ inline constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mni
 // Batches of a fixed shape from examples, in an order shuffled per epoch.
 class BatchSource {
  public:
-  // The examples must match the program's image shape [batch, c, h, w].
+  // The examples must match the program's image shape [batch, c, h, w], hold
+  // at least one batch (batch >= 1) and labels in [0, classes), and their
+  // sizes must agree (kInvalidArgument otherwise).
   static StatusOr<std::unique_ptr<BatchSource>> Create(Examples examples, int64_t batch,
                                                        const std::vector<int64_t>& image_shape,
                                                        int64_t classes, bool shuffle,
                                                        uint64_t seed);
-  // Random examples (uniform labels, normal pixels), `batches` batches' worth.
+  // Random examples (uniform labels, normal pixels), `batches` batches' worth
+  // (at least one). The caller checks that batch, classes and image_shape (of
+  // rank 4) are positive, as graphrun does from the plan.
   static std::unique_ptr<BatchSource> Synthetic(int64_t batch,
                                                 const std::vector<int64_t>& image_shape,
                                                 int64_t classes, int64_t batches,
@@ -75,6 +94,9 @@ class BatchSource {
   void set_flip(bool flip) { flip_ = flip; }
   // Positions the source as if Next had been called `batches` times since
   // Create (a resumed run sees the batches the interrupted one would have).
+  // Well-defined for any count up to INT64_MAX. A negative count is the
+  // caller's bug (graphrun range-checks a checkpoint's step first); it is
+  // taken as 0, so the source never reads outside its examples.
   void Seek(int64_t batches);
 
  private:
@@ -86,7 +108,8 @@ class BatchSource {
   bool shuffle_;
   bool flip_ = false;
   uint64_t seed_;
-  int64_t epoch_ = 0, position_ = 0;
+  uint64_t epoch_ = 0;  // unsigned: Seek may land near 2^63, ++ must not overflow
+  int64_t position_ = 0;
   std::vector<int64_t> order_;
 };
 
