@@ -1,5 +1,6 @@
-// The one narrow interface every device implements (DESIGN.md, STYLE.md habit 8):
-// allocate, copy, load kernels, run a command, synchronize. The core never
+// The one narrow interface every device implements: allocate, copy, load
+// kernels, run a command, synchronize, and count non-finite values (checked
+// before a checkpoint is written and at display steps). The core never
 // includes a backend's headers.
 //
 // Run only enqueues: on CUDA it puts the command on the compute stream and
@@ -51,6 +52,11 @@ class Backend {
   virtual Status Run(const fb::Command& command, const DeviceMemory* operands) = 0;
 
   virtual Status Synchronize() = 0;
+
+  // How many of the `memory.bytes / size(dtype)` elements of `memory` are NaN
+  // or infinite (0 for integer dtypes), computed where the memory lives (on
+  // a GPU, a kernel and one number back), after everything enqueued before.
+  virtual StatusOr<uint64_t> CountNonFinite(DeviceMemory memory, fb::DType dtype) = 0;
 };
 
 // The CPU backend (runtime/cpu/cpu_backend.cc), on `threads` OpenMP threads

@@ -6,13 +6,15 @@
 
 #include "runtime/checkpoint.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
+#include <ctime>
 #include <set>
 #include <vector>
 
@@ -47,8 +49,9 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
+// Paths, and names read from a file, are escaped before they are printed.
 Status Io(const std::string& path, const std::string& what) {
-  return Status(ErrorCode::kIo, path + ": " + what);
+  return Status(ErrorCode::kIo, Printable(path) + ": " + what);
 }
 
 Status SysIo(const std::string& path, const std::string& what) {
@@ -73,10 +76,95 @@ std::string DirectoryOf(const std::string& path) {
   return slash == 0 ? "/" : path.substr(0, slash);
 }
 
+// Removes PATH.tmp.XXXXXX files that interrupted saves left behind. A live
+// writer holds an exclusive lock on its temporary file for as long as it
+// writes it, so a file whose lock this process can take (and which is more
+// than a few seconds old, which covers the instant between mkstemp and flock)
+// belongs to nobody.
+void RemoveStaleTemporaries(const std::string& path) {
+  const std::string dir = DirectoryOf(path);
+  const size_t slash = path.rfind('/');
+  const std::string prefix = (slash == std::string::npos ? path : path.substr(slash + 1)) + ".tmp.";
+  DIR* listing = opendir(dir.c_str());
+  if (listing == nullptr) return;
+  const time_t now = time(nullptr);
+  while (dirent* entry = readdir(listing)) {
+    const std::string name = entry->d_name;
+    if (name.size() != prefix.size() + 6 || name.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string stale = dir + "/" + name;
+    int fd = open(stale.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) continue;
+    struct stat st;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && now - st.st_mtime >= 5 &&
+        flock(fd, LOCK_EX | LOCK_NB) == 0)
+      unlink(stale.c_str());
+    close(fd);
+  }
+  closedir(listing);
+}
+
+// Opens `path` for reading when it is a regular file; kIo naming it otherwise.
+StatusOr<int> OpenRegular(const std::string& path, const std::string& what) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return SysIo(path, "cannot open " + what);
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    bool directory = S_ISDIR(st.st_mode);
+    close(fd);
+    return Io(path, "not a regular file" + std::string(directory ? " (a directory)" : "") +
+                        "; a " + what + " is one");
+  }
+  return fd;
+}
+
+// Reads exactly `size` bytes at `offset`.
+bool ReadAt(int fd, uint64_t offset, char* out, uint64_t size) {
+  while (size > 0) {
+    ssize_t got = pread(fd, out, size, static_cast<off_t>(offset));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return false;
+    out += got;
+    offset += static_cast<uint64_t>(got);
+    size -= static_cast<uint64_t>(got);
+  }
+  return true;
+}
+
+// How many values of a tensor's host bytes are NaN or infinite.
+uint64_t NonFiniteValues(const char* data, uint64_t bytes, fb::DType dtype) {
+  uint64_t bad = 0;
+  if (dtype == fb::DType::F32) {
+    for (uint64_t i = 0; i + 4 <= bytes; i += 4) {
+      uint32_t v;
+      std::memcpy(&v, data + i, 4);
+      bad += (v & 0x7f800000u) == 0x7f800000u;
+    }
+  } else if (dtype == fb::DType::F16 || dtype == fb::DType::BF16) {
+    const uint16_t exponent = dtype == fb::DType::F16 ? 0x7c00 : 0x7f80;
+    for (uint64_t i = 0; i + 2 <= bytes; i += 2) {
+      uint16_t v;
+      std::memcpy(&v, data + i, 2);
+      bad += (v & exponent) == exponent;
+    }
+  }
+  return bad;
+}
+
 }  // namespace
 
 Status SaveCheckpoint(const Executor& exec, const std::string& path,
                       const std::map<std::string, std::string>& metadata) {
+  // rename() would replace whatever `path` is; only a regular file may be
+  // replaced (as root, `--save /dev/null` would otherwise replace the device).
+  struct stat existing;
+  if (lstat(path.c_str(), &existing) == 0 && !S_ISREG(existing.st_mode))
+    return Io(path, "exists and is not a regular file; refusing to replace it");
+  // Never replace the last good checkpoint with a diverged state.
+  Status finite = exec.CheckStateFinite();
+  if (!finite.ok())
+    return Status(ErrorCode::kNonFinite, Printable(path) + ": not saved, " + finite.message() +
+                                             "; the previous checkpoint (if any) is kept");
+  RemoveStaleTemporaries(path);
   const fb::Plan& root = exec.plan().root();
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   header["__metadata__"] = metadata;
@@ -104,6 +192,8 @@ Status SaveCheckpoint(const Executor& exec, const std::string& path,
   std::string temp = path + ".tmp.XXXXXX";
   int fd = mkstemp(temp.data());
   if (fd < 0) return SysIo(path, "cannot create a temporary file next to it");
+  // Held until the file is renamed or removed: the mark of a live writer.
+  flock(fd, LOCK_EX);
   auto fail = [&](const std::string& what) {
     Status status = SysIo(path, what);
     close(fd);
@@ -145,13 +235,18 @@ Status SaveCheckpoint(const Executor& exec, const std::string& path,
 }
 
 Status LoadCheckpoint(Executor& exec, const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return SysIo(path, "cannot open checkpoint");
-  in.seekg(0, std::ios::end);
-  const uint64_t file_size = static_cast<uint64_t>(in.tellg());
-  in.seekg(0);
+  StatusOr<int> opened = OpenRegular(path, "checkpoint");
+  if (!opened.ok()) return opened.status();
+  const int fd = *opened;
+  struct Closer {
+    int fd;
+    ~Closer() { close(fd); }
+  } closer{fd};
+  struct stat st;
+  fstat(fd, &st);
+  const uint64_t file_size = static_cast<uint64_t>(st.st_size);
   uint8_t length[8];
-  if (file_size < 8 || !in.read(reinterpret_cast<char*>(length), 8))
+  if (file_size < 8 || !ReadAt(fd, 0, reinterpret_cast<char*>(length), 8))
     return Io(path, "not a safetensors file (shorter than its 8-byte header length)");
   uint64_t header_size = 0;
   for (int i = 0; i < 8; ++i) header_size |= uint64_t(length[i]) << (8 * i);
@@ -159,7 +254,7 @@ Status LoadCheckpoint(Executor& exec, const std::string& path) {
     return Io(path, "not a safetensors file (header length " + std::to_string(header_size) +
                         " in a file of " + std::to_string(file_size) + " bytes)");
   std::string json(header_size, '\0');
-  if (!in.read(json.data(), header_size)) return Io(path, "cannot read the header");
+  if (!ReadAt(fd, 8, json.data(), header_size)) return Io(path, "cannot read the header");
   nlohmann::json header = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
   if (!header.is_object()) return Io(path, "not a safetensors file (the header is not JSON)");
   const uint64_t data_size = file_size - 8 - header_size;
@@ -179,9 +274,9 @@ Status LoadCheckpoint(Executor& exec, const std::string& path) {
       wanted.insert(name);
       auto it = header.find(name);
       if (it == header.end())
-        return Io(path, "has no tensor '" + name + "' (the model has it)");
+        return Io(path, "has no tensor '" + Printable(name) + "' (the model has it)");
       const nlohmann::json& t = *it;
-      const std::string at = "tensor '" + name + "'";
+      const std::string at = "tensor '" + Printable(name) + "'";
       if (!t.is_object() || !t.contains("dtype") || !t["dtype"].is_string() ||
           !t.contains("shape") || !t["shape"].is_array() || !t.contains("data_offsets") ||
           !t["data_offsets"].is_array() || t["data_offsets"].size() != 2 ||
@@ -189,7 +284,7 @@ Status LoadCheckpoint(Executor& exec, const std::string& path) {
           !t["data_offsets"][1].is_number_unsigned())
         return Io(path, at + ": needs a dtype, a shape and two data_offsets");
       if (t["dtype"] != InfoOf(b.dtype()).name)
-        return Io(path, at + " is " + t["dtype"].get<std::string>() + ", the model's is " +
+        return Io(path, at + " is " + Printable(t["dtype"].get<std::string>()) + ", the model's is " +
                             InfoOf(b.dtype()).name);
       std::vector<int64_t> shape;
       for (const auto& d : t["shape"]) {
@@ -209,16 +304,29 @@ Status LoadCheckpoint(Executor& exec, const std::string& path) {
     }
   for (const auto& [name, value] : header.items())
     if (name != "__metadata__" && !wanted.count(name))
-      return Io(path, "has tensor '" + name + "', which the model does not");
+      return Io(path, "has tensor '" + Printable(name) + "', which the model does not");
 
+  // Two passes: every tensor is read and checked for NaN and infinity before
+  // the first is written (a diverged run's checkpoint must not be resumed),
+  // without holding the whole state twice in memory.
   std::vector<char> data;
-  for (const Load& load : loads) {
-    data.resize(exec.buffer(load.buffer).size());
-    in.seekg(static_cast<std::streamoff>(8 + header_size + load.begin));
-    if (!in.read(data.data(), data.size())) return Io(path, "cannot read tensor data");
-    Status status = exec.Write(load.buffer, data.data(), data.size());
-    if (!status.ok()) return status;
-  }
+  for (bool write : {false, true})
+    for (const Load& load : loads) {
+      const fb::Buffer& b = exec.buffer(load.buffer);
+      data.resize(b.size());
+      if (!ReadAt(fd, 8 + header_size + load.begin, data.data(), data.size()))
+        return Io(path, "cannot read tensor data");
+      if (!write) {
+        if (uint64_t bad = NonFiniteValues(data.data(), data.size(), b.dtype()))
+          return Status(ErrorCode::kNonFinite,
+                        Printable(path) + ": tensor '" + PrintableOf(b.name()) + "' holds " +
+                            std::to_string(bad) + " NaN or infinite values; refusing to resume "
+                            "from it");
+        continue;
+      }
+      Status status = exec.Write(load.buffer, data.data(), data.size());
+      if (!status.ok()) return status;
+    }
   return Status::Ok();
 }
 

@@ -4,9 +4,13 @@
 // `graphc.step`), so `safetensors.torch.load_file` or a few lines of NumPy
 // read it and PyTorch-trained weights can be fed back.
 //
-// Writes are atomic: a temporary file in the same directory, fsync, rename,
-// fsync of the directory. A run killed mid-save leaves the previous
-// checkpoint whole.
+// Writes are atomic: a temporary file in the same directory (PATH.tmp.XXXXXX,
+// locked while it is written), fsync, rename, fsync of the directory. A run
+// killed mid-save leaves the previous checkpoint whole; the temporary files
+// such runs leave behind are removed by the next save to the same path (those
+// no live writer holds). State holding NaN or infinity is never saved, and a
+// checkpoint holding it is never loaded: a diverged run cannot replace the
+// last good checkpoint.
 
 #ifndef GRAPHC_RUNTIME_CHECKPOINT_H_
 #define GRAPHC_RUNTIME_CHECKPOINT_H_
@@ -22,13 +26,17 @@ namespace graphc::runtime {
 
 // Writes every state tensor of the executor's plan to `path`, with `metadata`
 // as the file's __metadata__ (string to string, as safetensors requires).
+// Fails with kNonFinite naming the tensor, without touching `path`, when a
+// tensor holds NaN or infinity; with kIo when `path` exists and is not a
+// regular file.
 Status SaveCheckpoint(const Executor& exec, const std::string& path,
                       const std::map<std::string, std::string>& metadata);
 
 // Sets every state tensor of the executor's plan from `path`. Like PyTorch's
 // strict load_state_dict: a tensor missing from the file, one the plan does
 // not have, or one of another dtype or shape is an error naming it, and
-// nothing is written unless the whole file checks out.
+// nothing is written unless the whole file checks out, NaN and infinity
+// (kNonFinite, naming the tensor) included.
 Status LoadCheckpoint(Executor& exec, const std::string& path);
 
 }  // namespace graphc::runtime

@@ -134,7 +134,7 @@ Status Executor::InitializeState(uint64_t seed) {
         if (s.init() != fb::Initializer::Zeros) {
           if (b.dtype() != fb::DType::I64 || s.init() != fb::Initializer::Constant)
             return Status(ErrorCode::kUnsupported,
-                          "state '" + StringOf(b.name()) + "': only zeros or a constant for " +
+                          "state '" + PrintableOf(b.name()) + "': only zeros or a constant for " +
                               fb::EnumNameDType(b.dtype()));
           for (uint64_t k = 0; k + 8 <= b.size(); k += 8) {
             int64_t v = static_cast<int64_t>(s.value());
@@ -159,11 +159,28 @@ Status Executor::InitializeState(uint64_t seed) {
   return Status::Ok();
 }
 
+Status Executor::CheckStateFinite() const {
+  const fb::Plan& root = plan_.root();
+  if (root.states() == nullptr) return Status::Ok();
+  for (const fb::State* s : *root.states()) {
+    const fb::Buffer& b = buffer(s->buffer());
+    StatusOr<uint64_t> bad = backend_.CountNonFinite(MemoryOf(s->buffer()), b.dtype());
+    if (!bad.ok()) return bad.status();
+    if (*bad != 0)
+      return Status(ErrorCode::kNonFinite,
+                    std::string(s->trainable() ? "parameter" : "state tensor") + " '" +
+                        PrintableOf(b.name()) + "' holds " + std::to_string(*bad) + " NaN or "
+                        "infinite values (of " + std::to_string(b.size() / DTypeBytes(b.dtype())) +
+                        ")");
+  }
+  return Status::Ok();
+}
+
 Status Executor::Write(int32_t index, const void* data, uint64_t bytes) {
   DeviceMemory m = MemoryOf(index);
   if (bytes != m.bytes)
     return Status(ErrorCode::kInvalidArgument,
-                  "buffer '" + StringOf(buffer(index).name()) + "' holds " +
+                  "buffer '" + PrintableOf(buffer(index).name()) + "' holds " +
                       std::to_string(m.bytes) + " bytes, not " + std::to_string(bytes));
   return backend_.CopyToDevice(m, 0, data, bytes);
 }
@@ -172,7 +189,7 @@ Status Executor::Read(int32_t index, void* data, uint64_t bytes) const {
   DeviceMemory m = MemoryOf(index);
   if (bytes != m.bytes)
     return Status(ErrorCode::kInvalidArgument,
-                  "buffer '" + StringOf(buffer(index).name()) + "' holds " +
+                  "buffer '" + PrintableOf(buffer(index).name()) + "' holds " +
                       std::to_string(m.bytes) + " bytes, not " + std::to_string(bytes));
   return backend_.CopyToHost(data, m, 0, bytes);
 }
@@ -191,8 +208,8 @@ Status Executor::Run(int index) {
       command_seconds_[index][c] += std::chrono::duration<double>(Clock::now() - start).count();
     }
     if (!status.ok()) {
-      std::string where = command.location() ? " (" + command.location()->str() + ")" : "";
-      return Status(status.code(), "program '" + StringOf(p.name()) + "' command " +
+      std::string where = command.location() ? " (" + PrintableOf(command.location()) + ")" : "";
+      return Status(status.code(), "program '" + PrintableOf(p.name()) + "' command " +
                                        std::to_string(c) + where + ": " + status.message());
     }
   }

@@ -38,6 +38,11 @@ class Executor {
   Status Write(int32_t buffer, const void* data, uint64_t bytes);
   Status Read(int32_t buffer, void* data, uint64_t bytes) const;
 
+  // Fails with kNonFinite naming the first state tensor (parameter,
+  // optimizer buffer, batch-norm statistic) holding NaN or infinity, and how
+  // many of its values do; counted on the device.
+  Status CheckStateFinite() const;
+
   // Runs every command of the program, then synchronizes. The program's
   // inputs live in the arena and may be overwritten once last read, so they are
   // written before every Run; its outputs are valid until the next Run.

@@ -95,6 +95,7 @@ class CpuBackend final : public Backend {
   Status LoadKernels(const Plan& plan) override;
   Status Run(const fb::Command& command, const DeviceMemory* operands) override;
   Status Synchronize() override { return Status::Ok(); }
+  StatusOr<uint64_t> CountNonFinite(DeviceMemory memory, fb::DType dtype) override;
 
  private:
   Status LoadGeneratedKernels(const Plan& plan);
@@ -220,6 +221,36 @@ Status CpuBackend::Run(const fb::Command& command, const DeviceMemory* operands)
       return Status::Ok();
     default:
       return library_ops_.Run(command, operands);
+  }
+}
+
+// An IEEE value is NaN or infinite when its exponent bits are all ones:
+// counted on the bits, so it vectorizes and no float compare is involved.
+template <typename Bits>
+uint64_t CountAllOnesExponent(const Bits* values, int64_t count, Bits exponent, int threads) {
+  uint64_t bad = 0;
+#pragma omp parallel for num_threads(threads) reduction(+ : bad) schedule(static) \
+    if (count >= (int64_t{1} << 16))
+  for (int64_t i = 0; i < count; ++i) bad += (values[i] & exponent) == exponent;
+  return bad;
+}
+
+StatusOr<uint64_t> CpuBackend::CountNonFinite(DeviceMemory memory, fb::DType dtype) {
+  switch (dtype) {
+    case fb::DType::F32:
+      return CountAllOnesExponent(static_cast<const uint32_t*>(memory.address),
+                                  static_cast<int64_t>(memory.bytes / 4), uint32_t{0x7f800000},
+                                  threads_);
+    case fb::DType::F16:
+      return CountAllOnesExponent(static_cast<const uint16_t*>(memory.address),
+                                  static_cast<int64_t>(memory.bytes / 2), uint16_t{0x7c00},
+                                  threads_);
+    case fb::DType::BF16:
+      return CountAllOnesExponent(static_cast<const uint16_t*>(memory.address),
+                                  static_cast<int64_t>(memory.bytes / 2), uint16_t{0x7f80},
+                                  threads_);
+    default:
+      return uint64_t{0};
   }
 }
 

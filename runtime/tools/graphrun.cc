@@ -5,6 +5,8 @@
 
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdlib>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -12,6 +14,7 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <sstream>
 #include <string>
@@ -43,7 +46,13 @@ struct TrainOptions {
   std::string report;
   std::string save, resume;
   int64_t save_every = 0;
+  std::string trusted_keys;  // comma-separated public key files
 };
+
+// Bounds of the counts graphrun accepts: far beyond any real run, small
+// enough that no step, sample or checkpoint arithmetic can overflow.
+constexpr int64_t kMaxSteps = int64_t{1} << 40;
+constexpr int64_t kMaxThreads = 4096;
 
 using namespace graphc::runtime;
 namespace fb = graphc::fb;
@@ -134,11 +143,31 @@ nlohmann::json Profile(const fb::Plan& root, const fb::Program& program,
   return j;
 }
 
+// Succeeds when `plan` is signed by one of the public keys in the
+// comma-separated list of files.
+Status CheckTrusted(const Plan& plan, const std::string& key_files) {
+  std::vector<PublicKey> keys;
+  std::stringstream list(key_files);
+  for (std::string path; std::getline(list, path, ',');) {
+    if (path.empty()) continue;
+    StatusOr<PublicKey> key = ReadPublicKey(path);
+    if (!key.ok()) return key.status();
+    keys.push_back(*key);
+  }
+  if (keys.empty())
+    return Status(ErrorCode::kInvalidArgument, "--trusted-keys names no key file");
+  return plan.CheckSignature(keys);
+}
+
 int Train(const TrainOptions& o) {
   StatusOr<std::unique_ptr<Plan>> loaded = Plan::FromFile(o.plan_path);
   if (!loaded.ok()) return Fail(loaded.status());
   const Plan& plan = **loaded;
   const fb::Plan& root = plan.root();
+  if (!o.trusted_keys.empty()) {
+    Status signed_by = CheckTrusted(plan, o.trusted_keys);
+    if (!signed_by.ok()) return Fail(signed_by);
+  }
 
   if (o.device == "cuda")
     return Fail(Status(ErrorCode::kUnsupported,
@@ -172,7 +201,12 @@ int Train(const TrainOptions& o) {
     if (status.ok() && step_buffer >= 0)
       status = exec.Read(step_buffer, &start_step, sizeof(start_step));
     if (!status.ok()) return Fail(status);
-    std::cout << "resumed from " << o.resume << " at step " << start_step << "\n";
+    if (start_step < 0 || start_step > kMaxSteps)
+      return Fail(Status(ErrorCode::kInvalidArgument,
+                         Printable(o.resume) + ": its step counter graphc.step is " +
+                             std::to_string(start_step) + ", outside [0, " +
+                             std::to_string(kMaxSteps) + "]"));
+    std::cout << "resumed from " << Printable(o.resume) << " at step " << start_step << "\n";
   }
 
   StatusOr<int> train = exec.FindProgram("train_step");
@@ -252,11 +286,21 @@ int Train(const TrainOptions& o) {
   source->set_flip(o.flip);
 
   int64_t steps = o.steps;
-  if (o.epochs > 0) steps = o.epochs * source->batches_per_epoch();
+  if (o.epochs > 0 && (__builtin_mul_overflow(o.epochs, source->batches_per_epoch(), &steps) ||
+                       steps > kMaxSteps))
+    return Fail(Status(ErrorCode::kInvalidArgument,
+                       "--epochs " + std::to_string(o.epochs) + " is more than " +
+                           std::to_string(kMaxSteps) + " steps of " +
+                           std::to_string(source->batches_per_epoch()) + " batches per epoch"));
   if (steps < 0) steps = 100;
+  if (start_step > kMaxSteps - steps)
+    return Fail(Status(ErrorCode::kInvalidArgument,
+                       "resuming at step " + std::to_string(start_step) + " for " +
+                           std::to_string(steps) + " more steps passes " +
+                           std::to_string(kMaxSteps)));
   const int64_t warmup = std::min<int64_t>(o.warmup, std::max<int64_t>(steps - 1, 0));
-  std::cout << "model: " << StringOf(root.model()) << ", batch " << batch << ", "
-            << (root.fused() ? "fused" : "unfused") << ", " << StringOf(root.precision())
+  std::cout << "model: " << PrintableOf(root.model()) << ", batch " << batch << ", "
+            << (root.fused() ? "fused" : "unfused") << ", " << PrintableOf(root.precision())
             << "; data: " << data_name << " (" << source->examples() << " examples); "
             << steps << " steps, " << warmup << " warmup\n";
 
@@ -276,7 +320,7 @@ int Train(const TrainOptions& o) {
     };
     Status saved = SaveCheckpoint(exec, o.save, metadata);
     if (saved.ok() && !terminal)
-      std::cout << "saved " << o.save << " at step " << start_step + done << "\n";
+      std::cout << "saved " << Printable(o.save) << " at step " << start_step + done << "\n";
     return saved;
   };
   std::cout << "Step\tImg/sec\ttotal_loss\n";
@@ -303,6 +347,13 @@ int Train(const TrainOptions& o) {
     if (terminal)
       std::cout << "\r\033[K" << done << "/" << steps << "  loss " << loss << std::flush;
     if (done % o.display_every == 0 || done == steps) {
+      // A parameter or batch-norm statistic gone NaN stops the run here,
+      // named, before it can reach a checkpoint or a report.
+      status = exec.CheckStateFinite();
+      if (!status.ok())
+        return Fail(Status(status.code(), "after step " + std::to_string(start_step + done) +
+                                              ": " + status.message() +
+                                              " (diverged; try a lower --lr)"));
       Speed s = SpeedOf(rates);
       if (terminal) std::cout << "\r\033[K";
       std::cout << done << "\timages/sec: " << std::fixed << std::setprecision(1);
@@ -317,6 +368,11 @@ int Train(const TrainOptions& o) {
       if (!status.ok()) return Fail(status);
     }
   }
+  // --steps 0 --save FILE: the initial state, exactly as the first step sees it.
+  if (steps == 0 && !o.save.empty()) {
+    status = save(0);
+    if (!status.ok()) return Fail(status);
+  }
   double total_ms = 0;
   for (double ms : step_ms) total_ms += ms;
   const double total_rate = step_ms.empty() ? 0 : batch * step_ms.size() * 1000.0 / total_ms;
@@ -325,7 +381,11 @@ int Train(const TrainOptions& o) {
             << "total images/sec: " << std::fixed << std::setprecision(2) << total_rate << "\n"
             << "step time: median " << median_ms << " ms, p90 " << p90_ms << " ms over "
             << step_ms.size() << " timed steps\n"
-            << "final loss: " << std::setprecision(4) << loss << std::defaultfloat << "\n";
+            << "final loss: ";
+  if (steps == 0)
+    std::cout << "none (no step run)\n";
+  else
+    std::cout << std::setprecision(4) << loss << std::defaultfloat << "\n";
 
   nlohmann::json profile;
   if (o.profile && !step_ms.empty()) {
@@ -382,7 +442,7 @@ int Train(const TrainOptions& o) {
         {"total_images_per_sec", total_rate},
         {"step_ms_median", median_ms},
         {"step_ms_p90", p90_ms},
-        {"final_loss", loss},
+        {"final_loss", steps == 0 ? nlohmann::json() : nlohmann::json(loss)},
         {"seed", o.seed},
     };
     if (!profile.is_null()) j["profile"] = profile;
@@ -404,23 +464,51 @@ int Train(const TrainOptions& o) {
 
 }  // namespace
 
-// "must be a positive integer" rather than CLI11's range with a 300-digit bound.
-CLI::Validator Positive(bool allow_zero) {
+// An integer option in [lowest, highest], or a one-line error that says so: a
+// value out of range is refused, never wrapped, clamped or reinterpreted
+// (--threads 2147483648 once became a negative count, --seed -1 a huge one).
+CLI::Validator InRange(int64_t lowest, int64_t highest) {
   return CLI::Validator(
-      [allow_zero](std::string& value) -> std::string {
-        try {
-          size_t used = 0;
-          long long v = std::stoll(value, &used);
-          if (used == value.size() && (v > 0 || (allow_zero && v == 0))) return "";
-        } catch (const std::exception&) {
+      [lowest, highest](std::string& value) -> std::string {
+        bool digits = !value.empty() &&
+                      value.find_first_not_of("0123456789", value[0] == '-' ? 1 : 0) ==
+                          std::string::npos &&
+                      value != "-";
+        if (digits) {
+          errno = 0;
+          char* end = nullptr;
+          long long v = std::strtoll(value.c_str(), &end, 10);
+          if (errno == 0 && *end == '\0' && v >= lowest && v <= highest) return "";
         }
-        return std::string("must be a ") + (allow_zero ? "non-negative" : "positive") +
-               " integer, got '" + value + "'";
+        return "must be an integer in [" + std::to_string(lowest) + ", " +
+               std::to_string(highest) + "], got '" + Printable(value) + "'";
       },
-      allow_zero ? "N>=0" : "N>0");
+      "N in [" + std::to_string(lowest) + ", " + std::to_string(highest) + "]");
 }
 
+// Runs `body`; whatever escapes it (a bug, or memory running out) is one line
+// and exit code 1, never an abort.
+template <typename Body>
+int Guarded(Body body) {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    std::cerr << "graphrun: error[internal]: out of memory\n";
+  } catch (const std::exception& e) {
+    std::cerr << "graphrun: error[internal]: " << Printable(e.what()) << "\n";
+  } catch (...) {
+    std::cerr << "graphrun: error[internal]: an unknown exception\n";
+  }
+  return 1;
+}
+
+int Main(int argc, char** argv);
+
 int main(int argc, char** argv) {
+  return Guarded([&] { return Main(argc, argv); });
+}
+
+int Main(int argc, char** argv) {
   CLI::App app("graphrun: run graphc training plans");
   app.require_subcommand(0, 1);
   TrainOptions train;
@@ -428,12 +516,14 @@ int main(int argc, char** argv) {
   app.add_option("--device", train.device,
                  "auto (CUDA when a GPU is usable, else the CPU), cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-  app.add_option("--steps", train.steps, "training steps (default 100; --epochs overrides)")
-      ->check(Positive(false));
+  app.add_option("--steps", train.steps,
+                 "training steps (default 100; --epochs overrides; 0 with --save writes the "
+                 "initial state)")
+      ->check(InRange(0, kMaxSteps));
   app.add_option("--warmup", train.warmup, "steps left out of the timing (default 10)")
-      ->check(Positive(true));
+      ->check(InRange(0, kMaxSteps));
   app.add_option("--epochs", train.epochs, "train for E passes over the data")
-      ->check(Positive(false));
+      ->check(InRange(1, kMaxSteps));
   app.add_option("--data", train.data,
                  "synthetic (default), fashion-mnist[:DIR] (default DIR " +
                      std::string(kFashionMnistDir) +
@@ -447,22 +537,27 @@ int main(int argc, char** argv) {
                "(synchronizes after each command)");
   app.add_option("--threads", train.threads,
                  "CPU threads for generated kernels and oneDNN (default: every core)")
-      ->check(Positive(/*allow_zero=*/false));
+      ->check(InRange(1, kMaxThreads));
   CLI::Option* save_option =
       app.add_option("--save", train.save,
                      "write the parameters and state to this safetensors file after the run "
                      "(atomically)");
   app.add_option("--save-every", train.save_every, "also save every K steps (needs --save)")
-      ->check(Positive(/*allow_zero=*/false))
+      ->check(InRange(1, kMaxSteps))
       ->needs(save_option);
   app.add_option("--resume", train.resume,
                  "start from this safetensors checkpoint (its step counter positions the data "
                  "and the schedules; --steps/--epochs count from there)");
-  app.add_option("--seed", train.seed, "seed of the initial parameters and data order");
+  app.add_option("--seed", train.seed, "seed of the initial parameters and data order")
+      ->check(InRange(0, std::numeric_limits<int64_t>::max()));
+  app.add_option(
+      "--trusted-keys", train.trusted_keys,
+      "run only plans signed by one of these public keys (comma-separated files written by "
+      "graphc keygen)");
   app.add_option("--report", train.report, "write the run's figures as JSON to this file");
   app.add_option("--display-every", train.display_every,
                  "print images/sec and the loss every K steps (default 10)")
-      ->check(Positive(false));
+      ->check(InRange(1, kMaxSteps));
   std::string plan_path;
   std::string device = "none";
   bool no_buffers = false, no_commands = false;
@@ -472,8 +567,12 @@ int main(int argc, char** argv) {
   inspect->add_flag("--no-buffers", no_buffers, "leave out the buffer table");
   inspect->add_flag("--no-commands", no_commands, "leave out the command lists");
   inspect->add_option("--load-kernels", device,
-                      "also load the kernels on a device: none or cpu")
+                      "also load the kernels on a device: none or cpu (hands the checked "
+                      "kernel library to the dynamic loader; runs none of its code)")
       ->check(CLI::IsMember({"none", "cpu"}));
+  std::string inspect_keys;
+  inspect->add_option("--trusted-keys", inspect_keys,
+                      "also check the plan is signed by one of these public keys");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -493,6 +592,10 @@ int main(int argc, char** argv) {
   }
   StatusOr<std::unique_ptr<Plan>> plan = Plan::FromFile(plan_path);
   if (!plan.ok()) return Fail(plan.status());
+  if (!inspect_keys.empty()) {
+    Status signed_by = CheckTrusted(**plan, inspect_keys);
+    if (!signed_by.ok()) return Fail(signed_by);
+  }
   PrintOptions options;
   options.buffers = !no_buffers;
   options.commands = !no_commands;

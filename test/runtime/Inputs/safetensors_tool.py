@@ -11,6 +11,8 @@ the checkpoint tests.
   safetensors_tool.py drop IN OUT NAME         without NAME
   safetensors_tool.py extra IN OUT             an extra tensor 'stray'
   safetensors_tool.py truncate IN OUT          the last tensor byte cut off
+  safetensors_tool.py nan IN OUT NAME          NAME's last value NaN (a diverged run)
+  safetensors_tool.py step IN OUT VALUE        the step counter graphc.step set to VALUE
 """
 import json
 import re
@@ -97,6 +99,12 @@ def main():
             body += b"\0" * 4
         elif cmd == "truncate":
             body = body[:-1]
+        elif cmd == "nan":
+            end = header[sys.argv[4]]["data_offsets"][1]
+            body = body[: end - 4] + struct.pack("<f", float("nan")) + body[end:]
+        elif cmd == "step":
+            begin, end = header["graphc.step"]["data_offsets"]
+            body = body[:begin] + struct.pack("<q", int(sys.argv[4])) + body[end:]
         write(sys.argv[3], header, body)
 
 
