@@ -12,6 +12,8 @@
 
 #include "compiler/Lowering/KernelEmitter.h"
 
+#include "compiler/Lowering/ReductionNest.h"
+
 #include "dialects/nn/IR/NNOps.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
@@ -342,58 +344,48 @@ KernelSignature emitFusion(nn::FusionOp op, ModuleOp kernels, StringRef name) {
   }
   SmallVector<Value> outs(funcArgs.drop_front(numInputs));
   AffineMap reducedMap = AffineMap::get(loops, 0, reducedExprs, ctx);
+  SmallVector<Accumulate> accumulate;
+  SmallVector<double> scales;
+  int64_t count = 1;
+  for (int64_t d : reducedDims)
+    count *= shape[d];
   for (Value v : yield.getValues()) {
     maps.push_back(reductionOf(v) ? reducedMap : identity);
-    if (reductionOf(v))
-      b.create<linalg::FillOp>(loc, constFloat(b, loc, b.getF32Type(), 0.0),
-                               outs[maps.size() - ins.size() - 1]);
+    accumulate.push_back(reductionOf(v) ? Accumulate::Sum : Accumulate::None);
+    // Means: the sums scaled by 1 / (elements reduced), as nn.reduce_mean's kernel.
+    scales.push_back(isa_and_nonnull<nn::ReduceMeanOp>(v.getDefiningOp())
+                         ? 1.0 / static_cast<double>(count)
+                         : 1.0);
   }
   SmallVector<IteratorType> iterators;
   for (const auto &group : groups)
     iterators.push_back(isReduced(group.front()) ? IteratorType::reduction
                                                  : IteratorType::parallel);
-  buildGeneric(b, loc, ins, outs, maps, iterators,
-               [&](OpBuilder &nb, Location nloc, ValueRange scalars) {
-                 DenseMap<Value, Value> value;
-                 for (auto [v, index] : slot)
-                   value[v] = scalars[index];
-                 for (Operation &inner : body.without_terminator()) {
-                   if (isa<nn::BroadcastOp>(inner) || reductionOf(inner.getResult(0)))
-                     continue;
-                   SmallVector<Value> args;
-                   for (Value operand : inner.getOperands())
-                     args.push_back(value.lookup(operand));
-                   value[inner.getResult(0)] = emitScalarOp(nb, nloc, &inner, args);
-                 }
-                 SmallVector<Value> results;
-                 for (auto [i, v] : llvm::enumerate(yield.getValues())) {
-                   Operation *reduction = reductionOf(v);
-                   if (!reduction) {
-                     results.push_back(value.lookup(v));
-                     continue;
-                   }
-                   // Accumulate into the output's current value.
-                   results.push_back(nb.create<arith::AddFOp>(
-                       nloc, scalars[ins.size() + i],
-                       value.lookup(reduction->getOperand(0))));
-                 }
-                 return results;
-               });
-  // Means: the sums scaled by 1 / (elements reduced), as nn.reduce_mean's kernel.
-  int64_t count = 1;
-  for (int64_t d : reducedDims)
-    count *= shape[d];
-  for (auto [i, v] : llvm::enumerate(yield.getValues())) {
-    if (!isa_and_nonnull<nn::ReduceMeanOp>(v.getDefiningOp()))
-      continue;
-    Value factor = constFloat(b, loc, b.getF32Type(), 1.0 / static_cast<double>(count));
-    unsigned outRank = reducedShape.size();
-    buildGeneric(b, loc, {}, outs[i], {AffineMap::getMultiDimIdentityMap(outRank, ctx)},
-                 SmallVector<IteratorType>(outRank, IteratorType::parallel),
-                 [&](OpBuilder &nb, Location nloc, ValueRange s) -> SmallVector<Value> {
-                   return {nb.create<arith::MulFOp>(nloc, s[0], factor)};
-                 });
-  }
+  auto scalarBody = [&](OpBuilder &nb, Location nloc, ValueRange scalars) {
+    DenseMap<Value, Value> value;
+    for (auto [v, index] : slot)
+      value[v] = scalars[index];
+    for (Operation &inner : body.without_terminator()) {
+      if (isa<nn::BroadcastOp>(inner) || reductionOf(inner.getResult(0)))
+        continue;
+      SmallVector<Value> args;
+      for (Value operand : inner.getOperands())
+        args.push_back(value.lookup(operand));
+      value[inner.getResult(0)] = emitScalarOp(nb, nloc, &inner, args);
+    }
+    // A reduced output's result is what the iteration adds to it.
+    SmallVector<Value> results;
+    for (Value v : yield.getValues()) {
+      Operation *reduction = reductionOf(v);
+      results.push_back(value.lookup(reduction ? reduction->getOperand(0) : v));
+    }
+    return results;
+  };
+  if (reducedDims.empty())
+    buildGeneric(b, loc, ins, outs, maps, iterators, scalarBody);
+  else
+    buildReductionNest(b, loc, ins, outs, maps, iterators, collapsed, accumulate, scales,
+                       scalarBody);
   b.create<func::ReturnOp>(loc);
   // An elementwise output may overwrite an input read at the iteration
   // shape (element i read only to write element i), never one read through a
@@ -416,19 +408,12 @@ KernelSignature emitFusion(nn::FusionOp op, ModuleOp kernels, StringRef name) {
 
 /// Sum / max / mean over `dims` of `input` into `output` (declared without the
 /// reduced dims); `scale` multiplies the result (mean, global average pool).
+/// Blocked, with several accumulators (ReductionNest.h).
 void buildReduction(OpBuilder &b, Location loc, Value input, Value output,
                     ArrayRef<int64_t> dims, bool isMax, double scale) {
   MLIRContext *ctx = b.getContext();
   auto inType = llvm::cast<MemRefType>(input.getType());
-  Type elem = inType.getElementType();
   unsigned rank = inType.getRank();
-  Value init;
-  if (llvm::isa<FloatType>(elem))
-    init = isMax ? constFloat(b, loc, elem, -INFINITY) : constFloat(b, loc, elem, 0.0);
-  else
-    init = isMax ? constInt(b, loc, elem, std::numeric_limits<int64_t>::min())
-                 : constInt(b, loc, elem, 0);
-  b.create<linalg::FillOp>(loc, init, output);
   SmallVector<AffineExpr> outExprs;
   SmallVector<IteratorType> iterators;
   for (unsigned i = 0; i < rank; ++i) {
@@ -439,33 +424,33 @@ void buildReduction(OpBuilder &b, Location loc, Value input, Value output,
   }
   SmallVector<AffineMap> maps = {AffineMap::getMultiDimIdentityMap(rank, ctx),
                                  AffineMap::get(rank, 0, outExprs, ctx)};
-  buildGeneric(b, loc, input, output, maps, iterators,
-               [&](OpBuilder &nb, Location nloc, ValueRange s) -> SmallVector<Value> {
-                 if (isMax)
-                   return {maxOf(nb, nloc, s[1], s[0])};
-                 if (llvm::isa<FloatType>(elem))
-                   return {nb.create<arith::AddFOp>(nloc, s[1], s[0])};
-                 return {nb.create<arith::AddIOp>(nloc, s[1], s[0])};
-               });
-  if (scale == 1.0)
-    return;
-  auto outType = llvm::cast<MemRefType>(output.getType());
-  unsigned outRank = outType.getRank();
-  SmallVector<AffineMap> scaleMaps = {AffineMap::getMultiDimIdentityMap(outRank, ctx)};
-  SmallVector<IteratorType> scaleIterators(outRank, IteratorType::parallel);
-  Value factor = constFloat(b, loc, elem, scale);
-  buildGeneric(b, loc, {}, output, scaleMaps, scaleIterators,
-               [&](OpBuilder &nb, Location nloc, ValueRange s) -> SmallVector<Value> {
-                 return {nb.create<arith::MulFOp>(nloc, s[0], factor)};
-               });
+  buildReductionNest(b, loc, input, output, maps, iterators, inType.getShape(),
+                     {isMax ? Accumulate::Max : Accumulate::Sum}, {scale},
+                     [](OpBuilder &, Location, ValueRange s) -> SmallVector<Value> {
+                       return {s[0]};
+                     });
 }
 
-MemRefType reducedType(RankedTensorType type, ArrayRef<int64_t> dims) {
-  SmallVector<int64_t> shape;
-  for (int64_t i = 0; i < type.getRank(); ++i)
-    if (!llvm::is_contained(dims, i))
-      shape.push_back(type.getDimSize(i));
-  return MemRefType::get(shape, type.getElementType());
+/// A reduction's input viewed with each run of consecutive reduced (or
+/// kept) dims as one dim: the same bytes, the longest innermost loop, and the
+/// same loop structure (so the same summation order) as an nn.fusion ending
+/// in the same reduction. Returns the collapsed input type and reduced dims.
+std::pair<MemRefType, SmallVector<int64_t>> collapseForReduction(RankedTensorType type,
+                                                                 ArrayRef<int64_t> dims) {
+  SmallVector<int64_t> shape, reduced;
+  bool lastReduced = false;
+  for (int64_t d = 0; d < type.getRank(); ++d) {
+    bool isReduced = llvm::is_contained(dims, d);
+    if (d > 0 && isReduced == lastReduced) {
+      shape.back() *= type.getDimSize(d);
+    } else {
+      if (isReduced)
+        reduced.push_back(shape.size());
+      shape.push_back(type.getDimSize(d));
+    }
+    lastReduced = isReduced;
+  }
+  return {MemRefType::get(shape, type.getElementType()), reduced};
 }
 
 template <typename OpT>
@@ -475,8 +460,15 @@ KernelSignature emitReduce(OpT op, ModuleOp kernels, StringRef name, bool isMax,
   Location loc = op.getLoc();
   auto inType = llvm::cast<RankedTensorType>(op.getInput().getType());
   ArrayRef<int64_t> dims = op.getDims();
-  func::FuncOp func = createKernelFunc(
-      b, kernels, name, loc, {naturalType(inType), reducedType(inType, dims)});
+  auto [collapsed, collapsedDims] = collapseForReduction(inType, dims);
+  // The output as the collapsed kept dims (the same bytes as its natural shape).
+  SmallVector<int64_t> keptShape;
+  for (int64_t d = 0; d < collapsed.getRank(); ++d)
+    if (!llvm::is_contained(collapsedDims, d))
+      keptShape.push_back(collapsed.getDimSize(d));
+  func::FuncOp func =
+      createKernelFunc(b, kernels, name, loc,
+                       {collapsed, MemRefType::get(keptShape, inType.getElementType())});
   double scale = 1.0;
   if (isMean) {
     int64_t count = 1;
@@ -484,7 +476,8 @@ KernelSignature emitReduce(OpT op, ModuleOp kernels, StringRef name, bool isMax,
       count *= inType.getDimSize(d);
     scale = 1.0 / static_cast<double>(count);
   }
-  buildReduction(b, loc, func.getArgument(0), func.getArgument(1), dims, isMax, scale);
+  Value output = func.getArgument(1);
+  buildReduction(b, loc, func.getArgument(0), output, collapsedDims, isMax, scale);
   b.create<func::ReturnOp>(loc);
   return {{op.getInput()}, false};
 }
@@ -494,10 +487,15 @@ KernelSignature emitGlobalAvgPool(nn::GlobalAvgPoolOp op, ModuleOp kernels,
   OpBuilder b(op->getContext());
   Location loc = op.getLoc();
   auto inType = llvm::cast<RankedTensorType>(op.getInput().getType());
+  // [N, C, H, W] as [N*C, H*W], the output [N, C, 1, 1] as [N*C].
+  int64_t rows = inType.getDimSize(0) * inType.getDimSize(1);
+  int64_t pixels = inType.getDimSize(2) * inType.getDimSize(3);
+  Type elem = inType.getElementType();
   func::FuncOp func = createKernelFunc(b, kernels, name, loc,
-                                       {naturalType(inType), naturalType(op.getType())});
-  double scale = 1.0 / static_cast<double>(inType.getDimSize(2) * inType.getDimSize(3));
-  buildReduction(b, loc, func.getArgument(0), func.getArgument(1), {2, 3}, false, scale);
+                                       {MemRefType::get({rows, pixels}, elem),
+                                        MemRefType::get({rows}, elem)});
+  buildReduction(b, loc, func.getArgument(0), func.getArgument(1), {1}, false,
+                 1.0 / static_cast<double>(pixels));
   b.create<func::ReturnOp>(loc);
   return {{op.getInput()}, false};
 }

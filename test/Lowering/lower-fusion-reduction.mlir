@@ -2,27 +2,47 @@
 
 // Tests that an nn.fusion ending in a reduction (batch-norm statistics: the
 // mean of the squared centered input, per channel) is one kernel, one pass:
-//  - the loops collapse by (broadcast read, reduced): (n, c, h*w), iterators
-//    reduction, parallel, reduction;
-//  - the reduced output is zeroed, indexed by c alone, accumulated in the
-//    body next to the elementwise output, then scaled by 1/32 for the mean;
+//  - the loops collapse by (broadcast read, reduced): (n, c, h*w), and the
+//    channel is the one parallel loop;
+//  - the batch is a loop carrying one accumulator; h*w runs in groups of 8
+//    iterations with 8 independent accumulators (the vectorizer's lanes),
+//    each iteration storing the elementwise output next to accumulating;
+//  - the float32 values are summed in float64;
+//  - the lanes add as a tree, the batch's partial sums in order, and the
+//    mean is scaled by 1/32 and stored once (as float32), indexed by c alone;
 //  - the squared value is never an argument;
 //  - the reduced output is a group of its own (nothing runs in place over
 //    it), and the broadcast [C] input is in none (never overwritten).
-// CHECK-DAG: #[[ID:map[0-9]*]] = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
-// CHECK-DAG: #[[C:map[0-9]*]] = affine_map<(d0, d1, d2) -> (d1)>
 // CHECK: plan.launch @[[K:k[0-9]+]] [@train_step.input1, @train_step.input0] -> [@train_step.v0, @train_step.v1]{{$}}
 // CHECK: plan.kernel @[[K]] ops ["nn.broadcast", "nn.sub", "nn.mul", "nn.reduce_mean"] inputs 2 outputs 2 bytes [12, 384, 384, 12] elementwise groups [-1, 0, 0, 1]
 // CHECK: func.func @[[K]](%[[M:.*]]: memref<3xf32>, %[[X:.*]]: memref<2x3x16xf32>, %[[Y:.*]]: memref<2x3x16xf32>, %[[V:.*]]: memref<3xf32>)
-// CHECK: linalg.fill ins(%{{.*}} : f32) outs(%[[V]] : memref<3xf32>)
-// CHECK-NEXT: linalg.generic {indexing_maps = [#[[ID]], #[[C]], #[[ID]], #[[C]]], iterator_types = ["reduction", "parallel", "reduction"]} ins(%[[X]], %[[M]] : memref<2x3x16xf32>, memref<3xf32>) outs(%[[Y]], %[[V]] : memref<2x3x16xf32>, memref<3xf32>)
-// CHECK-NEXT: ^bb0(%{{.*}}: f32, %{{.*}}: f32, %{{.*}}: f32, %[[ACC:.*]]: f32):
-// CHECK-NEXT: %[[D:.*]] = arith.subf
+// CHECK-NOT: linalg.
+// CHECK: scf.parallel (%[[C:.*]]) = (%{{.*}}) to (%c3)
+// CHECK: %[[SUM:.*]] = scf.for %[[N:.*]] = %{{.*}} to %c2{{.*}} iter_args(%[[ACC:.*]] = %{{.*}}) -> (f64)
+// CHECK: %[[LANES:.*]]:8 = scf.for %[[G:.*]] = %{{.*}} to %c2{{.*}} iter_args(%[[L0:[^ ]*]] = %{{.*}}, %[[L1:[^ ]*]] = {{.*}}) -> (f64, f64, f64, f64, f64, f64, f64, f64)
+// CHECK: %[[XV:.*]] = memref.load %[[X]]
+// CHECK: %[[MV:.*]] = memref.load %[[M]]
+// CHECK-NEXT: %[[D:.*]] = arith.subf %[[XV]], %[[MV]] : f32
 // CHECK-NEXT: %[[Q:.*]] = arith.mulf %[[D]], %[[D]] : f32
-// CHECK-NEXT: %[[S:.*]] = arith.addf %[[ACC]], %[[Q]] : f32
-// CHECK-NEXT: linalg.yield %[[D]], %[[S]] : f32, f32
-// CHECK: arith.constant 3.125000e-02 : f32
-// CHECK-NEXT: linalg.generic {{.*}} outs(%[[V]] : memref<3xf32>)
+// CHECK: memref.store %[[D]], %[[Y]]
+// CHECK-NEXT: %[[WIDE:.*]] = arith.extf %[[Q]] : f32 to f64
+// CHECK-NEXT: %{{.*}} = arith.addf %[[L0]], %[[WIDE]] : f64
+// CHECK: arith.addf %[[L1]], %{{.*}} : f64
+// CHECK: scf.yield {{.*}} : f64, f64, f64, f64, f64, f64, f64, f64
+// CHECK: %[[P01:.*]] = arith.addf %[[LANES]]#0, %[[LANES]]#1 : f64
+// CHECK-NEXT: %[[P23:.*]] = arith.addf %[[LANES]]#2, %[[LANES]]#3 : f64
+// CHECK-NEXT: %[[P45:.*]] = arith.addf %[[LANES]]#4, %[[LANES]]#5 : f64
+// CHECK-NEXT: %[[P67:.*]] = arith.addf %[[LANES]]#6, %[[LANES]]#7 : f64
+// CHECK-NEXT: %[[P03:.*]] = arith.addf %[[P01]], %[[P23]] : f64
+// CHECK-NEXT: %[[P47:.*]] = arith.addf %[[P45]], %[[P67]] : f64
+// CHECK-NEXT: %[[TREE:.*]] = arith.addf %[[P03]], %[[P47]] : f64
+// CHECK-NEXT: %[[NEXT:.*]] = arith.addf %[[ACC]], %[[TREE]] : f64
+// CHECK-NEXT: scf.yield %[[NEXT]] : f64
+// CHECK: %[[MEAN:.*]] = arith.mulf %[[SUM]], %{{.*}} : f64
+// CHECK-NEXT: %[[NARROW:.*]] = arith.truncf %[[MEAN]] : f64 to f32
+// CHECK: memref.store %[[NARROW]], %[[V]]
+// CHECK-NOT: memref.store
+// CHECK: scf.reduce
 func.func @train_step(%x: tensor<2x3x4x4xf32>, %m: tensor<3xf32>) -> (tensor<2x3x4x4xf32>, tensor<3xf32>) {
   %c, %v = nn.fusion %m, %x : tensor<3xf32>, tensor<2x3x4x4xf32> -> tensor<2x3x4x4xf32>, tensor<3xf32> {
   ^bb0(%a: tensor<3xf32>, %b: tensor<2x3x4x4xf32>):

@@ -10,6 +10,7 @@
 #include "compiler/Transforms/Passes.h"
 #include "dialects/nn/IR/NNDialect.h"
 #include "dialects/plan/IR/PlanDialect.h"
+#include "mlir/Dialect/Affine/IR/AffineOps.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
@@ -18,7 +19,7 @@
 int main(int argc, char **argv) {
   mlir::DialectRegistry registry;
   registry.insert<graphc::nn::NNDialect, graphc::plan::PlanDialect,
-                  mlir::arith::ArithDialect, mlir::func::FuncDialect,
+                  mlir::affine::AffineDialect, mlir::arith::ArithDialect, mlir::func::FuncDialect,
                   mlir::linalg::LinalgDialect, mlir::math::MathDialect,
                   mlir::memref::MemRefDialect, mlir::scf::SCFDialect>();
   graphc::registerGraphcPasses();
