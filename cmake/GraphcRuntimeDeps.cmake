@@ -1,4 +1,4 @@
-# Enforces DESIGN.md's rule that the runtime never links MLIR or LLVM: it has to run
+# Enforces the rule that the runtime never links MLIR or LLVM (docs/design.md): it has to run
 # where they are absent (the lent GPU machines, a carried working tree).
 #
 # Runtime targets are declared with graphc_runtime_target(<target>);
@@ -77,7 +77,7 @@ function(graphc_check_runtime_deps)
     if(found)
       message(FATAL_ERROR
         "runtime target depends on MLIR/LLVM (${found}); the runtime must build "
-        "and run without them (DESIGN.md)")
+        "and run without them (docs/design.md)")
     endif()
   endforeach()
   list(LENGTH targets n)

@@ -184,7 +184,14 @@ Status SaveCheckpoint(const Executor& exec, const std::string& path,
       offset += b.size();
       buffers.push_back(state->buffer());
     }
-  std::string json = header.dump();
+  std::string json;
+  try {
+    json = header.dump();
+  } catch (const nlohmann::json::exception&) {
+    return Status(ErrorCode::kInvalidArgument,
+                  Printable(path) + ": a state tensor's name is not UTF-8, which safetensors "
+                                    "headers (JSON) require");
+  }
   json.append((8 - json.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
   uint8_t length[8];
   for (int i = 0; i < 8; ++i) length[i] = static_cast<uint8_t>(uint64_t(json.size()) >> (8 * i));

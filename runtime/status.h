@@ -1,4 +1,4 @@
-// Errors as values for the runtime (STYLE.md habit 9): every failure is a Status
+// Errors as values for the runtime: every failure is a Status
 // with a named code that graphrun prints as one line before exiting with 1.
 
 #ifndef GRAPHC_RUNTIME_STATUS_H_

@@ -7,7 +7,7 @@
 //     into a function of the buffers it uses plus [begin, end) of its outermost
 //     dimension, which the runtime spreads over the cores; code outside the
 //     loops runs in one-iteration launches;
-//  2) lower to the LLVM dialect (toolchain.md's pipeline; bare-pointer calling
+//  2) lower to the LLVM dialect (bare-pointer calling
 //     convention, since every shape is static), translate to LLVM IR and add
 //     `void graphc_kernel_<entry>(void **buffers, int64_t begin, int64_t end)`
 //     per launch, the one signature the runtime calls;

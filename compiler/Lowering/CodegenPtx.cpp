@@ -1,6 +1,6 @@
 //===- CodegenPtx.cpp - kernel bodies to PTX ------------------------------===//
 //
-// toolchain.md's GPU pipeline over the same bodies the CPU path compiles:
+// The GPU pipeline over the same bodies the CPU path compiles:
 //  1) every linalg.generic gets its parallel loops first (a per-channel
 //     reduction becomes a thread per channel, not a launch per reduced index),
 //     then linalg becomes scf.parallel / scf.for;

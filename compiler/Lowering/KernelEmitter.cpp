@@ -3,7 +3,7 @@
 // One emitter per kind of op:
 //  - elementwise ops (and the optimizer updates) become one linalg.generic over
 //    the flattened tensors: a single loop the CPU vectorizer and the GPU mapper
-//    both handle well (toolchain.md);
+//    both handle well;
 //  - broadcasts and reductions keep their rank so indexing maps express them;
 //  - the loss, its gradient, argmax and the learning-rate schedule are small
 //    scf loop nests; rows are scf.parallel so the GPU path can map them.

@@ -6,10 +6,11 @@
 //     code when there are none), carry one accumulator per reduced output
 //     (float64 for a float32 sum) through scf.for loops over the outer
 //     reduced dims;
-//  3) in the innermost reduced dim, run blocks of kBlockGroups groups of
-//     kLanes consecutive iterations, each lane its own accumulator, each block
-//     from zero into per-lane totals; then the remaining groups, then the
-//     remaining iterations one per lane; combine the lanes as a tree;
+//  3) in the innermost reduced dim, run blocks of (at most) kBlockGroups
+//     groups of kLanes consecutive iterations, each lane its own accumulator,
+//     each block from zero into per-lane totals; then the remaining
+//     iterations in a loop of their own, added to lane 0; combine the lanes
+//     as a tree. The body is emitted kLanes + 1 times, whatever the shapes;
 //  4) scale, and store every reduced output once.
 //
 //===----------------------------------------------------------------------===//
@@ -154,25 +155,30 @@ SmallVector<Value> NestBuilder::lanesOfGroup(OpBuilder &b, Value base, ValueRang
 SmallVector<Value> NestBuilder::innermost(OpBuilder &b) {
   const unsigned dim = reducedDims.back();
   const int64_t extent = extents[dim];
-  const int64_t groups = extent / kLanes, blocks = groups / kBlockGroups;
-  auto identities = [&](OpBuilder &ib) {
-    SmallVector<Value> lanes;
+  const int64_t groups = extent / kLanes;
+  const int64_t blocks = (groups + kBlockGroups - 1) / kBlockGroups;
+  auto identities = [&](OpBuilder &ib, int64_t copies) {
+    SmallVector<Value> values;
     for (unsigned output : reduced)
-      for (int64_t l = 0; l < kLanes; ++l)
-        lanes.push_back(identity(ib, output));
-    return lanes;
+      for (int64_t l = 0; l < copies; ++l)
+        values.push_back(identity(ib, output));
+    return values;
   };
-  SmallVector<Value> lanes = identities(b);
-  if (blocks > 0) {
+  SmallVector<Value> lanes = identities(b, kLanes);
+  // Whole groups, kBlockGroups to a block (the last block may be shorter):
+  // one copy of the body per lane.
+  if (groups > 0) {
     auto loop = b.create<scf::ForOp>(
         loc, constIndex(b, 0), constIndex(b, blocks), constIndex(b, 1), lanes,
         [&](OpBuilder &nb, Location, Value block, ValueRange totals) {
           Value first = nb.create<arith::MulIOp>(loc, block, constIndex(nb, kBlockGroups));
+          Value last = nb.create<arith::MinSIOp>(
+              loc, nb.create<arith::AddIOp>(loc, first, constIndex(nb, kBlockGroups)),
+              constIndex(nb, groups));
           auto inner = nb.create<scf::ForOp>(
-              loc, constIndex(nb, 0), constIndex(nb, kBlockGroups), constIndex(nb, 1),
-              identities(nb), [&](OpBuilder &ib, Location, Value group, ValueRange partial) {
-                Value base = ib.create<arith::MulIOp>(
-                    loc, ib.create<arith::AddIOp>(loc, first, group), constIndex(ib, kLanes));
+              loc, first, last, constIndex(nb, 1), identities(nb, kLanes),
+              [&](OpBuilder &ib, Location, Value group, ValueRange partial) {
+                Value base = ib.create<arith::MulIOp>(loc, group, constIndex(ib, kLanes));
                 ib.create<scf::YieldOp>(loc, lanesOfGroup(ib, base, partial));
               });
           SmallVector<Value> merged;
@@ -184,23 +190,16 @@ SmallVector<Value> NestBuilder::innermost(OpBuilder &b) {
         });
     lanes.assign(loop.getResults().begin(), loop.getResults().end());
   }
-  if (groups > blocks * kBlockGroups) {
+  // The last extent % kLanes iterations: a loop of their own, added to lane 0.
+  if (extent > groups * kLanes) {
     auto loop = b.create<scf::ForOp>(
-        loc, constIndex(b, blocks * kBlockGroups), constIndex(b, groups), constIndex(b, 1),
-        lanes, [&](OpBuilder &nb, Location, Value group, ValueRange current) {
-          Value base = nb.create<arith::MulIOp>(loc, group, constIndex(nb, kLanes));
-          nb.create<scf::YieldOp>(loc, lanesOfGroup(nb, base, current));
+        loc, constIndex(b, groups * kLanes), constIndex(b, extent), constIndex(b, 1),
+        identities(b, 1), [&](OpBuilder &nb, Location, Value iv, ValueRange tail) {
+          ivs[dim] = iv;
+          nb.create<scf::YieldOp>(loc, iterate(nb, tail));
         });
-    lanes.assign(loop.getResults().begin(), loop.getResults().end());
-  }
-  for (int64_t l = 0; l < extent - groups * kLanes; ++l) {
-    ivs[dim] = constIndex(b, groups * kLanes + l);
-    SmallVector<Value> accumulators;
     for (size_t a = 0; a < reduced.size(); ++a)
-      accumulators.push_back(lanes[a * kLanes + l]);
-    SmallVector<Value> updated = iterate(b, accumulators);
-    for (size_t a = 0; a < reduced.size(); ++a)
-      lanes[a * kLanes + l] = updated[a];
+      lanes[a * kLanes] = combine(b, reduced[a], lanes[a * kLanes], loop.getResult(a));
   }
   // The lanes as a tree: (0+1)+(2+3), ...
   SmallVector<Value> partials;

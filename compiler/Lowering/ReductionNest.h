@@ -10,10 +10,10 @@
 // buildReductionNest emits the same computation as explicit loops instead:
 //  - one scf.parallel iteration per output element (the parallel dims);
 //  - the innermost reduced dim in blocks of kBlockGroups x kLanes elements:
-//    kLanes independent accumulators (unrolled: the vectorizer makes them one
-//    vector register), each block summed from zero, then added into per-lane
-//    totals; leftover groups go straight into the totals, leftover elements
-//    into lanes 0..n-1; the lanes combine as a tree;
+//    kLanes independent accumulators (unrolled: the vectorizer makes them
+//    vector registers), each block summed from zero, then added into per-lane
+//    totals; the last extent % kLanes elements in a loop of their own; the
+//    lanes combine as a tree;
 //  - each outer reduced dim one more accumulation level (a loop-carried value);
 //  - float32 sums accumulate in float64: each iteration's contribution is
 //    computed in float32 as before and widened, so the sum itself adds next

@@ -18,7 +18,7 @@
 
 namespace graphc {
 
-/// The phases of DESIGN.md's pipeline that exist so far, in order.
+/// The phases of the pipeline (docs/design.md) that exist so far, in order.
 enum class Phase {
   /// Model contract checked; batch size set and every shape re-inferred.
   Verify,

@@ -3,7 +3,7 @@
 // Implements --graphc-decompose-training-ops: rewrites the training-mode
 // nn.batch_norm and nn.dropout of @forward into reductions and elementwise ops,
 // so autodiff needs no rule of its own for them and fusion sees their
-// elementwise parts (DESIGN.md, fusion).
+// elementwise parts.
 //
 //===----------------------------------------------------------------------===//
 

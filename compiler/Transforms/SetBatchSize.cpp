@@ -1,7 +1,7 @@
 //===- SetBatchSize.cpp - set the batch size and re-infer shapes ----------===//
 //
 // Implements --graphc-set-batch-size: the batch size is a compile option, not
-// something users edit in the model file (DESIGN.md).
+// something users edit in the model file.
 //
 //===----------------------------------------------------------------------===//
 

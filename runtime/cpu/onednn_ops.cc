@@ -306,7 +306,7 @@ Status OneDnnOps::Prepare(const Plan& plan) {
         }
         if (!status.ok()) return status;
       } catch (const dnnl::error& e) {
-        std::string where = c->location() ? " (" + c->location()->str() + ")" : "";
+        std::string where = c->location() ? " (" + PrintableOf(c->location()) + ")" : "";
         return Status(ErrorCode::kBackend, std::string("oneDNN cannot create ") +
                                                fb::EnumNameOpcode(c->op()) + where + ": " +
                                                e.what());

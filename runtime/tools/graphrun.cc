@@ -3,6 +3,7 @@
 // `graphrun inspect PLAN` verifies the plan fully, then prints what it holds.
 // Every error is one line on stderr and exit code 1.
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -114,7 +115,7 @@ nlohmann::json Profile(const fb::Plan& root, const fb::Program& program,
   std::sort(sorted.begin(), sorted.end(),
             [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
   std::sort(kernels.rbegin(), kernels.rend());
-  std::cout << "profile of " << StringOf(program.name()) << " over " << steps
+  std::cout << "profile of " << PrintableOf(program.name()) << " over " << steps
             << " steps (each command timed alone):\n"
             << std::fixed << std::setprecision(2);
   nlohmann::json j = {{"ms_per_step", total}, {"steps", steps}};
@@ -132,8 +133,8 @@ nlohmann::json Profile(const fb::Plan& root, const fb::Program& program,
     const fb::Kernel& kernel = *root.kernels()->Get(command.kernel());
     std::string ops = KernelOpsString(kernel, ", ");
     std::cout << "  " << std::setw(9) << kernels[i].first << " ms " << std::setw(6)
-              << 100.0 * kernels[i].first / total << "%  " << StringOf(kernel.name()) << " ["
-              << ops << "] " << StringOf(command.location()) << "\n";
+              << 100.0 * kernels[i].first / total << "%  " << PrintableOf(kernel.name()) << " ["
+              << ops << "] " << PrintableOf(command.location()) << "\n";
     j["kernels"].push_back({{"kernel", StringOf(kernel.name())},
                             {"ops", ops},
                             {"location", StringOf(command.location())},
@@ -188,12 +189,23 @@ int Train(const TrainOptions& o) {
       if (StringOf(exec.buffer(state->buffer()).name()) == "graphc.step" &&
           exec.buffer(state->buffer()).dtype() == fb::DType::I64)
         step_buffer = state->buffer();
+  // Outputs are written by renaming a new file over the path, which would
+  // replace whatever is there: only a regular file may be (checked now, not
+  // after training).
+  for (const std::string* output : {&o.save, &o.report}) {
+    struct stat st;
+    if (!output->empty() && lstat(output->c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+      return Fail(Status(ErrorCode::kIo, Printable(*output) +
+                                             ": exists and is not a regular file; refusing to "
+                                             "replace it"));
+  }
   if (!o.save.empty()) {
     // Fail now, not after the first K steps.
     size_t slash = o.save.rfind('/');
     std::string dir = slash == std::string::npos ? "." : o.save.substr(0, slash + 1);
     if (access(dir.c_str(), W_OK) != 0)
-      return Fail(Status(ErrorCode::kIo, "--save " + o.save + ": cannot write to " + dir));
+      return Fail(Status(ErrorCode::kIo, "--save " + Printable(o.save) + ": cannot write to " +
+                                             Printable(dir)));
   }
   int64_t start_step = 0;
   if (!o.resume.empty()) {
@@ -263,7 +275,7 @@ int Train(const TrainOptions& o) {
         std::any_of(paths.begin(), paths.end(), [](const std::string& p) { return p.empty(); }))
       return Fail(Status(ErrorCode::kInvalidArgument,
                          "--data npy: needs IMAGES.npy,LABELS.npy[,TEST_IMAGES.npy,"
-                         "TEST_LABELS.npy], got '" + o.data + "'"));
+                         "TEST_LABELS.npy], got '" + Printable(o.data) + "'"));
     if (o.eval && paths.size() != 4)
       return Fail(Status(ErrorCode::kInvalidArgument,
                          "--eval with --data npy: needs the test arrays too: "
@@ -280,7 +292,7 @@ int Train(const TrainOptions& o) {
   } else {
     return Fail(Status(ErrorCode::kInvalidArgument,
                        "--data must be synthetic, fashion-mnist[:DIR] or "
-                       "npy:IMAGES.npy,LABELS.npy[,...], got '" + o.data + "'"));
+                       "npy:IMAGES.npy,LABELS.npy[,...], got '" + Printable(o.data) + "'"));
   }
   if (!test_source) test_source = BatchSource::Synthetic(batch, image_shape, classes, 4, o.seed);
   source->set_flip(o.flip);
@@ -453,11 +465,12 @@ int Train(const TrainOptions& o) {
     std::string temp = o.report + ".tmp";
     {
       std::ofstream out(temp);
-      out << j.dump(2) << "\n";
-      if (!out) return Fail(Status(ErrorCode::kIo, "cannot write " + temp));
+      // Names from the plan may not be UTF-8: replaced, not fatal.
+      out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+      if (!out) return Fail(Status(ErrorCode::kIo, "cannot write " + Printable(temp)));
     }
     if (std::rename(temp.c_str(), o.report.c_str()) != 0)
-      return Fail(Status(ErrorCode::kIo, "cannot write " + o.report));
+      return Fail(Status(ErrorCode::kIo, "cannot write " + Printable(o.report)));
   }
   return 0;
 }

@@ -4,9 +4,10 @@
 // mean of the squared centered input, per channel) is one kernel, one pass:
 //  - the loops collapse by (broadcast read, reduced): (n, c, h*w), and the
 //    channel is the one parallel loop;
-//  - the batch is a loop carrying one accumulator; h*w runs in groups of 8
-//    iterations with 8 independent accumulators (the vectorizer's lanes),
-//    each iteration storing the elementwise output next to accumulating;
+//  - the batch is a loop carrying one accumulator; h*w runs in blocks of
+//    (at most) 16 groups of 8 iterations with 8 independent accumulators (the
+//    vectorizer's lanes), each iteration storing the elementwise output next
+//    to accumulating, each block's lanes added into the lanes' totals;
 //  - the float32 values are summed in float64;
 //  - the lanes add as a tree, the batch's partial sums in order, and the
 //    mean is scaled by 1/32 and stored once (as float32), indexed by c alone;
@@ -19,7 +20,9 @@
 // CHECK-NOT: linalg.
 // CHECK: scf.parallel (%[[C:.*]]) = (%{{.*}}) to (%c3)
 // CHECK: %[[SUM:.*]] = scf.for %[[N:.*]] = %{{.*}} to %c2{{.*}} iter_args(%[[ACC:.*]] = %{{.*}}) -> (f64)
-// CHECK: %[[LANES:.*]]:8 = scf.for %[[G:.*]] = %{{.*}} to %c2{{.*}} iter_args(%[[L0:[^ ]*]] = %{{.*}}, %[[L1:[^ ]*]] = {{.*}}) -> (f64, f64, f64, f64, f64, f64, f64, f64)
+// CHECK: %[[LANES:.*]]:8 = scf.for %[[B:.*]] = %{{.*}} to %c1{{.*}} iter_args({{.*}}) -> (f64, f64, f64, f64, f64, f64, f64, f64)
+// CHECK: %[[LAST:.*]] = arith.minsi %{{.*}}, %c2{{.*}} : index
+// CHECK: %[[BLOCK:.*]]:8 = scf.for %[[G:.*]] = %{{.*}} to %[[LAST]] {{.*}} iter_args(%[[L0:[^ ]*]] = %{{.*}}, %[[L1:[^ ]*]] = {{.*}}) -> (f64, f64, f64, f64, f64, f64, f64, f64)
 // CHECK: %[[XV:.*]] = memref.load %[[X]]
 // CHECK: %[[MV:.*]] = memref.load %[[M]]
 // CHECK-NEXT: %[[D:.*]] = arith.subf %[[XV]], %[[MV]] : f32
@@ -28,6 +31,8 @@
 // CHECK-NEXT: %[[WIDE:.*]] = arith.extf %[[Q]] : f32 to f64
 // CHECK-NEXT: %{{.*}} = arith.addf %[[L0]], %[[WIDE]] : f64
 // CHECK: arith.addf %[[L1]], %{{.*}} : f64
+// CHECK: scf.yield {{.*}} : f64, f64, f64, f64, f64, f64, f64, f64
+// CHECK: arith.addf %{{.*}}, %[[BLOCK]]#0 : f64
 // CHECK: scf.yield {{.*}} : f64, f64, f64, f64, f64, f64, f64, f64
 // CHECK: %[[P01:.*]] = arith.addf %[[LANES]]#0, %[[LANES]]#1 : f64
 // CHECK-NEXT: %[[P23:.*]] = arith.addf %[[LANES]]#2, %[[LANES]]#3 : f64
