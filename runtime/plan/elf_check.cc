@@ -161,17 +161,20 @@ Status Checker::CheckHeaderAndSegments() {
     return Unsafe("its program headers lie past the end of its " +
                   std::to_string(file_.size()) + " bytes (truncated?)");
   bool stack = false, dynamic = false;
+  // Headers the loader reads through their addresses, checked once the
+  // segments are known.
+  std::vector<Elf64_Phdr> by_address;
   for (uint16_t i = 0; i < header.e_phnum; ++i) {
     Elf64_Phdr ph;
     file_.Read(header.e_phoff + uint64_t{i} * sizeof(Elf64_Phdr), &ph);
     const std::string where = "program header " + std::to_string(i);
     switch (ph.p_type) {
       case PT_NULL:
+        break;
       case PT_PHDR:
-      case PT_NOTE:
       case PT_GNU_RELRO:
       case PT_GNU_EH_FRAME:
-      case PT_GNU_PROPERTY:
+        by_address.push_back(ph);
         break;
       case PT_LOAD: {
         if (!file_.Fits(ph.p_offset, ph.p_filesz))
@@ -212,6 +215,31 @@ Status Checker::CheckHeaderAndSegments() {
   if (!stack)
     return Unsafe("has no PT_GNU_STACK header (the stack would be executable)");
   if (!dynamic) return Unsafe("has no dynamic section");
+  for (const Elf64_Phdr& ph : by_address) {
+    // The program headers as loaded must be the ones checked here; the
+    // exception-frame index and the RELRO range must lie in loaded memory
+    // (RELRO in writable memory: it is made read-only after relocation).
+    bool fits;
+    if (ph.p_type == PT_PHDR) {
+      fits = FileOffset(ph.p_vaddr, ph.p_filesz) == header.e_phoff &&
+             ph.p_filesz == uint64_t{header.e_phnum} * sizeof(Elf64_Phdr);
+    } else if (ph.p_type == PT_GNU_EH_FRAME) {
+      fits = FileOffset(ph.p_vaddr, ph.p_filesz).has_value();
+    } else {
+      // The loader protects whole pages from the start to the end rounded
+      // down: they must be pages of one writable segment.
+      constexpr uint64_t kPage = 4096;
+      const Segment* s = MemorySegment(ph.p_vaddr, 0);
+      fits = s != nullptr && (s->flags & PF_W) && ph.p_memsz <= (uint64_t{1} << 30) &&
+             (ph.p_vaddr + ph.p_memsz) / kPage * kPage <=
+                 (s->vaddr + s->memsz + kPage - 1) / kPage * kPage;
+    }
+    if (!fits)
+      return Unsafe("its " + std::string(ph.p_type == PT_PHDR          ? "PT_PHDR"
+                                         : ph.p_type == PT_GNU_EH_FRAME ? "PT_GNU_EH_FRAME"
+                                                                        : "PT_GNU_RELRO") +
+                    " header points outside the segments it describes");
+  }
   // The loader reads the dynamic section at its address: it must be these bytes.
   std::optional<uint64_t> at = FileOffset(dynamic_.vaddr, dynamic_.filesz);
   if (!at || *at != dynamic_.offset || dynamic_.filesz % sizeof(Elf64_Dyn) != 0 ||
@@ -261,6 +289,12 @@ Status Checker::ReadDynamic() {
   }
   if (tags_.count(DT_SONAME) && !StringAt(tags_[DT_SONAME]))
     return Unsafe("has a DT_SONAME outside its string table");
+  // The loader may write its first three entries.
+  if (tags_.count(DT_PLTGOT)) {
+    const Segment* got = MemorySegment(tags_[DT_PLTGOT], 24);
+    if (got == nullptr || !(got->flags & PF_W))
+      return Unsafe("its DT_PLTGOT is not in writable memory");
+  }
   return Status::Ok();
 }
 

@@ -119,6 +119,28 @@ TEST(ElfCheckTest, MemoryProtectionIsWXorXWithAStackThatIsNotExecutable) {
   EXPECT_NE(Problem(BuildElf(wx)).find("writable and executable"), std::string::npos);
 }
 
+TEST(ElfCheckTest, OnlyTheHeadersGraphcWritesAreAccepted) {
+  // Notes are parsed by the loader at their addresses; an interpreter is a
+  // program's, not a library's; graphc's libraries have neither.
+  for (uint32_t type : {uint32_t{PT_NOTE}, uint32_t{PT_GNU_PROPERTY}, uint32_t{PT_INTERP},
+                        uint32_t{PT_SHLIB}, uint32_t{0x60000001}}) {
+    ElfSpec spec = Clean();
+    spec.extra_segments = {type};
+    EXPECT_NE(Problem(BuildElf(spec)), "") << type;
+  }
+  // A RELRO range over read-only memory, or a PT_PHDR that is not the
+  // program headers, would mislead the loader after the check.
+  ElfSpec relro = Clean();
+  relro.extra_segments = {PT_GNU_RELRO};
+  EXPECT_NE(Problem(BuildElf(relro)).find("PT_GNU_RELRO"), std::string::npos);
+  ElfSpec phdr = Clean();
+  phdr.extra_segments = {PT_PHDR};
+  EXPECT_NE(Problem(BuildElf(phdr)).find("PT_PHDR"), std::string::npos);
+  ElfSpec got = Clean();
+  got.pltgot_in_code = true;
+  EXPECT_NE(Problem(BuildElf(got)).find("DT_PLTGOT"), std::string::npos);
+}
+
 TEST(ElfCheckTest, TruncatedLibrariesAreRefusedBeforeTheLoaderMapsThem) {
   std::vector<uint8_t> bytes = BuildElf(Clean());
   for (size_t keep : {size_t{0}, size_t{16}, size_t{64}, size_t{200}, bytes.size() / 2,

@@ -32,6 +32,9 @@ struct ElfSpec {
   bool writable_code = false;
   bool ifunc_entries = false;  // entries typed STT_GNU_IFUNC
   bool tls_segment = false;
+  // More program headers of these types, over the first page (PT_NOTE, ...).
+  std::vector<uint32_t> extra_segments;
+  bool pltgot_in_code = false;  // DT_PLTGOT pointing at the executable segment
 };
 
 inline uint32_t GnuHash(const std::string& name) {
@@ -96,7 +99,8 @@ inline std::vector<uint8_t> BuildElf(const ElfSpec& spec) {
     rodata += '\0';
   }
 
-  const uint16_t phnum = 5 + (spec.tls_segment ? 1 : 0) - (spec.gnu_stack ? 0 : 1);
+  const uint16_t phnum = 5 + (spec.tls_segment ? 1 : 0) - (spec.gnu_stack ? 0 : 1) +
+                         static_cast<uint16_t>(spec.extra_segments.size());
   const uint64_t dynsym_at = align(sizeof(Elf64_Ehdr) + phnum * sizeof(Elf64_Phdr), 8);
   const uint64_t dynstr_at = dynsym_at + symbols.size() * sizeof(Elf64_Sym);
   const uint64_t hash_at = align(dynstr_at + strtab.size(), 8);
@@ -131,7 +135,7 @@ inline std::vector<uint8_t> BuildElf(const ElfSpec& spec) {
   const uint64_t dynamic_at = 2 * kPage;
   const uint64_t got_at = dynamic_at + dynamic_count * sizeof(Elf64_Dyn);
   if (!spec.imports.empty()) {
-    tag(DT_PLTGOT, got_at);
+    tag(DT_PLTGOT, spec.pltgot_in_code ? kPage : got_at);
     tag(DT_JMPREL, rela_at);
     tag(DT_PLTRELSZ, rela_size);
     tag(DT_PLTREL, DT_RELA);
@@ -200,6 +204,7 @@ inline std::vector<uint8_t> BuildElf(const ElfSpec& spec) {
   if (spec.gnu_stack)
     segment(PT_GNU_STACK, PF_R | PF_W | (spec.executable_stack ? PF_X : 0), 0, 0, 16);
   if (spec.tls_segment) segment(PT_TLS, PF_R, 0, 0, 8);
+  for (uint32_t type : spec.extra_segments) segment(type, PF_R, 0, 64, 8);
   put(sizeof(Elf64_Ehdr), ph.data(), ph.size() * sizeof(Elf64_Phdr));
   return out;
 }
