@@ -117,15 +117,16 @@ class Checker {
   // The file offset of [vaddr, vaddr + bytes), which must lie in the file
   // part of one loaded segment.
   std::optional<uint64_t> FileOffset(uint64_t vaddr, uint64_t bytes) const {
+    // Strictly inside: an address at a segment's end belongs to the next one.
     for (const Segment& s : loads_)
-      if (vaddr >= s.vaddr && vaddr - s.vaddr <= s.filesz && bytes <= s.filesz - (vaddr - s.vaddr))
+      if (vaddr >= s.vaddr && vaddr - s.vaddr < s.filesz && bytes <= s.filesz - (vaddr - s.vaddr))
         return s.offset + (vaddr - s.vaddr);
     return std::nullopt;
   }
   // The loaded segment holding [vaddr, vaddr + bytes) in memory, if any.
   const Segment* MemorySegment(uint64_t vaddr, uint64_t bytes) const {
     for (const Segment& s : loads_)
-      if (vaddr >= s.vaddr && vaddr - s.vaddr <= s.memsz && bytes <= s.memsz - (vaddr - s.vaddr))
+      if (vaddr >= s.vaddr && vaddr - s.vaddr < s.memsz && bytes <= s.memsz - (vaddr - s.vaddr))
         return &s;
     return nullptr;
   }

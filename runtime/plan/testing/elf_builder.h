@@ -99,7 +99,7 @@ inline std::vector<uint8_t> BuildElf(const ElfSpec& spec) {
     rodata += '\0';
   }
 
-  const uint16_t phnum = 5 + (spec.tls_segment ? 1 : 0) - (spec.gnu_stack ? 0 : 1) +
+  const uint16_t phnum = 6 + (spec.tls_segment ? 1 : 0) - (spec.gnu_stack ? 0 : 1) +
                          static_cast<uint16_t>(spec.extra_segments.size());
   const uint64_t dynsym_at = align(sizeof(Elf64_Ehdr) + phnum * sizeof(Elf64_Phdr), 8);
   const uint64_t dynstr_at = dynsym_at + symbols.size() * sizeof(Elf64_Sym);
@@ -201,6 +201,8 @@ inline std::vector<uint8_t> BuildElf(const ElfSpec& spec) {
   segment(PT_LOAD, PF_R | PF_X | (spec.writable_code ? PF_W : 0), kPage, code.size(), kPage);
   segment(PT_LOAD, PF_R | PF_W, dynamic_at, rw_size, kPage);
   segment(PT_DYNAMIC, PF_R | PF_W, dynamic_at, dynamic.size() * sizeof(Elf64_Dyn), 8);
+  // As lld writes it: over the whole writable segment, starting where it does.
+  segment(PT_GNU_RELRO, PF_R, dynamic_at, rw_size, 1);
   if (spec.gnu_stack)
     segment(PT_GNU_STACK, PF_R | PF_W | (spec.executable_stack ? PF_X : 0), 0, 0, 16);
   if (spec.tls_segment) segment(PT_TLS, PF_R, 0, 0, 8);
