@@ -12,6 +12,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
@@ -76,11 +78,26 @@ std::string DirectoryOf(const std::string& path) {
   return slash == 0 ? "/" : path.substr(0, slash);
 }
 
+// Reads exactly `size` bytes at `offset`.
+bool ReadAt(int fd, uint64_t offset, char* out, uint64_t size) {
+  while (size > 0) {
+    ssize_t got = pread(fd, out, size, static_cast<off_t>(offset));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return false;
+    out += got;
+    offset += static_cast<uint64_t>(got);
+    size -= static_cast<uint64_t>(got);
+  }
+  return true;
+}
+
 // Removes PATH.tmp.XXXXXX files that interrupted saves left behind. A live
-// writer holds an exclusive lock on its temporary file for as long as it
-// writes it, so a file whose lock this process can take (and which is more
-// than a few seconds old, which covers the instant between mkstemp and flock)
-// belongs to nobody.
+// writer holds an exclusive lock on its temporary file until it is renamed,
+// so a file whose lock this process can take (and which is more than a few
+// seconds old, which covers the instant between mkstemp and flock) belongs to
+// nobody. Only files that are what a save writes first are removed: the six
+// characters mkstemp makes, and a safetensors header length (8 bytes, under
+// 64 MiB) followed by '{'; a user's file that merely has such a name stays.
 void RemoveStaleTemporaries(const std::string& path) {
   const std::string dir = DirectoryOf(path);
   const size_t slash = path.rfind('/');
@@ -90,13 +107,20 @@ void RemoveStaleTemporaries(const std::string& path) {
   const time_t now = time(nullptr);
   while (dirent* entry = readdir(listing)) {
     const std::string name = entry->d_name;
-    if (name.size() != prefix.size() + 6 || name.compare(0, prefix.size(), prefix) != 0) continue;
+    if (name.size() != prefix.size() + 6 || name.compare(0, prefix.size(), prefix) != 0 ||
+        !std::all_of(name.end() - 6, name.end(),
+                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)); }))
+      continue;
     const std::string stale = dir + "/" + name;
     int fd = open(stale.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) continue;
     struct stat st;
-    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && now - st.st_mtime >= 5 &&
-        flock(fd, LOCK_EX | LOCK_NB) == 0)
+    uint8_t head[9];
+    uint64_t header_length = 0;
+    bool ours = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && ReadAt(fd, 0, reinterpret_cast<char*>(head), 9);
+    for (int i = 0; ours && i < 8; ++i) header_length |= uint64_t(head[i]) << (8 * i);
+    ours = ours && header_length <= kMaxHeaderBytes && head[8] == '{';
+    if (ours && now - st.st_mtime >= 5 && flock(fd, LOCK_EX | LOCK_NB) == 0)
       unlink(stale.c_str());
     close(fd);
   }
@@ -115,19 +139,6 @@ StatusOr<int> OpenRegular(const std::string& path, const std::string& what) {
                         "; a " + what + " is one");
   }
   return fd;
-}
-
-// Reads exactly `size` bytes at `offset`.
-bool ReadAt(int fd, uint64_t offset, char* out, uint64_t size) {
-  while (size > 0) {
-    ssize_t got = pread(fd, out, size, static_cast<off_t>(offset));
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) return false;
-    out += got;
-    offset += static_cast<uint64_t>(got);
-    size -= static_cast<uint64_t>(got);
-  }
-  return true;
 }
 
 // How many values of a tensor's host bytes are NaN or infinite.
@@ -177,7 +188,7 @@ Status SaveCheckpoint(const Executor& exec, const std::string& path,
       if (name.empty() || header.contains(name))
         return Status(ErrorCode::kInvalidArgument,
                       "state buffer " + std::to_string(state->buffer()) +
-                          " has no name or a repeated one ('" + name + "')");
+                          " has no name or a repeated one ('" + Printable(name) + "')");
       header[name] = {{"dtype", InfoOf(b.dtype()).name},
                       {"shape", ShapeOf(b)},
                       {"data_offsets", {offset, offset + b.size()}}};
@@ -223,15 +234,10 @@ Status SaveCheckpoint(const Executor& exec, const std::string& path,
     if (!WriteAll(fd, data.data(), data.size())) return fail("cannot write");
   }
   if (fsync(fd) != 0) return fail("cannot flush to disk");
-  if (close(fd) != 0) {
-    unlink(temp.c_str());
-    return SysIo(path, "cannot write");
-  }
-  if (std::rename(temp.c_str(), path.c_str()) != 0) {
-    Status status = SysIo(path, "cannot replace");
-    unlink(temp.c_str());
-    return status;
-  }
+  // Renamed while still open, so the lock that marks a live writer is held
+  // until the file has its final name.
+  if (std::rename(temp.c_str(), path.c_str()) != 0) return fail("cannot replace");
+  close(fd);
   // The rename itself reaches the disk with the directory.
   int dir = open(DirectoryOf(path).c_str(), O_RDONLY | O_DIRECTORY);
   if (dir >= 0) {

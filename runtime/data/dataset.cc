@@ -24,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/plan/printable.h"
 #include "runtime/random.h"
 
 namespace graphc::runtime {
@@ -31,8 +32,9 @@ namespace {
 
 using Rng = SplitMix64;
 
+// Paths and header fields come from the user's files: escaped.
 Status IoError(const std::string& path, const std::string& what) {
-  return Status(ErrorCode::kIo, path + ": " + what);
+  return Status(ErrorCode::kIo, Printable(path + ": " + what, 4096));
 }
 
 std::string ErrnoText(int error) { return std::strerror(error); }
@@ -504,7 +506,7 @@ StatusOr<Examples> ReadNpy(const std::string& images_path, const std::string& la
     for (uint64_t i = 0; i < pixels; ++i)
       if (!std::isfinite(e.images[i]))
         return Status(ErrorCode::kNonFinite,
-                      images_path + ": element " + std::to_string(i) + " is " +
+                      Printable(images_path) + ": element " + std::to_string(i) + " is " +
                           (std::isnan(e.images[i]) ? "NaN" : "infinite"));
   } else {
     std::vector<uint8_t> bytes(pixels);

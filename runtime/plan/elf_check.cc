@@ -5,6 +5,8 @@
 
 #include <elf.h>
 
+#include "runtime/plan/plan_loader.h"  // Printable
+
 #include <cstring>
 #include <optional>
 #include <string>
@@ -102,6 +104,10 @@ struct Segment {
   uint32_t flags;
 };
 
+// The largest page the dynamic loader may map with on x86-64 (Linux uses
+// 4 KiB; a larger one only makes the no-shared-page rule stricter).
+constexpr uint64_t kMaxPage = 4096;
+
 class Checker {
  public:
   Checker(const uint8_t* data, size_t size) : file_(data, size) {}
@@ -190,8 +196,14 @@ Status Checker::CheckHeaderAndSegments() {
           return Unsafe(where + " is misaligned");
         if ((ph.p_flags & PF_W) && (ph.p_flags & PF_X))
           return Unsafe(where + " is both writable and executable");
-        if (!loads_.empty() && ph.p_vaddr < loads_.back().vaddr + loads_.back().memsz)
-          return Unsafe(where + " overlaps or precedes the segment before it");
+        // The loader maps whole pages: two segments sharing a page would let
+        // the later one overlay bytes of the earlier one that this check read
+        // from the file (say, a second dynamic section), so segments must not
+        // share pages.
+        if (!loads_.empty() &&
+            (loads_.back().vaddr + loads_.back().memsz + kMaxPage - 1) / kMaxPage * kMaxPage >
+                ph.p_vaddr / kMaxPage * kMaxPage)
+          return Unsafe(where + " shares a page with, overlaps or precedes the segment before it");
         loads_.push_back({ph.p_vaddr, ph.p_memsz, ph.p_offset, ph.p_filesz, ph.p_flags});
         break;
       }
@@ -286,7 +298,7 @@ Status Checker::ReadDynamic() {
     std::optional<std::string> library = StringAt(name);
     if (!library) return Unsafe("has a DT_NEEDED outside its string table");
     if (!kAllowedNeeded.count(*library))
-      return Unsafe("needs library '" + *library + "' (allowed: libc.so.6, libm.so.6)");
+      return Unsafe("needs library '" + Printable(*library) + "' (allowed: libc.so.6, libm.so.6)");
   }
   if (tags_.count(DT_SONAME) && !StringAt(tags_[DT_SONAME]))
     return Unsafe("has a DT_SONAME outside its string table");
@@ -378,23 +390,30 @@ Status Checker::CheckSymbols(KernelLibrary& library) {
     if (!name) return Unsafe("symbol " + std::to_string(i) + " has no name in the string table");
     const unsigned type = ELF64_ST_TYPE(sym.st_info);
     if (type == STT_GNU_IFUNC)
-      return Unsafe("symbol '" + *name + "' is an IFUNC (its resolver runs when loaded)");
-    if (type == STT_TLS) return Unsafe("symbol '" + *name + "' is thread-local");
+      return Unsafe("symbol '" + Printable(*name) + "' is an IFUNC (its resolver runs when loaded)");
+    if (type == STT_TLS) return Unsafe("symbol '" + Printable(*name) + "' is thread-local");
     if (sym.st_shndx == SHN_UNDEF) {
       if (!name->empty() && !allowed.count(*name))
-        return Unsafe("imports '" + *name + "', which graphc's kernels never call");
+        return Unsafe("imports '" + Printable(*name) + "', which graphc's kernels never call");
       continue;
     }
-    if (name->compare(0, entry_prefix.size(), entry_prefix) == 0) {
+    const bool is_entry = name->compare(0, entry_prefix.size(), entry_prefix) == 0;
+    const bool is_signature = name->compare(0, signature_prefix.size(), signature_prefix) == 0;
+    // A library defining, say, `system` and referring to it would be bound to
+    // libc's (default symbols interpose), past the import allow-list.
+    if (!is_entry && !is_signature && ELF64_ST_BIND(sym.st_info) != STB_LOCAL)
+      return Unsafe("defines '" + Printable(*name) +
+                    "'; graphc's kernels export only graphc_kernel_* and graphc_signature_*");
+    if (is_entry) {
       const Segment* s = MemorySegment(sym.st_value, 1);
       if (type != STT_FUNC || s == nullptr || !(s->flags & PF_X))
-        return Unsafe("'" + *name + "' is not a function in an executable segment");
+        return Unsafe("'" + Printable(*name) + "' is not a function in an executable segment");
       library.entries.insert(name->substr(entry_prefix.size()));
-    } else if (name->compare(0, signature_prefix.size(), signature_prefix) == 0) {
+    } else if (is_signature) {
       std::optional<uint64_t> at = FileOffset(sym.st_value, sym.st_size);
       if (type != STT_OBJECT || !at || sym.st_size == 0 || sym.st_size > 4096 ||
           file_.data()[*at + sym.st_size - 1] != 0)
-        return Unsafe("'" + *name + "' is not a NUL-terminated string in the file");
+        return Unsafe("'" + Printable(*name) + "' is not a NUL-terminated string in the file");
       library.signatures[name->substr(signature_prefix.size())] =
           std::string(reinterpret_cast<const char*>(file_.data() + *at));
     }
@@ -420,6 +439,14 @@ Status Checker::CheckRelocations(uint64_t vaddr, uint64_t bytes, const char* wha
                     (type == R_X86_64_IRELATIVE ? " (IRELATIVE: its resolver runs when loaded)"
                                                 : ", which graphc's kernels never need"));
     if (symbol >= symbols_) return Unsafe("a relocation names a symbol past its table");
+    if (symbol != 0) {
+      // Only imports are bound by name (and the imports are allow-listed).
+      Elf64_Sym sym;
+      file_.Read(symtab_ + symbol * sizeof(Elf64_Sym), &sym);
+      if (sym.st_shndx != SHN_UNDEF)
+        return Unsafe("a relocation binds the library's own symbol " + std::to_string(symbol) +
+                      " by name");
+    }
     const Segment* s = MemorySegment(rela.r_offset, 8);
     if (type != R_X86_64_NONE && (s == nullptr || !(s->flags & PF_W)))
       return Unsafe("a relocation writes outside its writable segments");

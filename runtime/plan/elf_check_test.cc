@@ -99,6 +99,16 @@ TEST(ElfCheckTest, ImportsAndLibrariesAreAllowListed) {
   ElfSpec dlopen_import = Clean();
   dlopen_import.imports = {"dlopen"};
   EXPECT_NE(Problem(BuildElf(dlopen_import)), "");
+  // Defining `system` and binding to it by name would reach libc's (default
+  // symbols interpose): only graphc's own names may be defined, and
+  // relocations may name imports only.
+  ElfSpec defines = Clean();
+  defines.other_functions = {"system"};
+  EXPECT_NE(Problem(BuildElf(defines)).find("defines 'system'"), std::string::npos);
+  ElfSpec own = Clean();
+  own.relocate_own_symbol = true;
+  own.import_relocation = R_X86_64_64;
+  EXPECT_NE(Problem(BuildElf(own)).find("binds the library's own symbol"), std::string::npos);
   ElfSpec libm = Clean();
   libm.needed = {"libm.so.6"};
   EXPECT_EQ(Problem(BuildElf(libm)), "");

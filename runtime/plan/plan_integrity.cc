@@ -11,6 +11,7 @@
 #include <cstring>
 #include <string>
 
+#include "runtime/plan/printable.h"
 #include "schema/plan_generated.h"
 
 namespace graphc::runtime {
@@ -59,24 +60,25 @@ bool ParseHex(const std::string& text, uint8_t* out, size_t bytes) {
 
 // Reads a key file: one line "<tag> <hex>" and nothing else.
 Status ReadKeyFile(const std::string& path, const char* tag, uint8_t* out, size_t bytes) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Status(ErrorCode::kIo, path + ": cannot open (" + std::strerror(errno) + ")");
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // a FIFO must not block
+  const std::string shown = Printable(path);
+  if (fd < 0) return Status(ErrorCode::kIo, shown + ": cannot open (" + std::strerror(errno) + ")");
   struct stat st;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > 1024) {
     close(fd);
-    return Status(ErrorCode::kIo, path + ": not a key file (not a small regular file)");
+    return Status(ErrorCode::kIo, shown + ": not a key file (not a small regular file)");
   }
   std::string text(static_cast<size_t>(st.st_size), '\0');
   ssize_t got = read(fd, text.data(), text.size());
   close(fd);
   if (got != static_cast<ssize_t>(text.size()))
-    return Status(ErrorCode::kIo, path + ": cannot read");
+    return Status(ErrorCode::kIo, shown + ": cannot read");
   while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
   const std::string prefix = std::string(tag) + " ";
   if (text.compare(0, prefix.size(), prefix) != 0 ||
       !ParseHex(text.substr(prefix.size()), out, bytes))
     return Status(ErrorCode::kInvalidArgument,
-                  path + ": not a " + tag + " file (expected one line: " + tag + " <" +
+                  shown + ": not a " + tag + " file (expected one line: " + tag + " <" +
                       std::to_string(2 * bytes) + " hex digits>)");
   return Status::Ok();
 }
@@ -85,7 +87,7 @@ Status WriteNewFile(const std::string& path, const std::string& text, mode_t mod
   // O_EXCL: never overwrite a key (losing a secret key loses the identity).
   int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
   if (fd < 0)
-    return Status(ErrorCode::kIo, path + ": cannot create (" + std::strerror(errno) +
+    return Status(ErrorCode::kIo, Printable(path) + ": cannot create (" + std::strerror(errno) +
                                       (errno == EEXIST ? "; keys are never overwritten" : "") +
                                       ")");
   bool ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
@@ -93,7 +95,7 @@ Status WriteNewFile(const std::string& path, const std::string& text, mode_t mod
   ok = close(fd) == 0 && ok;
   if (!ok) {
     unlink(path.c_str());
-    return Status(ErrorCode::kIo, path + ": cannot write");
+    return Status(ErrorCode::kIo, Printable(path) + ": cannot write");
   }
   return Status::Ok();
 }
@@ -128,8 +130,11 @@ StatusOr<Sha256Digest> ComputePlanDigest(const uint8_t* bytes, size_t size) {
   if (signature.size != 0 && signature.size != kSignatureBytes)
     return Integrity("the plan's signature is " + std::to_string(signature.size) +
                      " bytes, not " + std::to_string(kSignatureBytes));
-  // Hash the file in order, with the two ranges (which cannot overlap: they
-  // are distinct vectors of a verified buffer) replaced by zeros.
+  // Hash the file in order, with the two ranges replaced by zeros. The
+  // Verifier lets two vectors share bytes; these two must not.
+  if (signature.size != 0 && digest.begin < signature.begin + signature.size &&
+      signature.begin < digest.begin + digest.size)
+    return Integrity("the plan's digest and signature overlap (a crafted plan)");
   Range holes[2] = {digest, signature};
   if (signature.size != 0 && signature.begin < digest.begin) std::swap(holes[0], holes[1]);
   static const uint8_t kZeros[kSignatureBytes] = {};
@@ -255,7 +260,7 @@ StatusOr<SecretKey> ReadSecretKey(const std::string& path) {
   sodium_memzero(seed, sizeof(seed));
   sodium_memzero(sk, sizeof(sk));
   if (!consistent)
-    return Status(ErrorCode::kInvalidArgument, path + ": the secret key is corrupt");
+    return Status(ErrorCode::kInvalidArgument, Printable(path) + ": the secret key is corrupt");
   return key;
 }
 

@@ -484,51 +484,6 @@ uint64_t DTypeBytes(fb::DType dtype) {
   return 0;
 }
 
-std::string Printable(const std::string& text, size_t max_bytes) {
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  auto escape = [&](unsigned char byte) {
-    out += "\\x";
-    out += digits[byte >> 4];
-    out += digits[byte & 15];
-  };
-  const size_t n = std::min(text.size(), max_bytes);
-  for (size_t i = 0; i < n;) {
-    const unsigned char c = static_cast<unsigned char>(text[i]);
-    if (c >= 0x20 && c < 0x7f) {
-      if (c == '\\') out += '\\';
-      out += static_cast<char>(c);
-      ++i;
-      continue;
-    }
-    // A well-formed UTF-8 sequence (no overlongs, no surrogates) is kept
-    // unless it is a C1 control or a bidirectional override or isolate.
-    size_t length = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3
-                    : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
-    uint32_t code = length == 2 ? c & 0x1f : length == 3 ? c & 0x0f : c & 0x07;
-    bool valid = length != 0 && i + length <= n;
-    for (size_t k = 1; valid && k < length; ++k) {
-      const unsigned char next = static_cast<unsigned char>(text[i + k]);
-      valid = (next & 0xc0) == 0x80;
-      code = (code << 6) | (next & 0x3f);
-    }
-    valid = valid && !(length == 3 && (code < 0x800 || (code >= 0xd800 && code <= 0xdfff))) &&
-            !(length == 4 && (code < 0x10000 || code > 0x10ffff));
-    const bool control = code < 0xa0 || (code >= 0x202a && code <= 0x202e) ||
-                         (code >= 0x2066 && code <= 0x2069) || code == 0x200e ||
-                         code == 0x200f || code == 0x061c;
-    if (!valid) length = 1;
-    if (!valid || control) {
-      for (size_t k = 0; k < length; ++k) escape(static_cast<unsigned char>(text[i + k]));
-    } else {
-      out.append(text, i, length);
-    }
-    i += length;
-  }
-  if (text.size() > max_bytes) out += "...";
-  return out;
-}
-
 std::string LaunchSignature(const fb::Kernel& kernel, uint32_t index,
                             const fb::GpuLaunch& launch) {
   std::string args, bytes;
@@ -755,6 +710,7 @@ Status CheckPlanSemantics(const fb::Plan& plan, const LoaderLimits& limits) {
 
   ByteRanges initialized;
   std::set<int32_t> state_buffers;
+  std::set<std::string> state_names;
   if (plan.states())
     for (uint32_t i = 0; i < plan.states()->size(); ++i) {
       const fb::State* s = plan.states()->Get(i);
@@ -769,6 +725,12 @@ Status CheckPlanSemantics(const fb::Plan& plan, const LoaderLimits& limits) {
                     where + " (" + BufferName(plan, s->buffer()) + "): initializer value " +
                         Str(s->value()) + " is not a finite, valid parameter");
       const fb::Buffer* b = plan.buffers()->Get(s->buffer());
+      // Checkpoints store the state by name: found now, not after training.
+      const std::string state_name = StringOf(b->name());
+      if (state_name.empty() || !IsUtf8(state_name) || !state_names.insert(state_name).second)
+        return Fail(ErrorCode::kPlanBadValue,
+                    where + " (" + BufferName(plan, s->buffer()) +
+                        "): a state needs a name, in UTF-8, that no other state has");
       for (int32_t other : state_buffers)
         if (Overlaps(*b, *plan.buffers()->Get(other)))
           return Fail(ErrorCode::kPlanAliasedOperands,
@@ -907,7 +869,7 @@ StatusOr<std::unique_ptr<Plan>> Plan::FromFile(const std::string& path,
   // (/dev/zero) or a FIFO is refused before a byte is read, and a regular
   // file's size before it is read whole.
   const std::string shown = Printable(path);
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // a FIFO must not block
   if (fd < 0)
     return Fail(ErrorCode::kIo, "cannot open plan '" + shown + "' (" + std::strerror(errno) + ")");
   struct stat st;

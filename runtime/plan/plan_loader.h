@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "runtime/plan/plan_integrity.h"
+#include "runtime/plan/printable.h"
 #include "runtime/status.h"
 #include "schema/plan_generated.h"
 
@@ -42,11 +43,6 @@ inline constexpr uint32_t kOldestPlanSchemaVersion = 3;
 // A plan string, "" when absent (the schema makes every string optional).
 inline std::string StringOf(const flatbuffers::String* s) { return s ? s->str() : std::string(); }
 
-// `text` fit for a terminal: the bytes of control characters (C0, DEL, C1),
-// of bidirectional overrides and of anything that is not UTF-8 written as
-// \xNN escapes, a backslash as \\, and the result cut after `max_bytes` of
-// input with "..." (names printed from a plan or a file are attacker-controlled).
-std::string Printable(const std::string& text, size_t max_bytes = 256);
 inline std::string PrintableOf(const flatbuffers::String* s) { return Printable(StringOf(s)); }
 
 // A buffer's shape, empty when absent (a scalar).

@@ -650,6 +650,14 @@ TEST(PlanLoaderTest, EveryStateByteHasOneInitializer) {
   EXPECT_EQ(LoadError(nan), ErrorCode::kPlanBadValue);
   nan.state_value = -1;  // a negative standard deviation
   EXPECT_EQ(LoadError(nan), ErrorCode::kPlanBadValue);
+  PlanSpec twins;  // two states of one name: no checkpoint could hold both
+  twins.buffers.push_back({"w", {16}, fb::Region::State, 768});
+  twins.more_state_buffers = {7};
+  EXPECT_EQ(LoadError(twins), ErrorCode::kPlanBadValue);
+  twins.buffers[7].name = "w\xff";  // not UTF-8
+  EXPECT_EQ(LoadError(twins), ErrorCode::kPlanBadValue);
+  twins.buffers[7].name = "w.momentum_buffer";
+  EXPECT_EQ(LoadError(twins), ErrorCode::kOk);
   PlanSpec constant;  // Constant memory without data
   constant.buffers.push_back({"k", {4}, fb::Region::Constant, 48});
   EXPECT_EQ(LoadError(constant), ErrorCode::kPlanUndefinedRead);

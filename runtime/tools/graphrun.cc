@@ -27,6 +27,7 @@
 #include "runtime/checkpoint.h"
 #include "runtime/data/dataset.h"
 #include "runtime/executor.h"
+#include "runtime/files.h"
 #include "runtime/plan/plan_loader.h"
 #include "runtime/plan/plan_printer.h"
 
@@ -160,6 +161,43 @@ Status CheckTrusted(const Plan& plan, const std::string& key_files) {
   return plan.CheckSignature(keys);
 }
 
+// --save and --report replace only regular files, and neither may be the
+// plan, a data or key file, or the other output (--save may be the file
+// --resume reads: continuing a checkpoint in place is the usual way).
+Status CheckOutputs(const TrainOptions& o) {
+  std::vector<std::pair<std::string, std::string>> inputs = {{"the plan", o.plan_path},
+                                                             {"--resume", o.resume}};
+  for (const std::string* list : {&o.data, &o.trusted_keys}) {
+    std::string items = list == &o.data ? (o.data.rfind("npy:", 0) == 0 ? o.data.substr(4) : "")
+                                        : *list;
+    std::stringstream split(items);
+    for (std::string path; std::getline(split, path, ',');)
+      inputs.emplace_back(list == &o.data ? "--data" : "--trusted-keys", path);
+  }
+  const std::pair<const char*, const std::string*> outputs[] = {{"--save", &o.save},
+                                                                 {"--report", &o.report}};
+  for (const auto& [flag, path] : outputs) {
+    if (path->empty()) continue;
+    struct stat st;
+    if (lstat(path->c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+      return Status(ErrorCode::kIo, Printable(*path) +
+                                        ": exists and is not a regular file; refusing to "
+                                        "replace it");
+    const std::string identity = FileIdentity(*path);
+    for (const auto& [what, input] : inputs)
+      if (!input.empty() && !(std::string(flag) == "--save" && what == "--resume") &&
+          FileIdentity(input) == identity)
+        return Status(ErrorCode::kInvalidArgument,
+                      std::string(flag) + " " + Printable(*path) + " is " +
+                          (what == "the plan" ? "the plan" : "the file " + what + " reads") +
+                          "; refusing to overwrite it");
+  }
+  if (!o.save.empty() && !o.report.empty() && FileIdentity(o.save) == FileIdentity(o.report))
+    return Status(ErrorCode::kInvalidArgument,
+                  "--save and --report name the same file, " + Printable(o.save));
+  return Status::Ok();
+}
+
 int Train(const TrainOptions& o) {
   StatusOr<std::unique_ptr<Plan>> loaded = Plan::FromFile(o.plan_path);
   if (!loaded.ok()) return Fail(loaded.status());
@@ -190,15 +228,10 @@ int Train(const TrainOptions& o) {
           exec.buffer(state->buffer()).dtype() == fb::DType::I64)
         step_buffer = state->buffer();
   // Outputs are written by renaming a new file over the path, which would
-  // replace whatever is there: only a regular file may be (checked now, not
-  // after training).
-  for (const std::string* output : {&o.save, &o.report}) {
-    struct stat st;
-    if (!output->empty() && lstat(output->c_str(), &st) == 0 && !S_ISREG(st.st_mode))
-      return Fail(Status(ErrorCode::kIo, Printable(*output) +
-                                             ": exists and is not a regular file; refusing to "
-                                             "replace it"));
-  }
+  // replace whatever is there: only a regular file may be, and never one the
+  // run reads or another output (checked now, not after training).
+  status = CheckOutputs(o);
+  if (!status.ok()) return Fail(status);
   if (!o.save.empty()) {
     // Fail now, not after the first K steps.
     size_t slash = o.save.rfind('/');
@@ -242,6 +275,16 @@ int Train(const TrainOptions& o) {
   int64_t classes = 0;
   if (eval.ok()) {
     const fb::Program& e = exec.program(*eval);
+    // What the evaluation writes and reads: the same inputs as train_step,
+    // then the logits and the count of correct predictions.
+    if (e.inputs()->size() != 2 || e.outputs()->size() != 2 ||
+        exec.buffer(e.inputs()->Get(0)).size() != exec.buffer(images_buffer).size() ||
+        exec.buffer(e.inputs()->Get(1)).size() != exec.buffer(labels_buffer).size() ||
+        exec.buffer(e.outputs()->Get(1)).dtype() != fb::DType::I64 ||
+        exec.buffer(e.outputs()->Get(1)).size() != 8)
+      return Fail(Status(ErrorCode::kUnsupported,
+                         "eval_step must take train_step's images and labels and return the "
+                         "logits and an i64 count of correct predictions"));
     std::vector<int64_t> logits = ShapeOf(exec.buffer(e.outputs()->Get(0)));
     if (logits.size() == 2) classes = logits[1];
   }
@@ -411,10 +454,7 @@ int Train(const TrainOptions& o) {
   if (o.eval) {
     if (!eval.ok()) return Fail(eval.status());
     const fb::Program& e = exec.program(*eval);
-    const int32_t correct_buffer = e.outputs()->Get(1);
-    if (exec.buffer(correct_buffer).dtype() != fb::DType::I64 ||
-        exec.buffer(correct_buffer).size() != 8)
-      return Fail(Status(ErrorCode::kUnsupported, "eval_step must return an i64 correct count"));
+    const int32_t correct_buffer = e.outputs()->Get(1);  // checked above
     int64_t correct_total = 0;
     Batch b;
     for (int64_t i = 0; i < test_source->batches_per_epoch(); ++i) {
@@ -462,15 +502,10 @@ int Train(const TrainOptions& o) {
       j["test_accuracy"] = accuracy;
       j["test_examples"] = evaluated;
     }
-    std::string temp = o.report + ".tmp";
-    {
-      std::ofstream out(temp);
-      // Names from the plan may not be UTF-8: replaced, not fatal.
-      out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-      if (!out) return Fail(Status(ErrorCode::kIo, "cannot write " + Printable(temp)));
-    }
-    if (std::rename(temp.c_str(), o.report.c_str()) != 0)
-      return Fail(Status(ErrorCode::kIo, "cannot write " + Printable(o.report)));
+    // Names from the plan may not be UTF-8: replaced, not fatal.
+    status = WriteFileAtomically(
+        o.report, j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+    if (!status.ok()) return Fail(status);
   }
   return 0;
 }

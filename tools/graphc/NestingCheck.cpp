@@ -6,7 +6,7 @@
 
 namespace graphc {
 
-bool checkNesting(llvm::SourceMgr &sourceMgr, unsigned maxNesting) {
+bool checkNesting(llvm::SourceMgr &sourceMgr, llvm::raw_ostream &os, unsigned maxNesting) {
   const llvm::MemoryBuffer *buffer = sourceMgr.getMemoryBuffer(sourceMgr.getMainFileID());
   llvm::StringRef text = buffer->getBuffer();
   unsigned depth = 0;
@@ -32,7 +32,7 @@ bool checkNesting(llvm::SourceMgr &sourceMgr, unsigned maxNesting) {
     if (closes && depth > 0)
       --depth;
     if (opens && ++depth > maxNesting) {
-      sourceMgr.PrintMessage(llvm::SMLoc::getFromPointer(text.data() + i),
+      sourceMgr.PrintMessage(os, llvm::SMLoc::getFromPointer(text.data() + i),
                              llvm::SourceMgr::DK_Error,
                              "nesting deeper than " + llvm::Twine(maxNesting) +
                                  " levels of (), [], {} or <>; no model needs that many, "

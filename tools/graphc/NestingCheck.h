@@ -12,6 +12,7 @@
 #define GRAPHC_TOOLS_GRAPHC_NESTINGCHECK_H
 
 #include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/raw_ostream.h"
 
 namespace graphc {
 
@@ -19,10 +20,11 @@ namespace graphc {
 /// than what overflows the stack (about 6,000).
 constexpr unsigned kMaxNesting = 256;
 
-/// Reports, through `sourceMgr` (as file:line:col: error: ...), the first
-/// place where the main buffer's (), [], {} or <> nest deeper than
-/// `maxNesting`, skipping string literals and comments; false if it does.
-bool checkNesting(llvm::SourceMgr &sourceMgr, unsigned maxNesting = kMaxNesting);
+/// Reports on `os` (as file:line:col: error: ...) the first place where the
+/// main buffer's (), [], {} or <> nest deeper than `maxNesting`, skipping
+/// string literals and comments; false if it does.
+bool checkNesting(llvm::SourceMgr &sourceMgr, llvm::raw_ostream &os,
+                  unsigned maxNesting = kMaxNesting);
 
 } // namespace graphc
 

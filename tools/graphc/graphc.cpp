@@ -14,6 +14,7 @@
 #include "compiler/Analysis/ModelStats.h"
 #include "compiler/Export/PlanExport.h"
 #include "compiler/Pipeline/Pipeline.h"
+#include "EscapingStream.h"
 #include "NestingCheck.h"
 #include "dialects/nn/IR/NNDialect.h"
 #include "dialects/nn/IR/NNOps.h"
@@ -33,7 +34,13 @@
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/WithColor.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 
 using namespace mlir;
 namespace cl = llvm::cl;
@@ -160,9 +167,43 @@ cl::opt<double> decayGamma("decay-gamma", cl::desc("Factor of each step decay"),
                            cl::init(0.1), cl::sub(compileCommand),
                            cl::cat(trainingCategory));
 
+/// Everything graphc prints about its input goes through this stream.
+llvm::raw_ostream &errorStream() {
+  static graphc::EscapingStream stream(llvm::errs());
+  return stream;
+}
+
 int fail(const llvm::Twine &message) {
-  llvm::WithColor::error(llvm::errs(), "graphc") << message << "\n";
+  llvm::WithColor::error(errorStream(), "graphc") << message << "\n";
   return 1;
+}
+
+/// The model file: a regular file (a FIFO or a device such as /dev/zero is
+/// refused before it is read) of at most 1 GiB, or "-" for standard input.
+std::unique_ptr<llvm::MemoryBuffer> readModel(const std::string &path, std::string &error) {
+  if (path == "-")
+    return mlir::openInputFile(path, &error);
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    error = std::strerror(errno);
+    return nullptr;
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > (int64_t(1) << 30)) {
+    error = S_ISDIR(st.st_mode)   ? "it is a directory"
+            : !S_ISREG(st.st_mode) ? "it is not a regular file"
+                                   : "it is larger than 1 GiB";
+    ::close(fd);
+    return nullptr;
+  }
+  auto buffer = llvm::MemoryBuffer::getOpenFile(fd, path, st.st_size,
+                                                /*RequiresNullTerminator=*/true);
+  ::close(fd);
+  if (!buffer) {
+    error = buffer.getError().message();
+    return nullptr;
+  }
+  return std::move(*buffer);
 }
 
 std::string shapeOf(Value value) {
@@ -341,11 +382,14 @@ int main(int argc, char **argv) {
   }
 
   std::string errorMessage;
-  if (llvm::sys::fs::is_directory(modelPath))
-    return fail("cannot read model '" + modelPath + "': it is a directory");
-  std::unique_ptr<llvm::MemoryBuffer> file = openInputFile(modelPath, &errorMessage);
+  std::unique_ptr<llvm::MemoryBuffer> file = readModel(modelPath, errorMessage);
   if (!file)
     return fail("cannot read model '" + modelPath + "': " + errorMessage);
+  // -o names the model itself: writing would destroy the input.
+  bool same = false;
+  if (modelPath != "-" && outputPath != "-" && llvm::sys::fs::exists(outputPath) &&
+      !llvm::sys::fs::equivalent(modelPath, outputPath, same) && same)
+    return fail("-o '" + outputPath + "' is the model file; refusing to overwrite it");
 
   DialectRegistry registry;
   registry.insert<graphc::nn::NNDialect, func::FuncDialect>();
@@ -357,8 +401,8 @@ int main(int argc, char **argv) {
   context.printOpOnDiagnostic(false);
   llvm::SourceMgr sourceMgr;
   sourceMgr.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
-  SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context);
-  if (!graphc::checkNesting(sourceMgr))
+  SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context, errorStream());
+  if (!graphc::checkNesting(sourceMgr, errorStream()))
     return 1;
 
   // Diagnostics go to stderr as file:line:col: error: ...

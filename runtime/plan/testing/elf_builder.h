@@ -35,6 +35,8 @@ struct ElfSpec {
   // More program headers of these types, over the first page (PT_NOTE, ...).
   std::vector<uint32_t> extra_segments;
   bool pltgot_in_code = false;  // DT_PLTGOT pointing at the executable segment
+  std::vector<std::string> other_functions;  // more defined functions (e.g. `system`)
+  bool relocate_own_symbol = false;  // the import relocations name a defined symbol
 };
 
 inline uint32_t GnuHash(const std::string& name) {
@@ -75,6 +77,15 @@ inline std::vector<uint8_t> BuildElf(const ElfSpec& spec) {
     symbols.push_back(s);
   }
   const uint32_t first_defined = static_cast<uint32_t>(symbols.size());
+  for (const std::string& name : spec.other_functions) {
+    Symbol f{name, {}};
+    f.sym.st_name = add_string(name);
+    f.sym.st_info = ELF64_ST_INFO(STB_GLOBAL, STT_FUNC);
+    f.sym.st_shndx = 1;
+    f.sym.st_value = kPage;
+    f.sym.st_size = 1;
+    symbols.push_back(f);
+  }
   // Read-only data: the signature strings, placed after the tables below.
   std::string rodata;
   std::vector<std::pair<size_t, size_t>> signature_at;  // (symbol, offset in rodata)
@@ -162,7 +173,8 @@ inline std::vector<uint8_t> BuildElf(const ElfSpec& spec) {
   for (size_t i = 0; i < spec.imports.size(); ++i) {
     Elf64_Rela rela;
     rela.r_offset = got_at + 8 * (3 + i);
-    rela.r_info = ELF64_R_INFO(1 + i, spec.import_relocation);
+    rela.r_info = ELF64_R_INFO(spec.relocate_own_symbol ? first_defined : 1 + i,
+                               spec.import_relocation);
     rela.r_addend = 0;
     put(rela_at + i * sizeof(Elf64_Rela), &rela, sizeof(rela));
   }

@@ -1,0 +1,59 @@
+// File-system helpers (see files.h).
+
+#include "runtime/files.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "runtime/plan/printable.h"
+
+namespace graphc::runtime {
+
+Status WriteFileAtomically(const std::string& path, const std::string& contents) {
+  const std::string shown = Printable(path);
+  struct stat existing;
+  if (lstat(path.c_str(), &existing) == 0 && !S_ISREG(existing.st_mode))
+    return Status(ErrorCode::kIo, shown + ": exists and is not a regular file; refusing to "
+                                          "replace it");
+  std::string temp = path + ".tmp.XXXXXX";
+  int fd = mkstemp(temp.data());
+  if (fd < 0)
+    return Status(ErrorCode::kIo, shown + ": cannot create a temporary file next to it (" +
+                                      std::strerror(errno) + ")");
+  bool ok = fchmod(fd, 0644) == 0;
+  for (size_t done = 0; ok && done < contents.size();) {
+    ssize_t written = write(fd, contents.data() + done, contents.size() - done);
+    if (written < 0 && errno == EINTR) continue;
+    ok = written > 0;
+    if (ok) done += static_cast<size_t>(written);
+  }
+  ok = ok && fsync(fd) == 0;
+  ok = close(fd) == 0 && ok;
+  if (!ok || std::rename(temp.c_str(), path.c_str()) != 0) {
+    Status status(ErrorCode::kIo, shown + ": cannot write (" + std::strerror(errno) + ")");
+    unlink(temp.c_str());
+    return status;
+  }
+  return Status::Ok();
+}
+
+std::string FileIdentity(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) == 0)
+    return "inode " + std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino);
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+  char resolved[PATH_MAX];
+  if (realpath(dir.c_str(), resolved) == nullptr) return "path " + path;
+  return "path " + std::string(resolved) + "/" + name;
+}
+
+}  // namespace graphc::runtime

@@ -1,0 +1,26 @@
+// Small file-system helpers for the tools: replacing a file atomically, and
+// telling whether two paths name the same file (so that no output overwrites
+// an input or another output).
+
+#ifndef GRAPHC_RUNTIME_FILES_H_
+#define GRAPHC_RUNTIME_FILES_H_
+
+#include <string>
+
+#include "runtime/status.h"
+
+namespace graphc::runtime {
+
+// Writes `contents` to `path` through a new temporary file next to it
+// (mkstemp: a fresh name, never following a planted symlink), fsync and
+// rename. Refuses to replace anything but a regular file.
+Status WriteFileAtomically(const std::string& path, const std::string& contents);
+
+// What `path` names: its device and inode when it exists, else the canonical
+// path of its directory and its name. Two paths with the same identity are
+// the same file.
+std::string FileIdentity(const std::string& path);
+
+}  // namespace graphc::runtime
+
+#endif  // GRAPHC_RUNTIME_FILES_H_
