@@ -605,6 +605,54 @@ Status CheckCpuLibrary(const fb::Plan& plan, const fb::KernelBinary& binary,
   return Status::Ok();
 }
 
+// A PTX binary: text without NUL (the CUDA driver takes a C string), and each
+// launch's entry declared in it with one .u64 parameter per buffer the launch
+// table passes (graphc's PTX takes bare pointers): a table passing fewer
+// would have the driver read parameters nobody wrote.
+Status CheckPtx(const fb::KernelBinary& binary, const std::string& where) {
+  const std::string text(reinterpret_cast<const char*>(binary.data()->data()),
+                         binary.data()->size());
+  if (text.find('\0') != std::string::npos)
+    return Fail(ErrorCode::kPlanBadValue, where + ": PTX text holds a NUL byte");
+  for (uint32_t i = 0; i < binary.symbols()->size(); ++i) {
+    const auto& launches = *binary.launches()->Get(i)->launches();
+    for (uint32_t l = 0; l < launches.size(); ++l) {
+      const fb::GpuLaunch& launch = *launches.Get(l);
+      const std::string entry = StringOf(launch.entry());
+      const std::string on = where + " launch '" + Printable(entry) + "'";
+      // `.entry NAME(`, NAME delimited on both sides.
+      size_t at = std::string::npos;
+      for (size_t from = 0; (from = text.find(".entry", from)) != std::string::npos; from += 6) {
+        size_t name = text.find_first_not_of(" \t\r\n", from + 6);
+        if (name != std::string::npos && text.compare(name, entry.size(), entry) == 0 &&
+            text.find_first_not_of(" \t\r\n", name + entry.size()) != std::string::npos &&
+            text[text.find_first_not_of(" \t\r\n", name + entry.size())] == '(') {
+          at = text.find('(', name + entry.size());
+          break;
+        }
+      }
+      if (at == std::string::npos)
+        return Fail(ErrorCode::kPlanMissingKernel, on + ": no such .entry in the PTX");
+      const size_t close = text.find(')', at);
+      if (close == std::string::npos)
+        return Fail(ErrorCode::kPlanBadValue, on + ": its parameter list does not end");
+      const std::string params = text.substr(at + 1, close - at - 1);
+      size_t count = 0, u64 = 0;
+      for (size_t p = 0; (p = params.find(".param", p)) != std::string::npos; p += 6) {
+        ++count;
+        size_t type = params.find_first_not_of(" \t\r\n", p + 6);
+        u64 += type != std::string::npos && params.compare(type, 4, ".u64") == 0;
+      }
+      if (count != launch.args()->size() || u64 != count)
+        return Fail(ErrorCode::kPlanUnsafeCode,
+                    on + ": the launch table passes " + Str(launch.args()->size()) +
+                        " buffers, the entry takes " + Str(count) + " parameters (" + Str(u64) +
+                        " of them pointers)");
+    }
+  }
+  return Status::Ok();
+}
+
 // Every byte of the State (or Constant) region that a buffer covers belongs to
 // exactly one initializer: nothing is read that was never written, and no two
 // initializers fight over bytes.
@@ -803,7 +851,10 @@ Status CheckPlanSemantics(const fb::Plan& plan, const LoaderLimits& limits) {
                     where + ": " + fb::EnumNameBinaryFormat(b->format()) + " code for " +
                         fb::EnumNameTarget(b->target()));
       RETURN_IF_ERROR(CheckLaunches(plan, *b, where));
-      if (elf) RETURN_IF_ERROR(CheckCpuLibrary(plan, *b, where + " (x86-64 kernel library)"));
+      if (elf)
+        RETURN_IF_ERROR(CheckCpuLibrary(plan, *b, where + " (x86-64 kernel library)"));
+      else
+        RETURN_IF_ERROR(CheckPtx(*b, where + " (" + fb::EnumNameTarget(b->target()) + " PTX)"));
     }
   }
 

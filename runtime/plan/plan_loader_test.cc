@@ -72,6 +72,9 @@ struct PlanSpec {
     std::vector<uint32_t> grid = {1, 1, 1}, block = {256, 1, 1}, args = {0, 1};
   };
   bool with_ptx = false;
+  size_t ptx_params = 2;   // k0_kernel's .u64 parameters
+  std::string ptx_suffix;  // more PTX text
+  std::string ptx_entry = "k0_kernel";  // what the PTX launch table names
   std::vector<LaunchSpec> ptx_launches = {LaunchSpec()};
   // The CPU binary's launches of every symbol (none: no list at all); launch
   // l of kernel K runs entry K_l<l>.
@@ -184,14 +187,17 @@ struct PlanSpec {
     if (with_ptx) {
       std::vector<flatbuffers::Offset<fb::GpuLaunch>> launches;
       for (const LaunchSpec& l : ptx_launches)
-        launches.push_back(fb::CreateGpuLaunch(fbb, fbb.CreateString("k0_kernel"),
+        launches.push_back(fb::CreateGpuLaunch(fbb, fbb.CreateString(ptx_entry),
                                                fbb.CreateVector(l.grid),
                                                fbb.CreateVector(l.block),
                                                fbb.CreateVector(l.args)));
       std::vector<flatbuffers::Offset<fb::GpuKernel>> per_kernel;
       if (!ptx_launches.empty())
         per_kernel.push_back(fb::CreateGpuKernel(fbb, fbb.CreateVector(launches)));
-      std::string ptx = ".version 8.0\n.target sm_90\n";
+      std::string ptx = ".version 8.0\n.target sm_90\n.visible .entry k0_kernel(\n";
+      for (size_t p = 0; p < ptx_params; ++p)
+        ptx += std::string(p ? ",\n" : "") + "\t.param .u64 k0_kernel_param_" + std::to_string(p);
+      ptx += "\n)\n{\n\tret;\n}\n" + ptx_suffix;
       std::vector<uint8_t> ptx_bytes(ptx.begin(), ptx.end());
       binaries.push_back(fb::CreateKernelBinary(
           fbb, fb::Target::CudaSm90, fb::BinaryFormat::Ptx, fbb.CreateString("sm_90"),
@@ -463,6 +469,20 @@ TEST(PlanLoaderTest, PtxLaunchesWithinCudaLimitsAndTheKernelsBuffers) {
   no_launches.with_ptx = true;
   no_launches.ptx_launches.clear();  // a PTX binary with no launch list
   EXPECT_EQ(LoadError(no_launches), ErrorCode::kPlanBadValue);
+
+  // The entry must exist and take one pointer per buffer the table passes.
+  PlanSpec fewer;
+  fewer.with_ptx = true;
+  fewer.ptx_params = 3;
+  EXPECT_EQ(LoadError(fewer), ErrorCode::kPlanUnsafeCode);
+  PlanSpec missing;
+  missing.with_ptx = true;
+  missing.ptx_entry = "k0_kern";  // a prefix of the real entry is not it
+  EXPECT_EQ(LoadError(missing), ErrorCode::kPlanMissingKernel);
+  PlanSpec nul;
+  nul.with_ptx = true;
+  nul.ptx_suffix = std::string("// \0", 4);
+  EXPECT_EQ(LoadError(nul), ErrorCode::kPlanBadValue);
 }
 
 TEST(PlanLoaderTest, CpuLaunchesAreOneDimensionalLoopsOverTheKernelsBuffers) {
