@@ -7,6 +7,7 @@
 
 #include "runtime/plan/plan_loader.h"  // Printable
 
+#include <algorithm>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -136,10 +137,13 @@ class Checker {
         return &s;
     return nullptr;
   }
+  // A name: at most kMaxName bytes (so that many names pointing into one
+  // long string cannot make the scan quadratic).
+  static constexpr uint64_t kMaxName = 4096;
   std::optional<std::string> StringAt(uint64_t offset) const {
     if (offset >= strsz_) return std::nullopt;
     const uint8_t* begin = file_.data() + strtab_ + offset;
-    const void* nul = std::memchr(begin, 0, strsz_ - offset);
+    const void* nul = std::memchr(begin, 0, std::min(strsz_ - offset, kMaxName + 1));
     if (nul == nullptr) return std::nullopt;
     return std::string(reinterpret_cast<const char*>(begin),
                        static_cast<const uint8_t*>(nul) - begin);

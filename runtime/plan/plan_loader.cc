@@ -65,6 +65,13 @@ class ByteRanges {
     }
     ranges_.emplace(begin, end);
   }
+  // Whether any byte of [begin, end) is in the union.
+  bool Intersects(uint64_t begin, uint64_t end) const {
+    auto it = ranges_.lower_bound(end);  // the first range starting at or after end
+    if (it == ranges_.begin()) return false;
+    --it;
+    return it->second > begin;
+  }
   bool Covers(uint64_t begin, uint64_t end) const {
     auto it = ranges_.upper_bound(begin);
     if (it == ranges_.begin()) return false;
@@ -82,6 +89,15 @@ class CommandChecker {
   CommandChecker(const fb::Plan& plan, const LoaderLimits& limits)
       : plan_(plan), limits_(limits) {}
   Status Check(const fb::Command& command, const std::string& where);
+  // Counts `pairs` operand comparisons against the plan's budget.
+  Status Spend(uint64_t pairs) {
+    pairs_ += pairs;
+    if (pairs_ > limits_.max_operand_pairs)
+      return Fail(ErrorCode::kPlanBadValue,
+                  "the plan's commands compare more than " + Str(limits_.max_operand_pairs) +
+                      " operand pairs in all; no plan graphc writes comes near");
+    return Status::Ok();
+  }
 
  private:
   Status CheckIndices(const flatbuffers::Vector<int32_t>* indices,
@@ -104,6 +120,7 @@ class CommandChecker {
 
   const fb::Plan& plan_;
   const LoaderLimits& limits_;
+  uint64_t pairs_ = 0;
 };
 
 Status CommandChecker::CheckIndices(const flatbuffers::Vector<int32_t>* indices,
@@ -111,6 +128,9 @@ Status CommandChecker::CheckIndices(const flatbuffers::Vector<int32_t>* indices,
                                     const std::string& where) {
   if (indices == nullptr)
     return Fail(ErrorCode::kPlanBadIndex, where + ": no " + what + " list");
+  if (indices->size() > limits_.max_operands)
+    return Fail(ErrorCode::kPlanBadValue, where + ": " + Str(indices->size()) + " " + what +
+                                              "s, more than " + Str(limits_.max_operands));
   uint32_t count = plan_.buffers()->size();
   for (uint32_t i = 0; i < indices->size(); ++i) {
     int32_t index = indices->Get(i);
@@ -146,6 +166,7 @@ Status CommandChecker::CheckOverlap(const fb::Command& command, bool may_be_in_p
                                     const std::string& where) {
   const auto& inputs = *command.inputs();
   const auto& outputs = *command.outputs();
+  RETURN_IF_ERROR(Spend(uint64_t{outputs.size()} * (inputs.size() + outputs.size())));
   const flatbuffers::Vector<int32_t>* in_place = command.in_place();
   if (in_place != nullptr && in_place->size() != 0) {
     if (!may_be_in_place)
@@ -547,6 +568,8 @@ Status CheckLaunches(const fb::Plan& plan, const fb::KernelBinary& binary,
       }
       if (threads > 1024)
         return Fail(ErrorCode::kPlanBadValue, on + ": more than 1024 threads per block");
+      if (launch->args()->size() > arity)
+        return Fail(ErrorCode::kPlanBadIndex, on + ": passes more buffers than the kernel has");
       for (uint32_t arg : *launch->args())
         if (arg >= arity)
           return Fail(ErrorCode::kPlanBadIndex,
@@ -614,40 +637,47 @@ Status CheckPtx(const fb::KernelBinary& binary, const std::string& where) {
                          binary.data()->size());
   if (text.find('\0') != std::string::npos)
     return Fail(ErrorCode::kPlanBadValue, where + ": PTX text holds a NUL byte");
+  // One pass over the text: every `.entry NAME(...)` with its parameters
+  // (how many, how many of them .u64).
+  struct Entry {
+    size_t params = 0, pointers = 0;
+  };
+  std::unordered_map<std::string, Entry> entries;
+  const char* space = " \t\r\n";
+  for (size_t from = 0; (from = text.find(".entry", from)) != std::string::npos;) {
+    from += 6;
+    const size_t name = text.find_first_not_of(space, from);
+    const size_t open = name == std::string::npos ? name : text.find_first_of(std::string(space) + "(", name);
+    if (open == std::string::npos) break;
+    const size_t paren = text.find_first_not_of(space, open);
+    if (paren == std::string::npos || text[paren] != '(') continue;
+    const size_t close = text.find(')', paren);
+    if (close == std::string::npos)
+      return Fail(ErrorCode::kPlanBadValue, where + ": an .entry's parameter list does not end");
+    Entry entry;
+    for (size_t p = paren; (p = text.find(".param", p)) != std::string::npos && p < close; p += 6) {
+      ++entry.params;
+      const size_t type = text.find_first_not_of(space, p + 6);
+      entry.pointers += type != std::string::npos && text.compare(type, 4, ".u64") == 0;
+    }
+    entries[text.substr(name, open - name)] = entry;
+    from = close;
+  }
   for (uint32_t i = 0; i < binary.symbols()->size(); ++i) {
     const auto& launches = *binary.launches()->Get(i)->launches();
     for (uint32_t l = 0; l < launches.size(); ++l) {
       const fb::GpuLaunch& launch = *launches.Get(l);
       const std::string entry = StringOf(launch.entry());
       const std::string on = where + " launch '" + Printable(entry) + "'";
-      // `.entry NAME(`, NAME delimited on both sides.
-      size_t at = std::string::npos;
-      for (size_t from = 0; (from = text.find(".entry", from)) != std::string::npos; from += 6) {
-        size_t name = text.find_first_not_of(" \t\r\n", from + 6);
-        if (name != std::string::npos && text.compare(name, entry.size(), entry) == 0 &&
-            text.find_first_not_of(" \t\r\n", name + entry.size()) != std::string::npos &&
-            text[text.find_first_not_of(" \t\r\n", name + entry.size())] == '(') {
-          at = text.find('(', name + entry.size());
-          break;
-        }
-      }
-      if (at == std::string::npos)
+      auto found = entries.find(entry);
+      if (found == entries.end())
         return Fail(ErrorCode::kPlanMissingKernel, on + ": no such .entry in the PTX");
-      const size_t close = text.find(')', at);
-      if (close == std::string::npos)
-        return Fail(ErrorCode::kPlanBadValue, on + ": its parameter list does not end");
-      const std::string params = text.substr(at + 1, close - at - 1);
-      size_t count = 0, u64 = 0;
-      for (size_t p = 0; (p = params.find(".param", p)) != std::string::npos; p += 6) {
-        ++count;
-        size_t type = params.find_first_not_of(" \t\r\n", p + 6);
-        u64 += type != std::string::npos && params.compare(type, 4, ".u64") == 0;
-      }
-      if (count != launch.args()->size() || u64 != count)
+      if (found->second.params != launch.args()->size() ||
+          found->second.pointers != found->second.params)
         return Fail(ErrorCode::kPlanUnsafeCode,
                     on + ": the launch table passes " + Str(launch.args()->size()) +
-                        " buffers, the entry takes " + Str(count) + " parameters (" + Str(u64) +
-                        " of them pointers)");
+                        " buffers, the entry takes " + Str(found->second.params) +
+                        " parameters (" + Str(found->second.pointers) + " of them pointers)");
     }
   }
   return Status::Ok();
@@ -676,9 +706,11 @@ Status CheckRegionInitialized(const fb::Plan& plan, fb::Region region, const Byt
 // Every command reads only arena bytes that the inputs or earlier commands of
 // the same program wrote: the arena's contents are not kept between runs.
 Status CheckProgramDataflow(const fb::Plan& plan, const fb::Program& program,
-                            const std::string& name) {
+                            const std::string& name, CommandChecker& budget) {
   const auto& inputs = *program.inputs();
   const auto& outputs = *program.outputs();
+  RETURN_IF_ERROR(budget.Spend(uint64_t{inputs.size()} * inputs.size() +
+                               uint64_t{outputs.size()} * outputs.size()));
   for (uint32_t i = 0; i < inputs.size(); ++i)
     if (plan.buffers()->Get(inputs.Get(i))->region() != fb::Region::Arena)
       return Fail(ErrorCode::kPlanBadValue, "program '" + name + "': input " +
@@ -719,6 +751,7 @@ Status CheckProgramDataflow(const fb::Plan& plan, const fb::Program& program,
                         Str(b->offset()) + ", " + Str(b->offset() + b->size()) +
                         ")), which neither the program's inputs nor an earlier command wrote");
       }
+    RETURN_IF_ERROR(budget.Spend(uint64_t{command->outputs()->size()} * outputs.size()));
     for (int32_t index : *command->outputs()) {
       const fb::Buffer* b = plan.buffers()->Get(index);
       if (b->region() == fb::Region::Arena) written.Add(b->offset(), b->offset() + b->size());
@@ -757,7 +790,6 @@ Status CheckPlanSemantics(const fb::Plan& plan, const LoaderLimits& limits) {
   RETURN_IF_ERROR(CheckBuffers(plan, limits));
 
   ByteRanges initialized;
-  std::set<int32_t> state_buffers;
   std::set<std::string> state_names;
   if (plan.states())
     for (uint32_t i = 0; i < plan.states()->size(); ++i) {
@@ -779,17 +811,14 @@ Status CheckPlanSemantics(const fb::Plan& plan, const LoaderLimits& limits) {
         return Fail(ErrorCode::kPlanBadValue,
                     where + " (" + BufferName(plan, s->buffer()) +
                         "): a state needs a name, in UTF-8, that no other state has");
-      for (int32_t other : state_buffers)
-        if (Overlaps(*b, *plan.buffers()->Get(other)))
-          return Fail(ErrorCode::kPlanAliasedOperands,
-                      where + ": " + BufferName(plan, s->buffer()) + " shares memory with " +
-                          BufferName(plan, other) + ", which has its own initializer");
-      state_buffers.insert(s->buffer());
+      if (initialized.Intersects(b->offset(), b->offset() + b->size()))
+        return Fail(ErrorCode::kPlanAliasedOperands,
+                    where + ": " + BufferName(plan, s->buffer()) +
+                        " shares memory with another state that has its own initializer");
       initialized.Add(b->offset(), b->offset() + b->size());
     }
   RETURN_IF_ERROR(CheckRegionInitialized(plan, fb::Region::State, initialized, "state"));
   ByteRanges constant_bytes;
-  std::set<int32_t> constant_buffers;
   if (plan.constants())
     for (uint32_t i = 0; i < plan.constants()->size(); ++i) {
       const fb::Constant* c = plan.constants()->Get(i);
@@ -798,12 +827,10 @@ Status CheckPlanSemantics(const fb::Plan& plan, const LoaderLimits& limits) {
       const fb::Buffer* b = plan.buffers()->Get(c->buffer());
       if (c->data() == nullptr || c->data()->size() != b->size())
         return Fail(ErrorCode::kPlanBadShape, where + ": data does not fill its buffer");
-      for (int32_t other : constant_buffers)
-        if (Overlaps(*b, *plan.buffers()->Get(other)))
-          return Fail(ErrorCode::kPlanAliasedOperands,
-                      where + ": " + BufferName(plan, c->buffer()) + " shares memory with " +
-                          BufferName(plan, other) + ", which has its own data");
-      constant_buffers.insert(c->buffer());
+      if (constant_bytes.Intersects(b->offset(), b->offset() + b->size()))
+        return Fail(ErrorCode::kPlanAliasedOperands,
+                    where + ": " + BufferName(plan, c->buffer()) +
+                        " shares memory with another constant that has its own data");
       constant_bytes.Add(b->offset(), b->offset() + b->size());
     }
   RETURN_IF_ERROR(
@@ -822,7 +849,7 @@ Status CheckPlanSemantics(const fb::Plan& plan, const LoaderLimits& limits) {
       // int64: two int32 counts from the file may overflow int32 (the fuzzer).
       const int64_t arity = int64_t{k->num_inputs()} + k->num_outputs();
       if (k->num_inputs() < 0 || k->num_outputs() < 1 || k->arg_bytes() == nullptr ||
-          static_cast<int64_t>(k->arg_bytes()->size()) != arity)
+          static_cast<int64_t>(k->arg_bytes()->size()) != arity || arity > limits.max_operands)
         return Fail(ErrorCode::kPlanBadValue, where + ": inconsistent arity");
       if (const auto* groups = k->arg_groups(); groups != nullptr && groups->size() != 0) {
         if (static_cast<int64_t>(groups->size()) != arity)
@@ -866,6 +893,10 @@ Status CheckPlanSemantics(const fb::Plan& plan, const LoaderLimits& limits) {
         program->outputs() == nullptr)
       return Fail(ErrorCode::kPlanMalformed, "program '" + name + "' is incomplete");
     for (auto* list : {program->inputs(), program->outputs()})
+      if (list->size() > limits.max_operands)
+        return Fail(ErrorCode::kPlanBadValue, "program '" + name + "': more than " +
+                                                  Str(limits.max_operands) + " inputs or outputs");
+    for (auto* list : {program->inputs(), program->outputs()})
       for (int32_t index : *list)
         if (index < 0 || static_cast<uint32_t>(index) >= plan.buffers()->size())
           return Fail(ErrorCode::kPlanBadIndex, "program '" + name + "': I/O buffer " +
@@ -877,7 +908,7 @@ Status CheckPlanSemantics(const fb::Plan& plan, const LoaderLimits& limits) {
         where += " (" + PrintableOf(command->location()) + ")";
       RETURN_IF_ERROR(checker.Check(*command, where));
     }
-    RETURN_IF_ERROR(CheckProgramDataflow(plan, *program, name));
+    RETURN_IF_ERROR(CheckProgramDataflow(plan, *program, name, checker));
   }
   return Status::Ok();
 }

@@ -57,6 +57,15 @@ struct LoaderLimits {
   uint32_t max_tables = 10'000'000;
   uint64_t max_region_bytes = uint64_t{1} << 40;  // 1 TiB
   uint32_t max_rank = 8;
+  // Buffers one command, kernel, launch or program's input or output list
+  // may name (a multi-tensor kernel has a few hundred): the loader's checks
+  // compare operands pairwise, so this bounds their time on a crafted plan.
+  uint32_t max_operands = 4096;
+  // Operand pairs the checks may compare over the whole plan (each command's
+  // outputs against its inputs and each other, and against its program's
+  // outputs): real plans need thousands; a crafted one cannot make loading
+  // take hours.
+  uint64_t max_operand_pairs = uint64_t{1} << 28;
 };
 
 class Plan {

@@ -653,6 +653,31 @@ TEST(PlanLoaderTest, ProgramInputsAndOutputsShareNoMemory) {
   EXPECT_EQ(LoadError(state_input), ErrorCode::kPlanBadValue);
 }
 
+// The loader compares operands pairwise: a crafted plan with huge operand
+// lists is refused by count rather than checked for hours.
+TEST(PlanLoaderTest, OperandListsAreBounded) {
+  PlanSpec spec;
+  spec.commands[2].inputs.assign(5000, 2);
+  EXPECT_EQ(LoadError(spec), ErrorCode::kPlanBadValue);
+  PlanSpec io;
+  io.program_outputs.assign(5000, 3);
+  EXPECT_EQ(LoadError(io), ErrorCode::kPlanBadValue);
+  PlanSpec arity;
+  arity.kernel_inputs = 5000;
+  arity.kernel_arg_bytes.assign(5001, 160);
+  EXPECT_EQ(LoadError(arity), ErrorCode::kPlanBadValue);
+  // Within the per-list bound, the pairs compared over the whole plan are
+  // bounded too (many commands of thousands of operands would take hours):
+  // the small plan's checks compare a dozen pairs.
+  LoaderLimits limits;
+  limits.max_operand_pairs = 8;
+  StatusOr<std::unique_ptr<Plan>> plan = Plan::FromBytes(PlanSpec().Build(), limits);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().code(), ErrorCode::kPlanBadValue);
+  EXPECT_NE(plan.status().message().find("operand pairs"), std::string::npos)
+      << plan.status().message();
+}
+
 TEST(PlanLoaderTest, EveryStateByteHasOneInitializer) {
   PlanSpec uninitialized;  // State memory without an initializer
   uninitialized.buffers.push_back({"s", {16}, fb::Region::State, 768});
