@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "nlohmann/json.hpp"
+#include "runtime/files.h"
 
 namespace graphc::runtime {
 namespace {
@@ -70,12 +71,6 @@ bool WriteAll(int fd, const char* bytes, uint64_t size) {
     size -= static_cast<uint64_t>(written);
   }
   return true;
-}
-
-std::string DirectoryOf(const std::string& path) {
-  size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  return slash == 0 ? "/" : path.substr(0, slash);
 }
 
 // Reads exactly `size` bytes at `offset`.
@@ -165,11 +160,8 @@ uint64_t NonFiniteValues(const char* data, uint64_t bytes, fb::DType dtype) {
 
 Status SaveCheckpoint(const Executor& exec, const std::string& path,
                       const std::map<std::string, std::string>& metadata) {
-  // rename() would replace whatever `path` is; only a regular file may be
-  // replaced (as root, `--save /dev/null` would otherwise replace the device).
-  struct stat existing;
-  if (lstat(path.c_str(), &existing) == 0 && !S_ISREG(existing.st_mode))
-    return Io(path, "exists and is not a regular file; refusing to replace it");
+  Status replaceable = CheckReplaceable(path);
+  if (!replaceable.ok()) return replaceable;
   // Never replace the last good checkpoint with a diverged state.
   Status finite = exec.CheckStateFinite();
   if (!finite.ok())

@@ -16,12 +16,24 @@
 
 namespace graphc::runtime {
 
-Status WriteFileAtomically(const std::string& path, const std::string& contents) {
-  const std::string shown = Printable(path);
+std::string DirectoryOf(const std::string& path) {
+  size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+Status CheckReplaceable(const std::string& path) {
   struct stat existing;
   if (lstat(path.c_str(), &existing) == 0 && !S_ISREG(existing.st_mode))
-    return Status(ErrorCode::kIo, shown + ": exists and is not a regular file; refusing to "
-                                          "replace it");
+    return Status(ErrorCode::kIo, Printable(path) + ": exists and is not a regular file; "
+                                                    "refusing to replace it");
+  return Status::Ok();
+}
+
+Status WriteFileAtomically(const std::string& path, const std::string& contents) {
+  const std::string shown = Printable(path);
+  Status replaceable = CheckReplaceable(path);
+  if (!replaceable.ok()) return replaceable;
   std::string temp = path + ".tmp.XXXXXX";
   int fd = mkstemp(temp.data());
   if (fd < 0)
@@ -49,10 +61,9 @@ std::string FileIdentity(const std::string& path) {
   if (stat(path.c_str(), &st) == 0)
     return "inode " + std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino);
   const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
   const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
   char resolved[PATH_MAX];
-  if (realpath(dir.c_str(), resolved) == nullptr) return "path " + path;
+  if (realpath(DirectoryOf(path).c_str(), resolved) == nullptr) return "path " + path;
   return "path " + std::string(resolved) + "/" + name;
 }
 

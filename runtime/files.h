@@ -11,6 +11,14 @@
 
 namespace graphc::runtime {
 
+// The directory part of `path` ("." when there is none).
+std::string DirectoryOf(const std::string& path);
+
+// Succeeds unless `path` exists and is not a regular file: outputs are
+// written by renaming a new file over the path, which would replace anything
+// (as root, a device such as /dev/null).
+Status CheckReplaceable(const std::string& path);
+
 // Writes `contents` to `path` through a new temporary file next to it
 // (mkstemp: a fresh name, never following a planted symlink), fsync and
 // rename. Refuses to replace anything but a regular file.

@@ -24,6 +24,7 @@
 #include "compiler/Lowering/CodegenPtx.h"
 #include "compiler/Lowering/KernelLoops.h"
 #include "compiler/Lowering/Passes.h"
+#include "runtime/plan/launch_record.h"
 #include "mlir/Conversion/AffineToStandard/AffineToStandard.h"
 #include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
 #include "mlir/Conversion/ControlFlowToLLVM/ControlFlowToLLVM.h"
@@ -258,19 +259,6 @@ LogicalResult CodegenKernelsPass::lowerToLLVMDialect(ModuleOp kernels) {
   return pm.run(kernels);
 }
 
-/// What the library records about a launch; the runtime's LaunchSignature
-/// (runtime/plan/plan_loader.h) builds the same string from the plan.
-std::string launchSignature(StringRef kernel, size_t index, const KernelLaunch &launch) {
-  std::string args, bytes;
-  for (auto [i, arg] : llvm::enumerate(launch.args)) {
-    args += (i ? "," : "") + std::to_string(arg);
-    bytes += (i ? "," : "") + std::to_string(launch.argBytes[i]);
-  }
-  return ("graphc-launch-v1 kernel=" + kernel + " launch=" + Twine(index) +
-          " iterations=" + Twine(launch.grid[0]) + " args=" + args + " bytes=" + bytes)
-      .str();
-}
-
 FailureOr<std::string>
 CodegenKernelsPass::compileCpu(ModuleOp kernels, ArrayRef<std::string> names,
                                ArrayRef<SmallVector<KernelLaunch>> launches) {
@@ -312,7 +300,12 @@ CodegenKernelsPass::compileCpu(ModuleOp kernels, ArrayRef<std::string> names,
   for (auto [kernelName, perKernel] : llvm::zip_equal(names, launches))
     for (auto [index, launch] : llvm::enumerate(perKernel)) {
       llvm::Constant *record = llvm::ConstantDataArray::getString(
-          llvmContext, launchSignature(kernelName, index, launch), /*AddNull=*/true);
+          llvmContext,
+          graphc::runtime::LaunchRecord(
+              kernelName, index, launch.grid[0],
+              std::vector<uint32_t>(launch.args.begin(), launch.args.end()),
+              std::vector<uint64_t>(launch.argBytes.begin(), launch.argBytes.end())),
+          /*AddNull=*/true);
       new llvm::GlobalVariable(*llvmModule, record->getType(), /*isConstant=*/true,
                                llvm::GlobalValue::ExternalLinkage, record,
                                kSignaturePrefix + launch.entry);

@@ -27,7 +27,7 @@ mkdir -p "$out/corpus" "$out/artifacts"
   -I"$src" -I"$build/runtime" \
   "$src/runtime/fuzz/plan_loader_fuzzer.cc" "$src/runtime/plan/plan_loader.cc" \
   "$src/runtime/plan/elf_check.cc" "$src/runtime/plan/plan_integrity.cc" \
-  "$src/runtime/plan/printable.cc" \
+  "$src/runtime/plan/printable.cc" "$src/runtime/plan/launch_record.cc" \
   "$src/runtime/plan/plan_printer.cc" "$src/runtime/status.cc" -lsodium \
   -o "$out/plan_loader_fuzzer"
 

@@ -330,7 +330,7 @@ Status Checker::CheckHashTables() {
     if (!table || nchain > (uint64_t{1} << 24) || nbucket > (uint64_t{1} << 24))
       return Unsafe("its DT_HASH table is outside the file");
     for (uint64_t i = 0; i < nbucket + nchain; ++i) {
-      uint32_t value;
+      uint32_t value = 0;
       file_.Read(*table + 8 + 4 * i, &value);
       if (value >= nchain) return Unsafe("its DT_HASH table indexes past its symbols");
     }
@@ -349,7 +349,7 @@ Status Checker::CheckHashTables() {
       return Unsafe("its DT_GNU_HASH buckets are outside the file");
     uint64_t last = 0;
     for (uint64_t i = 0; i < nbuckets; ++i) {
-      uint32_t value;
+      uint32_t value = 0;
       file_.Read(buckets + 4 * i, &value);
       if (value != 0 && value < symoffset)
         return Unsafe("its DT_GNU_HASH buckets index below their first symbol");
@@ -360,7 +360,7 @@ Status Checker::CheckHashTables() {
       // Walk the last chain to its end marker (bit 0).
       const uint64_t chains = buckets + 4 * nbuckets;
       for (uint64_t i = last;; ++i) {
-        uint32_t value;
+        uint32_t value = 0;
         if (i - symoffset > (uint64_t{1} << 24) ||
             !FileOffset(tags_[DT_GNU_HASH], 16 + 8 * bloom + 4 * nbuckets +
                                                  4 * (i - symoffset + 1)) ||

@@ -20,6 +20,7 @@
 #include <unordered_map>
 
 #include "runtime/plan/elf_check.h"
+#include "runtime/plan/launch_record.h"
 
 namespace graphc::runtime {
 namespace {
@@ -507,14 +508,10 @@ uint64_t DTypeBytes(fb::DType dtype) {
 
 std::string LaunchSignature(const fb::Kernel& kernel, uint32_t index,
                             const fb::GpuLaunch& launch) {
-  std::string args, bytes;
-  for (uint32_t a = 0; a < launch.args()->size(); ++a) {
-    const uint32_t arg = launch.args()->Get(a);
-    args += (a ? "," : "") + Str(arg);
-    bytes += (a ? "," : "") + Str(kernel.arg_bytes()->Get(arg));
-  }
-  return "graphc-launch-v1 kernel=" + StringOf(kernel.name()) + " launch=" + Str(index) +
-         " iterations=" + Str(launch.grid()->Get(0)) + " args=" + args + " bytes=" + bytes;
+  std::vector<uint32_t> args(launch.args()->begin(), launch.args()->end());
+  std::vector<uint64_t> bytes;
+  for (uint32_t arg : args) bytes.push_back(kernel.arg_bytes()->Get(arg));
+  return LaunchRecord(StringOf(kernel.name()), index, launch.grid()->Get(0), args, bytes);
 }
 
 namespace {

@@ -97,8 +97,8 @@ class Plan {
 // whatever its version or digest (exposed for tests and the fuzzer).
 Status CheckPlanSemantics(const fb::Plan& plan, const LoaderLimits& limits = {});
 
-// The string an x86-64 kernel library records for launch `index` of `kernel`
-// (plan.fbs, KernelBinary.sha256); graphc writes the same.
+// The record an x86-64 kernel library must hold for launch `index` of
+// `kernel` per the launch table (launch_record.h).
 std::string LaunchSignature(const fb::Kernel& kernel, uint32_t index,
                             const fb::GpuLaunch& launch);
 

@@ -3,14 +3,13 @@
 // `graphrun inspect PLAN` verifies the plan fully, then prints what it holds.
 // Every error is one line on stderr and exit code 1.
 
-#include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <cstdlib>
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <fstream>
 #include <iomanip>
@@ -178,11 +177,8 @@ Status CheckOutputs(const TrainOptions& o) {
                                                                  {"--report", &o.report}};
   for (const auto& [flag, path] : outputs) {
     if (path->empty()) continue;
-    struct stat st;
-    if (lstat(path->c_str(), &st) == 0 && !S_ISREG(st.st_mode))
-      return Status(ErrorCode::kIo, Printable(*path) +
-                                        ": exists and is not a regular file; refusing to "
-                                        "replace it");
+    Status replaceable = CheckReplaceable(*path);
+    if (!replaceable.ok()) return replaceable;
     const std::string identity = FileIdentity(*path);
     for (const auto& [what, input] : inputs)
       if (!input.empty() && !(std::string(flag) == "--save" && what == "--resume") &&
