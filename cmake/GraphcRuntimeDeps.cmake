@@ -1,17 +1,42 @@
-# Enforces the rule that the runtime never links MLIR or LLVM (docs/design.md): it has to run
-# where they are absent (the lent GPU machines, a carried working tree).
+# Enforces two layer rules of docs/design.md:
+#  - the runtime never links MLIR or LLVM: it has to run where they are absent
+#    (a GPU machine, a carried working tree);
+#  - the runtime core (plan, executor, checkpoint, data, trainer) links no
+#    device library (oneDNN, OpenMP, CUDA, cuDNN, cuBLAS, NCCL): it sees
+#    devices only through runtime/backend.h, and each backend is its own target.
 #
-# Runtime targets are declared with graphc_runtime_target(<target>);
-# graphc_check_runtime_deps() runs at the end of the top-level CMakeLists.txt, walks
-# every declared target's link closure and include directories, and stops the
-# configure step with FATAL_ERROR when it finds MLIR or LLVM there.
+# Runtime targets are declared with graphc_runtime_target(<target>), core targets
+# also with graphc_core_target(<target>); graphc_check_runtime_deps() runs at the end
+# of the top-level CMakeLists.txt, walks every declared target's link closure and
+# include directories, and stops the configure step with FATAL_ERROR when it finds
+# a forbidden item there.
 
 define_property(GLOBAL PROPERTY GRAPHC_RUNTIME_TARGETS
   BRIEF_DOCS "Targets that belong to the runtime"
   FULL_DOCS "Targets that must not depend on MLIR or LLVM")
 
+define_property(GLOBAL PROPERTY GRAPHC_CORE_TARGETS
+  BRIEF_DOCS "Targets that belong to the runtime core"
+  FULL_DOCS "Targets that must not depend on a device library")
+
 function(graphc_runtime_target target)
   set_property(GLOBAL APPEND PROPERTY GRAPHC_RUNTIME_TARGETS ${target})
+endfunction()
+
+function(graphc_core_target target)
+  set_property(GLOBAL APPEND PROPERTY GRAPHC_CORE_TARGETS ${target})
+endfunction()
+
+# True when a link item or include directory is a device library or a backend.
+function(_graphc_is_device_library item out)
+  string(TOLOWER "${item}" lower)
+  if(item MATCHES "^(CUDA::|OpenMP::)" OR item MATCHES "^graphc_backend"
+     OR lower MATCHES "(^|[/-])(lib)?(dnnl|gomp|iomp5|cuda|cudart|cudnn|cublas|cublaslt|nccl)([._-]|$)"
+     OR lower MATCHES "(^|/)cuda(-[0-9.]+)?/" OR lower MATCHES "(^|[ ;])-f?openmp")
+    set(${out} TRUE PARENT_SCOPE)
+  else()
+    set(${out} FALSE PARENT_SCOPE)
+  endif()
 endfunction()
 
 # True when a link item or include directory names MLIR or LLVM.
@@ -25,8 +50,9 @@ function(_graphc_is_mlir_or_llvm item out)
   endif()
 endfunction()
 
-# Sets <out> to the path to the first MLIR/LLVM item in <target>'s link closure.
-function(_graphc_find_forbidden target path out)
+# Sets <out> to the path to the first item in <target>'s link closure for which
+# <predicate> (one of the two functions above) is true.
+function(_graphc_find_forbidden predicate target path out)
   set(${out} "" PARENT_SCOPE)
   if(NOT TARGET ${target})
     return()
@@ -47,7 +73,7 @@ function(_graphc_find_forbidden target path out)
   list(FILTER items EXCLUDE REGEX "-NOTFOUND$")
   list(FILTER includes EXCLUDE REGEX "-NOTFOUND$")
   foreach(inc IN LISTS includes)
-    _graphc_is_mlir_or_llvm("${inc}" bad)
+    cmake_language(CALL ${predicate} "${inc}" bad)
     if(bad)
       set(${out} "${path} -> include dir ${inc}" PARENT_SCOPE)
       return()
@@ -55,13 +81,13 @@ function(_graphc_find_forbidden target path out)
   endforeach()
   foreach(item IN LISTS items)
     string(REGEX REPLACE "^\\$<LINK_ONLY:(.*)>$" "\\1" item "${item}")
-    _graphc_is_mlir_or_llvm("${item}" bad)
+    cmake_language(CALL ${predicate} "${item}" bad)
     if(bad)
       set(${out} "${path} -> ${item}" PARENT_SCOPE)
       return()
     endif()
     if(TARGET ${item})
-      _graphc_find_forbidden(${item} "${path} -> ${item}" found)
+      _graphc_find_forbidden(${predicate} ${item} "${path} -> ${item}" found)
       if(found)
         set(${out} "${found}" PARENT_SCOPE)
         return()
@@ -73,7 +99,7 @@ endfunction()
 function(graphc_check_runtime_deps)
   get_property(targets GLOBAL PROPERTY GRAPHC_RUNTIME_TARGETS)
   foreach(target IN LISTS targets)
-    _graphc_find_forbidden(${target} ${target} found)
+    _graphc_find_forbidden(_graphc_is_mlir_or_llvm ${target} ${target} found)
     if(found)
       message(FATAL_ERROR
         "runtime target depends on MLIR/LLVM (${found}); the runtime must build "
@@ -82,4 +108,15 @@ function(graphc_check_runtime_deps)
   endforeach()
   list(LENGTH targets n)
   message(STATUS "graphc: ${n} runtime target(s) checked free of MLIR/LLVM")
+  get_property(core GLOBAL PROPERTY GRAPHC_CORE_TARGETS)
+  foreach(target IN LISTS core)
+    _graphc_find_forbidden(_graphc_is_device_library ${target} ${target} found)
+    if(found)
+      message(FATAL_ERROR
+        "runtime core target links a device library (${found}); the core reaches "
+        "devices only through runtime/backend.h (docs/design.md)")
+    endif()
+  endforeach()
+  list(LENGTH core n)
+  message(STATUS "graphc: ${n} runtime core target(s) checked free of device libraries")
 endfunction()

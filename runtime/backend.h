@@ -1,11 +1,16 @@
-// The one narrow interface every device implements: allocate, copy, load
-// kernels, run a command, synchronize, and count non-finite values (checked
-// before a checkpoint is written and at display steps). The core never
-// includes a backend's headers.
+// The one narrow interface every device implements: memory, copies, kernels,
+// commands, streams and events, and a count of non-finite values (checked
+// before a checkpoint is written and at display steps). The core (executor,
+// checkpoint, trainer) sees devices only through it and never includes a
+// backend's headers; backend_factory.h creates them.
 //
-// Run only enqueues: on CUDA it puts the command on the compute stream and
-// returns, on the CPU it may execute at once. Synchronize waits for everything
-// enqueued, so a communication thread can overlap with compute once it exists.
+// The model is an asynchronous device (CUDA's): Run and the *Async copies only
+// enqueue work on a stream and return; the compute stream runs the program's
+// commands in order, the copy stream moves the next batch while it does, and
+// events order the two and time them. Synchronous calls (CopyToDevice,
+// CopyToHost, CountNonFinite) are ordered after everything enqueued on the
+// compute stream. The CPU backend executes at once, which is one legal
+// schedule of the same contract.
 
 #ifndef GRAPHC_RUNTIME_BACKEND_H_
 #define GRAPHC_RUNTIME_BACKEND_H_
@@ -13,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "runtime/plan/plan_loader.h"
 #include "runtime/status.h"
@@ -25,32 +31,86 @@ struct DeviceMemory {
   uint64_t bytes = 0;
 };
 
+// Host memory a device copies from and to asynchronously (page-locked on
+// CUDA, so a copy needs no staging and overlaps with compute).
+struct HostMemory {
+  void* address = nullptr;
+  uint64_t bytes = 0;
+};
+
+// The device's in-order work queues.
+enum class Stream { kCompute = 0, kCopy = 1 };
+
+// A point in a stream's order, with the time the device reached it.
+struct Event {
+  void* handle = nullptr;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
 
   virtual const char* name() const = 0;
-  // The device as the user should see it, e.g. "cpu (2 threads)".
+  // The device as the user should see it, e.g. "cpu (2 threads)" or
+  // "cuda:0 (NVIDIA H100 80GB HBM3, sm_90, strict fp32)".
   virtual std::string Describe() const { return name(); }
-  // The kernel binary this device executes.
-  virtual fb::Target target() const = 0;
+  // The kernel targets this device executes, best first: an sm_90 GPU runs
+  // the plan's sm_90 PTX, else its sm_80 PTX. LoadKernels takes the first
+  // one the plan has.
+  virtual std::vector<fb::Target> targets() const = 0;
+  // The device's index among its kind (the CUDA ordinal; 0 on the CPU).
+  virtual int device_index() const { return 0; }
+  // Whether work runs apart from the caller's thread: false when Run and the
+  // *Async copies have finished by the time they return (the CPU), so that a
+  // caller can skip staging that only pays off on an asynchronous device.
+  virtual bool asynchronous() const = 0;
 
   virtual StatusOr<DeviceMemory> Allocate(uint64_t bytes) = 0;
   virtual void Free(DeviceMemory memory) = 0;
+  virtual StatusOr<HostMemory> AllocateHost(uint64_t bytes) = 0;
+  virtual void FreeHost(HostMemory memory) = 0;
+
+  // Synchronous copies: they wait for everything enqueued on the compute
+  // stream, copy, and return when the bytes have arrived.
   virtual Status CopyToDevice(DeviceMemory dst, uint64_t offset, const void* src,
                               uint64_t bytes) = 0;
   virtual Status CopyToHost(void* dst, DeviceMemory src, uint64_t offset,
                             uint64_t bytes) = 0;
+  // Asynchronous copies on `stream` between `host` (from AllocateHost; left
+  // untouched until an event recorded after the copy has completed) and
+  // device memory; `bytes` from the start of both.
+  virtual Status CopyToDeviceAsync(DeviceMemory dst, HostMemory src, uint64_t bytes,
+                                   Stream stream) = 0;
+  virtual Status CopyToHostAsync(HostMemory dst, DeviceMemory src, uint64_t bytes,
+                                 Stream stream) = 0;
+  // A device-to-device copy of `bytes` (both allocations at least that long).
+  virtual Status CopyOnDevice(DeviceMemory dst, DeviceMemory src, uint64_t bytes,
+                              Stream stream) = 0;
 
-  // Loads the plan's kernels for target() and prepares its library calls
-  // (primitives, workspaces); fails with kPlanMissingKernel when a kernel the
+  virtual StatusOr<Event> CreateEvent() = 0;
+  virtual void DestroyEvent(Event event) = 0;
+  // Marks the point in `stream` after everything enqueued on it so far.
+  virtual Status RecordEvent(Event event, Stream stream) = 0;
+  // Work enqueued on `stream` from now on starts after `event`.
+  virtual Status WaitEvent(Stream stream, Event event) = 0;
+  // The host waits until the device has reached `event`.
+  virtual Status SynchronizeEvent(Event event) = 0;
+  // Milliseconds between two reached events.
+  virtual StatusOr<double> ElapsedMilliseconds(Event start, Event end) = 0;
+
+  // Loads the plan's kernels for the first of targets() the plan has and
+  // prepares its library calls (primitives, algorithms, workspaces); fails
+  // with kPlanMissingKernel when the plan has none of them or a kernel the
   // plan declares is not in the binary. Run takes only this plan's commands.
   virtual Status LoadKernels(const Plan& plan) = 0;
 
-  // Enqueues `command`; `operands` holds the memory of each input, then of each
-  // output, in the command's order (sizes as the plan declares them).
+  // Enqueues `command` on the compute stream; `operands` holds the memory of
+  // each input, then of each output, in the command's order (sizes as the
+  // plan declares them).
   virtual Status Run(const fb::Command& command, const DeviceMemory* operands) = 0;
 
+  // Waits for everything enqueued on every stream; reports an asynchronous
+  // failure of the device (a faulting kernel) here at the latest.
   virtual Status Synchronize() = 0;
 
   // How many of the `memory.bytes / size(dtype)` elements of `memory` are NaN
@@ -59,10 +119,10 @@ class Backend {
   virtual StatusOr<uint64_t> CountNonFinite(DeviceMemory memory, fb::DType dtype) = 0;
 };
 
-// The CPU backend (runtime/cpu/cpu_backend.cc), on `threads` OpenMP threads
-// (generated kernels and oneDNN alike); 0 keeps OpenMP's default (every core,
-// or OMP_NUM_THREADS).
-std::unique_ptr<Backend> CreateCpuBackend(int threads = 0);
+// The target of `plan` a backend loads: the first of `targets` the plan has a
+// binary for, or the first of `targets` when the plan has no generated kernels
+// at all; kPlanMissingKernel naming what the plan has otherwise.
+StatusOr<fb::Target> ChooseTarget(const Plan& plan, const std::vector<fb::Target>& targets);
 
 }  // namespace graphc::runtime
 

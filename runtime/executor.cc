@@ -194,7 +194,7 @@ Status Executor::Read(int32_t index, void* data, uint64_t bytes) const {
   return backend_.CopyToHost(data, m, 0, bytes);
 }
 
-Status Executor::Run(int index) {
+Status Executor::Enqueue(int index) {
   const fb::Program& p = program(index);
   const auto& commands = operands_[index];
   using Clock = std::chrono::steady_clock;
@@ -203,17 +203,28 @@ Status Executor::Run(int index) {
     Clock::time_point start;
     if (profiling_) start = Clock::now();
     Status status = backend_.Run(command, commands[c].data());
-    if (profiling_ && status.ok()) {
-      status = backend_.Synchronize();
+    if ((profiling_ || sync_debug_) && status.ok()) status = backend_.Synchronize();
+    if (profiling_ && status.ok())
       command_seconds_[index][c] += std::chrono::duration<double>(Clock::now() - start).count();
-    }
     if (!status.ok()) {
       std::string where = command.location() ? " (" + PrintableOf(command.location()) + ")" : "";
       return Status(status.code(), "program '" + PrintableOf(p.name()) + "' command " +
-                                       std::to_string(c) + where + ": " + status.message());
+                                       std::to_string(c) + " " + fb::EnumNameOpcode(command.op()) +
+                                       where + ": " + status.message());
     }
   }
-  return backend_.Synchronize();
+  return Status::Ok();
+}
+
+Status Executor::Run(int index) {
+  Status status = Enqueue(index);
+  if (!status.ok()) return status;
+  status = backend_.Synchronize();
+  if (!status.ok())
+    return Status(status.code(), "program '" + PrintableOf(program(index).name()) + "': " +
+                                     status.message() +
+                                     " (graphrun --sync-debug names the command)");
+  return status;
 }
 
 }  // namespace graphc::runtime

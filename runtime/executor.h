@@ -43,10 +43,21 @@ class Executor {
   // many of its values do; counted on the device.
   Status CheckStateFinite() const;
 
-  // Runs every command of the program, then synchronizes. The program's
-  // inputs live in the arena and may be overwritten once last read, so they are
-  // written before every Run; its outputs are valid until the next Run.
+  // Enqueues every command of the program on the backend's compute stream
+  // and returns (an asynchronous device may still be running them). The
+  // program's inputs live in the arena and may be overwritten once last read,
+  // so they are written before every run; its outputs are valid until the next.
+  Status Enqueue(int program);
+  // Enqueue, then wait for the device.
   Status Run(int program);
+
+  // The device memory of a buffer (for copies the caller orders itself).
+  DeviceMemory MemoryOf(int32_t buffer) const;
+
+  // While on, every command is followed by a synchronization, so that an
+  // asynchronous device failure is reported against the command that caused
+  // it (graphrun --sync-debug). Slow; for finding faults.
+  void set_sync_debug(bool on) { sync_debug_ = on; }
 
   // While on, Run synchronizes after every command and adds its wall time to
   // command_seconds(program)[c] (for graphrun --profile; it serializes the
@@ -58,7 +69,6 @@ class Executor {
 
  private:
   Executor(const Plan& plan, Backend& backend) : plan_(plan), backend_(backend) {}
-  DeviceMemory MemoryOf(int32_t buffer) const;
 
   const Plan& plan_;
   Backend& backend_;
@@ -66,6 +76,7 @@ class Executor {
   // Per program, per command: the operands (inputs, then outputs).
   std::vector<std::vector<std::vector<DeviceMemory>>> operands_;
   bool profiling_ = false;
+  bool sync_debug_ = false;
   std::vector<std::vector<double>> command_seconds_;  // per program, per command
 };
 

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "runtime/backend.h"
+#include "runtime/cpu/cpu_backend.h"
 #include "runtime/data/dataset.h"
 #include "runtime/executor.h"
 

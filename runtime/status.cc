@@ -28,6 +28,7 @@ const char* ErrorCodeName(ErrorCode code) {
     case ErrorCode::kBackend: return "backend";
     case ErrorCode::kNonFinite: return "non-finite";
     case ErrorCode::kInternal: return "internal";
+    case ErrorCode::kUnavailable: return "device-unavailable";
   }
   return "unknown";
 }

@@ -36,6 +36,7 @@ enum class ErrorCode {
   kBackend,                // the device or a library failed
   kNonFinite,              // a tensor holds NaN or infinity where it must not
   kInternal,               // a bug: an exception escaped (reported, never a crash)
+  kUnavailable,            // the device asked for is absent or unusable here
 };
 
 // A stable, greppable name such as "plan-bad-index".

@@ -1,6 +1,8 @@
 // The CPU backend: host memory, generated kernels loaded from the plan's x86-64
 // shared object (from memory, via memfd_create + dlopen), copies, and the
 // library calls (convolutions, gemm, pooling) through oneDNN (onednn_ops.cc).
+// It executes every call at once: streams are the caller's thread, an event
+// is the time it was recorded.
 //
 // Each kernel is a sequence of launches; a launch's iterations are split into
 // one contiguous chunk per OpenMP thread. oneDNN runs on the same OpenMP
@@ -14,11 +16,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <algorithm>
+#include <chrono>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
-#include "runtime/backend.h"
+#include "runtime/cpu/cpu_backend.h"
 #include "runtime/cpu/onednn_ops.h"
 
 namespace graphc::runtime {
@@ -54,6 +57,8 @@ bool CpuSupports(const std::string& cpu) {
 
 class CpuBackend final : public Backend {
  public:
+  using Clock = std::chrono::steady_clock;
+
   explicit CpuBackend(int threads) {
     if (threads > 0) omp_set_num_threads(threads);
     threads_ = omp_get_max_threads();
@@ -65,7 +70,8 @@ class CpuBackend final : public Backend {
   std::string Describe() const override {
     return "cpu (" + std::to_string(threads_) + (threads_ == 1 ? " thread)" : " threads)");
   }
-  fb::Target target() const override { return fb::Target::CpuX86_64; }
+  std::vector<fb::Target> targets() const override { return {fb::Target::CpuX86_64}; }
+  bool asynchronous() const override { return false; }
 
   StatusOr<DeviceMemory> Allocate(uint64_t bytes) override {
     uint64_t rounded = (bytes + 63) / 64 * 64;
@@ -76,6 +82,12 @@ class CpuBackend final : public Backend {
     return DeviceMemory{address, bytes};
   }
   void Free(DeviceMemory memory) override { std::free(memory.address); }
+  StatusOr<HostMemory> AllocateHost(uint64_t bytes) override {
+    StatusOr<DeviceMemory> memory = Allocate(bytes);
+    if (!memory.ok()) return memory.status();
+    return HostMemory{memory->address, bytes};
+  }
+  void FreeHost(HostMemory memory) override { std::free(memory.address); }
 
   Status CopyToDevice(DeviceMemory dst, uint64_t offset, const void* src,
                       uint64_t bytes) override {
@@ -90,6 +102,42 @@ class CpuBackend final : public Backend {
       return Status(ErrorCode::kInvalidArgument, "copy past the end of an allocation");
     std::memcpy(dst, static_cast<const char*>(src.address) + offset, bytes);
     return Status::Ok();
+  }
+
+  Status CopyToDeviceAsync(DeviceMemory dst, HostMemory src, uint64_t bytes,
+                           Stream) override {
+    if (bytes > src.bytes)
+      return Status(ErrorCode::kInvalidArgument, "copy past the end of a host buffer");
+    return CopyToDevice(dst, 0, src.address, bytes);
+  }
+  Status CopyToHostAsync(HostMemory dst, DeviceMemory src, uint64_t bytes, Stream) override {
+    if (bytes > dst.bytes)
+      return Status(ErrorCode::kInvalidArgument, "copy past the end of a host buffer");
+    return CopyToHost(dst.address, src, 0, bytes);
+  }
+  Status CopyOnDevice(DeviceMemory dst, DeviceMemory src, uint64_t bytes, Stream) override {
+    if (bytes > dst.bytes || bytes > src.bytes)
+      return Status(ErrorCode::kInvalidArgument, "copy past the end of an allocation");
+    std::memmove(dst.address, src.address, bytes);
+    return Status::Ok();
+  }
+
+  StatusOr<Event> CreateEvent() override { return Event{new Clock::time_point()}; }
+  void DestroyEvent(Event event) override { delete static_cast<Clock::time_point*>(event.handle); }
+  Status RecordEvent(Event event, Stream) override {
+    if (event.handle == nullptr) return Status(ErrorCode::kInvalidArgument, "a null event");
+    *static_cast<Clock::time_point*>(event.handle) = Clock::now();
+    return Status::Ok();
+  }
+  Status WaitEvent(Stream, Event) override { return Status::Ok(); }
+  Status SynchronizeEvent(Event) override { return Status::Ok(); }
+  StatusOr<double> ElapsedMilliseconds(Event start, Event end) override {
+    if (start.handle == nullptr || end.handle == nullptr)
+      return Status(ErrorCode::kInvalidArgument, "a null event");
+    return std::chrono::duration<double, std::milli>(
+               *static_cast<Clock::time_point*>(end.handle) -
+               *static_cast<Clock::time_point*>(start.handle))
+        .count();
   }
 
   Status LoadKernels(const Plan& plan) override;
@@ -107,9 +155,9 @@ class CpuBackend final : public Backend {
 };
 
 Status CpuBackend::LoadKernels(const Plan& plan) {
-  Status status = plan.CheckTarget(target());
-  if (!status.ok()) return status;
-  status = LoadGeneratedKernels(plan);
+  StatusOr<fb::Target> target = ChooseTarget(plan, targets());
+  if (!target.ok()) return target.status();
+  Status status = LoadGeneratedKernels(plan);
   if (!status.ok()) return status;
   return library_ops_.Prepare(plan);
 }

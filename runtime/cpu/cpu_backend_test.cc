@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "runtime/backend.h"
+#include "runtime/cpu/cpu_backend.h"
 
 namespace graphc::runtime {
 namespace {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "runtime/backend.h"
+#include "runtime/cpu/cpu_backend.h"
 #include "runtime/plan/testing/elf_builder.h"
 
 namespace graphc::runtime {

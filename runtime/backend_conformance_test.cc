@@ -1,0 +1,600 @@
+// The backend conformance suite: one set of tests, instantiated for every
+// backend this build has ("cpu", "cuda"), through the factory as graphrun
+// creates them. A backend whose device is absent (no CUDA driver or GPU here)
+// skips every test with the reason; a backend this build lacks is not
+// instantiated (the list is BuiltBackends()).
+//
+// What a backend must do: memory and copies (synchronous and on streams, with
+// events ordering and timing them); count non-finite values; load a real
+// plan's kernels and refuse a plan without its binary; run every command kind
+// of a real plan with the numerics the plan means: library commands against
+// float64 references written here, generated kernels against the CPU
+// backend's, in-place commands as out-of-place ones, copies byte for byte;
+// and whole train steps through the executor matching the CPU.
+//
+// The plans come from CTest fixtures compiling test/runtime/Inputs/
+// conformance.mlir (GRAPHC_CONFORMANCE_PLANS: the --target=all plan, then a
+// CPU-only and a CUDA-only one); without them the plan tests skip.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "flatbuffers/flatbuffers.h"
+#include "runtime/backend.h"
+#include "runtime/backend_factory.h"
+#include "runtime/executor.h"
+
+namespace graphc::runtime {
+namespace {
+
+using Bytes = std::vector<uint8_t>;
+
+std::vector<std::string> ConformancePlans() {
+  const char* env = std::getenv("GRAPHC_CONFORMANCE_PLANS");
+  std::vector<std::string> paths;
+  std::stringstream list(env ? env : "");
+  for (std::string item; std::getline(list, item, ':');)
+    if (!item.empty()) paths.push_back(item);
+  return paths;
+}
+
+std::vector<int64_t> Shape(const fb::Plan& plan, int32_t buffer) {
+  return ShapeOf(*plan.buffers()->Get(buffer));
+}
+
+std::vector<float> Floats(const Bytes& bytes) {
+  std::vector<float> v(bytes.size() / 4);
+  std::memcpy(v.data(), bytes.data(), v.size() * 4);
+  return v;
+}
+
+// Deterministic test data for a buffer: floats in [-2, 2), integers in
+// [0, 5) (labels of the conformance model's 5 classes; the step counter),
+// booleans.
+Bytes TestData(const fb::Buffer& b, uint32_t& state) {
+  Bytes bytes(b.size());
+  const uint64_t n = b.size() / DTypeBytes(b.dtype());
+  for (uint64_t e = 0; e < n; ++e) {
+    state = state * 1664525u + 1013904223u;
+    if (b.dtype() == fb::DType::F32) {
+      float v = (state >> 8) * 0x1p-22f - 2.0f;
+      std::memcpy(bytes.data() + 4 * e, &v, 4);
+    } else if (b.dtype() == fb::DType::I32) {
+      int32_t v = static_cast<int32_t>((state >> 16) % 5);
+      std::memcpy(bytes.data() + 4 * e, &v, 4);
+    } else if (b.dtype() == fb::DType::I64) {
+      int64_t v = (state >> 16) % 5;
+      std::memcpy(bytes.data() + 8 * e, &v, 8);
+    } else {
+      bytes[e] = (state >> 16) & 1;
+    }
+  }
+  return bytes;
+}
+
+// ---- float64 references of the library commands (NCHW, OIHW, row-major) ----
+
+struct Conv {
+  int64_t sh, sw, dh, dw, top, left, groups;
+};
+
+Conv ConvOf(const fb::Command& c) {
+  const fb::ConvAttrs& a = *c.conv();
+  return {a.strides()->Get(0),  a.strides()->Get(1), a.dilations()->Get(0),
+          a.dilations()->Get(1), a.padding()->Get(0), a.padding()->Get(2), a.groups()};
+}
+
+// Calls f(n, o, oh, ow, c, kh, kw, ih, iw) for every product the convolution
+// of x [N,C,H,W] by w [O,C/g,KH,KW] into y [N,O,OH,OW] sums (inside x only).
+template <typename F>
+void ForEachProduct(const std::vector<int64_t>& x, const std::vector<int64_t>& w,
+                    const std::vector<int64_t>& y, const Conv& k, F f) {
+  const int64_t og = w[0] / k.groups, cg = w[1];
+  for (int64_t n = 0; n < y[0]; ++n)
+    for (int64_t o = 0; o < y[1]; ++o)
+      for (int64_t oh = 0; oh < y[2]; ++oh)
+        for (int64_t ow = 0; ow < y[3]; ++ow)
+          for (int64_t ci = 0; ci < cg; ++ci)
+            for (int64_t i = 0; i < w[2]; ++i)
+              for (int64_t j = 0; j < w[3]; ++j) {
+                const int64_t ih = oh * k.sh - k.top + i * k.dh;
+                const int64_t iw = ow * k.sw - k.left + j * k.dw;
+                if (ih < 0 || ih >= x[2] || iw < 0 || iw >= x[3]) continue;
+                f(n, o, oh, ow, (o / og) * cg + ci, ci, i, j, ih, iw);
+              }
+}
+
+// What the library command `c` computes from `in` (its inputs as floats).
+std::vector<double> Reference(const fb::Plan& plan, const fb::Command& c,
+                              const std::vector<std::vector<float>>& in) {
+  auto idx4 = [](const std::vector<int64_t>& s, int64_t a, int64_t b, int64_t h, int64_t w) {
+    return ((a * s[1] + b) * s[2] + h) * s[3] + w;
+  };
+  const std::vector<int64_t> out = Shape(plan, c.outputs()->Get(0));
+  int64_t count = 1;
+  for (int64_t d : out) count *= d;
+  std::vector<double> r(count, 0.0);
+  switch (c.op()) {
+    case fb::Opcode::Conv2d: {
+      auto x = Shape(plan, c.inputs()->Get(0)), w = Shape(plan, c.inputs()->Get(1));
+      ForEachProduct(x, w, out, ConvOf(c),
+                     [&](int64_t n, int64_t o, int64_t oh, int64_t ow, int64_t ch, int64_t ci,
+                         int64_t i, int64_t j, int64_t ih, int64_t iw) {
+                       r[idx4(out, n, o, oh, ow)] += double{in[0][idx4(x, n, ch, ih, iw)]} *
+                                                     in[1][idx4(w, o, ci, i, j)];
+                     });
+      if (in.size() == 3)
+        for (int64_t e = 0; e < count; ++e) r[e] += in[2][(e / (out[2] * out[3])) % out[1]];
+      return r;
+    }
+    case fb::Opcode::Conv2dBackwardData: {  // dy, w -> dx
+      auto dy = Shape(plan, c.inputs()->Get(0)), w = Shape(plan, c.inputs()->Get(1));
+      ForEachProduct(out, w, dy, ConvOf(c),
+                     [&](int64_t n, int64_t o, int64_t oh, int64_t ow, int64_t ch, int64_t ci,
+                         int64_t i, int64_t j, int64_t ih, int64_t iw) {
+                       r[idx4(out, n, ch, ih, iw)] += double{in[0][idx4(dy, n, o, oh, ow)]} *
+                                                      in[1][idx4(w, o, ci, i, j)];
+                     });
+      return r;
+    }
+    case fb::Opcode::Conv2dBackwardFilter: {  // x, dy -> dw
+      auto x = Shape(plan, c.inputs()->Get(0)), dy = Shape(plan, c.inputs()->Get(1));
+      ForEachProduct(x, out, dy, ConvOf(c),
+                     [&](int64_t n, int64_t o, int64_t oh, int64_t ow, int64_t ch, int64_t ci,
+                         int64_t i, int64_t j, int64_t ih, int64_t iw) {
+                       r[idx4(out, o, ci, i, j)] += double{in[0][idx4(x, n, ch, ih, iw)]} *
+                                                    in[1][idx4(dy, n, o, oh, ow)];
+                     });
+      return r;
+    }
+    case fb::Opcode::Gemm: {
+      auto a = Shape(plan, c.inputs()->Get(0));
+      const size_t rank = out.size();
+      const bool ta = c.gemm() && c.gemm()->transpose_a(), tb = c.gemm() && c.gemm()->transpose_b();
+      const int64_t m = out[rank - 2], n = out[rank - 1], k = ta ? a[rank - 2] : a[rank - 1];
+      const int64_t batch = rank == 3 ? out[0] : 1;
+      const bool a_batched = rank == 3 && a[0] != 1;
+      const bool b_batched = rank == 3 && Shape(plan, c.inputs()->Get(1))[0] != 1;
+      for (int64_t bi = 0; bi < batch; ++bi)
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < n; ++j) {
+            double sum = in.size() == 3 ? in[2][j] : 0.0;
+            const float* A = in[0].data() + (a_batched ? bi * m * k : 0);
+            const float* B = in[1].data() + (b_batched ? bi * k * n : 0);
+            for (int64_t l = 0; l < k; ++l)
+              sum += double{A[ta ? l * m + i : i * k + l]} * B[tb ? j * k + l : l * n + j];
+            r[(bi * m + i) * n + j] = sum;
+          }
+      return r;
+    }
+    default:
+      break;
+  }
+  // Pooling: x [N,C,H,W] -> y [N,C,OH,OW] forward; backward takes dy.
+  const fb::PoolAttrs& p = *c.pool();
+  const int64_t wh = p.window()->Get(0), ww = p.window()->Get(1);
+  const int64_t sh = p.strides()->Get(0), sw = p.strides()->Get(1);
+  const int64_t top = p.padding()->Get(0), left = p.padding()->Get(2);
+  const int64_t bottom = p.padding()->Get(1), right = p.padding()->Get(3);
+  const bool max = c.op() == fb::Opcode::MaxPool2d || c.op() == fb::Opcode::MaxPool2dBackward;
+  const bool forward = c.op() == fb::Opcode::MaxPool2d || c.op() == fb::Opcode::AvgPool2d;
+  const std::vector<int64_t> x = forward ? Shape(plan, c.inputs()->Get(0)) : out;
+  const std::vector<int64_t> y = forward ? out : Shape(plan, c.inputs()->Get(max ? 1 : 0));
+  const std::vector<float>& dy = forward ? in[0] : in[max ? 1 : 0];
+  for (int64_t n = 0; n < y[0]; ++n)
+    for (int64_t ch = 0; ch < y[1]; ++ch)
+      for (int64_t oh = 0; oh < y[2]; ++oh)
+        for (int64_t ow = 0; ow < y[3]; ++ow) {
+          double best = -std::numeric_limits<double>::infinity(), sum = 0;
+          int64_t arg = -1, inside = 0;
+          for (int64_t i = 0; i < wh; ++i)
+            for (int64_t j = 0; j < ww; ++j) {
+              const int64_t ih = oh * sh - top + i, iw = ow * sw - left + j;
+              if (ih < 0 || ih >= x[2] || iw < 0 || iw >= x[3]) continue;
+              ++inside;
+              if (max) {
+                const double v = in[0][idx4(x, n, ch, ih, iw)];
+                if (v > best) best = v, arg = idx4(x, n, ch, ih, iw);
+              } else if (forward) {
+                sum += in[0][idx4(x, n, ch, ih, iw)];
+              }
+            }
+          // The padded window's size, clipped to the padded input.
+          const int64_t h0 = oh * sh - top, w0 = ow * sw - left;
+          const int64_t span = (std::min(h0 + wh, x[2] + bottom) - std::max(h0, -top)) *
+                               (std::min(w0 + ww, x[3] + right) - std::max(w0, -left));
+          const double divisor = p.exclude_padding() ? inside : span;
+          const int64_t at = idx4(y, n, ch, oh, ow);
+          if (forward) {
+            r[at] = max ? best : sum / divisor;
+            continue;
+          }
+          if (max) {
+            r[arg] += dy[at];
+            continue;
+          }
+          for (int64_t i = 0; i < wh; ++i)
+            for (int64_t j = 0; j < ww; ++j) {
+              const int64_t ih = h0 + i, iw = w0 + j;
+              if (ih < 0 || ih >= x[2] || iw < 0 || iw >= x[3]) continue;
+              r[idx4(x, n, ch, ih, iw)] += dy[at] / divisor;
+            }
+        }
+  return r;
+}
+
+bool IsLibraryCommand(fb::Opcode op) {
+  return op != fb::Opcode::Kernel && op != fb::Opcode::Copy;
+}
+
+// ------------------------------------------------------------------- fixture
+
+class BackendConformance : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    StatusOr<DeviceKind> kind = ParseDeviceKind(GetParam());
+    ASSERT_TRUE(kind.ok());
+    if (*kind == DeviceKind::kCuda) {
+      Status available = CudaAvailable();
+      if (!available.ok()) GTEST_SKIP() << "cuda: " << available.message();
+    }
+    BackendOptions options;
+    options.cpu_threads = 2;
+    StatusOr<CreatedBackend> created = CreateBackend(*kind, options);
+    ASSERT_TRUE(created.ok()) << created.status().ToString();
+    backend_ = std::move(created->backend);
+  }
+  void TearDown() override {
+    if (!backend_) return;
+    for (DeviceMemory m : allocations_) backend_->Free(m);
+  }
+
+  DeviceMemory Allocate(uint64_t bytes) {
+    StatusOr<DeviceMemory> m = backend_->Allocate(bytes);
+    EXPECT_TRUE(m.ok()) << m.status().ToString();
+    allocations_.push_back(*m);
+    return *m;
+  }
+  DeviceMemory Upload(const Bytes& bytes) {
+    DeviceMemory m = Allocate(bytes.size());
+    EXPECT_TRUE(backend_->CopyToDevice(m, 0, bytes.data(), bytes.size()).ok());
+    return m;
+  }
+  Bytes Download(DeviceMemory m) {
+    Bytes bytes(m.bytes);
+    EXPECT_TRUE(backend_->CopyToHost(bytes.data(), m, 0, m.bytes).ok());
+    return bytes;
+  }
+
+  // The plan at `index` of GRAPHC_CONFORMANCE_PLANS, or nullptr (then skip).
+  std::unique_ptr<Plan> LoadPlan(size_t index) {
+    std::vector<std::string> paths = ConformancePlans();
+    if (paths.size() <= index) return nullptr;
+    StatusOr<std::unique_ptr<Plan>> plan = Plan::FromFile(paths[index]);
+    EXPECT_TRUE(plan.ok()) << plan.status().ToString();
+    return plan.ok() ? std::move(*plan) : nullptr;
+  }
+
+  // Runs `c` of `plan` on `backend` with `inputs`; returns the outputs. With
+  // `in_place`, an output declared in place gets its input's memory.
+  std::vector<Bytes> RunCommand(Backend& backend, const fb::Plan& plan, const fb::Command& c,
+                                const std::vector<Bytes>& inputs, bool in_place = false) {
+    std::vector<DeviceMemory> memory;
+    for (const Bytes& bytes : inputs) {
+      StatusOr<DeviceMemory> m = backend.Allocate(bytes.size());
+      EXPECT_TRUE(m.ok());
+      EXPECT_TRUE(backend.CopyToDevice(*m, 0, bytes.data(), bytes.size()).ok());
+      memory.push_back(*m);
+    }
+    std::vector<bool> owned(memory.size(), true);
+    for (uint32_t o = 0; o < c.outputs()->size(); ++o) {
+      const int32_t source = in_place && c.in_place() && o < c.in_place()->size()
+                                 ? c.in_place()->Get(o)
+                                 : -1;
+      if (source >= 0) {
+        memory.push_back(memory[source]);
+        owned.push_back(false);
+        continue;
+      }
+      StatusOr<DeviceMemory> m = backend.Allocate(plan.buffers()->Get(c.outputs()->Get(o))->size());
+      EXPECT_TRUE(m.ok());
+      memory.push_back(*m);
+      owned.push_back(true);
+    }
+    Status status = backend.Run(c, memory.data());
+    EXPECT_TRUE(status.ok()) << status.ToString();
+    status = backend.Synchronize();
+    EXPECT_TRUE(status.ok()) << status.ToString();
+    std::vector<Bytes> outputs;
+    for (size_t i = inputs.size(); i < memory.size(); ++i) {
+      outputs.emplace_back(memory[i].bytes);
+      EXPECT_TRUE(backend.CopyToHost(outputs.back().data(), memory[i], 0, memory[i].bytes).ok());
+    }
+    for (size_t i = 0; i < memory.size(); ++i)
+      if (owned[i]) backend.Free(memory[i]);
+    return outputs;
+  }
+
+  std::unique_ptr<Backend> backend_;
+  std::vector<DeviceMemory> allocations_;
+};
+
+TEST_P(BackendConformance, CopiesRoundTripAndStayInBounds) {
+  Bytes data(1000);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i * 7 + 3);
+  DeviceMemory m = Upload(data);
+  EXPECT_EQ(Download(m), data);
+  // A partial copy at an offset changes only those bytes.
+  const uint8_t patch[3] = {0xaa, 0xbb, 0xcc};
+  ASSERT_TRUE(backend_->CopyToDevice(m, 500, patch, 3).ok());
+  uint8_t back[5];
+  ASSERT_TRUE(backend_->CopyToHost(back, m, 499, 5).ok());
+  EXPECT_EQ(back[0], data[499]);
+  EXPECT_EQ(back[1], 0xaa);
+  EXPECT_EQ(back[3], 0xcc);
+  EXPECT_EQ(back[4], data[503]);
+  EXPECT_EQ(backend_->CopyToDevice(m, 999, patch, 2).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(backend_->CopyToHost(back, m, 1001, 0).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(backend_->CopyToHost(back, m, 0, ~uint64_t{0}).code(), ErrorCode::kInvalidArgument);
+  // A zero-byte allocation is valid and can be freed.
+  Allocate(0);
+}
+
+TEST_P(BackendConformance, StreamsAndEventsOrderAsynchronousCopies) {
+  const uint64_t bytes = 1 << 20;
+  StatusOr<HostMemory> in = backend_->AllocateHost(bytes);
+  StatusOr<HostMemory> out = backend_->AllocateHost(bytes);
+  ASSERT_TRUE(in.ok() && out.ok());
+  for (uint64_t i = 0; i < bytes; ++i) static_cast<uint8_t*>(in->address)[i] = i % 251;
+  std::memset(out->address, 0, bytes);
+  DeviceMemory staging = Allocate(bytes), target = Allocate(bytes);
+  StatusOr<Event> copied = backend_->CreateEvent(), start = backend_->CreateEvent(),
+                  done = backend_->CreateEvent();
+  ASSERT_TRUE(copied.ok() && start.ok() && done.ok());
+  // Host -> staging on the copy stream; the compute stream waits for it,
+  // moves it on the device and back to the host.
+  ASSERT_TRUE(backend_->RecordEvent(*start, Stream::kCompute).ok());
+  ASSERT_TRUE(backend_->CopyToDeviceAsync(staging, *in, bytes, Stream::kCopy).ok());
+  ASSERT_TRUE(backend_->RecordEvent(*copied, Stream::kCopy).ok());
+  ASSERT_TRUE(backend_->WaitEvent(Stream::kCompute, *copied).ok());
+  ASSERT_TRUE(backend_->CopyOnDevice(target, staging, bytes, Stream::kCompute).ok());
+  ASSERT_TRUE(backend_->CopyToHostAsync(*out, target, bytes, Stream::kCompute).ok());
+  ASSERT_TRUE(backend_->RecordEvent(*done, Stream::kCompute).ok());
+  ASSERT_TRUE(backend_->SynchronizeEvent(*done).ok());
+  EXPECT_EQ(std::memcmp(in->address, out->address, bytes), 0);
+  StatusOr<double> ms = backend_->ElapsedMilliseconds(*start, *done);
+  ASSERT_TRUE(ms.ok()) << ms.status().ToString();
+  EXPECT_GE(*ms, 0.0);
+  EXPECT_EQ(backend_->CopyToDeviceAsync(staging, *in, bytes + 1, Stream::kCopy).code(),
+            ErrorCode::kInvalidArgument);
+  for (Event e : {*copied, *start, *done}) backend_->DestroyEvent(e);
+  backend_->FreeHost(*in);
+  backend_->FreeHost(*out);
+  EXPECT_TRUE(backend_->Synchronize().ok());
+}
+
+TEST_P(BackendConformance, CountsNonFiniteValuesOfEveryFloatType) {
+  std::vector<float> f32(70001, 1.5f);
+  f32[0] = std::numeric_limits<float>::quiet_NaN();
+  f32[12345] = std::numeric_limits<float>::infinity();
+  f32[70000] = -std::numeric_limits<float>::infinity();
+  f32[5] = std::numeric_limits<float>::max();  // finite
+  Bytes bytes(f32.size() * 4);
+  std::memcpy(bytes.data(), f32.data(), bytes.size());
+  StatusOr<uint64_t> bad = backend_->CountNonFinite(Upload(bytes), fb::DType::F32);
+  ASSERT_TRUE(bad.ok()) << bad.status().ToString();
+  EXPECT_EQ(*bad, 3u);
+  // 16-bit: f16 inf 0x7c00 and NaN 0x7e00; bf16 inf 0x7f80; 0x7bff is f16's max.
+  std::vector<uint16_t> half = {0x3c00, 0x7c00, 0x7e00, 0x7bff, 0xfc00, 0x7f80};
+  Bytes hb(half.size() * 2);
+  std::memcpy(hb.data(), half.data(), hb.size());
+  DeviceMemory h = Upload(hb);
+  bad = backend_->CountNonFinite(h, fb::DType::F16);
+  ASSERT_TRUE(bad.ok());
+  EXPECT_EQ(*bad, 4u);  // 0x7c00, 0x7e00, 0xfc00, and 0x7f80 (an f16 NaN)
+  bad = backend_->CountNonFinite(h, fb::DType::BF16);
+  ASSERT_TRUE(bad.ok());
+  EXPECT_EQ(*bad, 1u);  // only 0x7f80 has bf16's exponent all ones
+  bad = backend_->CountNonFinite(h, fb::DType::I32);
+  ASSERT_TRUE(bad.ok());
+  EXPECT_EQ(*bad, 0u);
+}
+
+TEST_P(BackendConformance, CopyCommandCopiesBytes) {
+  flatbuffers::FlatBufferBuilder fbb;
+  auto offset = fb::CreateCommand(fbb, fb::Opcode::Copy, fbb.CreateVector<int32_t>({0}),
+                                  fbb.CreateVector<int32_t>({1}));
+  const fb::Command* copy = flatbuffers::GetTemporaryPointer(fbb, offset);
+  Bytes data(4096);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i ^ 0x5a);
+  DeviceMemory operands[2] = {Upload(data), Allocate(data.size())};
+  ASSERT_TRUE(backend_->Run(*copy, operands).ok());
+  ASSERT_TRUE(backend_->Synchronize().ok());
+  EXPECT_EQ(Download(operands[1]), data);
+}
+
+TEST_P(BackendConformance, LoadsARealPlanAndRefusesOneWithoutItsBinary) {
+  std::unique_ptr<Plan> all = LoadPlan(0), cpu_only = LoadPlan(1), cuda_only = LoadPlan(2);
+  if (!all || !cpu_only || !cuda_only)
+    GTEST_SKIP() << "GRAPHC_CONFORMANCE_PLANS is not set (run through ctest)";
+  Status status = backend_->LoadKernels(*all);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  const bool is_cpu = backend_->name() == std::string("cpu");
+  EXPECT_TRUE(backend_->LoadKernels(is_cpu ? *cpu_only : *cuda_only).ok());
+  status = backend_->LoadKernels(is_cpu ? *cuda_only : *cpu_only);
+  EXPECT_EQ(status.code(), ErrorCode::kPlanMissingKernel) << status.ToString();
+  EXPECT_NE(status.message().find("has no kernels for this device"), std::string::npos)
+      << status.message();
+}
+
+// Every library command of the plan (both programs) against float64.
+TEST_P(BackendConformance, LibraryCommandsMatchFloat64References) {
+  std::unique_ptr<Plan> plan = LoadPlan(0);
+  if (!plan) GTEST_SKIP() << "GRAPHC_CONFORMANCE_PLANS is not set (run through ctest)";
+  ASSERT_TRUE(backend_->LoadKernels(*plan).ok());
+  const fb::Plan& root = plan->root();
+  std::map<fb::Opcode, int> seen;
+  uint32_t state = 11;
+  for (const fb::Program* program : *root.programs())
+    for (uint32_t ci = 0; ci < program->commands()->size(); ++ci) {
+      const fb::Command& c = *program->commands()->Get(ci);
+      if (!IsLibraryCommand(c.op())) continue;
+      std::vector<Bytes> inputs;
+      std::vector<std::vector<float>> floats;
+      for (int32_t index : *c.inputs()) {
+        inputs.push_back(TestData(*root.buffers()->Get(index), state));
+        floats.push_back(Floats(inputs.back()));
+      }
+      std::vector<Bytes> outputs = RunCommand(*backend_, root, c, inputs);
+      ASSERT_EQ(outputs.size(), 1u);
+      std::vector<float> got = Floats(outputs[0]);
+      std::vector<double> want = Reference(root, c, floats);
+      ASSERT_EQ(got.size(), want.size());
+      double scale = 0;
+      for (double v : want) scale = std::max(scale, std::fabs(v));
+      for (size_t e = 0; e < want.size(); ++e)
+        ASSERT_NEAR(got[e], want[e], 1e-5 * (1 + scale))
+            << StringOf(program->name()) << " command " << ci << " "
+            << fb::EnumNameOpcode(c.op()) << " (" << StringOf(c.location()) << ") element "
+            << e;
+      ++seen[c.op()];
+    }
+  // The model holds every library command kind.
+  for (fb::Opcode op : {fb::Opcode::Conv2d, fb::Opcode::Conv2dBackwardData,
+                        fb::Opcode::Conv2dBackwardFilter, fb::Opcode::Gemm,
+                        fb::Opcode::MaxPool2d, fb::Opcode::AvgPool2d,
+                        fb::Opcode::MaxPool2dBackward, fb::Opcode::AvgPool2dBackward})
+    EXPECT_GT(seen[op], 0) << fb::EnumNameOpcode(op);
+}
+
+// Every generated kernel of the plan against the CPU backend's (the CPU's
+// kernels are checked against PyTorch and finite differences elsewhere), and
+// each in-place command run in place against itself run out of place.
+TEST_P(BackendConformance, GeneratedKernelsMatchTheCpuAndRunInPlace) {
+  std::unique_ptr<Plan> plan = LoadPlan(0);
+  if (!plan) GTEST_SKIP() << "GRAPHC_CONFORMANCE_PLANS is not set (run through ctest)";
+  ASSERT_TRUE(backend_->LoadKernels(*plan).ok());
+  StatusOr<CreatedBackend> cpu = CreateBackend(DeviceKind::kCpu, BackendOptions{});
+  ASSERT_TRUE(cpu.ok());
+  ASSERT_TRUE(cpu->backend->LoadKernels(*plan).ok());
+  const fb::Plan& root = plan->root();
+  int kernels = 0, in_place = 0;
+  uint32_t state = 29;
+  for (const fb::Program* program : *root.programs())
+    for (uint32_t ci = 0; ci < program->commands()->size(); ++ci) {
+      const fb::Command& c = *program->commands()->Get(ci);
+      if (c.op() != fb::Opcode::Kernel) continue;
+      std::vector<Bytes> inputs;
+      for (int32_t index : *c.inputs()) inputs.push_back(TestData(*root.buffers()->Get(index), state));
+      std::vector<Bytes> want = RunCommand(*cpu->backend, root, c, inputs);
+      std::vector<Bytes> got = RunCommand(*backend_, root, c, inputs);
+      const std::string where = StringOf(program->name()) + " command " + std::to_string(ci) +
+                                " kernel " + StringOf(root.kernels()->Get(c.kernel())->name());
+      auto expect_close = [&](const std::vector<Bytes>& a, const std::vector<Bytes>& b,
+                              const std::string& what) {
+        ASSERT_EQ(a.size(), b.size());
+        for (size_t o = 0; o < a.size(); ++o) {
+          const fb::Buffer& out = *root.buffers()->Get(c.outputs()->Get(o));
+          if (out.dtype() != fb::DType::F32) {
+            EXPECT_EQ(a[o], b[o]) << where << " output " << o << what;
+            continue;
+          }
+          std::vector<float> x = Floats(a[o]), y = Floats(b[o]);
+          for (size_t e = 0; e < x.size(); ++e) {
+            if (std::isnan(x[e]) || std::isnan(y[e])) {
+              EXPECT_EQ(std::isnan(x[e]), std::isnan(y[e])) << where << " element " << e << what;
+              continue;
+            }
+            ASSERT_NEAR(x[e], y[e], 1e-5 * (1 + std::fabs(x[e])))
+                << where << " output " << o << " element " << e << what;
+          }
+        }
+      };
+      expect_close(want, got, "");
+      ++kernels;
+      if (c.in_place() && std::any_of(c.in_place()->begin(), c.in_place()->end(),
+                                      [](int32_t i) { return i >= 0; })) {
+        expect_close(got, RunCommand(*backend_, root, c, inputs, /*in_place=*/true), " (in place)");
+        ++in_place;
+      }
+    }
+  EXPECT_GE(kernels, 10);
+  EXPECT_GE(in_place, 1) << "the plan's optimizer update runs in place";
+}
+
+// Three train steps through the executor, on this backend and on the CPU,
+// from the same state and batch: the losses and every state tensor agree.
+TEST_P(BackendConformance, TrainStepsThroughTheExecutorMatchTheCpu) {
+  std::unique_ptr<Plan> plan = LoadPlan(0);
+  if (!plan) GTEST_SKIP() << "GRAPHC_CONFORMANCE_PLANS is not set (run through ctest)";
+  StatusOr<CreatedBackend> cpu = CreateBackend(DeviceKind::kCpu, BackendOptions{});
+  ASSERT_TRUE(cpu.ok());
+  const fb::Plan& root = plan->root();
+  struct Result {
+    std::vector<float> losses;
+    std::vector<Bytes> state;
+  };
+  auto train = [&](Backend& backend) {
+    Result r;
+    StatusOr<std::unique_ptr<Executor>> created = Executor::Create(*plan, backend);
+    EXPECT_TRUE(created.ok()) << created.status().ToString();
+    if (!created.ok()) return r;
+    Executor& exec = **created;
+    EXPECT_TRUE(exec.InitializeState(7).ok());
+    const int program = *exec.FindProgram("train_step");
+    const fb::Program& p = exec.program(program);
+    uint32_t seed = 5;
+    std::vector<Bytes> inputs;
+    for (int32_t index : *p.inputs()) inputs.push_back(TestData(exec.buffer(index), seed));
+    for (int step = 0; step < 3; ++step) {
+      for (uint32_t i = 0; i < p.inputs()->size(); ++i)
+        EXPECT_TRUE(exec.Write(p.inputs()->Get(i), inputs[i].data(), inputs[i].size()).ok());
+      Status status = exec.Run(program);
+      EXPECT_TRUE(status.ok()) << status.ToString();
+      float loss = 0;
+      EXPECT_TRUE(exec.Read(p.outputs()->Get(0), &loss, 4).ok());
+      r.losses.push_back(loss);
+    }
+    for (const fb::State* s : *root.states()) {
+      Bytes bytes(exec.buffer(s->buffer()).size());
+      EXPECT_TRUE(exec.Read(s->buffer(), bytes.data(), bytes.size()).ok());
+      r.state.push_back(bytes);
+    }
+    return r;
+  };
+  Result want = train(*cpu->backend), got = train(*backend_);
+  ASSERT_EQ(got.losses.size(), 3u);
+  for (int step = 0; step < 3; ++step)
+    EXPECT_NEAR(got.losses[step], want.losses[step], 1e-5 * (1 + std::fabs(want.losses[step])))
+        << "step " << step + 1;
+  EXPECT_NE(got.losses[0], got.losses[2]) << "training moved nothing";
+  ASSERT_EQ(got.state.size(), want.state.size());
+  for (size_t s = 0; s < want.state.size(); ++s) {
+    const fb::Buffer& b = *root.buffers()->Get(root.states()->Get(s)->buffer());
+    if (b.dtype() != fb::DType::F32) {
+      EXPECT_EQ(got.state[s], want.state[s]) << StringOf(b.name());
+      continue;
+    }
+    std::vector<float> x = Floats(want.state[s]), y = Floats(got.state[s]);
+    for (size_t e = 0; e < x.size(); ++e)
+      ASSERT_NEAR(y[e], x[e], 1e-5 * (1 + std::fabs(x[e]))) << StringOf(b.name()) << "[" << e << "]";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, BackendConformance, ::testing::ValuesIn(BuiltBackends()),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
+
+}  // namespace
+}  // namespace graphc::runtime

@@ -1,0 +1,511 @@
+// cuDNN convolutions and pooling (see cudnn_ops.h). cuDNN 9 still ships the
+// descriptor API this file uses and marks it deprecated in favour of its
+// graph API; it is the shortest correct path for plain NCHW FP32 calls, so
+// the warnings are silenced for this file only.
+
+#include "runtime/cuda/cudnn_ops.h"
+
+#include <cudnn.h>
+
+#include "runtime/cuda/device_kernels.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+
+namespace graphc::runtime {
+namespace {
+
+Status CudnnFailed(cudnnStatus_t status, const std::string& what) {
+  return Status(ErrorCode::kBackend,
+                "cuDNN " + what + ": " + cudnnGetErrorString(status));
+}
+
+#define GRAPHC_CUDNN(call, what)                                  \
+  do {                                                            \
+    cudnnStatus_t graphc_status_ = (call);                        \
+    if (graphc_status_ != CUDNN_STATUS_SUCCESS)                   \
+      return CudnnFailed(graphc_status_, what);                   \
+  } while (0)
+
+std::vector<int64_t> Shape(const fb::Plan& plan, int32_t buffer) {
+  const auto* shape = plan.buffers()->Get(buffer)->shape();
+  return std::vector<int64_t>(shape->begin(), shape->end());
+}
+
+bool FitsInt(const std::vector<int64_t>& dims) {
+  return std::all_of(dims.begin(), dims.end(),
+                     [](int64_t d) { return d > 0 && d <= INT32_MAX; });
+}
+
+// cuDNN pads both sides of a dimension alike. The plan's padding may differ
+// between the sides (before, after); the call is the same as long as padding
+// both sides by `before` gives the plan's output size: the windows then start
+// at the same place and no window reads further than the plan's padding.
+bool SymmetricEnough(int64_t in, int64_t window, int64_t stride, int64_t dilation,
+                     int64_t before, int64_t out) {
+  const int64_t span = dilation * (window - 1) + 1;
+  return in + 2 * before >= span && (in + 2 * before - span) / stride + 1 == out;
+}
+
+struct Descriptors {
+  cudnnTensorDescriptor_t a = nullptr, b = nullptr, bias = nullptr;
+  cudnnFilterDescriptor_t filter = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+  cudnnPoolingDescriptor_t pool = nullptr;
+
+  ~Descriptors() {
+    if (a) cudnnDestroyTensorDescriptor(a);
+    if (b) cudnnDestroyTensorDescriptor(b);
+    if (bias) cudnnDestroyTensorDescriptor(bias);
+    if (filter) cudnnDestroyFilterDescriptor(filter);
+    if (conv) cudnnDestroyConvolutionDescriptor(conv);
+    if (pool) cudnnDestroyPoolingDescriptor(pool);
+  }
+};
+
+Status Tensor4d(cudnnTensorDescriptor_t* desc, const std::vector<int64_t>& dims) {
+  GRAPHC_CUDNN(cudnnCreateTensorDescriptor(desc), "tensor descriptor");
+  GRAPHC_CUDNN(cudnnSetTensor4dDescriptor(*desc, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT,
+                                          static_cast<int>(dims[0]), static_cast<int>(dims[1]),
+                                          static_cast<int>(dims[2]), static_cast<int>(dims[3])),
+               "tensor descriptor");
+  return Status::Ok();
+}
+
+size_t Bytes(const std::vector<int64_t>& dims) {
+  size_t bytes = 4;
+  for (int64_t v : dims) bytes *= static_cast<size_t>(v);
+  return (bytes + 255) / 256 * 256;
+}
+
+// A prepared command: descriptors (a: the input side of the forward call, b:
+// its output side), the algorithm, and where in the scratch memory the call
+// keeps what cuDNN needs beyond the plan's operands.
+struct Call {
+  Descriptors d;
+  int algorithm = 0;
+  cudnnMathType_t math = CUDNN_DEFAULT_MATH;
+  size_t workspace = 0;
+  // Padding that differs between sides: the input side is padded explicitly
+  // into scratch (xp: [planes, hp, wp] around [planes, h, w] at (top, left),
+  // filled with pad_value) and cuDNN runs unpadded on it; a gradient of it
+  // (dxp) is cropped back.
+  bool padded = false;
+  int64_t planes = 0, h = 0, w = 0, top = 0, left = 0, hp = 0, wp = 0;
+  float pad_value = 0;
+  size_t xp = 0, y = 0, dxp = 0;  // scratch offsets
+};
+
+// Sets up `call` for explicit padding of x (dims) by `pad` [t, b, l, r].
+std::vector<int64_t> Pad(Call& call, const std::vector<int64_t>& x, const fb::Plan& plan,
+                         const flatbuffers::Vector<int64_t>& pad, float value) {
+  (void)plan;
+  call.padded = true;
+  call.planes = x[0] * x[1];
+  call.h = x[2];
+  call.w = x[3];
+  call.top = pad.Get(0);
+  call.left = pad.Get(2);
+  call.hp = x[2] + pad.Get(0) + pad.Get(1);
+  call.wp = x[3] + pad.Get(2) + pad.Get(3);
+  call.pad_value = value;
+  return {x[0], x[1], call.hp, call.wp};
+}
+
+}  // namespace
+
+struct CudnnOps::Impl {
+  cudnnHandle_t handle = nullptr;
+  bool tf32 = false;
+  const fb::Plan* plan = nullptr;
+  std::unordered_map<const fb::Command*, Call> calls;
+  // Distinct convolutions (shape and attributes) -> the chosen algorithm.
+  std::map<std::string, std::pair<int, cudnnMathType_t>> chosen;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+  // What calls keep beyond their operands (padded inputs, the recomputed
+  // forward output of max-pooling backward); calls run one at a time on the
+  // stream, so they share it.
+  void* scratch = nullptr;
+  size_t scratch_bytes = 0;
+
+  ~Impl() {
+    calls.clear();
+    if (workspace) cudaFree(workspace);
+    if (scratch) cudaFree(scratch);
+    if (handle) cudnnDestroy(handle);
+  }
+
+  Status PrepareConv(const fb::Command& c, Call& call);
+  Status PreparePool(const fb::Command& c, Call& call);
+  Status ChooseAlgorithm(const fb::Command& c, Call& call, const std::string& key);
+};
+
+Status CudnnOps::Impl::PrepareConv(const fb::Command& c, Call& call) {
+  const fb::ConvAttrs& attrs = *c.conv();
+  // x, w and y as the forward convolution sees them, whichever direction.
+  std::vector<int64_t> x, w, y;
+  if (c.op() == fb::Opcode::Conv2d) {
+    x = Shape(*plan, c.inputs()->Get(0));
+    w = Shape(*plan, c.inputs()->Get(1));
+    y = Shape(*plan, c.outputs()->Get(0));
+  } else if (c.op() == fb::Opcode::Conv2dBackwardData) {
+    y = Shape(*plan, c.inputs()->Get(0));
+    w = Shape(*plan, c.inputs()->Get(1));
+    x = Shape(*plan, c.outputs()->Get(0));
+  } else {
+    x = Shape(*plan, c.inputs()->Get(0));
+    y = Shape(*plan, c.inputs()->Get(1));
+    w = Shape(*plan, c.outputs()->Get(0));
+  }
+  if (x.size() != 4 || w.size() != 4 || y.size() != 4 || !FitsInt(x) || !FitsInt(w) ||
+      !FitsInt(y))
+    return Status(ErrorCode::kUnsupported, "cuDNN takes 4-d convolutions below 2^31 per dimension");
+  const int64_t sh = attrs.strides()->Get(0), sw = attrs.strides()->Get(1);
+  const int64_t dh = attrs.dilations()->Get(0), dw = attrs.dilations()->Get(1);
+  int64_t top = attrs.padding()->Get(0), left = attrs.padding()->Get(2);
+  std::vector<int64_t> a = x;
+  if (!SymmetricEnough(x[2], w[2], sh, dh, top, y[2]) ||
+      !SymmetricEnough(x[3], w[3], sw, dw, left, y[3])) {
+    a = Pad(call, x, *plan, *attrs.padding(), 0.0f);
+    top = left = 0;
+    if (c.op() == fb::Opcode::Conv2dBackwardData)
+      call.dxp = 0;  // dx padded, then cropped
+    else
+      call.xp = 0;  // x padded
+    scratch_bytes = std::max(scratch_bytes, Bytes(a));
+  }
+  Descriptors& d = call.d;
+  Status status = Tensor4d(&d.a, a);
+  if (status.ok()) status = Tensor4d(&d.b, y);
+  if (!status.ok()) return status;
+  GRAPHC_CUDNN(cudnnCreateFilterDescriptor(&d.filter), "filter descriptor");
+  GRAPHC_CUDNN(cudnnSetFilter4dDescriptor(d.filter, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW,
+                                          static_cast<int>(w[0]), static_cast<int>(w[1]),
+                                          static_cast<int>(w[2]), static_cast<int>(w[3])),
+               "filter descriptor");
+  GRAPHC_CUDNN(cudnnCreateConvolutionDescriptor(&d.conv), "convolution descriptor");
+  GRAPHC_CUDNN(cudnnSetConvolution2dDescriptor(d.conv, static_cast<int>(top),
+                                               static_cast<int>(left), static_cast<int>(sh),
+                                               static_cast<int>(sw), static_cast<int>(dh),
+                                               static_cast<int>(dw), CUDNN_CROSS_CORRELATION,
+                                               CUDNN_DATA_FLOAT),
+               "convolution descriptor");
+  GRAPHC_CUDNN(cudnnSetConvolutionGroupCount(d.conv, static_cast<int>(attrs.groups())),
+               "convolution groups");
+  if (c.op() == fb::Opcode::Conv2d && c.inputs()->size() == 3) {
+    status = Tensor4d(&d.bias, {1, y[1], 1, 1});
+    if (!status.ok()) return status;
+  }
+  std::string key = std::to_string(static_cast<int>(c.op()));
+  for (const auto* dims : {&a, &w, &y})
+    for (int64_t v : *dims) key += "," + std::to_string(v);
+  for (int64_t v : {sh, sw, dh, dw, top, left, static_cast<int64_t>(attrs.groups())})
+    key += ";" + std::to_string(v);
+  return ChooseAlgorithm(c, call, key);
+}
+
+// Benchmarks the algorithms of a convolution once per distinct key and keeps
+// the fastest that succeeds with the allowed math (FMA only, unless TF32).
+Status CudnnOps::Impl::ChooseAlgorithm(const fb::Command& c, Call& call, const std::string& key) {
+  const cudnnMathType_t allowed = tf32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
+  GRAPHC_CUDNN(cudnnSetConvolutionMathType(call.d.conv, allowed), "math type");
+  auto found = chosen.find(key);
+  if (found == chosen.end()) {
+    constexpr int kMax = 16;
+    int returned = 0;
+    int algorithm = -1;
+    cudnnMathType_t math = allowed;
+    auto acceptable = [&](cudnnStatus_t status, cudnnMathType_t m) {
+      return status == CUDNN_STATUS_SUCCESS &&
+             (tf32 || (m != CUDNN_TENSOR_OP_MATH && m != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION));
+    };
+    const Descriptors& d = call.d;
+    if (c.op() == fb::Opcode::Conv2d) {
+      cudnnConvolutionFwdAlgoPerf_t perf[kMax];
+      GRAPHC_CUDNN(cudnnFindConvolutionForwardAlgorithm(handle, d.a, d.filter, d.conv, d.b, kMax,
+                                                        &returned, perf),
+                   "choosing a forward convolution algorithm");
+      for (int i = 0; i < returned && algorithm < 0; ++i)
+        if (acceptable(perf[i].status, perf[i].mathType)) {
+          algorithm = perf[i].algo;
+          math = perf[i].mathType;
+        }
+    } else if (c.op() == fb::Opcode::Conv2dBackwardData) {
+      cudnnConvolutionBwdDataAlgoPerf_t perf[kMax];
+      GRAPHC_CUDNN(cudnnFindConvolutionBackwardDataAlgorithm(handle, d.filter, d.b, d.conv, d.a,
+                                                             kMax, &returned, perf),
+                   "choosing a backward-data convolution algorithm");
+      for (int i = 0; i < returned && algorithm < 0; ++i)
+        if (acceptable(perf[i].status, perf[i].mathType)) {
+          algorithm = perf[i].algo;
+          math = perf[i].mathType;
+        }
+    } else {
+      cudnnConvolutionBwdFilterAlgoPerf_t perf[kMax];
+      GRAPHC_CUDNN(cudnnFindConvolutionBackwardFilterAlgorithm(handle, d.a, d.b, d.conv,
+                                                               d.filter, kMax, &returned, perf),
+                   "choosing a backward-filter convolution algorithm");
+      for (int i = 0; i < returned && algorithm < 0; ++i)
+        if (acceptable(perf[i].status, perf[i].mathType)) {
+          algorithm = perf[i].algo;
+          math = perf[i].mathType;
+        }
+    }
+    if (algorithm < 0)
+      return Status(ErrorCode::kBackend, std::string("cuDNN has no algorithm for ") +
+                                             fb::EnumNameOpcode(c.op()) +
+                                             (tf32 ? "" : " in strict FP32 (try --tf32)"));
+    found = chosen.emplace(key, std::make_pair(algorithm, math)).first;
+  }
+  call.algorithm = found->second.first;
+  call.math = found->second.second;
+  GRAPHC_CUDNN(cudnnSetConvolutionMathType(call.d.conv, call.math), "math type");
+  const Descriptors& d = call.d;
+  if (c.op() == fb::Opcode::Conv2d)
+    GRAPHC_CUDNN(cudnnGetConvolutionForwardWorkspaceSize(
+                     handle, d.a, d.filter, d.conv, d.b,
+                     static_cast<cudnnConvolutionFwdAlgo_t>(call.algorithm), &call.workspace),
+                 "workspace size");
+  else if (c.op() == fb::Opcode::Conv2dBackwardData)
+    GRAPHC_CUDNN(cudnnGetConvolutionBackwardDataWorkspaceSize(
+                     handle, d.filter, d.b, d.conv, d.a,
+                     static_cast<cudnnConvolutionBwdDataAlgo_t>(call.algorithm), &call.workspace),
+                 "workspace size");
+  else
+    GRAPHC_CUDNN(cudnnGetConvolutionBackwardFilterWorkspaceSize(
+                     handle, d.a, d.b, d.conv, d.filter,
+                     static_cast<cudnnConvolutionBwdFilterAlgo_t>(call.algorithm),
+                     &call.workspace),
+                 "workspace size");
+  workspace_bytes = std::max(workspace_bytes, call.workspace);
+  return Status::Ok();
+}
+
+Status CudnnOps::Impl::PreparePool(const fb::Command& c, Call& call) {
+  const fb::PoolAttrs& attrs = *c.pool();
+  const bool max = c.op() == fb::Opcode::MaxPool2d || c.op() == fb::Opcode::MaxPool2dBackward;
+  const bool forward = c.op() == fb::Opcode::MaxPool2d || c.op() == fb::Opcode::AvgPool2d;
+  // x and y as the forward pooling sees them.
+  std::vector<int64_t> x, y;
+  if (forward) {
+    x = Shape(*plan, c.inputs()->Get(0));
+    y = Shape(*plan, c.outputs()->Get(0));
+  } else {
+    y = Shape(*plan, c.inputs()->Get(max ? 1 : 0));
+    x = Shape(*plan, c.outputs()->Get(0));
+  }
+  if (x.size() != 4 || y.size() != 4 || !FitsInt(x) || !FitsInt(y))
+    return Status(ErrorCode::kUnsupported, "cuDNN takes 4-d pooling below 2^31 per dimension");
+  const int64_t wh = attrs.window()->Get(0), ww = attrs.window()->Get(1);
+  const int64_t sh = attrs.strides()->Get(0), sw = attrs.strides()->Get(1);
+  int64_t top = attrs.padding()->Get(0), left = attrs.padding()->Get(2);
+  std::vector<int64_t> a = x;
+  const bool symmetric =
+      SymmetricEnough(x[2], wh, sh, 1, top, y[2]) && SymmetricEnough(x[3], ww, sw, 1, left, y[3]);
+  if (!symmetric) {
+    // Explicit padding: -inf never wins a max; zeros counted in an average
+    // that includes padding. An average that excludes it cannot be made so.
+    if (!max && attrs.exclude_padding())
+      return Status(ErrorCode::kUnsupported,
+                    "average pooling that excludes padding differing between sides has no "
+                    "cuDNN form");
+    a = Pad(call, x, *plan, *attrs.padding(),
+            max ? -std::numeric_limits<float>::infinity() : 0.0f);
+    top = left = 0;
+  }
+  size_t need = 0;
+  if (c.op() == fb::Opcode::MaxPool2dBackward) {
+    // The plan keeps x, not y: the forward output is recomputed into scratch.
+    if (call.padded) {
+      call.xp = 0;
+      call.y = Bytes(a);
+      call.dxp = call.y + Bytes(y);
+      need = call.dxp + Bytes(a);
+    } else {
+      call.y = 0;
+      need = Bytes(y);
+    }
+  } else if (call.padded) {
+    call.xp = call.dxp = 0;  // the forward pads x, the average's backward crops dx
+    need = Bytes(a);
+  }
+  scratch_bytes = std::max(scratch_bytes, need);
+  Descriptors& d = call.d;
+  Status status = Tensor4d(&d.a, a);
+  if (status.ok()) status = Tensor4d(&d.b, y);
+  if (!status.ok()) return status;
+  const cudnnPoolingMode_t mode = max ? CUDNN_POOLING_MAX_DETERMINISTIC
+                                  : attrs.exclude_padding()
+                                      ? CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING
+                                      : CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING;
+  GRAPHC_CUDNN(cudnnCreatePoolingDescriptor(&d.pool), "pooling descriptor");
+  GRAPHC_CUDNN(cudnnSetPooling2dDescriptor(d.pool, mode, CUDNN_PROPAGATE_NAN,
+                                           static_cast<int>(wh), static_cast<int>(ww),
+                                           static_cast<int>(top), static_cast<int>(left),
+                                           static_cast<int>(sh), static_cast<int>(sw)),
+               "pooling descriptor");
+  return Status::Ok();
+}
+
+CudnnOps::CudnnOps() : impl_(std::make_unique<Impl>()) {}
+CudnnOps::~CudnnOps() = default;
+
+Status CudnnOps::Initialize(cudaStream_t stream, bool tf32) {
+  impl_->tf32 = tf32;
+  GRAPHC_CUDNN(cudnnCreate(&impl_->handle), "cannot start");
+  GRAPHC_CUDNN(cudnnSetStream(impl_->handle, stream), "stream");
+  return Status::Ok();
+}
+
+Status CudnnOps::Prepare(const Plan& plan) {
+  Impl& impl = *impl_;
+  impl.plan = &plan.root();
+  impl.calls.clear();
+  for (const fb::Program* program : *impl.plan->programs())
+    for (const fb::Command* c : *program->commands()) {
+      const fb::Opcode op = c->op();
+      const bool conv = op == fb::Opcode::Conv2d || op == fb::Opcode::Conv2dBackwardData ||
+                        op == fb::Opcode::Conv2dBackwardFilter;
+      const bool pool = op == fb::Opcode::MaxPool2d || op == fb::Opcode::AvgPool2d ||
+                        op == fb::Opcode::MaxPool2dBackward ||
+                        op == fb::Opcode::AvgPool2dBackward;
+      if (!conv && !pool) continue;
+      for (auto* list : {c->inputs(), c->outputs()})
+        for (int32_t index : *list)
+          if (impl.plan->buffers()->Get(index)->dtype() != fb::DType::F32)
+            return Status(ErrorCode::kUnsupported, std::string("cuDNN ") + fb::EnumNameOpcode(op) +
+                                                       " on CUDA supports f32 operands only");
+      Status status = conv ? impl.PrepareConv(*c, impl.calls[c]) : impl.PreparePool(*c, impl.calls[c]);
+      if (!status.ok()) {
+        std::string where = c->location() ? " (" + PrintableOf(c->location()) + ")" : "";
+        return Status(status.code(), std::string(fb::EnumNameOpcode(op)) + where + ": " +
+                                         status.message());
+      }
+    }
+  for (auto [memory, bytes] : {std::pair{&impl.workspace, impl.workspace_bytes},
+                               std::pair{&impl.scratch, impl.scratch_bytes}}) {
+    if (*memory != nullptr) cudaFree(*memory);
+    *memory = nullptr;
+    if (bytes == 0) continue;
+    cudaError_t error = cudaMalloc(memory, bytes);
+    if (error != cudaSuccess)
+      return Status(ErrorCode::kBackend, "cannot allocate " + std::to_string(bytes) +
+                                             " bytes of cuDNN workspace: " +
+                                             cudaGetErrorString(error));
+  }
+  return Status::Ok();
+}
+
+Status CudnnOps::Run(const fb::Command& command, const DeviceMemory* operands) {
+  Impl& impl = *impl_;
+  auto it = impl.calls.find(&command);
+  if (it == impl.calls.end())
+    return Status(ErrorCode::kInvalidArgument, "library command was not prepared");
+  const Call& call = it->second;
+  const Descriptors& d = call.d;
+  const float one = 1.0f, zero = 0.0f;
+  const int out = static_cast<int>(command.inputs()->size());
+  cudaStream_t stream = nullptr;
+  GRAPHC_CUDNN(cudnnGetStream(impl.handle, &stream), "stream");
+  auto at = [&](int operand) { return operands[operand].address; };
+  auto scratch = [&](size_t offset) {
+    return static_cast<void*>(static_cast<char*>(impl.scratch) + offset);
+  };
+  // The explicitly padded input (x copied into scratch with its padding).
+  auto padded_input = [&](int operand) -> StatusOr<void*> {
+    if (!call.padded) return at(operand);
+    cudaError_t error = cuda::PadPlanes(static_cast<const float*>(at(operand)),
+                                        static_cast<float*>(scratch(call.xp)), call.planes, call.h,
+                                        call.w, call.top, call.left, call.hp, call.wp,
+                                        call.pad_value, stream);
+    if (error != cudaSuccess)
+      return Status(ErrorCode::kBackend, std::string("CUDA padding: ") + cudaGetErrorString(error));
+    return scratch(call.xp);
+  };
+  // Where a gradient of the input side goes, and its crop into the output.
+  void* const dx = call.padded ? scratch(call.dxp) : at(out);
+  auto crop = [&]() -> Status {
+    if (!call.padded) return Status::Ok();
+    cudaError_t error = cuda::CropPlanes(static_cast<const float*>(dx),
+                                         static_cast<float*>(at(out)), call.planes, call.h,
+                                         call.w, call.top, call.left, call.hp, call.wp, stream);
+    if (error != cudaSuccess)
+      return Status(ErrorCode::kBackend, std::string("CUDA cropping: ") + cudaGetErrorString(error));
+    return Status::Ok();
+  };
+  switch (command.op()) {
+    case fb::Opcode::Conv2d: {
+      StatusOr<void*> x = padded_input(0);
+      if (!x.ok()) return x.status();
+      GRAPHC_CUDNN(cudnnConvolutionForward(impl.handle, &one, d.a, *x, d.filter, at(1), d.conv,
+                                           static_cast<cudnnConvolutionFwdAlgo_t>(call.algorithm),
+                                           impl.workspace, call.workspace, &zero, d.b, at(out)),
+                   "convolution forward");
+      if (d.bias != nullptr)
+        GRAPHC_CUDNN(cudnnAddTensor(impl.handle, &one, d.bias, at(2), &one, d.b, at(out)),
+                     "convolution bias");
+      return Status::Ok();
+    }
+    case fb::Opcode::Conv2dBackwardData:  // dy, w -> dx
+      GRAPHC_CUDNN(cudnnConvolutionBackwardData(
+                       impl.handle, &one, d.filter, at(1), d.b, at(0), d.conv,
+                       static_cast<cudnnConvolutionBwdDataAlgo_t>(call.algorithm), impl.workspace,
+                       call.workspace, &zero, d.a, dx),
+                   "convolution backward-data");
+      return crop();
+    case fb::Opcode::Conv2dBackwardFilter: {  // x, dy -> dw
+      StatusOr<void*> x = padded_input(0);
+      if (!x.ok()) return x.status();
+      GRAPHC_CUDNN(cudnnConvolutionBackwardFilter(
+                       impl.handle, &one, d.a, *x, d.b, at(1), d.conv,
+                       static_cast<cudnnConvolutionBwdFilterAlgo_t>(call.algorithm),
+                       impl.workspace, call.workspace, &zero, d.filter, at(out)),
+                   "convolution backward-filter");
+      return Status::Ok();
+    }
+    case fb::Opcode::MaxPool2d:
+    case fb::Opcode::AvgPool2d: {
+      StatusOr<void*> x = padded_input(0);
+      if (!x.ok()) return x.status();
+      GRAPHC_CUDNN(cudnnPoolingForward(impl.handle, d.pool, &one, d.a, *x, &zero, d.b, at(out)),
+                   "pooling forward");
+      return Status::Ok();
+    }
+    case fb::Opcode::MaxPool2dBackward: {  // x, dy -> dx; y = pool(x) into scratch first
+      StatusOr<void*> x = padded_input(0);
+      if (!x.ok()) return x.status();
+      GRAPHC_CUDNN(cudnnPoolingForward(impl.handle, d.pool, &one, d.a, *x, &zero, d.b,
+                                       scratch(call.y)),
+                   "pooling forward (for its backward)");
+      GRAPHC_CUDNN(cudnnPoolingBackward(impl.handle, d.pool, &one, d.b, scratch(call.y), d.b,
+                                        at(1), d.a, *x, &zero, d.a, dx),
+                   "pooling backward");
+      return crop();
+    }
+    case fb::Opcode::AvgPool2dBackward:
+      // dy -> dx. Average pooling reads neither y nor x: dy and dx stand in
+      // for them (same shapes).
+      GRAPHC_CUDNN(cudnnPoolingBackward(impl.handle, d.pool, &one, d.b, at(0), d.b, at(0), d.a,
+                                        dx, &zero, d.a, dx),
+                   "pooling backward");
+      return crop();
+    default:
+      return Status(ErrorCode::kInternal, "not a cuDNN command");
+  }
+}
+
+uint64_t CudnnOps::workspace_bytes() const {
+  return impl_->workspace_bytes + impl_->scratch_bytes;
+}
+
+int CudnnOps::algorithms_chosen() const { return static_cast<int>(impl_->chosen.size()); }
+
+}  // namespace graphc::runtime

@@ -1,0 +1,92 @@
+// The CUDA backend's own kernels (see device_kernels.h).
+
+#include "runtime/cuda/device_kernels.h"
+
+#include <algorithm>
+
+namespace graphc::runtime::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+template <typename Bits>
+__global__ void CountKernel(const Bits* values, int64_t n, Bits exponent,
+                            unsigned long long* count) {
+  unsigned long long found = 0;
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride)
+    found += (values[i] & exponent) == exponent;
+  for (int offset = 16; offset > 0; offset /= 2)
+    found += __shfl_down_sync(0xffffffffu, found, offset);
+  if ((threadIdx.x & 31) == 0 && found != 0) atomicAdd(count, found);
+}
+
+__global__ void BroadcastRowsKernel(const float* bias, float* c, int64_t rows, int64_t cols) {
+  const int64_t total = rows * cols;
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < total; i += stride)
+    c[i] = bias[i % cols];
+}
+
+__global__ void PadKernel(const float* x, float* xp, int64_t total, int64_t h, int64_t w,
+                          int64_t top, int64_t left, int64_t hp, int64_t wp, float value) {
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t e = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; e < total; e += stride) {
+    const int64_t j = e % wp, i = (e / wp) % hp, plane = e / (wp * hp);
+    const int64_t si = i - top, sj = j - left;
+    xp[e] = si >= 0 && si < h && sj >= 0 && sj < w ? x[(plane * h + si) * w + sj] : value;
+  }
+}
+
+__global__ void CropKernel(const float* xp, float* x, int64_t total, int64_t h, int64_t w,
+                           int64_t top, int64_t left, int64_t hp, int64_t wp) {
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t e = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; e < total; e += stride) {
+    const int64_t j = e % w, i = (e / w) % h, plane = e / (w * h);
+    x[e] = xp[(plane * hp + i + top) * wp + j + left];
+  }
+}
+
+unsigned Blocks(int64_t n) {
+  return static_cast<unsigned>(std::clamp<int64_t>((n + kThreads - 1) / kThreads, 1, 4096));
+}
+
+}  // namespace
+
+cudaError_t CountAllOnesExponent(const void* data, int64_t n, int bits, uint32_t exponent,
+                                 unsigned long long* count, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  if (bits == 32)
+    CountKernel<<<Blocks(n), kThreads, 0, stream>>>(static_cast<const uint32_t*>(data), n,
+                                                    exponent, count);
+  else
+    CountKernel<<<Blocks(n), kThreads, 0, stream>>>(static_cast<const uint16_t*>(data), n,
+                                                    static_cast<uint16_t>(exponent), count);
+  return cudaGetLastError();
+}
+
+cudaError_t BroadcastRows(const float* bias, float* c, int64_t rows, int64_t cols,
+                          cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return cudaSuccess;
+  BroadcastRowsKernel<<<Blocks(rows * cols), kThreads, 0, stream>>>(bias, c, rows, cols);
+  return cudaGetLastError();
+}
+
+cudaError_t PadPlanes(const float* x, float* xp, int64_t planes, int64_t h, int64_t w,
+                      int64_t top, int64_t left, int64_t hp, int64_t wp, float value,
+                      cudaStream_t stream) {
+  const int64_t total = planes * hp * wp;
+  if (total <= 0) return cudaSuccess;
+  PadKernel<<<Blocks(total), kThreads, 0, stream>>>(x, xp, total, h, w, top, left, hp, wp, value);
+  return cudaGetLastError();
+}
+
+cudaError_t CropPlanes(const float* xp, float* x, int64_t planes, int64_t h, int64_t w,
+                       int64_t top, int64_t left, int64_t hp, int64_t wp, cudaStream_t stream) {
+  const int64_t total = planes * h * w;
+  if (total <= 0) return cudaSuccess;
+  CropKernel<<<Blocks(total), kThreads, 0, stream>>>(xp, x, total, h, w, top, left, hp, wp);
+  return cudaGetLastError();
+}
+
+}  // namespace graphc::runtime::cuda

@@ -1,0 +1,507 @@
+// The training loop (see trainer.h).
+//
+// Algorithm, per step s, on an asynchronous device:
+//   1) the prefetch thread has the batch on the host; it is copied into
+//      pinned slot s % 2 (after the copy that last used the slot finished),
+//      and from there to a device staging slot on the copy stream;
+//   2) the compute stream waits for that copy, moves the batch from staging
+//      into the program's input buffers (which live in the arena, so they can
+//      only be written once the previous step is done with them: the compute
+//      stream's order guarantees it), and runs train_step;
+//   3) an event marks the step's end; the host goes on to step s + 1 at once.
+// The host waits for the device only to print (display steps), save, or
+// collect step times (every kClockWindow steps), and reads the loss only then.
+// On a synchronous device (the CPU) the batch is written straight into the
+// input buffers: the staging would only add copies.
+
+#include "runtime/train/trainer.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "runtime/checkpoint.h"
+#include "runtime/data/dataset.h"
+#include "runtime/data/sources.h"
+#include "runtime/executor.h"
+#include "runtime/files.h"
+#include "runtime/train/report.h"
+
+namespace graphc::runtime {
+namespace {
+
+// Moves each batch into the program's input buffers (see the algorithm above).
+class InputFeeder {
+ public:
+  InputFeeder(Backend& backend, Executor& exec, int32_t images, int32_t labels)
+      : backend_(backend), exec_(exec), buffers_{images, labels} {}
+  ~InputFeeder() {
+    if (!staged_) return;
+    backend_.Synchronize();  // nothing may still read what is freed
+    for (Slot& slot : slots_) {
+      for (int i = 0; i < 2; ++i) {
+        backend_.FreeHost(slot.host[i]);
+        backend_.Free(slot.device[i]);
+      }
+      for (Event e : {slot.copied, slot.consumed}) backend_.DestroyEvent(e);
+    }
+  }
+
+  Status Initialize() {
+    if (!backend_.asynchronous()) return Status::Ok();
+    staged_ = true;
+    for (Slot& slot : slots_) {
+      for (int i = 0; i < 2; ++i) {
+        const uint64_t bytes = exec_.buffer(buffers_[i]).size();
+        StatusOr<HostMemory> host = backend_.AllocateHost(bytes);
+        if (!host.ok()) return host.status();
+        slot.host[i] = *host;
+        StatusOr<DeviceMemory> device = backend_.Allocate(bytes);
+        if (!device.ok()) return device.status();
+        slot.device[i] = *device;
+      }
+      for (Event* e : {&slot.copied, &slot.consumed}) {
+        StatusOr<Event> event = backend_.CreateEvent();
+        if (!event.ok()) return event.status();
+        *e = *event;
+      }
+    }
+    return Status::Ok();
+  }
+
+  // Enqueues the copies that put `batch` into the input buffers, ordered
+  // before whatever the compute stream runs next.
+  Status Feed(const Batch& batch) {
+    const void* data[2] = {batch.images.data(), batch.labels.data()};
+    const uint64_t bytes[2] = {batch.images.size() * sizeof(float),
+                               batch.labels.size() * sizeof(int32_t)};
+    if (!staged_) {
+      for (int i = 0; i < 2; ++i) {
+        Status status = exec_.Write(buffers_[i], data[i], bytes[i]);
+        if (!status.ok()) return status;
+      }
+      return Status::Ok();
+    }
+    Slot& slot = slots_[next_];
+    next_ = 1 - next_;
+    // The copy two steps ago that read this pinned slot, and the step that
+    // read its staging buffer, are done once `consumed` is.
+    if (slot.used) {
+      Status status = backend_.SynchronizeEvent(slot.consumed);
+      if (!status.ok()) return status;
+    }
+    slot.used = true;
+    for (int i = 0; i < 2; ++i) {
+      if (bytes[i] != slot.host[i].bytes)
+        return Status(ErrorCode::kInvalidArgument,
+                      "buffer '" + PrintableOf(exec_.buffer(buffers_[i]).name()) + "' holds " +
+                          std::to_string(slot.host[i].bytes) + " bytes, not " +
+                          std::to_string(bytes[i]));
+      std::memcpy(slot.host[i].address, data[i], bytes[i]);
+    }
+    Status status;
+    for (int i = 0; i < 2 && status.ok(); ++i)
+      status = backend_.CopyToDeviceAsync(slot.device[i], slot.host[i], bytes[i], Stream::kCopy);
+    if (status.ok()) status = backend_.RecordEvent(slot.copied, Stream::kCopy);
+    if (status.ok()) status = backend_.WaitEvent(Stream::kCompute, slot.copied);
+    for (int i = 0; i < 2 && status.ok(); ++i)
+      status = backend_.CopyOnDevice(exec_.MemoryOf(buffers_[i]), slot.device[i], bytes[i],
+                                     Stream::kCompute);
+    if (status.ok()) status = backend_.RecordEvent(slot.consumed, Stream::kCompute);
+    return status;
+  }
+
+ private:
+  struct Slot {
+    HostMemory host[2];      // images, labels (pinned)
+    DeviceMemory device[2];  // their staging copies
+    Event copied, consumed;
+    bool used = false;
+  };
+  Backend& backend_;
+  Executor& exec_;
+  int32_t buffers_[2];
+  bool staged_ = false;
+  Slot slots_[2];
+  int next_ = 0;
+};
+
+// Times steps with events on the compute stream: a step's time is from the
+// previous step's end (or the window's start) to its own end, as the device
+// saw it, so enqueueing ahead costs no accuracy and needs no host wait.
+class StepClock {
+ public:
+  explicit StepClock(Backend& backend) : backend_(backend) {}
+  ~StepClock() {
+    for (Event e : events_) backend_.DestroyEvent(e);
+  }
+  Status Initialize() {
+    for (int i = 0; i <= kClockWindow; ++i) {
+      StatusOr<Event> event = backend_.CreateEvent();
+      if (!event.ok()) return event.status();
+      events_.push_back(*event);
+    }
+    return Status::Ok();
+  }
+  // Marks the start of a window (after host work that is not a step's).
+  Status Start() {
+    pending_ = 0;
+    return backend_.RecordEvent(events_[0], Stream::kCompute);
+  }
+  Status StepDone() { return backend_.RecordEvent(events_[++pending_], Stream::kCompute); }
+  bool full() const { return pending_ == kClockWindow; }
+  // Waits for the window's steps and appends their milliseconds to `ms`.
+  Status Collect(std::vector<double>& ms) {
+    if (pending_ == 0) return Status::Ok();
+    Status status = backend_.SynchronizeEvent(events_[pending_]);
+    if (!status.ok()) return status;
+    for (int i = 1; i <= pending_; ++i) {
+      StatusOr<double> elapsed = backend_.ElapsedMilliseconds(events_[i - 1], events_[i]);
+      if (!elapsed.ok()) return elapsed.status();
+      ms.push_back(*elapsed);
+    }
+    pending_ = 0;
+    return Status::Ok();
+  }
+
+ private:
+  Backend& backend_;
+  std::vector<Event> events_;
+  int pending_ = 0;
+};
+
+// Checks that `plan` has what training needs; fills the buffers it uses.
+struct Programs {
+  int train = -1, eval = -1;  // eval: -1 when the plan has none
+  int32_t images = -1, labels = -1, loss = -1, correct = -1;
+  int32_t step_counter = -1;  // graphc.step, where a resumed run continues
+  std::vector<int64_t> image_shape;
+  int64_t batch = 0, classes = 0;
+};
+
+StatusOr<Programs> FindPrograms(const Executor& exec) {
+  Programs p;
+  const fb::Plan& root = exec.plan().root();
+  if (root.states())
+    for (const fb::State* state : *root.states())
+      if (StringOf(exec.buffer(state->buffer()).name()) == "graphc.step" &&
+          exec.buffer(state->buffer()).dtype() == fb::DType::I64)
+        p.step_counter = state->buffer();
+  StatusOr<int> train = exec.FindProgram("train_step");
+  if (!train.ok()) return train.status();
+  p.train = *train;
+  const fb::Program& step = exec.program(p.train);
+  if (step.inputs()->size() != 2 || step.outputs()->size() < 1)
+    return Status(ErrorCode::kInvalidArgument,
+                  "train_step must take (images, labels) and return the loss");
+  p.images = step.inputs()->Get(0);
+  p.labels = step.inputs()->Get(1);
+  p.loss = step.outputs()->Get(0);
+  p.image_shape = ShapeOf(exec.buffer(p.images));
+  p.batch = p.image_shape.empty() ? 0 : p.image_shape[0];
+  if (p.image_shape.size() != 4 || exec.buffer(p.images).dtype() != fb::DType::F32 ||
+      exec.buffer(p.labels).dtype() != fb::DType::I32 ||
+      exec.buffer(p.loss).dtype() != fb::DType::F32 || exec.buffer(p.loss).size() != 4)
+    return Status(ErrorCode::kUnsupported,
+                  "train_step must take f32 NCHW images and i32 labels and return an f32 loss");
+  StatusOr<int> eval = exec.FindProgram("eval_step");
+  if (eval.ok()) {
+    const fb::Program& e = exec.program(*eval);
+    // The same inputs as train_step, then the logits and the count of
+    // correct predictions.
+    if (e.inputs()->size() != 2 || e.outputs()->size() != 2 ||
+        exec.buffer(e.inputs()->Get(0)).size() != exec.buffer(p.images).size() ||
+        exec.buffer(e.inputs()->Get(1)).size() != exec.buffer(p.labels).size() ||
+        exec.buffer(e.outputs()->Get(1)).dtype() != fb::DType::I64 ||
+        exec.buffer(e.outputs()->Get(1)).size() != 8)
+      return Status(ErrorCode::kUnsupported,
+                    "eval_step must take train_step's images and labels and return the logits "
+                    "and an i64 count of correct predictions");
+    p.eval = *eval;
+    p.correct = e.outputs()->Get(1);
+    std::vector<int64_t> logits = ShapeOf(exec.buffer(e.outputs()->Get(0)));
+    if (logits.size() == 2) p.classes = logits[1];
+  }
+  if (p.classes <= 0)
+    return Status(ErrorCode::kUnsupported,
+                  "cannot tell the number of classes: the plan has no eval_step returning "
+                  "[batch, classes] logits");
+  return p;
+}
+
+// Whole batches of the test split (the remainder is dropped): the fraction
+// eval_step counts correct.
+StatusOr<double> Evaluate(Executor& exec, const Programs& p, BatchSource& test,
+                          int64_t* evaluated) {
+  const fb::Program& e = exec.program(p.eval);
+  int64_t correct_total = 0;
+  *evaluated = 0;
+  Batch b;
+  for (int64_t i = 0; i < test.batches_per_epoch(); ++i) {
+    test.Next(b);
+    int64_t correct = 0;
+    Status status =
+        exec.Write(e.inputs()->Get(0), b.images.data(), b.images.size() * sizeof(float));
+    if (status.ok()) status = exec.Write(e.inputs()->Get(1), b.labels.data(), b.labels.size() * 4);
+    if (status.ok()) status = exec.Run(p.eval);
+    if (status.ok()) status = exec.Read(p.correct, &correct, sizeof(correct));
+    if (!status.ok()) return status;
+    correct_total += correct;
+    *evaluated += p.batch;
+  }
+  return *evaluated ? double(correct_total) / *evaluated : 0.0;
+}
+
+Status Diverged(int64_t step, const std::string& what) {
+  return Status(ErrorCode::kNonFinite,
+                "after step " + std::to_string(step) + ": " + what + " (diverged; try a lower --lr)");
+}
+
+}  // namespace
+
+Status CheckOutputs(const TrainOptions& o) {
+  std::vector<std::pair<std::string, std::string>> inputs = {{"the plan", o.plan_path},
+                                                             {"--resume", o.resume}};
+  for (const std::string& path : DataFiles(o.data)) inputs.emplace_back("--data", path);
+  std::stringstream keys(o.trusted_keys);
+  for (std::string path; std::getline(keys, path, ',');)
+    inputs.emplace_back("--trusted-keys", path);
+  const std::pair<const char*, const std::string*> outputs[] = {{"--save", &o.save},
+                                                                 {"--report", &o.report}};
+  for (const auto& [flag, path] : outputs) {
+    if (path->empty()) continue;
+    Status replaceable = CheckReplaceable(*path);
+    if (!replaceable.ok()) return replaceable;
+    const std::string identity = FileIdentity(*path);
+    for (const auto& [what, input] : inputs)
+      if (!input.empty() && !(std::string(flag) == "--save" && what == "--resume") &&
+          FileIdentity(input) == identity)
+        return Status(ErrorCode::kInvalidArgument,
+                      std::string(flag) + " " + Printable(*path) + " is " +
+                          (what == "the plan" ? "the plan" : "the file " + what + " reads") +
+                          "; refusing to overwrite it");
+  }
+  if (!o.save.empty() && !o.report.empty() && FileIdentity(o.save) == FileIdentity(o.report))
+    return Status(ErrorCode::kInvalidArgument,
+                  "--save and --report name the same file, " + Printable(o.save));
+  if (!o.save.empty()) {
+    // Fail now, not after the first K steps.
+    const std::string dir = DirectoryOf(o.save);
+    if (access(dir.c_str(), W_OK) != 0)
+      return Status(ErrorCode::kIo,
+                    "--save " + Printable(o.save) + ": cannot write to " + Printable(dir));
+  }
+  return Status::Ok();
+}
+
+Status Train(const Plan& plan, Backend& backend, const TrainOptions& o, std::ostream& out) {
+  const fb::Plan& root = plan.root();
+  Status status = CheckOutputs(o);
+  if (!status.ok()) return status;
+  StatusOr<std::unique_ptr<Executor>> created = Executor::Create(plan, backend);
+  if (!created.ok()) return created.status();
+  Executor& exec = **created;
+  exec.set_sync_debug(o.sync_debug);
+  status = exec.InitializeState(o.seed);
+  if (!status.ok()) return status;
+  StatusOr<Programs> found = FindPrograms(exec);
+  if (!found.ok()) return found.status();
+  const Programs& p = *found;
+
+  int64_t start_step = 0;
+  if (!o.resume.empty()) {
+    status = LoadCheckpoint(exec, o.resume);
+    if (status.ok() && p.step_counter >= 0)
+      status = exec.Read(p.step_counter, &start_step, sizeof(start_step));
+    if (!status.ok()) return status;
+    if (start_step < 0 || start_step > kMaxSteps)
+      return Status(ErrorCode::kInvalidArgument,
+                    Printable(o.resume) + ": its step counter graphc.step is " +
+                        std::to_string(start_step) + ", outside [0, " +
+                        std::to_string(kMaxSteps) + "]");
+    out << "resumed from " << Printable(o.resume) << " at step " << start_step << "\n";
+  }
+
+  StatusOr<DataSources> data = CreateDataSources(o.data, p.image_shape, p.classes, o.eval, o.seed);
+  if (!data.ok()) return data.status();
+  BatchSource& source = *data->train;
+  source.set_flip(o.flip);
+
+  int64_t steps = o.steps;
+  if (o.epochs > 0 && (__builtin_mul_overflow(o.epochs, source.batches_per_epoch(), &steps) ||
+                       steps > kMaxSteps))
+    return Status(ErrorCode::kInvalidArgument,
+                  "--epochs " + std::to_string(o.epochs) + " is more than " +
+                      std::to_string(kMaxSteps) + " steps of " +
+                      std::to_string(source.batches_per_epoch()) + " batches per epoch");
+  if (steps < 0) steps = 100;
+  if (start_step > kMaxSteps - steps)
+    return Status(ErrorCode::kInvalidArgument,
+                  "resuming at step " + std::to_string(start_step) + " for " +
+                      std::to_string(steps) + " more steps passes " + std::to_string(kMaxSteps));
+  const int64_t warmup = std::min<int64_t>(o.warmup, std::max<int64_t>(steps - 1, 0));
+  out << "model: " << PrintableOf(root.model()) << ", batch " << p.batch << ", "
+      << (root.fused() ? "fused" : "unfused") << ", " << PrintableOf(root.precision())
+      << "; data: " << data->name << " (" << source.examples() << " examples); " << steps
+      << " steps, " << warmup << " warmup\n";
+
+  InputFeeder feeder(backend, exec, p.images, p.labels);
+  StepClock clock(backend);
+  status = feeder.Initialize();
+  if (status.ok()) status = clock.Initialize();
+  if (!status.ok()) return status;
+
+  const bool terminal = isatty(STDOUT_FILENO) && &out == &std::cout;
+  StepTimes times;
+  times.batch = p.batch;
+  std::vector<double> window_ms;
+  int64_t timed_from = 0;  // the step the clock's window starts at
+  float loss = 0;
+  source.Seek(start_step);
+  Prefetcher prefetch(source);
+  auto save = [&](int64_t done) {
+    std::map<std::string, std::string> metadata = {
+        {"format", "pt"},
+        {"graphc.model", StringOf(root.model())},
+        {"graphc.step", std::to_string(start_step + done)},
+        {"graphc.batch_size", std::to_string(p.batch)},
+        {"graphc.seed", std::to_string(o.seed)},
+    };
+    Status saved = SaveCheckpoint(exec, o.save, metadata);
+    if (saved.ok() && !terminal)
+      out << "saved " << Printable(o.save) << " at step " << start_step + done << "\n";
+    return saved;
+  };
+  // Collects the window's step times (the warmup's are left out).
+  auto collect = [&](int64_t done) -> Status {
+    window_ms.clear();
+    Status collected = clock.Collect(window_ms);
+    if (!collected.ok()) return collected;
+    for (size_t i = 0; i < window_ms.size(); ++i)
+      if (timed_from + static_cast<int64_t>(i) >= warmup) times.Add(window_ms[i]);
+    timed_from = done;
+    return Status::Ok();
+  };
+  out << "Step\tImg/sec\ttotal_loss\n";
+  status = clock.Start();
+  for (int64_t step = 0; step < steps && status.ok(); ++step) {
+    const Batch& b = prefetch.Next();
+    exec.set_profiling(o.profile && step >= warmup);
+    status = feeder.Feed(b);
+    if (status.ok()) status = exec.Enqueue(p.train);
+    if (status.ok()) status = clock.StepDone();
+    if (!status.ok()) break;
+    const int64_t done = step + 1;
+    const bool display = done % o.display_every == 0 || done == steps;
+    const bool saving =
+        !o.save.empty() && (done == steps || (o.save_every > 0 && done % o.save_every == 0));
+    if (!display && !saving && !clock.full()) {
+      if (terminal) out << "\r\033[K" << done << "/" << steps << std::flush;
+      continue;
+    }
+    status = collect(done);
+    if (status.ok() && (display || saving)) status = exec.Read(p.loss, &loss, sizeof(loss));
+    if (!status.ok()) break;
+    if (display || saving) {
+      if (!std::isfinite(loss)) return Diverged(start_step + done, "the loss is " + std::to_string(loss));
+      // A parameter or batch-norm statistic gone NaN stops the run here,
+      // named, before it can reach a checkpoint or a report.
+      status = exec.CheckStateFinite();
+      if (!status.ok()) return Diverged(start_step + done, status.message());
+    }
+    if (display) {
+      const Speed s = SpeedOf(times.Rates());
+      if (terminal) out << "\r\033[K";
+      out << done << "\timages/sec: " << std::fixed << std::setprecision(1);
+      if (times.ms.empty())
+        out << "(warmup)";
+      else
+        out << s.mean << " +/- " << s.error << " (jitter = " << s.jitter << ")";
+      out << "\t" << std::setprecision(3) << loss << std::defaultfloat << "\n";
+    } else if (terminal) {
+      out << "\r\033[K" << done << "/" << steps << "  loss " << loss << std::flush;
+    }
+    if (saving) status = save(done);
+    if (status.ok()) status = clock.Start();
+  }
+  if (!status.ok()) return status;
+  // --steps 0 --save FILE: the initial state, exactly as the first step sees it.
+  if (steps == 0 && !o.save.empty()) {
+    status = save(0);
+    if (!status.ok()) return status;
+  }
+  const double total_rate = times.TotalImagesPerSecond();
+  const double median_ms = times.MedianMs(), p90_ms = times.P90Ms();
+  out << "----------------------------------------------------------------\n"
+      << "total images/sec: " << std::fixed << std::setprecision(2) << total_rate << "\n"
+      << "step time: median " << median_ms << " ms, p90 " << p90_ms << " ms over "
+      << times.ms.size() << " timed steps\n"
+      << "final loss: ";
+  if (steps == 0)
+    out << "none (no step run)\n";
+  else
+    out << std::setprecision(4) << loss << std::defaultfloat << "\n";
+
+  nlohmann::json profile;
+  if (o.profile && !times.ms.empty()) {
+    exec.set_profiling(false);
+    profile = PrintProfile(root, exec.program(p.train), exec.command_seconds(p.train),
+                           times.ms.size(), out);
+  }
+
+  double accuracy = -1;
+  int64_t evaluated = 0;
+  if (o.eval) {
+    if (p.eval < 0) return Status(ErrorCode::kInvalidArgument, "the plan has no program 'eval_step'");
+    StatusOr<double> evaluation = Evaluate(exec, p, *data->test, &evaluated);
+    if (!evaluation.ok()) return evaluation.status();
+    accuracy = *evaluation;
+    out << "test accuracy: " << std::setprecision(4) << std::fixed << accuracy << std::defaultfloat
+        << " (" << evaluated << " of " << data->test->examples() << " test examples)\n";
+  }
+  out << "----------------------------------------------------------------\n";
+
+  if (o.report.empty()) return Status::Ok();
+  const fb::Program& step_program = exec.program(p.train);
+  nlohmann::json j = {
+      {"model", StringOf(root.model())},
+      {"device", backend.name()},
+      {"device_description", backend.Describe()},
+      {"data", data->name},
+      {"batch_size", p.batch},
+      {"steps", steps},
+      {"warmup", warmup},
+      {"fused", root.fused()},
+      {"kernel_launches_per_step",
+       std::count_if(step_program.commands()->begin(), step_program.commands()->end(),
+                     [](const fb::Command* c) { return c->op() == fb::Opcode::Kernel; })},
+      {"precision", StringOf(root.precision())},
+      {"images_per_sec", times.ms.empty() ? 0.0 : p.batch * 1000.0 / median_ms},
+      {"images_per_sec_mean", SpeedOf(times.Rates()).mean},
+      {"total_images_per_sec", total_rate},
+      {"step_ms_median", median_ms},
+      {"step_ms_p90", p90_ms},
+      {"final_loss", steps == 0 ? nlohmann::json() : nlohmann::json(loss)},
+      {"seed", o.seed},
+  };
+  for (const auto& [key, value] : o.report_extra.items()) j[key] = value;
+  if (!profile.is_null()) j["profile"] = profile;
+  if (o.eval) {
+    j["test_accuracy"] = accuracy;
+    j["test_examples"] = evaluated;
+  }
+  // Names from the plan may not be UTF-8: replaced, not fatal.
+  return WriteFileAtomically(
+      o.report, j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+}
+
+}  // namespace graphc::runtime

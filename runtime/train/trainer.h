@@ -1,0 +1,55 @@
+// The training loop behind `graphrun PLAN`: state initialized or resumed,
+// train_step run on batches from a data source, progress and throughput
+// printed the way tf_cnn_benchmarks prints them, checkpoints, evaluation and
+// the --report JSON. It runs on any Backend and keeps an asynchronous device
+// busy: the next batch's copy overlaps the current step, step times come
+// from device events, and the host waits only at display, save and report
+// points (every kClockWindow steps at the longest).
+
+#ifndef GRAPHC_RUNTIME_TRAIN_TRAINER_H_
+#define GRAPHC_RUNTIME_TRAIN_TRAINER_H_
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+
+#include "nlohmann/json.hpp"
+#include "runtime/backend.h"
+#include "runtime/plan/plan_loader.h"
+#include "runtime/status.h"
+
+namespace graphc::runtime {
+
+// Bounds of the counts a run accepts: far beyond any real run, small enough
+// that no step, sample or checkpoint arithmetic can overflow.
+inline constexpr int64_t kMaxSteps = int64_t{1} << 40;
+
+// The host waits for the device at least every this many steps, to collect
+// their times.
+inline constexpr int kClockWindow = 64;
+
+struct TrainOptions {
+  std::string plan_path;  // for refusing to overwrite the plan
+  int64_t steps = -1;     // -1: 100, or what --epochs says
+  int64_t warmup = 10, epochs = 0, display_every = 10;
+  std::string data = "synthetic";
+  bool eval = false, profile = false, flip = false, sync_debug = false;
+  uint64_t seed = 42;
+  std::string report, save, resume;
+  int64_t save_every = 0;
+  std::string trusted_keys;  // comma-separated files the run reads
+  // Added to the --report JSON as they are (e.g. how the device was chosen).
+  nlohmann::json report_extra = nlohmann::json::object();
+};
+
+// Checks what the run would write (--save, --report) before anything runs:
+// only a regular file may be replaced, never one the run reads (the plan,
+// data, keys) or the other output (--save may be --resume's file).
+Status CheckOutputs(const TrainOptions& options);
+
+// Trains `plan` on `backend` as `options` say, printing to `out`.
+Status Train(const Plan& plan, Backend& backend, const TrainOptions& options, std::ostream& out);
+
+}  // namespace graphc::runtime
+
+#endif  // GRAPHC_RUNTIME_TRAIN_TRAINER_H_
