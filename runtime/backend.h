@@ -46,6 +46,12 @@ struct Event {
   void* handle = nullptr;
 };
 
+// Work recorded from the compute stream once and replayed as one launch
+// (a CUDA Graph): a program's commands without a host call per command.
+struct Graph {
+  void* handle = nullptr;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -87,7 +93,9 @@ class Backend {
   virtual Status CopyOnDevice(DeviceMemory dst, DeviceMemory src, uint64_t bytes,
                               Stream stream) = 0;
 
-  virtual StatusOr<Event> CreateEvent() = 0;
+  // `timed`: ElapsedMilliseconds may measure from or to it; an event only for
+  // ordering is cheaper untimed.
+  virtual StatusOr<Event> CreateEvent(bool timed) = 0;
   virtual void DestroyEvent(Event event) = 0;
   // Marks the point in `stream` after everything enqueued on it so far.
   virtual Status RecordEvent(Event event, Stream stream) = 0;
@@ -117,6 +125,24 @@ class Backend {
   // or infinite (0 for integer dtypes), computed where the memory lives (on
   // a GPU, a kernel and one number back), after everything enqueued before.
   virtual StatusOr<uint64_t> CountNonFinite(DeviceMemory memory, fb::DType dtype) = 0;
+
+  // Graphs, where the device has them (supports_graphs()): between
+  // BeginCapture and EndCapture, work enqueued on the compute stream is
+  // recorded instead of run (the same operand addresses every replay);
+  // LaunchGraph enqueues all of it. A failed capture leaves nothing captured
+  // and the stream usable.
+  virtual bool supports_graphs() const { return false; }
+  virtual Status BeginCapture() {
+    return Status(ErrorCode::kUnsupported, std::string(name()) + " has no graphs");
+  }
+  virtual StatusOr<Graph> EndCapture() {
+    return Status(ErrorCode::kUnsupported, std::string(name()) + " has no graphs");
+  }
+  virtual Status LaunchGraph(Graph graph) {
+    (void)graph;
+    return Status(ErrorCode::kUnsupported, std::string(name()) + " has no graphs");
+  }
+  virtual void DestroyGraph(Graph graph) { (void)graph; }
 };
 
 // The target of `plan` a backend loads: the first of `targets` the plan has a

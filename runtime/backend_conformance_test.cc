@@ -358,8 +358,8 @@ TEST_P(BackendConformance, StreamsAndEventsOrderAsynchronousCopies) {
   for (uint64_t i = 0; i < bytes; ++i) static_cast<uint8_t*>(in->address)[i] = i % 251;
   std::memset(out->address, 0, bytes);
   DeviceMemory staging = Allocate(bytes), target = Allocate(bytes);
-  StatusOr<Event> copied = backend_->CreateEvent(), start = backend_->CreateEvent(),
-                  done = backend_->CreateEvent();
+  StatusOr<Event> copied = backend_->CreateEvent(false), start = backend_->CreateEvent(true),
+                  done = backend_->CreateEvent(true);
   ASSERT_TRUE(copied.ok() && start.ok() && done.ok());
   // Host -> staging on the copy stream; the compute stream waits for it,
   // moves it on the device and back to the host.
@@ -589,6 +589,49 @@ TEST_P(BackendConformance, TrainStepsThroughTheExecutorMatchTheCpu) {
     for (size_t e = 0; e < x.size(); ++e)
       ASSERT_NEAR(y[e], x[e], 1e-5 * (1 + std::fabs(x[e]))) << StringOf(b.name()) << "[" << e << "]";
   }
+}
+
+// Graph replay (where the backend has graphs) computes what eager runs do:
+// the first run is eager, the second captured, the rest replayed; inputs
+// written between runs reach the replays. On a backend without graphs the
+// setting changes nothing.
+TEST_P(BackendConformance, GraphReplaysMatchEagerRuns) {
+  std::unique_ptr<Plan> plan = LoadPlan(0);
+  if (!plan) GTEST_SKIP() << "GRAPHC_CONFORMANCE_PLANS is not set (run through ctest)";
+  auto train = [&](bool graphs, bool* replayed) {
+    std::vector<float> losses;
+    StatusOr<std::unique_ptr<Executor>> created = Executor::Create(*plan, *backend_);
+    EXPECT_TRUE(created.ok()) << created.status().ToString();
+    if (!created.ok()) return losses;
+    Executor& exec = **created;
+    exec.set_graphs(graphs);
+    EXPECT_TRUE(exec.InitializeState(3).ok());
+    const int program = *exec.FindProgram("train_step");
+    const fb::Program& p = exec.program(program);
+    uint32_t seed = 17;
+    for (int step = 0; step < 5; ++step) {
+      for (int32_t index : *p.inputs()) {  // new data every step
+        Bytes bytes = TestData(exec.buffer(index), seed);
+        EXPECT_TRUE(exec.Write(index, bytes.data(), bytes.size()).ok());
+      }
+      Status status = exec.Run(program);
+      EXPECT_TRUE(status.ok()) << status.ToString();
+      float loss = 0;
+      EXPECT_TRUE(exec.Read(p.outputs()->Get(0), &loss, 4).ok());
+      losses.push_back(loss);
+    }
+    *replayed = exec.replays_graph(program);
+    return losses;
+  };
+  bool eager_replayed = true, graph_replayed = false;
+  std::vector<float> eager = train(false, &eager_replayed);
+  std::vector<float> graphs = train(true, &graph_replayed);
+  EXPECT_FALSE(eager_replayed);
+  EXPECT_EQ(graph_replayed, backend_->supports_graphs());
+  ASSERT_EQ(eager.size(), graphs.size());
+  for (size_t i = 0; i < eager.size(); ++i)
+    EXPECT_NEAR(graphs[i], eager[i], 1e-6 * (1 + std::fabs(eager[i]))) << "step " << i + 1;
+  EXPECT_NE(eager[0], eager[4]);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, BackendConformance, ::testing::ValuesIn(BuiltBackends()),

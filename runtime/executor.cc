@@ -87,10 +87,12 @@ StatusOr<std::unique_ptr<Executor>> Executor::Create(const Plan& plan, Backend& 
     }
     executor->command_seconds_.emplace_back(program->commands()->size(), 0.0);
   }
+  executor->graph_of_.resize(root.programs()->size());
   return executor;
 }
 
 Executor::~Executor() {
+  for (ProgramGraph& g : graph_of_) backend_.DestroyGraph(g.graph);
   for (DeviceMemory* memory : {&arena_, &state_, &constants_})
     if (memory->address != nullptr) backend_.Free(*memory);
 }
@@ -195,6 +197,30 @@ Status Executor::Read(int32_t index, void* data, uint64_t bytes) const {
 }
 
 Status Executor::Enqueue(int index) {
+  if (!graphs_ || !backend_.supports_graphs() || profiling_ || sync_debug_)
+    return EnqueueCommands(index);
+  ProgramGraph& g = graph_of_[index];
+  const std::string what = "program '" + PrintableOf(program(index).name()) + "'";
+  if (g.graph.handle == nullptr && g.eager_runs++ >= 1) {
+    Status status = backend_.BeginCapture();
+    if (status.ok()) {
+      status = EnqueueCommands(index);
+      StatusOr<Graph> graph = backend_.EndCapture();  // ends the capture either way
+      if (graph.ok() && !status.ok()) backend_.DestroyGraph(*graph);
+      if (status.ok()) status = graph.status();
+      if (graph.ok() && status.ok()) g.graph = *graph;
+    }
+    if (!status.ok())
+      return Status(status.code(), what + ", captured as a graph: " + status.message() +
+                                       " (graphrun --no-cuda-graphs runs without graphs)");
+  }
+  if (g.graph.handle == nullptr) return EnqueueCommands(index);
+  Status status = backend_.LaunchGraph(g.graph);
+  if (!status.ok()) return Status(status.code(), what + ": " + status.message());
+  return status;
+}
+
+Status Executor::EnqueueCommands(int index) {
   const fb::Program& p = program(index);
   const auto& commands = operands_[index];
   using Clock = std::chrono::steady_clock;

@@ -59,6 +59,15 @@ class Executor {
   // it (graphrun --sync-debug). Slow; for finding faults.
   void set_sync_debug(bool on) { sync_debug_ = on; }
 
+  // On a backend with graphs (CUDA Graphs), a program's first run is eager
+  // (libraries load their code then), its second is recorded as a graph, and
+  // every run from then on replays it: one launch instead of a host call per
+  // command. Operand addresses are fixed at Create, so replays are exact.
+  // Profiling and sync-debug runs are always eager.
+  void set_graphs(bool on) { graphs_ = on; }
+  // Whether runs of `program` now replay a graph.
+  bool replays_graph(int program) const { return graph_of_[program].graph.handle != nullptr; }
+
   // While on, Run synchronizes after every command and adds its wall time to
   // command_seconds(program)[c] (for graphrun --profile; it serializes the
   // device, so it is off for throughput runs).
@@ -75,8 +84,16 @@ class Executor {
   DeviceMemory arena_, state_, constants_;
   // Per program, per command: the operands (inputs, then outputs).
   std::vector<std::vector<std::vector<DeviceMemory>>> operands_;
+  Status EnqueueCommands(int program);
+
   bool profiling_ = false;
   bool sync_debug_ = false;
+  bool graphs_ = false;
+  struct ProgramGraph {
+    int eager_runs = 0;
+    Graph graph;
+  };
+  std::vector<ProgramGraph> graph_of_;  // per program
   std::vector<std::vector<double>> command_seconds_;  // per program, per command
 };
 

@@ -122,7 +122,7 @@ class CpuBackend final : public Backend {
     return Status::Ok();
   }
 
-  StatusOr<Event> CreateEvent() override { return Event{new Clock::time_point()}; }
+  StatusOr<Event> CreateEvent(bool) override { return Event{new Clock::time_point()}; }
   void DestroyEvent(Event event) override { delete static_cast<Clock::time_point*>(event.handle); }
   Status RecordEvent(Event event, Stream) override {
     if (event.handle == nullptr) return Status(ErrorCode::kInvalidArgument, "a null event");

@@ -134,9 +134,10 @@ class CudaBackend final : public Backend {
     return Status::Ok();
   }
 
-  StatusOr<Event> CreateEvent() override {
+  StatusOr<Event> CreateEvent(bool timed) override {
     cudaEvent_t event = nullptr;
-    GRAPHC_CUDA(cudaEventCreate(&event), "event");
+    GRAPHC_CUDA(cudaEventCreateWithFlags(&event, timed ? cudaEventDefault : cudaEventDisableTiming),
+                "event");
     return Event{event};
   }
   void DestroyEvent(Event event) override {
@@ -174,6 +175,31 @@ class CudaBackend final : public Backend {
   }
   StatusOr<uint64_t> CountNonFinite(DeviceMemory memory, fb::DType dtype) override;
 
+  bool supports_graphs() const override { return true; }
+  Status BeginCapture() override {
+    // Thread-local: the data thread's host work is not part of the capture.
+    GRAPHC_CUDA(cudaStreamBeginCapture(compute_, cudaStreamCaptureModeThreadLocal),
+                "starting a graph capture");
+    return Status::Ok();
+  }
+  StatusOr<Graph> EndCapture() override {
+    cudaGraph_t graph = nullptr;
+    GRAPHC_CUDA(cudaStreamEndCapture(compute_, &graph), "ending a graph capture");
+    cudaGraphExec_t exec = nullptr;
+    cudaError_t error = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    if (error != cudaSuccess) return CudaFailed(error, "instantiating a graph");
+    return Graph{exec};
+  }
+  Status LaunchGraph(Graph graph) override {
+    GRAPHC_CUDA(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph.handle), compute_),
+                "graph launch");
+    return Status::Ok();
+  }
+  void DestroyGraph(Graph graph) override {
+    if (graph.handle != nullptr) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph.handle));
+  }
+
  private:
   cudaStream_t StreamOf(Stream stream) const {
     return stream == Stream::kCopy ? copy_ : compute_;
@@ -187,10 +213,12 @@ class CudaBackend final : public Backend {
   std::vector<fb::Target> targets_;
   cudaStream_t compute_ = nullptr, copy_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
-  CudnnOps cudnn_;
+  std::unique_ptr<CudnnOps> cudnn_ = std::make_unique<CudnnOps>();
   cudaLibrary_t library_ = nullptr;
+  char jit_log_[4096] = {0};  // the PTX compiler's errors (it may compile lazily)
   std::vector<std::vector<Launch>> kernels_;  // per plan kernel
   std::unordered_map<const fb::Command*, Gemm> gemms_;
+  void* cublas_workspace_ = nullptr;  // set explicitly, so graph capture allocates nothing
   unsigned long long* counter_ = nullptr;       // device: CountNonFinite's result
   unsigned long long* counter_host_ = nullptr;  // pinned
 };
@@ -198,8 +226,10 @@ class CudaBackend final : public Backend {
 CudaBackend::~CudaBackend() {
   if (compute_ != nullptr) cudaStreamSynchronize(compute_);
   if (copy_ != nullptr) cudaStreamSynchronize(copy_);
+  cudnn_.reset();  // its handle is bound to compute_: destroyed before the stream
   if (library_ != nullptr) cudaLibraryUnload(library_);
   if (cublas_ != nullptr) cublasDestroy(cublas_);
+  if (cublas_workspace_ != nullptr) cudaFree(cublas_workspace_);
   if (counter_ != nullptr) cudaFree(counter_);
   if (counter_host_ != nullptr) cudaFreeHost(counter_host_);
   if (compute_ != nullptr) cudaStreamDestroy(compute_);
@@ -232,12 +262,17 @@ Status CudaBackend::Initialize() {
   GRAPHC_CUDA(cudaMallocHost(reinterpret_cast<void**>(&counter_host_), sizeof(*counter_host_)), "pinned allocation");
   cublasStatus_t blas = cublasCreate(&cublas_);
   if (blas != CUBLAS_STATUS_SUCCESS) return CublasFailed(blas, "cannot start");
+  // NVIDIA's recommended workspace for Hopper (32 MiB), owned here: cuBLAS
+  // then allocates nothing itself, which graph capture requires.
+  constexpr size_t kCublasWorkspace = size_t{32} << 20;
+  GRAPHC_CUDA(cudaMalloc(&cublas_workspace_, kCublasWorkspace), "cuBLAS workspace");
   blas = cublasSetStream(cublas_, compute_);
+  if (blas == CUBLAS_STATUS_SUCCESS) blas = cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspace);
   if (blas == CUBLAS_STATUS_SUCCESS)
     blas = cublasSetMathMode(cublas_,
                              options_.tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
   if (blas != CUBLAS_STATUS_SUCCESS) return CublasFailed(blas, "setup");
-  return cudnn_.Initialize(compute_, options_.tf32);
+  return cudnn_->Initialize(compute_, options_.tf32);
 }
 
 Status CudaBackend::LoadKernels(const Plan& plan) {
@@ -245,7 +280,7 @@ Status CudaBackend::LoadKernels(const Plan& plan) {
   if (!target.ok()) return target.status();
   Status status = LoadGeneratedKernels(plan, *target);
   if (status.ok()) status = PrepareGemms(plan);
-  if (status.ok()) status = cudnn_.Prepare(plan);
+  if (status.ok()) status = cudnn_->Prepare(plan);
   if (status.ok()) GRAPHC_CUDA(cudaStreamSynchronize(compute_), "loading the plan");
   return status;
 }
@@ -264,17 +299,18 @@ Status CudaBackend::LoadGeneratedKernels(const Plan& plan, fb::Target target) {
   // The loader checked the PTX declares every launched entry with one .u64
   // parameter per buffer; cudaLibraryLoadData wants it NUL-terminated.
   std::string ptx(reinterpret_cast<const char*>(binary->data()->data()), binary->data()->size());
-  char log[4096] = {0};
+  char* log = jit_log_;
+  std::memset(jit_log_, 0, sizeof(jit_log_));
   cudaJitOption options[] = {cudaJitErrorLogBuffer, cudaJitErrorLogBufferSizeBytes};
-  void* values[] = {log, reinterpret_cast<void*>(static_cast<uintptr_t>(sizeof(log)))};
+  void* values[] = {log, reinterpret_cast<void*>(static_cast<uintptr_t>(sizeof(jit_log_)))};
   if (library_ != nullptr) cudaLibraryUnload(library_);
   library_ = nullptr;
   cudaError_t error =
       cudaLibraryLoadData(&library_, ptx.c_str(), options, values, 2, nullptr, nullptr, 0);
   if (error != cudaSuccess) {
     library_ = nullptr;
-    std::string detail = log[0] ? ": " + Printable(std::string(log, strnlen(log, sizeof(log))))
-                                : "";
+    std::string detail =
+        log[0] ? ": " + Printable(std::string(log, strnlen(log, sizeof(jit_log_)))) : "";
     return Status(ErrorCode::kBackend, std::string("cannot load the plan's ") +
                                            fb::EnumNameTarget(target) + " PTX: " +
                                            cudaGetErrorName(error) + detail);
@@ -298,6 +334,27 @@ Status CudaBackend::LoadGeneratedKernels(const Plan& plan, fb::Target target) {
                           cudaGetErrorName(error) + ")");
       l.grid = dim3(launch->grid()->Get(0), launch->grid()->Get(1), launch->grid()->Get(2));
       l.block = dim3(launch->block()->Get(0), launch->block()->Get(1), launch->block()->Get(2));
+      // Loading is lazy by default (CUDA 12.2+): asking for the attributes
+      // compiles the PTX now, so its errors surface here, with the log, and
+      // a block larger than the compiled kernel allows (registers) is
+      // refused at load rather than in the first step.
+      cudaFuncAttributes attributes;
+      error = cudaFuncGetAttributes(&attributes, reinterpret_cast<const void*>(l.kernel));
+      if (error != cudaSuccess) {
+        std::string detail =
+            log[0] ? ": " + Printable(std::string(log, strnlen(log, sizeof(jit_log_)))) : "";
+        return Status(ErrorCode::kBackend, "cannot compile launch '" +
+                                               PrintableOf(launch->entry()) + "' of the plan's " +
+                                               fb::EnumNameTarget(target) + " PTX: " +
+                                               cudaGetErrorName(error) + detail);
+      }
+      const uint64_t threads = uint64_t{l.block.x} * l.block.y * l.block.z;
+      if (threads > static_cast<uint64_t>(attributes.maxThreadsPerBlock))
+        return Status(ErrorCode::kUnsupported,
+                      "launch '" + PrintableOf(launch->entry()) + "' of kernel '" +
+                          PrintableOf(kernel->name()) + "' has " + std::to_string(threads) +
+                          " threads per block; compiled for this GPU it allows " +
+                          std::to_string(attributes.maxThreadsPerBlock));
       l.args.assign(launch->args()->begin(), launch->args()->end());
     }
   }
@@ -415,7 +472,7 @@ Status CudaBackend::Run(const fb::Command& command, const DeviceMemory* operands
     case fb::Opcode::Gemm:
       return RunGemm(command, operands);
     default:
-      return cudnn_.Run(command, operands);
+      return cudnn_->Run(command, operands);
   }
 }
 

@@ -79,6 +79,9 @@ Status Tensor4d(cudnnTensorDescriptor_t* desc, const std::vector<int64_t>& dims)
   return Status::Ok();
 }
 
+// The most workspace one convolution algorithm may take.
+constexpr size_t kMaxWorkspace = size_t{1} << 30;
+
 size_t Bytes(const std::vector<int64_t>& dims) {
   size_t bytes = 4;
   for (int64_t v : dims) bytes *= static_cast<size_t>(v);
@@ -215,7 +218,9 @@ Status CudnnOps::Impl::PrepareConv(const fb::Command& c, Call& call) {
 // Benchmarks the algorithms of a convolution once per distinct key and keeps
 // the fastest that succeeds with the allowed math (FMA only, unless TF32).
 Status CudnnOps::Impl::ChooseAlgorithm(const fb::Command& c, Call& call, const std::string& key) {
-  const cudnnMathType_t allowed = tf32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
+  // Strict FP32 is FMA math only (CUDNN_DEFAULT_MATH admits TF32 on sm_80+);
+  // TF32 is DEFAULT, as PyTorch sets it, never a conversion to FP16.
+  const cudnnMathType_t allowed = tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
   GRAPHC_CUDNN(cudnnSetConvolutionMathType(call.d.conv, allowed), "math type");
   auto found = chosen.find(key);
   if (found == chosen.end()) {
@@ -223,9 +228,11 @@ Status CudnnOps::Impl::ChooseAlgorithm(const fb::Command& c, Call& call, const s
     int returned = 0;
     int algorithm = -1;
     cudnnMathType_t math = allowed;
-    auto acceptable = [&](cudnnStatus_t status, cudnnMathType_t m) {
-      return status == CUDNN_STATUS_SUCCESS &&
-             (tf32 || (m != CUDNN_TENSOR_OP_MATH && m != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION));
+    // The fastest that succeeds with the allowed math and a workspace within
+    // kMaxWorkspace (all calls share one workspace, sized to the largest).
+    auto acceptable = [&](cudnnStatus_t status, cudnnMathType_t m, size_t memory) {
+      return status == CUDNN_STATUS_SUCCESS && memory <= kMaxWorkspace &&
+             (tf32 ? m != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION : m == CUDNN_FMA_MATH);
     };
     const Descriptors& d = call.d;
     if (c.op() == fb::Opcode::Conv2d) {
@@ -234,7 +241,7 @@ Status CudnnOps::Impl::ChooseAlgorithm(const fb::Command& c, Call& call, const s
                                                         &returned, perf),
                    "choosing a forward convolution algorithm");
       for (int i = 0; i < returned && algorithm < 0; ++i)
-        if (acceptable(perf[i].status, perf[i].mathType)) {
+        if (acceptable(perf[i].status, perf[i].mathType, perf[i].memory)) {
           algorithm = perf[i].algo;
           math = perf[i].mathType;
         }
@@ -244,7 +251,7 @@ Status CudnnOps::Impl::ChooseAlgorithm(const fb::Command& c, Call& call, const s
                                                              kMax, &returned, perf),
                    "choosing a backward-data convolution algorithm");
       for (int i = 0; i < returned && algorithm < 0; ++i)
-        if (acceptable(perf[i].status, perf[i].mathType)) {
+        if (acceptable(perf[i].status, perf[i].mathType, perf[i].memory)) {
           algorithm = perf[i].algo;
           math = perf[i].mathType;
         }
@@ -254,7 +261,7 @@ Status CudnnOps::Impl::ChooseAlgorithm(const fb::Command& c, Call& call, const s
                                                                d.filter, kMax, &returned, perf),
                    "choosing a backward-filter convolution algorithm");
       for (int i = 0; i < returned && algorithm < 0; ++i)
-        if (acceptable(perf[i].status, perf[i].mathType)) {
+        if (acceptable(perf[i].status, perf[i].mathType, perf[i].memory)) {
           algorithm = perf[i].algo;
           math = perf[i].mathType;
         }

@@ -47,6 +47,11 @@ __global__ void CropKernel(const float* xp, float* x, int64_t total, int64_t h, 
   }
 }
 
+// cudaGetLastError after a <<<>>> launch returns the last error of any call
+// on this thread; one already reported elsewhere is cleared first, so that a
+// launch reports only its own.
+void ClearReportedError() { (void)cudaGetLastError(); }
+
 unsigned Blocks(int64_t n) {
   return static_cast<unsigned>(std::clamp<int64_t>((n + kThreads - 1) / kThreads, 1, 4096));
 }
@@ -56,6 +61,7 @@ unsigned Blocks(int64_t n) {
 cudaError_t CountAllOnesExponent(const void* data, int64_t n, int bits, uint32_t exponent,
                                  unsigned long long* count, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
+  ClearReportedError();
   if (bits == 32)
     CountKernel<<<Blocks(n), kThreads, 0, stream>>>(static_cast<const uint32_t*>(data), n,
                                                     exponent, count);
@@ -68,6 +74,7 @@ cudaError_t CountAllOnesExponent(const void* data, int64_t n, int bits, uint32_t
 cudaError_t BroadcastRows(const float* bias, float* c, int64_t rows, int64_t cols,
                           cudaStream_t stream) {
   if (rows <= 0 || cols <= 0) return cudaSuccess;
+  ClearReportedError();
   BroadcastRowsKernel<<<Blocks(rows * cols), kThreads, 0, stream>>>(bias, c, rows, cols);
   return cudaGetLastError();
 }
@@ -77,6 +84,7 @@ cudaError_t PadPlanes(const float* x, float* xp, int64_t planes, int64_t h, int6
                       cudaStream_t stream) {
   const int64_t total = planes * hp * wp;
   if (total <= 0) return cudaSuccess;
+  ClearReportedError();
   PadKernel<<<Blocks(total), kThreads, 0, stream>>>(x, xp, total, h, w, top, left, hp, wp, value);
   return cudaGetLastError();
 }
@@ -85,6 +93,7 @@ cudaError_t CropPlanes(const float* xp, float* x, int64_t planes, int64_t h, int
                        int64_t top, int64_t left, int64_t hp, int64_t wp, cudaStream_t stream) {
   const int64_t total = planes * h * w;
   if (total <= 0) return cudaSuccess;
+  ClearReportedError();
   CropKernel<<<Blocks(total), kThreads, 0, stream>>>(xp, x, total, h, w, top, left, hp, wp);
   return cudaGetLastError();
 }

@@ -146,6 +146,10 @@ int Main(int argc, char** argv) {
   app.add_flag("--tf32", device_options.tf32,
                "CUDA: let cuBLAS and cuDNN use TF32 tensor cores for FP32 math (default: "
                "strict FP32); the report says which");
+  bool no_graphs = false;
+  app.add_flag("--no-cuda-graphs", no_graphs,
+               "CUDA: launch train_step's commands one by one every step instead of replaying "
+               "them as a CUDA Graph (to compare)");
   app.add_flag("--sync-debug", train.sync_debug,
                "wait for the device after every command, so that an asynchronous failure is "
                "reported against the command that caused it (slow)");
@@ -216,6 +220,7 @@ int Main(int argc, char** argv) {
     return 1;
   }
 
+  train.graphs = !no_graphs;
   if (!*inspect) {
     if (train.plan_path.empty()) {
       std::cerr << "graphrun: error[invalid-argument]: give a plan: graphrun PLAN [options] "

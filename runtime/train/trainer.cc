@@ -70,7 +70,7 @@ class InputFeeder {
         slot.device[i] = *device;
       }
       for (Event* e : {&slot.copied, &slot.consumed}) {
-        StatusOr<Event> event = backend_.CreateEvent();
+        StatusOr<Event> event = backend_.CreateEvent(/*timed=*/false);
         if (!event.ok()) return event.status();
         *e = *event;
       }
@@ -146,7 +146,7 @@ class StepClock {
   }
   Status Initialize() {
     for (int i = 0; i <= kClockWindow; ++i) {
-      StatusOr<Event> event = backend_.CreateEvent();
+      StatusOr<Event> event = backend_.CreateEvent(/*timed=*/true);
       if (!event.ok()) return event.status();
       events_.push_back(*event);
     }
@@ -311,6 +311,7 @@ Status Train(const Plan& plan, Backend& backend, const TrainOptions& o, std::ost
   if (!created.ok()) return created.status();
   Executor& exec = **created;
   exec.set_sync_debug(o.sync_debug);
+  exec.set_graphs(o.graphs);
   status = exec.InitializeState(o.seed);
   if (!status.ok()) return status;
   StatusOr<Programs> found = FindPrograms(exec);
@@ -492,6 +493,7 @@ Status Train(const Plan& plan, Backend& backend, const TrainOptions& o, std::ost
       {"step_ms_p90", p90_ms},
       {"final_loss", steps == 0 ? nlohmann::json() : nlohmann::json(loss)},
       {"seed", o.seed},
+      {"cuda_graphs", exec.replays_graph(p.train)},
   };
   for (const auto& [key, value] : o.report_extra.items()) j[key] = value;
   if (!profile.is_null()) j["profile"] = profile;

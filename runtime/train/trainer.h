@@ -34,6 +34,7 @@ struct TrainOptions {
   int64_t warmup = 10, epochs = 0, display_every = 10;
   std::string data = "synthetic";
   bool eval = false, profile = false, flip = false, sync_debug = false;
+  bool graphs = true;  // replay train_step as a CUDA Graph where the device has them
   uint64_t seed = 42;
   std::string report, save, resume;
   int64_t save_every = 0;

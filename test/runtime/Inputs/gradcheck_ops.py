@@ -10,12 +10,18 @@ through the op's backward. The plan is compiled with plain SGD at lr 1 and no
 weight decay, so one step moves each parameter by exactly -gradient: the
 gradient is read back from the checkpoints before and after it.
 
-  gradcheck_ops.py WORKDIR [CASE...]
+  gradcheck_ops.py WORKDIR [CASE...] [--device D] [--target T]
+                   [--compile-only | --precompiled]
+
+--device runs graphrun on that device (default: graphrun's auto). A GPU
+machine has no MLIR, so tools/gpu-check compiles the cases here with
+--compile-only --target=all and runs them there with --precompiled.
 
 Prints one line per case and exits 1 if any parameter element differs from the
 reference by more than 1e-3 relative (with a floor of 1e-4 of the tensor's
 largest gradient, below which float32's rounding of `p - g` dominates).
 """
+import argparse
 import os
 import struct
 import subprocess
@@ -269,16 +275,21 @@ def load_safetensors(path):
 # ------------------------------------------------------------------- driver
 
 
-def check(case, work, tools):
+def check(case, work, tools, args):
     d = os.path.join(work, case)
     os.makedirs(d, exist_ok=True)
     text, params, features, uses_b = model_text(case)
-    with open(os.path.join(d, "model.mlir"), "w") as f:
-        f.write(text)
-    subprocess.run([os.path.join(tools, "graphc"), "compile", os.path.join(d, "model.mlir"),
-                    "--batch-size", str(N), "--optimizer", "sgd", "--lr", "1",
-                    "--weight-decay", "0", "-o", os.path.join(d, "model.plan")],
-                   check=True, stdout=subprocess.DEVNULL)
+    if not args.precompiled:
+        with open(os.path.join(d, "model.mlir"), "w") as f:
+            f.write(text)
+        subprocess.run([os.path.join(tools, "graphc"), "compile", os.path.join(d, "model.mlir"),
+                        "--batch-size", str(N), "--optimizer", "sgd", "--lr", "1",
+                        "--weight-decay", "0", "--target", args.target,
+                        "-o", os.path.join(d, "model.plan")],
+                       check=True, stdout=subprocess.DEVNULL)
+    if args.compile_only:
+        print(f"compiled: {case}")
+        return True
     rng = np.random.default_rng(sum(map(ord, case)))
     x = rng.normal(size=(N, C, H, W)).astype(np.float32)
     y = rng.integers(0, K, size=N).astype(np.int32)
@@ -296,10 +307,11 @@ def check(case, work, tools):
     save_npy(os.path.join(d, "x.npy"), x)
     save_npy(os.path.join(d, "y.npy"), y)
     save_safetensors(os.path.join(d, "before.st"), state)
+    device = ["--device", args.device] if args.device else []
     subprocess.run([os.path.join(tools, "graphrun"), os.path.join(d, "model.plan"),
                     "--data", f"npy:{d}/x.npy,{d}/y.npy", "--steps", "1", "--warmup", "0",
                     "--resume", os.path.join(d, "before.st"),
-                    "--save", os.path.join(d, "after.st")],
+                    "--save", os.path.join(d, "after.st")] + device,
                    check=True, stdout=subprocess.DEVNULL)
     after = load_safetensors(os.path.join(d, "after.st"))
 
@@ -340,10 +352,24 @@ def check(case, work, tools):
 
 
 def main():
-    work = sys.argv[1]
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("work")
+    parser.add_argument("cases", nargs="*")
+    parser.add_argument("--device", default="")
+    parser.add_argument("--target", default="cpu")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--compile-only", action="store_true")
+    mode.add_argument("--precompiled", action="store_true")
+    args = parser.parse_args()
     tools = os.environ.get("GRAPHC_TOOLS", "")
-    cases = sys.argv[2:] or list(CASES)
-    results = [check(case, work, tools) for case in cases]
+    unknown = [c for c in args.cases if c not in CASES]
+    if unknown:
+        sys.exit(f"gradcheck_ops.py: unknown case(s) {', '.join(unknown)}")
+    cases = args.cases or list(CASES)
+    results = [check(case, args.work, tools, args) for case in cases]
+    if args.compile_only:
+        print(f"compiled {len(results)} cases")
+        return
     print(f"{sum(results)} of {len(results)} ops match float64 finite differences")
     sys.exit(0 if all(results) else 1)
 
