@@ -205,7 +205,7 @@ FailureOr<SmallVector<KernelLaunch>> outlineCpuLaunches(func::FuncOp func,
 /// name, in order.
 FailureOr<std::vector<SmallVector<KernelLaunch>>>
 splitCpuLaunches(ModuleOp kernels, ArrayRef<std::string> names) {
-  if (failed(lowerToParallelLoops(kernels)))
+  if (failed(selectTarget(kernels, "cpu")) || failed(lowerToParallelLoops(kernels)))
     return failure();
   SymbolTable symbols(kernels);
   std::vector<SmallVector<KernelLaunch>> result;

@@ -1,24 +1,27 @@
 //===- CodegenPtx.cpp - kernel bodies to PTX ------------------------------===//
 //
 // The GPU pipeline over the same bodies the CPU path compiles:
-//  1) every linalg.generic gets its parallel loops first (a per-channel
-//     reduction becomes a thread per channel, not a launch per reduced index),
-//     then linalg becomes scf.parallel / scf.for;
+//  1) the CUDA variants of target-specific code are kept (block reductions:
+//     ReductionNest.h), then every linalg.generic gets its parallel loops
+//     first, then linalg becomes scf.parallel / scf.for;
 //  2) each top-level scf.parallel is tiled by 256 (no-min-max-bounds: without
 //     it, trip counts that are not a multiple of the tile stay on the host),
 //     mapped to blocks x threads and becomes a gpu.launch;
-//  3) what is left at the top level and is not a constant (a full reduction,
-//     a scalar update) runs in a one-thread launch: correct, and rare;
+//  3) what is left at the top level and is not a constant or a launch (a
+//     scalar update) runs in a one-thread launch;
 //  4) the launches are outlined, merged into one gpu.module, lowered to NVVM
 //     with bare pointers (every shape is static) and serialized to PTX for
 //     each requested chip; libdevice supplies the math functions.
 // The host side of each kernel is then nothing but its launches, which are
-// recorded (entry, grid, block, which buffers) for the runtime to replay.
+// recorded (entry, grid, block, which buffers) for the runtime to replay; a
+// launch moving more than 1 MiB on fewer than kGpuMinThreads threads fails
+// compilation (it would leave the GPU all but idle).
 //
 //===----------------------------------------------------------------------===//
 
 #include "compiler/Lowering/CodegenPtx.h"
 #include "compiler/Lowering/KernelLoops.h"
+#include "compiler/Lowering/ReductionNest.h"
 
 #include "mlir/Conversion/AffineToStandard/AffineToStandard.h"
 #include "mlir/Conversion/GPUToNVVM/GPUToNVVMPass.h"
@@ -44,6 +47,8 @@ namespace graphc {
 namespace {
 
 constexpr int64_t kThreadsPerBlock = 256;
+/// Launches above this many bytes must use the GPU: kGpuMinThreads threads.
+constexpr uint64_t kBigLaunchBytes = uint64_t{1} << 20;
 constexpr llvm::StringLiteral kGpuModuleName = "graphc_kernels";
 
 /// Rewrites an scf.parallel without reductions as nested scf.for loops.
@@ -96,8 +101,9 @@ FailureOr<PtxKernels> compilePtx(ModuleOp kernels, ArrayRef<std::string> names,
   MLIRContext *context = kernels->getContext();
   Location loc = kernels.getLoc();
 
-  // 1) linalg to parallel loops, parallel dimensions outermost.
-  if (failed(lowerToParallelLoops(kernels)))
+  // 1) the CUDA variants of target-specific code (block reductions), then
+  // linalg to parallel loops, parallel dimensions outermost.
+  if (failed(selectTarget(kernels, "cuda")) || failed(lowerToParallelLoops(kernels)))
     return failure();
   // 3) before 2): the host code goes into one-thread launches, so that the
   // mapping below sees only the top-level scf.parallel loops.
@@ -155,6 +161,23 @@ FailureOr<PtxKernels> compilePtx(ModuleOp kernels, ArrayRef<std::string> names,
                  << name << " passes a host-computed value to the device";
         record.args.push_back(blockArg.getArgNumber());
       }
+      // The GPU must be used as one: a launch moving more than
+      // kBigLaunchBytes runs on at least kGpuMinThreads threads.
+      uint64_t bytes = 0;
+      for (uint32_t a : record.args)
+        if (auto type = dyn_cast<MemRefType>(func.getArgument(a).getType()))
+          bytes += static_cast<uint64_t>(type.getNumElements()) *
+                   std::max<uint64_t>(1, type.getElementTypeBitWidth() / 8);
+      uint64_t threads = 1;
+      for (uint32_t d : record.grid)
+        threads *= d;
+      for (uint32_t d : record.block)
+        threads *= d;
+      if (bytes > kBigLaunchBytes && threads < static_cast<uint64_t>(kGpuMinThreads))
+        return launch.emitError("GPU codegen: launch ")
+               << record.entry << " of kernel " << name << " moves " << bytes
+               << " bytes on only " << threads << " threads (at least " << kGpuMinThreads
+               << " for more than " << kBigLaunchBytes << " bytes)";
     }
   }
 
@@ -169,6 +192,13 @@ FailureOr<PtxKernels> compilePtx(ModuleOp kernels, ArrayRef<std::string> names,
   auto merged = b.create<gpu::GPUModuleOp>(loc, kGpuModuleName, b.getArrayAttr(targets));
   Operation *end = merged.getBody()->getTerminator();
   for (auto outlined : llvm::make_early_inc_range(kernels.getOps<gpu::GPUModuleOp>())) {
+    // Device globals (the block reductions' partials), once each.
+    for (auto global : llvm::make_early_inc_range(outlined.getOps<memref::GlobalOp>())) {
+      if (SymbolTable::lookupSymbolIn(merged, global.getSymName()))
+        global.erase();
+      else
+        global->moveBefore(merged.getBody(), merged.getBody()->begin());
+    }
     for (auto fn : llvm::make_early_inc_range(outlined.getOps<gpu::GPUFuncOp>())) {
       if (!fn.isKernel())
         return fn.emitError("GPU codegen: unexpected device function");

@@ -12,6 +12,7 @@
 
 #include "compiler/Lowering/KernelEmitter.h"
 
+#include "compiler/Lowering/KernelLoops.h"
 #include "compiler/Lowering/ReductionNest.h"
 
 #include "dialects/nn/IR/NNOps.h"
@@ -610,28 +611,61 @@ KernelSignature emitSoftmaxCrossEntropy(nn::SoftmaxCrossEntropyOp op,
   Value logits = func.getArgument(0), labels = func.getArgument(1);
   Type f32 = b.getF32Type();
   double smoothing = op.getLabelSmoothing().convertToDouble();
-  Value c0 = constIndex(b, loc, 0), c1 = constIndex(b, loc, 1);
-  auto loop = b.create<scf::ForOp>(
-      loc, c0, constIndex(b, loc, rows), c1, ValueRange{constFloat(b, loc, f32, 0.0)},
-      [&](OpBuilder &fb, Location floc, Value row, ValueRange acc) {
-        RowStats s = buildRowStats(fb, floc, logits, labels, row, classes);
-        Value lse = fb.create<arith::AddFOp>(
-            floc, s.max, fb.create<math::LogOp>(floc, s.sumExp));
-        Value loss = fb.create<arith::SubFOp>(
-            floc, lse,
-            fb.create<arith::MulFOp>(floc, constFloat(fb, floc, f32, 1.0 - smoothing),
-                                     s.labelLogit));
-        loss = fb.create<arith::SubFOp>(
-            floc, loss,
-            fb.create<arith::MulFOp>(
-                floc, constFloat(fb, floc, f32, smoothing / classes), s.sum));
-        loss = fb.create<arith::SelectOp>(floc, s.valid, loss,
-                                          constFloat(fb, floc, f32, NAN));
-        fb.create<scf::YieldOp>(floc, ValueRange{fb.create<arith::AddFOp>(floc, acc[0], loss)});
-      });
-  Value mean = b.create<arith::MulFOp>(loc, loop.getResult(0),
-                                       constFloat(b, loc, f32, 1.0 / rows));
-  b.create<memref::StoreOp>(loc, mean, func.getArgument(2), ValueRange{});
+  // One row's loss: lse - (1 - ls) * x[label] - ls / C * sum(x), NaN for an
+  // invalid label.
+  auto rowLoss = [&](OpBuilder &fb, Location floc, Value row) {
+    RowStats s = buildRowStats(fb, floc, logits, labels, row, classes);
+    Value lse = fb.create<arith::AddFOp>(floc, s.max, fb.create<math::LogOp>(floc, s.sumExp));
+    Value loss = fb.create<arith::SubFOp>(
+        floc, lse,
+        fb.create<arith::MulFOp>(floc, constFloat(fb, floc, f32, 1.0 - smoothing), s.labelLogit));
+    loss = fb.create<arith::SubFOp>(
+        floc, loss,
+        fb.create<arith::MulFOp>(floc, constFloat(fb, floc, f32, smoothing / classes), s.sum));
+    return fb.create<arith::SelectOp>(floc, s.valid, loss, constFloat(fb, floc, f32, NAN))
+        .getResult();
+  };
+  // The CPU: rows in order, one core. CUDA: row-parallel, a block of threads
+  // each taking every B-th row, their float64 sums combined as a tree.
+  auto cpu = [&](OpBuilder &nb) {
+    Value c0 = constIndex(nb, loc, 0), c1 = constIndex(nb, loc, 1);
+    auto loop = nb.create<scf::ForOp>(
+        loc, c0, constIndex(nb, loc, rows), c1, ValueRange{constFloat(nb, loc, f32, 0.0)},
+        [&](OpBuilder &fb, Location floc, Value row, ValueRange acc) {
+          fb.create<scf::YieldOp>(
+              floc, ValueRange{fb.create<arith::AddFOp>(floc, acc[0], rowLoss(fb, floc, row))});
+        });
+    Value mean = nb.create<arith::MulFOp>(loc, loop.getResult(0),
+                                          constFloat(nb, loc, f32, 1.0 / rows));
+    nb.create<memref::StoreOp>(loc, mean, func.getArgument(2), ValueRange{});
+  };
+  auto cuda = [&](OpBuilder &nb) {
+    Type f64 = nb.getF64Type();
+    const int64_t block = gpuBlockSize(1, rows);
+    buildBlockReduction(
+        nb, loc, /*grid=*/1, block, TypeRange{f64},
+        [&](OpBuilder &tb, Location tloc, Value, Value thread) {
+          auto loop = tb.create<scf::ForOp>(
+              tloc, thread, constIndex(tb, tloc, rows), constIndex(tb, tloc, block),
+              ValueRange{constFloat(tb, tloc, f64, 0.0)},
+              [&](OpBuilder &fb, Location floc, Value row, ValueRange acc) {
+                Value loss = fb.create<arith::ExtFOp>(floc, f64, rowLoss(fb, floc, row));
+                fb.create<scf::YieldOp>(floc,
+                                        ValueRange{fb.create<arith::AddFOp>(floc, acc[0], loss)});
+              });
+          return SmallVector<Value>{loop.getResult(0)};
+        },
+        [](OpBuilder &cb, Location cloc, unsigned, Value x, Value y) {
+          return cb.create<arith::AddFOp>(cloc, x, y).getResult();
+        },
+        [&](OpBuilder &fb, Location floc, Value, ValueRange totals) {
+          Value mean = fb.create<arith::MulFOp>(floc, totals[0],
+                                                constFloat(fb, floc, f64, 1.0 / rows));
+          fb.create<memref::StoreOp>(floc, fb.create<arith::TruncFOp>(floc, f32, mean),
+                                     func.getArgument(2), ValueRange{});
+        });
+  };
+  buildPerTarget(b, loc, cpu, cuda);
   b.create<func::ReturnOp>(loc);
   return {{op.getLogits(), op.getLabels()}, false};
 }
@@ -651,39 +685,102 @@ KernelSignature emitSoftmaxCrossEntropyBackward(nn::SoftmaxCrossEntropyBackwardO
   Value labels = func.getArgument(2), out = func.getArgument(3);
   Type f32 = b.getF32Type();
   double smoothing = op.getLabelSmoothing().convertToDouble();
-  Value c0 = constIndex(b, loc, 0), c1 = constIndex(b, loc, 1);
-  b.create<scf::ParallelOp>(
-      loc, ValueRange{c0}, ValueRange{constIndex(b, loc, rows)}, ValueRange{c1},
-      [&](OpBuilder &pb, Location ploc, ValueRange ivs) {
-        Value row = ivs[0];
-        RowStats s = buildRowStats(pb, ploc, logits, labels, row, classes);
-        Value scale = pb.create<arith::MulFOp>(
-            ploc, pb.create<memref::LoadOp>(ploc, gradLoss, ValueRange{}),
-            constFloat(pb, ploc, f32, 1.0 / rows));
-        scale = pb.create<arith::SelectOp>(ploc, s.valid, scale,
-                                           constFloat(pb, ploc, f32, NAN));
-        Value invSum = pb.create<arith::DivFOp>(ploc, constFloat(pb, ploc, f32, 1.0),
-                                                s.sumExp);
-        Value label = pb.create<arith::IndexCastOp>(
-            ploc, pb.getIndexType(), pb.create<memref::LoadOp>(ploc, labels, row));
-        pb.create<scf::ForOp>(
-            ploc, c0, constIndex(pb, ploc, classes), c1, std::nullopt,
-            [&](OpBuilder &fb, Location floc, Value c, ValueRange) {
-              Value x = fb.create<memref::LoadOp>(floc, logits, ValueRange{row, c});
-              Value p = fb.create<arith::MulFOp>(
-                  floc, fb.create<math::ExpOp>(floc, fb.create<arith::SubFOp>(floc, x, s.max)),
-                  invSum);
-              Value isLabel = fb.create<arith::CmpIOp>(floc, arith::CmpIPredicate::eq, c,
-                                                       label);
-              Value target = fb.create<arith::SelectOp>(
-                  floc, isLabel, constFloat(fb, floc, f32, 1.0 - smoothing + smoothing / classes),
-                  constFloat(fb, floc, f32, smoothing / classes));
-              Value grad = fb.create<arith::MulFOp>(
-                  floc, fb.create<arith::SubFOp>(floc, p, target), scale);
-              fb.create<memref::StoreOp>(floc, grad, out, ValueRange{row, c});
-              fb.create<scf::YieldOp>(floc);
-            });
-      });
+  // dx[row, c] for one class, given the row's max, 1 / sum(exp), label and
+  // scale (NaN for an invalid label).
+  auto writeClass = [&](OpBuilder &fb, Location floc, Value row, Value c, Value max,
+                        Value invSum, Value label, Value scale) {
+    Value x = fb.create<memref::LoadOp>(floc, logits, ValueRange{row, c});
+    Value p = fb.create<arith::MulFOp>(
+        floc, fb.create<math::ExpOp>(floc, fb.create<arith::SubFOp>(floc, x, max)), invSum);
+    Value isLabel = fb.create<arith::CmpIOp>(floc, arith::CmpIPredicate::eq, c, label);
+    Value target = fb.create<arith::SelectOp>(
+        floc, isLabel, constFloat(fb, floc, f32, 1.0 - smoothing + smoothing / classes),
+        constFloat(fb, floc, f32, smoothing / classes));
+    Value grad = fb.create<arith::MulFOp>(floc, fb.create<arith::SubFOp>(floc, p, target), scale);
+    fb.create<memref::StoreOp>(floc, grad, out, ValueRange{row, c});
+  };
+  auto rowScale = [&](OpBuilder &pb, Location ploc, Value valid) {
+    Value scale = pb.create<arith::MulFOp>(
+        ploc, pb.create<memref::LoadOp>(ploc, gradLoss, ValueRange{}),
+        constFloat(pb, ploc, f32, 1.0 / rows));
+    return pb.create<arith::SelectOp>(ploc, valid, scale, constFloat(pb, ploc, f32, NAN))
+        .getResult();
+  };
+  // The CPU: one parallel iteration per row. CUDA: a block per row, its
+  // threads striding over the classes (coalesced), the row's max and sum of
+  // exponentials combined across the block.
+  auto cpu = [&](OpBuilder &nb) {
+    Value c0 = constIndex(nb, loc, 0), c1 = constIndex(nb, loc, 1);
+    nb.create<scf::ParallelOp>(
+        loc, ValueRange{c0}, ValueRange{constIndex(nb, loc, rows)}, ValueRange{c1},
+        [&](OpBuilder &pb, Location ploc, ValueRange ivs) {
+          Value row = ivs[0];
+          RowStats s = buildRowStats(pb, ploc, logits, labels, row, classes);
+          Value scale = rowScale(pb, ploc, s.valid);
+          Value invSum = pb.create<arith::DivFOp>(ploc, constFloat(pb, ploc, f32, 1.0), s.sumExp);
+          Value label = pb.create<arith::IndexCastOp>(
+              ploc, pb.getIndexType(), pb.create<memref::LoadOp>(ploc, labels, row));
+          pb.create<scf::ForOp>(ploc, c0, constIndex(pb, ploc, classes), c1, std::nullopt,
+                                [&](OpBuilder &fb, Location floc, Value c, ValueRange) {
+                                  writeClass(fb, floc, row, c, s.max, invSum, label, scale);
+                                  fb.create<scf::YieldOp>(floc);
+                                });
+        });
+  };
+  auto cuda = [&](OpBuilder &nb) {
+    const int64_t block = gpuBlockSize(rows, classes);
+    buildBlockLaunch(
+        nb, loc, rows, block, TypeRange{f32, f32},
+        [&](OpBuilder &lb, Location ll, Value row, Value thread,
+            ArrayRef<BlockArgument> buffers) {
+          Value cC = constIndex(lb, ll, classes), cB = constIndex(lb, ll, block);
+          auto strided = [&](Value init, auto step) {
+            return lb
+                .create<scf::ForOp>(ll, thread, cC, cB, ValueRange{init},
+                                    [&](OpBuilder &fb, Location floc, Value c, ValueRange acc) {
+                                      Value x = fb.create<memref::LoadOp>(floc, logits,
+                                                                          ValueRange{row, c});
+                                      fb.create<scf::YieldOp>(floc, step(fb, floc, x, acc[0]));
+                                    })
+                .getResult(0);
+          };
+          Value localMax = strided(constFloat(lb, ll, f32, -INFINITY),
+                                   [](OpBuilder &fb, Location floc, Value x, Value acc) {
+                                     return fb.create<arith::MaximumFOp>(floc, acc, x).getResult();
+                                   });
+          Value max = blockAllReduce(lb, ll, thread, block, buffers[0], localMax,
+                                     [](OpBuilder &cb, Location cl, Value x, Value y) {
+                                       return cb.create<arith::MaximumFOp>(cl, x, y).getResult();
+                                     });
+          Value localSum = strided(constFloat(lb, ll, f32, 0.0),
+                                   [&](OpBuilder &fb, Location floc, Value x, Value acc) {
+                                     Value e = fb.create<math::ExpOp>(
+                                         floc, fb.create<arith::SubFOp>(floc, x, max));
+                                     return fb.create<arith::AddFOp>(floc, acc, e).getResult();
+                                   });
+          Value sumExp = blockAllReduce(lb, ll, thread, block, buffers[1], localSum,
+                                        [](OpBuilder &cb, Location cl, Value x, Value y) {
+                                          return cb.create<arith::AddFOp>(cl, x, y).getResult();
+                                        });
+          Value rawLabel = lb.create<memref::LoadOp>(ll, labels, row);
+          Type labelType = rawLabel.getType();
+          Value valid = lb.create<arith::AndIOp>(
+              ll,
+              lb.create<arith::CmpIOp>(ll, arith::CmpIPredicate::sge, rawLabel,
+                                       constInt(lb, ll, labelType, 0)),
+              lb.create<arith::CmpIOp>(ll, arith::CmpIPredicate::slt, rawLabel,
+                                       constInt(lb, ll, labelType, classes)));
+          Value scale = rowScale(lb, ll, valid);
+          Value invSum = lb.create<arith::DivFOp>(ll, constFloat(lb, ll, f32, 1.0), sumExp);
+          Value label = lb.create<arith::IndexCastOp>(ll, lb.getIndexType(), rawLabel);
+          lb.create<scf::ForOp>(ll, thread, cC, cB, std::nullopt,
+                                [&](OpBuilder &fb, Location floc, Value c, ValueRange) {
+                                  writeClass(fb, floc, row, c, max, invSum, label, scale);
+                                  fb.create<scf::YieldOp>(floc);
+                                });
+        });
+  };
+  buildPerTarget(b, loc, cpu, cuda);
   b.create<func::ReturnOp>(loc);
   return {{op.getGradLoss(), op.getLogits(), op.getLabels()}, false};
 }

@@ -2,6 +2,7 @@
 
 #include "compiler/Lowering/KernelLoops.h"
 
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Linalg/Passes.h"
 #include "mlir/Dialect/Linalg/Transforms/Transforms.h"
@@ -98,7 +99,8 @@ LogicalResult wrapHostCode(func::FuncOp func,
                            function_ref<LogicalResult(ArrayRef<Operation *>)> wrap) {
   Block &body = func.getBody().front();
   auto isLeftOnHost = [](Operation &op) {
-    return op.hasTrait<OpTrait::ConstantLike>() || op.hasTrait<OpTrait::IsTerminator>();
+    return op.hasTrait<OpTrait::ConstantLike>() || op.hasTrait<OpTrait::IsTerminator>() ||
+           isa<gpu::LaunchOp>(op);
   };
   for (auto loop : body.getOps<scf::ParallelOp>())
     if (loop.getNumReductions() != 0)
@@ -140,6 +142,44 @@ LogicalResult wrapHostCode(func::FuncOp func,
   for (ArrayRef<Operation *> run : runs)
     if (failed(wrap(run)))
       return failure();
+  return success();
+}
+
+void buildPerTarget(OpBuilder &b, Location loc, function_ref<void(OpBuilder &)> cpu,
+                    function_ref<void(OpBuilder &)> cuda) {
+  for (auto [target, build] : {std::pair{"cpu", cpu}, std::pair{"cuda", cuda}}) {
+    auto region = b.create<scf::ExecuteRegionOp>(loc, TypeRange{});
+    region->setAttr(kTargetAttrName, b.getStringAttr(target));
+    OpBuilder::InsertionGuard guard(b);
+    b.createBlock(&region.getRegion());
+    build(b);
+    b.create<scf::YieldOp>(loc);
+  }
+}
+
+LogicalResult selectTarget(ModuleOp kernels, StringRef target) {
+  SmallVector<scf::ExecuteRegionOp> variants;
+  kernels.walk([&](scf::ExecuteRegionOp op) {
+    if (op->hasAttr(kTargetAttrName))
+      variants.push_back(op);
+  });
+  for (scf::ExecuteRegionOp op : variants) {
+    auto name = op->getAttrOfType<StringAttr>(kTargetAttrName);
+    if (!name || op.getNumResults() != 0 || !op.getRegion().hasOneBlock())
+      return op.emitError("codegen: a malformed per-target variant");
+    if (name.getValue() != target) {
+      op.erase();
+      continue;
+    }
+    Block &body = op.getRegion().front();
+    for (Operation &inner : llvm::make_early_inc_range(body.without_terminator()))
+      inner.moveBefore(op);
+    op.erase();
+  }
+  // Globals only the dropped variants used (the CUDA reductions' partials).
+  for (auto global : llvm::make_early_inc_range(kernels.getOps<memref::GlobalOp>()))
+    if (SymbolTable::symbolKnownUseEmpty(global, kernels))
+      global.erase();
   return success();
 }
 

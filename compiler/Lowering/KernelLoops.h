@@ -11,6 +11,7 @@
 #define GRAPHC_COMPILER_LOWERING_KERNELLOOPS_H
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/ADT/SmallVector.h"
 
@@ -38,13 +39,30 @@ struct KernelLaunch {
   llvm::SmallVector<uint64_t> argBytes;
 };
 
+/// Kernel code that differs between targets (a GPU reduction cooperates
+/// across a thread block; the CPU's runs per output on one core) is emitted
+/// for both, each in an `scf.execute_region` with this attribute naming its
+/// target ("cpu" or "cuda"); each codegen keeps its own and drops the other
+/// before anything else (a canonicalizer would inline both).
+constexpr llvm::StringLiteral kTargetAttrName = "graphc.target";
+
+/// Emits `cpu` and `cuda` as the two variants of one piece of kernel code at
+/// `b`'s insertion point.
+void buildPerTarget(mlir::OpBuilder &b, mlir::Location loc,
+                    llvm::function_ref<void(mlir::OpBuilder &)> cpu,
+                    llvm::function_ref<void(mlir::OpBuilder &)> cuda);
+
+/// Keeps the variants for `target` ("cpu" or "cuda"), inlined, and erases the
+/// others.
+mlir::LogicalResult selectTarget(mlir::ModuleOp kernels, llvm::StringRef target);
+
 /// Lowers every linalg op of `kernels` to loops: each linalg.generic's
 /// parallel dimensions outermost (a per-channel reduction becomes one parallel
 /// iteration per channel), as scf.parallel, reductions as scf.for inside.
 mlir::LogicalResult lowerToParallelLoops(mlir::ModuleOp kernels);
 
 /// Groups the top-level ops of `func` that are neither constants nor
-/// scf.parallel loops into runs and calls `wrap` on each, which must move the
+/// scf.parallel loops (nor gpu.launch ops: launches already) into runs and calls `wrap` on each, which must move the
 /// run into one op (a one-thread launch, a one-iteration loop). Runs are
 /// maximal when no value crosses a run's boundary; a run that only computes
 /// values a later loop reads (dropout's seed hash) is cloned into those loops

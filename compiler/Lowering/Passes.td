@@ -83,6 +83,7 @@ def LowerToPlan : Pass<"graphc-lower-to-plan", "::mlir::ModuleOp"> {
   let dependentDialects = ["::graphc::plan::PlanDialect",
                            "::mlir::arith::ArithDialect",
                            "::mlir::func::FuncDialect",
+                           "::mlir::gpu::GPUDialect",
                            "::mlir::linalg::LinalgDialect",
                            "::mlir::math::MathDialect",
                            "::mlir::memref::MemRefDialect",

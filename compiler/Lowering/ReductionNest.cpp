@@ -12,16 +12,28 @@
 //     iterations in a loop of their own, added to lane 0; combine the lanes
 //     as a tree. The body is emitted kLanes + 1 times, whatever the shapes;
 //  4) scale, and store every reduced output once.
+// On CUDA, when the outputs alone would give too few threads, the nest is
+// emitted twice (KernelLoops.h), the CUDA variant as a block reduction:
+//  5) one block per output element (its parallel ivs from the block id),
+//     each thread striding over the flattened reduced range by the block
+//     size (the innermost reduced dim fastest: coalesced), one accumulator
+//     per reduced output, the body emitted once;
+//  6) the block's accumulators as a tree in shared memory, thread 0 scaling
+//     and storing (buildBlockReduction).
 //
 //===----------------------------------------------------------------------===//
 
 #include "compiler/Lowering/ReductionNest.h"
 
 #include "mlir/Dialect/Affine/IR/AffineOps.h"
+#include "compiler/Lowering/KernelLoops.h"
+
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -45,6 +57,9 @@ public:
   }
 
   void build(OpBuilder &b, ArrayRef<utils::IteratorType> iterators);
+  void buildGpu(OpBuilder &b, ArrayRef<utils::IteratorType> iterators);
+  void buildGpuTwoStage(OpBuilder &b, ArrayRef<unsigned> parallelDims, int64_t outputsCount,
+                        int64_t count, int64_t parts, ArrayRef<Type> types);
 
 private:
   Type elementType(unsigned output) const {
@@ -288,14 +303,277 @@ void NestBuilder::build(OpBuilder &b, ArrayRef<utils::IteratorType> iterators) {
                             });
 }
 
+// Decomposes `flat` into the ivs of `dims` (the last fastest).
+void setIvs(OpBuilder &b, Location loc, Value flat, ArrayRef<unsigned> dims,
+            ArrayRef<int64_t> extents, SmallVector<Value> &ivs) {
+  Value rest = flat;
+  for (unsigned d : llvm::reverse(dims)) {
+    Value extent = b.create<arith::ConstantIndexOp>(loc, extents[d]);
+    ivs[d] = b.create<arith::RemUIOp>(loc, rest, extent);
+    rest = b.create<arith::DivUIOp>(loc, rest, extent);
+  }
+}
+
+void NestBuilder::buildGpu(OpBuilder &b, ArrayRef<utils::IteratorType> iterators) {
+  SmallVector<unsigned> parallelDims;
+  reducedDims.clear();
+  for (auto [d, kind] : llvm::enumerate(iterators))
+    (kind == utils::IteratorType::parallel ? parallelDims : reducedDims).push_back(d);
+  int64_t outputsCount = 1, count = 1;
+  for (unsigned d : parallelDims)
+    outputsCount *= extents[d];
+  for (unsigned d : reducedDims)
+    count *= extents[d];
+  const int64_t block = gpuBlockSize(outputsCount, count);
+  SmallVector<Type> types;
+  for (unsigned output : reduced)
+    types.push_back(accumulatorType(output));
+  // Too few outputs to fill the GPU one block each (kGpuMinThreads threads,
+  // kGpuMinBlocks blocks): each output's range in `parts` chunks of at
+  // least kGpuMaxBlock elements, a block each, then a second launch.
+  const int64_t parts = std::min<int64_t>(
+      std::max((kGpuMinThreads + outputsCount * kGpuMaxBlock - 1) / (outputsCount * kGpuMaxBlock),
+               (kGpuMinBlocks + outputsCount - 1) / outputsCount),
+      std::max<int64_t>(1, count / kGpuMaxBlock));
+  if (parts > 1 &&
+      outputsCount * parts * static_cast<int64_t>(reduced.size()) <= kGpuPartialsCapacity)
+    return buildGpuTwoStage(b, parallelDims, outputsCount, count, parts, types);
+  buildBlockReduction(
+      b, loc, outputsCount, block, types,
+      [&](OpBuilder &nb, Location, Value blockId, Value threadId) {
+        undefined.clear();
+        for (unsigned o = 0; o < outputs.size(); ++o) {
+          Type type = elementType(o);
+          TypedAttr zero = llvm::isa<FloatType>(type) ? TypedAttr(nb.getFloatAttr(type, 0.0))
+                                                      : TypedAttr(nb.getIntegerAttr(type, 0));
+          undefined.push_back(nb.create<arith::ConstantOp>(loc, type, zero));
+        }
+        setIvs(nb, loc, blockId, parallelDims, extents, ivs);
+        SmallVector<Value> start;
+        for (unsigned output : reduced)
+          start.push_back(identity(nb, output));
+        auto loop = nb.create<scf::ForOp>(
+            loc, threadId, constIndex(nb, count), constIndex(nb, block), start,
+            [&](OpBuilder &fb, Location, Value r, ValueRange accumulators) {
+              setIvs(fb, loc, r, reducedDims, extents, ivs);
+              fb.create<scf::YieldOp>(loc, iterate(fb, accumulators));
+            });
+        return SmallVector<Value>(loop.getResults().begin(), loop.getResults().end());
+      },
+      [&](OpBuilder &nb, Location, unsigned i, Value x, Value y) {
+        return combine(nb, reduced[i], x, y);
+      },
+      [&](OpBuilder &nb, Location, Value, ValueRange totals) { storeResults(nb, totals); });
+}
+
+// The partial sums of the two-stage form live in one device global per
+// accumulator type, shared by every kernel of the module (commands run one at
+// a time on the compute stream). Declared from `b` while its insertion point
+// is attached to the module (not inside an op being built).
+std::string declarePartials(OpBuilder &b, Location loc, Type type) {
+  ModuleOp module = b.getInsertionBlock()->getParentOp()->getParentOfType<ModuleOp>();
+  std::string name;
+  llvm::raw_string_ostream os(name);
+  os << "graphc_partials_" << type;
+  if (!SymbolTable::lookupSymbolIn(module, name)) {
+    OpBuilder mb = OpBuilder::atBlockBegin(module.getBody());
+    mb.create<memref::GlobalOp>(loc, name, mb.getStringAttr("private"),
+                                MemRefType::get({kGpuPartialsCapacity}, type), mb.getUnitAttr(),
+                                /*constant=*/false, /*alignment=*/nullptr);
+  }
+  return name;
+}
+
+Value partialsOf(OpBuilder &b, Location loc, Type type, StringRef name) {
+  return b.create<memref::GetGlobalOp>(loc, MemRefType::get({kGpuPartialsCapacity}, type), name);
+}
+
+void NestBuilder::buildGpuTwoStage(OpBuilder &b, ArrayRef<unsigned> parallelDims,
+                                   int64_t outputsCount, int64_t count, int64_t parts,
+                                   ArrayRef<Type> types) {
+  const int64_t chunk = (count + parts - 1) / parts;
+  const int64_t slots = outputsCount * parts;  // per reduced output
+  SmallVector<std::string> names;
+  for (Type type : types)
+    names.push_back(declarePartials(b, loc, type));
+  // Stage 1: block (o, p) reduces chunk p of output o into partials[a][o * parts + p].
+  buildBlockReduction(
+      b, loc, slots, kGpuMaxBlock, types,
+      [&](OpBuilder &nb, Location, Value blockId, Value threadId) {
+        undefined.clear();
+        for (unsigned o = 0; o < outputs.size(); ++o) {
+          Type type = elementType(o);
+          TypedAttr zero = llvm::isa<FloatType>(type) ? TypedAttr(nb.getFloatAttr(type, 0.0))
+                                                      : TypedAttr(nb.getIntegerAttr(type, 0));
+          undefined.push_back(nb.create<arith::ConstantOp>(loc, type, zero));
+        }
+        Value cParts = constIndex(nb, parts);
+        Value output = nb.create<arith::DivUIOp>(loc, blockId, cParts);
+        Value part = nb.create<arith::RemUIOp>(loc, blockId, cParts);
+        setIvs(nb, loc, output, parallelDims, extents, ivs);
+        Value begin = nb.create<arith::MulIOp>(loc, part, constIndex(nb, chunk));
+        Value end = nb.create<arith::MinUIOp>(
+            loc, nb.create<arith::AddIOp>(loc, begin, constIndex(nb, chunk)), constIndex(nb, count));
+        SmallVector<Value> start;
+        for (unsigned o : reduced)
+          start.push_back(identity(nb, o));
+        auto loop = nb.create<scf::ForOp>(
+            loc, nb.create<arith::AddIOp>(loc, begin, threadId), end, constIndex(nb, kGpuMaxBlock),
+            start, [&](OpBuilder &fb, Location, Value r, ValueRange accumulators) {
+              setIvs(fb, loc, r, reducedDims, extents, ivs);
+              fb.create<scf::YieldOp>(loc, iterate(fb, accumulators));
+            });
+        return SmallVector<Value>(loop.getResults().begin(), loop.getResults().end());
+      },
+      [&](OpBuilder &nb, Location, unsigned i, Value x, Value y) {
+        return combine(nb, reduced[i], x, y);
+      },
+      [&](OpBuilder &nb, Location, Value blockId, ValueRange totals) {
+        for (auto [a, total] : llvm::enumerate(totals)) {
+          Value slot = nb.create<arith::AddIOp>(loc, blockId, constIndex(nb, a * slots));
+          nb.create<memref::StoreOp>(loc, total, partialsOf(nb, loc, types[a], names[a]), slot);
+        }
+      });
+  // Stage 2: block o combines its `parts` partials in the same tree order.
+  int64_t block = 32;
+  while (block < parts)
+    block *= 2;
+  buildBlockReduction(
+      b, loc, outputsCount, block, types,
+      [&](OpBuilder &nb, Location, Value blockId, Value threadId) {
+        setIvs(nb, loc, blockId, parallelDims, extents, ivs);
+        SmallVector<Value> mine;
+        Value inRange =
+            nb.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, threadId, constIndex(nb, parts));
+        Value slot = nb.create<arith::AddIOp>(
+            loc, nb.create<arith::MulIOp>(loc, blockId, constIndex(nb, parts)),
+            nb.create<arith::MinUIOp>(loc, threadId, constIndex(nb, parts - 1)));
+        for (auto [a, type] : llvm::enumerate(types)) {
+          Value at = nb.create<arith::AddIOp>(loc, slot, constIndex(nb, a * slots));
+          Value partial = nb.create<memref::LoadOp>(loc, partialsOf(nb, loc, type, names[a]), at);
+          mine.push_back(nb.create<arith::SelectOp>(loc, inRange, partial,
+                                                    identity(nb, reduced[a])));
+        }
+        return mine;
+      },
+      [&](OpBuilder &nb, Location, unsigned i, Value x, Value y) {
+        return combine(nb, reduced[i], x, y);
+      },
+      [&](OpBuilder &nb, Location, Value, ValueRange totals) { storeResults(nb, totals); });
+}
+
 } // namespace
+
+int64_t gpuBlockSize(int64_t outputs, int64_t count) {
+  int64_t block = 32;
+  while (block < kGpuMaxBlock && block * std::max<int64_t>(outputs, 1) < kGpuMinThreads &&
+         block < count)
+    block *= 2;
+  return block;
+}
+
+void buildBlockLaunch(
+    OpBuilder &b, Location loc, int64_t grid, int64_t block, TypeRange shared,
+    function_ref<void(OpBuilder &, Location, Value, Value, ArrayRef<BlockArgument>)> body) {
+  MLIRContext *context = b.getContext();
+  auto workgroup = gpu::AddressSpaceAttr::get(context, gpu::AddressSpace::Workgroup);
+  SmallVector<Type> buffers;
+  for (Type type : shared)
+    buffers.push_back(MemRefType::get({block}, type, MemRefLayoutAttrInterface(), workgroup));
+  Value one = b.create<arith::ConstantIndexOp>(loc, 1);
+  auto launch = b.create<gpu::LaunchOp>(
+      loc, b.create<arith::ConstantIndexOp>(loc, grid), one, one,
+      b.create<arith::ConstantIndexOp>(loc, block), one, one, /*dynamicSharedMemorySize=*/nullptr,
+      /*asyncTokenType=*/nullptr, ValueRange{}, buffers);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(&launch.getBody().front());
+  body(b, loc, launch.getBlockIds().x, launch.getThreadIds().x,
+       launch.getWorkgroupAttributions());
+  b.create<gpu::TerminatorOp>(loc);
+}
+
+namespace {
+
+// The tree over `buffers` (each thread's values already stored at its index):
+// at stride s, thread t < s folds in t + s; a barrier before each level and
+// after the last, so every read sees the level before.
+void blockTree(OpBuilder &b, Location loc, Value threadId, int64_t block,
+               ArrayRef<Value> buffers,
+               function_ref<Value(OpBuilder &, Location, unsigned, Value, Value)> combine) {
+  for (int64_t stride = block / 2; stride >= 1; stride /= 2) {
+    b.create<gpu::BarrierOp>(loc);
+    Value s = b.create<arith::ConstantIndexOp>(loc, stride);
+    Value active = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, threadId, s);
+    b.create<scf::IfOp>(loc, active, [&](OpBuilder &ib, Location il) {
+      Value other = ib.create<arith::AddIOp>(il, threadId, s);
+      for (auto [i, buffer] : llvm::enumerate(buffers)) {
+        Value x = ib.create<memref::LoadOp>(il, buffer, threadId);
+        Value y = ib.create<memref::LoadOp>(il, buffer, other);
+        ib.create<memref::StoreOp>(il, combine(ib, il, i, x, y), buffer, threadId);
+      }
+      ib.create<scf::YieldOp>(il);
+    });
+  }
+  b.create<gpu::BarrierOp>(loc);
+}
+
+} // namespace
+
+Value blockAllReduce(OpBuilder &b, Location loc, Value threadId, int64_t block, Value buffer,
+                     Value value, function_ref<Value(OpBuilder &, Location, Value, Value)> combine) {
+  b.create<memref::StoreOp>(loc, value, buffer, threadId);
+  blockTree(b, loc, threadId, block, {buffer},
+            [&](OpBuilder &cb, Location cl, unsigned, Value x, Value y) {
+              return combine(cb, cl, x, y);
+            });
+  return b.create<memref::LoadOp>(loc, buffer, ValueRange{b.create<arith::ConstantIndexOp>(loc, 0)});
+}
+
+void buildBlockReduction(
+    OpBuilder &b, Location loc, int64_t grid, int64_t block, TypeRange types,
+    function_ref<SmallVector<Value>(OpBuilder &, Location, Value, Value)> perThread,
+    function_ref<Value(OpBuilder &, Location, unsigned, Value, Value)> combine,
+    function_ref<void(OpBuilder &, Location, Value, ValueRange)> finish) {
+  buildBlockLaunch(
+      b, loc, grid, block, types,
+      [&](OpBuilder &lb, Location ll, Value blockId, Value threadId,
+          ArrayRef<BlockArgument> buffers) {
+        SmallVector<Value> mine = perThread(lb, ll, blockId, threadId);
+        SmallVector<Value> shared(buffers.begin(), buffers.end());
+        for (auto [value, buffer] : llvm::zip(mine, shared))
+          lb.create<memref::StoreOp>(ll, value, buffer, threadId);
+        blockTree(lb, ll, threadId, block, shared, combine);
+        Value zero = lb.create<arith::ConstantIndexOp>(ll, 0);
+        Value first = lb.create<arith::CmpIOp>(ll, arith::CmpIPredicate::eq, threadId, zero);
+        lb.create<scf::IfOp>(ll, first, [&](OpBuilder &ib, Location il) {
+          SmallVector<Value> totals;
+          for (Value buffer : shared)
+            totals.push_back(ib.create<memref::LoadOp>(il, buffer, zero));
+          finish(ib, il, blockId, totals);
+          ib.create<scf::YieldOp>(il);
+        });
+      });
+}
 
 void buildReductionNest(OpBuilder &b, Location loc, ValueRange inputs, ValueRange outputs,
                         ArrayRef<AffineMap> maps, ArrayRef<utils::IteratorType> iterators,
                         ArrayRef<int64_t> extents, ArrayRef<Accumulate> accumulate,
                         ArrayRef<double> scales, BodyFn body) {
-  NestBuilder(loc, inputs, outputs, maps, extents, accumulate, scales, body)
-      .build(b, iterators);
+  int64_t outputsCount = 1, count = 1;
+  for (auto [extent, kind] : llvm::zip(extents, iterators))
+    (kind == utils::IteratorType::parallel ? outputsCount : count) *= extent;
+  auto cpu = [&](OpBuilder &nb) {
+    NestBuilder(loc, inputs, outputs, maps, extents, accumulate, scales, body)
+        .build(nb, iterators);
+  };
+  // A thread per output is plenty on CUDA when there are that many outputs
+  // (or that little to do): the same nest for both targets.
+  if (count <= 1 || outputsCount >= kGpuMinThreads || outputsCount * count < kGpuMinThreads)
+    return cpu(b);
+  buildPerTarget(b, loc, cpu, [&](OpBuilder &nb) {
+    NestBuilder(loc, inputs, outputs, maps, extents, accumulate, scales, body)
+        .buildGpu(nb, iterators);
+  });
 }
 
 } // namespace graphc

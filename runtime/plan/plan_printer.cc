@@ -6,6 +6,7 @@
 #include <sstream>
 #include <map>
 #include <string>
+#include <unordered_map>
 
 namespace graphc::runtime {
 namespace {
@@ -175,6 +176,36 @@ void PrintPlan(const Plan& loaded, const PrintOptions& options, std::ostream& os
       os << " " << KernelOpsString(*k, " ");
       os << " (" << k->num_inputs() << " in, " << k->num_outputs() << " out"
          << (k->elementwise() ? ", elementwise" : "") << ")\n";
+    }
+  }
+  if (options.launches && plan.binaries() && plan.kernels()) {
+    for (const fb::KernelBinary* binary : *plan.binaries()) {
+      if (binary->launches() == nullptr || binary->symbols() == nullptr) continue;
+      os << "\nlaunches of " << fb::EnumNameTarget(binary->target())
+         << " (kernel: entry grid block = threads, bytes passed):\n";
+      // The loader proved one launch list per symbol and args in range.
+      std::unordered_map<std::string, const fb::Kernel*> kernels;
+      for (const fb::Kernel* k : *plan.kernels()) kernels.emplace(StringOf(k->name()), k);
+      for (uint32_t i = 0; i < binary->symbols()->size(); ++i) {
+        const std::string name = StringOf(binary->symbols()->Get(i));
+        auto found = kernels.find(name);
+        for (const fb::GpuLaunch* launch : *binary->launches()->Get(i)->launches()) {
+          uint64_t threads = 1, bytes = 0;
+          for (uint32_t d = 0; d < 3; ++d)
+            threads *= uint64_t{launch->grid()->Get(d)} * launch->block()->Get(d);
+          if (found != kernels.end() && found->second->arg_bytes())
+            for (uint32_t arg : *launch->args())
+              if (arg < found->second->arg_bytes()->size())
+                bytes += found->second->arg_bytes()->Get(arg);
+          auto dims = [](const flatbuffers::Vector<uint32_t>& v) {
+            return std::to_string(v.Get(0)) + "x" + std::to_string(v.Get(1)) + "x" +
+                   std::to_string(v.Get(2));
+          };
+          os << "  " << Printable(name) << ": " << PrintableOf(launch->entry()) << " "
+             << dims(*launch->grid()) << " " << dims(*launch->block()) << " = " << threads
+             << ", " << bytes << "\n";
+        }
+      }
     }
   }
   if (options.commands) {

@@ -14,6 +14,9 @@ struct PrintOptions {
   bool commands = true;
   bool kernels = true;
   bool states = true;
+  // Every launch of every kernel binary: entry, grid, block, threads and the
+  // bytes of the buffers it is passed.
+  bool launches = false;
 };
 
 void PrintPlan(const Plan& plan, const PrintOptions& options, std::ostream& os);

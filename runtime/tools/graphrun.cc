@@ -203,6 +203,10 @@ int Main(int argc, char** argv) {
   inspect->add_option("plan", plan_path, "the plan file (graphc compile -o)")->required();
   inspect->add_flag("--no-buffers", no_buffers, "leave out the buffer table");
   inspect->add_flag("--no-commands", no_commands, "leave out the command lists");
+  bool launches = false;
+  inspect->add_flag("--launches", launches,
+                    "also print every launch of every kernel binary (grid, block, threads, "
+                    "bytes passed)");
   inspect->add_option("--load-kernels", device,
                       "also load the kernels on a device: none, cpu or cuda (hands the checked "
                       "kernel library to the dynamic loader, or the PTX to the CUDA driver, and "
@@ -238,6 +242,7 @@ int Main(int argc, char** argv) {
   PrintOptions options;
   options.buffers = !no_buffers;
   options.commands = !no_commands;
+  options.launches = launches;
   PrintPlan(**plan, options, std::cout);
   if (device != "none") {
     DeviceOptions on;

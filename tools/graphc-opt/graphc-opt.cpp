@@ -20,6 +20,7 @@ int main(int argc, char **argv) {
   mlir::DialectRegistry registry;
   registry.insert<graphc::nn::NNDialect, graphc::plan::PlanDialect,
                   mlir::affine::AffineDialect, mlir::arith::ArithDialect, mlir::func::FuncDialect,
+                  mlir::gpu::GPUDialect,
                   mlir::linalg::LinalgDialect, mlir::math::MathDialect,
                   mlir::memref::MemRefDialect, mlir::scf::SCFDialect>();
   graphc::registerGraphcPasses();

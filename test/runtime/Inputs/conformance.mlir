@@ -4,6 +4,9 @@
 // differs between sides; max pooling; average pooling including padding
 // (differing between sides) and excluding it; a linear layer (gemm with bias)
 // and a plain matmul; with their backward commands, generated kernels and copies.
+// Compiled at batch 256 so that CUDA's reduction forms all appear: a block per
+// output (the global average pool), chunks and a second launch (the bias
+// gradients), the loss's block forms.
 module {
   nn.parameter @w1 : tensor<4x2x3x3xf32> = kaiming_normal
   nn.parameter @b1 : tensor<4xf32> = zeros
@@ -11,6 +14,7 @@ module {
   nn.parameter @fw : tensor<5x32xf32> = kaiming_uniform
   nn.parameter @fb : tensor<5xf32> = zeros
   nn.parameter @m : tensor<100x5xf32> = kaiming_uniform
+  nn.parameter @gw : tensor<5x4xf32> = kaiming_uniform
 
   func.func @forward(%images: tensor<?x2x9x9xf32>, %labels: tensor<?xi32>) -> tensor<f32> {
     %w1 = nn.load @w1 : tensor<4x2x3x3xf32>
@@ -29,7 +33,11 @@ module {
     %l1 = nn.linear %f1, %fw, %fb : tensor<?x32xf32>, tensor<5x32xf32>, tensor<5xf32>
     %m = nn.load @m : tensor<100x5xf32>
     %l3 = nn.matmul %f3, %m : tensor<?x100xf32>, tensor<100x5xf32>
-    %logits = nn.add %l1, %l3 : tensor<?x5xf32>
+    %g = nn.global_avg_pool %c1 : tensor<?x4x9x9xf32>
+    %gw = nn.load @gw : tensor<5x4xf32>
+    %lg = nn.linear %g, %gw : tensor<?x4xf32>, tensor<5x4xf32>
+    %l13 = nn.add %l1, %l3 : tensor<?x5xf32>
+    %logits = nn.add %l13, %lg : tensor<?x5xf32>
     %loss = nn.softmax_cross_entropy %logits, %labels label_smoothing 0.000000e+00 : tensor<?x5xf32>, tensor<?xi32>
     return %loss : tensor<f32>
   }
