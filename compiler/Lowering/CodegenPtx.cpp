@@ -14,8 +14,9 @@
 //     each requested chip; libdevice supplies the math functions.
 // The host side of each kernel is then nothing but its launches, which are
 // recorded (entry, grid, block, which buffers) for the runtime to replay; a
-// launch moving more than 1 MiB on fewer than kGpuMinThreads threads fails
-// compilation (it would leave the GPU all but idle).
+// launch passing more than 1 MiB to fewer than kGpuMinThreads threads is
+// warned about (it would leave the GPU all but idle; test/tools/
+// gpu-launches.test keeps the model zoo free of them).
 //
 //===----------------------------------------------------------------------===//
 
@@ -173,11 +174,13 @@ FailureOr<PtxKernels> compilePtx(ModuleOp kernels, ArrayRef<std::string> names,
         threads *= d;
       for (uint32_t d : record.block)
         threads *= d;
+      // A shape none of the forms fill (a loss over a few rows of very many
+      // classes) still compiles and runs; graphc says what it will cost.
       if (bytes > kBigLaunchBytes && threads < static_cast<uint64_t>(kGpuMinThreads))
-        return launch.emitError("GPU codegen: launch ")
-               << record.entry << " of kernel " << name << " moves " << bytes
-               << " bytes on only " << threads << " threads (at least " << kGpuMinThreads
-               << " for more than " << kBigLaunchBytes << " bytes)";
+        launch.emitWarning("GPU codegen: launch ")
+            << record.entry << " of kernel " << name << " passes " << bytes
+            << " bytes to only " << threads << " threads (fewer than " << kGpuMinThreads
+            << "): the GPU will be mostly idle while it runs";
     }
   }
 

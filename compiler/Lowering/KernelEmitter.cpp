@@ -639,31 +639,138 @@ KernelSignature emitSoftmaxCrossEntropy(nn::SoftmaxCrossEntropyOp op,
                                           constFloat(nb, loc, f32, 1.0 / rows));
     nb.create<memref::StoreOp>(loc, mean, func.getArgument(2), ValueRange{});
   };
+  // CUDA: a block per row (its threads striding over the classes: the row's
+  // max, sum of exponentials and sum combined across the block), thread 0
+  // writing the row's loss to a device global; a second launch, one block,
+  // sums the rows as a tree. A small loss (fewer logits than kGpuMinThreads),
+  // or a batch beyond the global's capacity, is one block striding over the
+  // rows instead.
   auto cuda = [&](OpBuilder &nb) {
     Type f64 = nb.getF64Type();
-    const int64_t block = gpuBlockSize(1, rows);
+    auto add = [](OpBuilder &cb, Location cloc, Value x, Value y) {
+      return cb.create<arith::AddFOp>(cloc, x, y).getResult();
+    };
+    auto finishMean = [&](OpBuilder &fb, Location floc, Value, ValueRange totals) {
+      Value mean =
+          fb.create<arith::MulFOp>(floc, totals[0], constFloat(fb, floc, f64, 1.0 / rows));
+      fb.create<memref::StoreOp>(floc, fb.create<arith::TruncFOp>(floc, f32, mean),
+                                 func.getArgument(2), ValueRange{});
+    };
+    if (rows > kGpuPartialsCapacity || rows * classes < kGpuMinThreads) {
+      const int64_t block = gpuBlockSize(1, rows);
+      buildBlockReduction(
+          nb, loc, /*grid=*/1, block, TypeRange{f64},
+          [&](OpBuilder &tb, Location tloc, Value, Value thread) {
+            auto loop = tb.create<scf::ForOp>(
+                tloc, thread, constIndex(tb, tloc, rows), constIndex(tb, tloc, block),
+                ValueRange{constFloat(tb, tloc, f64, 0.0)},
+                [&](OpBuilder &fb, Location floc, Value row, ValueRange acc) {
+                  Value loss = fb.create<arith::ExtFOp>(floc, f64, rowLoss(fb, floc, row));
+                  fb.create<scf::YieldOp>(floc, ValueRange{add(fb, floc, acc[0], loss)});
+                });
+            return SmallVector<Value>{loop.getResult(0)};
+          },
+          [&](OpBuilder &cb, Location cloc, unsigned, Value x, Value y) {
+            return add(cb, cloc, x, y);
+          },
+          finishMean);
+      return;
+    }
+    const std::string partials = declarePartials(nb, loc, f64);
+    const int64_t block = gpuBlockSize(rows, classes);
+    buildBlockLaunch(
+        nb, loc, rows, block, TypeRange{f32, f32, f32},
+        [&](OpBuilder &lb, Location ll, Value row, Value thread,
+            ArrayRef<BlockArgument> buffers) {
+          Value cC = constIndex(lb, ll, classes), cB = constIndex(lb, ll, block);
+          auto strided = [&](Value init, auto step) {
+            return lb
+                .create<scf::ForOp>(ll, thread, cC, cB, ValueRange{init},
+                                    [&](OpBuilder &fb, Location floc, Value c, ValueRange acc) {
+                                      Value x = fb.create<memref::LoadOp>(floc, logits,
+                                                                          ValueRange{row, c});
+                                      fb.create<scf::YieldOp>(floc, step(fb, floc, x, acc[0]));
+                                    })
+                .getResult(0);
+          };
+          auto maxOf = [](OpBuilder &cb, Location cloc, Value x, Value y) {
+            return cb.create<arith::MaximumFOp>(cloc, x, y).getResult();
+          };
+          Value max = blockAllReduce(
+              lb, ll, thread, block, buffers[0],
+              strided(constFloat(lb, ll, f32, -INFINITY),
+                      [&](OpBuilder &fb, Location floc, Value x, Value acc) {
+                        return maxOf(fb, floc, acc, x);
+                      }),
+              maxOf);
+          Value sumExp = blockAllReduce(
+              lb, ll, thread, block, buffers[1],
+              strided(constFloat(lb, ll, f32, 0.0),
+                      [&](OpBuilder &fb, Location floc, Value x, Value acc) {
+                        Value e = fb.create<math::ExpOp>(
+                            floc, fb.create<arith::SubFOp>(floc, x, max));
+                        return add(fb, floc, acc, e);
+                      }),
+              add);
+          Value sum = blockAllReduce(
+              lb, ll, thread, block, buffers[2],
+              strided(constFloat(lb, ll, f32, 0.0),
+                      [&](OpBuilder &fb, Location floc, Value x, Value acc) {
+                        return add(fb, floc, acc, x);
+                      }),
+              add);
+          Value zero = constIndex(lb, ll, 0);
+          Value first = lb.create<arith::CmpIOp>(ll, arith::CmpIPredicate::eq, thread, zero);
+          lb.create<scf::IfOp>(ll, first, [&](OpBuilder &ib, Location il) {
+            Value label = ib.create<memref::LoadOp>(il, labels, row);
+            Type labelType = label.getType();
+            Value valid = ib.create<arith::AndIOp>(
+                il,
+                ib.create<arith::CmpIOp>(il, arith::CmpIPredicate::sge, label,
+                                         constInt(ib, il, labelType, 0)),
+                ib.create<arith::CmpIOp>(il, arith::CmpIPredicate::slt, label,
+                                         constInt(ib, il, labelType, classes)));
+            Value index = ib.create<arith::SelectOp>(
+                il, valid, ib.create<arith::IndexCastOp>(il, ib.getIndexType(), label), zero);
+            Value labelLogit = ib.create<memref::LoadOp>(il, logits, ValueRange{row, index});
+            Value lse = ib.create<arith::AddFOp>(il, max, ib.create<math::LogOp>(il, sumExp));
+            Value loss = ib.create<arith::SubFOp>(
+                il, lse,
+                ib.create<arith::MulFOp>(il, constFloat(ib, il, f32, 1.0 - smoothing), labelLogit));
+            loss = ib.create<arith::SubFOp>(
+                il, loss,
+                ib.create<arith::MulFOp>(il, constFloat(ib, il, f32, smoothing / classes), sum));
+            loss = ib.create<arith::SelectOp>(il, valid, loss, constFloat(ib, il, f32, NAN));
+            ib.create<memref::StoreOp>(il, ib.create<arith::ExtFOp>(il, f64, loss),
+                                       ib.create<memref::GetGlobalOp>(
+                                           il, MemRefType::get({kGpuPartialsCapacity}, f64),
+                                           partials),
+                                       row);
+            ib.create<scf::YieldOp>(il);
+          });
+        });
+    // The mean over the rows, in the same tree order every run.
+    int64_t meanBlock = 32;
+    while (meanBlock < std::min<int64_t>(rows, kGpuMaxBlock))
+      meanBlock *= 2;
     buildBlockReduction(
-        nb, loc, /*grid=*/1, block, TypeRange{f64},
+        nb, loc, /*grid=*/1, meanBlock, TypeRange{f64},
         [&](OpBuilder &tb, Location tloc, Value, Value thread) {
+          Value global = tb.create<memref::GetGlobalOp>(
+              tloc, MemRefType::get({kGpuPartialsCapacity}, f64), partials);
           auto loop = tb.create<scf::ForOp>(
-              tloc, thread, constIndex(tb, tloc, rows), constIndex(tb, tloc, block),
+              tloc, thread, constIndex(tb, tloc, rows), constIndex(tb, tloc, meanBlock),
               ValueRange{constFloat(tb, tloc, f64, 0.0)},
               [&](OpBuilder &fb, Location floc, Value row, ValueRange acc) {
-                Value loss = fb.create<arith::ExtFOp>(floc, f64, rowLoss(fb, floc, row));
-                fb.create<scf::YieldOp>(floc,
-                                        ValueRange{fb.create<arith::AddFOp>(floc, acc[0], loss)});
+                Value loss = fb.create<memref::LoadOp>(floc, global, row);
+                fb.create<scf::YieldOp>(floc, ValueRange{add(fb, floc, acc[0], loss)});
               });
           return SmallVector<Value>{loop.getResult(0)};
         },
-        [](OpBuilder &cb, Location cloc, unsigned, Value x, Value y) {
-          return cb.create<arith::AddFOp>(cloc, x, y).getResult();
+        [&](OpBuilder &cb, Location cloc, unsigned, Value x, Value y) {
+          return add(cb, cloc, x, y);
         },
-        [&](OpBuilder &fb, Location floc, Value, ValueRange totals) {
-          Value mean = fb.create<arith::MulFOp>(floc, totals[0],
-                                                constFloat(fb, floc, f64, 1.0 / rows));
-          fb.create<memref::StoreOp>(floc, fb.create<arith::TruncFOp>(floc, f32, mean),
-                                     func.getArgument(2), ValueRange{});
-        });
+        finishMean);
   };
   buildPerTarget(b, loc, cpu, cuda);
   b.create<func::ReturnOp>(loc);

@@ -99,8 +99,7 @@ LogicalResult wrapHostCode(func::FuncOp func,
                            function_ref<LogicalResult(ArrayRef<Operation *>)> wrap) {
   Block &body = func.getBody().front();
   auto isLeftOnHost = [](Operation &op) {
-    return op.hasTrait<OpTrait::ConstantLike>() || op.hasTrait<OpTrait::IsTerminator>() ||
-           isa<gpu::LaunchOp>(op);
+    return op.hasTrait<OpTrait::ConstantLike>() || op.hasTrait<OpTrait::IsTerminator>();
   };
   for (auto loop : body.getOps<scf::ParallelOp>())
     if (loop.getNumReductions() != 0)
@@ -111,7 +110,7 @@ LogicalResult wrapHostCode(func::FuncOp func,
   for (Operation &op : body) {
     if (isLeftOnHost(op))
       continue;
-    if (isa<scf::ParallelOp>(op)) {
+    if (isa<scf::ParallelOp, gpu::LaunchOp>(op)) {  // launches already
       newRun = true;
       continue;
     }
@@ -134,6 +133,11 @@ LogicalResult wrapHostCode(func::FuncOp func,
     return escapes(run) && succeeded(sinkIntoParallelLoops(run, func));
   });
   if (llvm::any_of(runs, escapes)) {
+    // Everything in one serial launch: a launch of its own cannot go inside.
+    for (Operation &op : body)
+      if (isa<gpu::LaunchOp>(op))
+        return op.emitError("codegen: host code around a GPU block reduction in kernel ")
+               << func.getSymName();
     runs.assign(1, {});
     for (Operation &op : body)
       if (!isLeftOnHost(op))

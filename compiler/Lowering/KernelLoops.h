@@ -43,7 +43,9 @@ struct KernelLaunch {
 /// across a thread block; the CPU's runs per output on one core) is emitted
 /// for both, each in an `scf.execute_region` with this attribute naming its
 /// target ("cpu" or "cuda"); each codegen keeps its own and drops the other
-/// before anything else (a canonicalizer would inline both).
+/// before anything else. Invariant: no canonicalizer may run on the kernels
+/// module before selectTarget (MLIR's single-block execute_region inliner
+/// would splice both variants in).
 constexpr llvm::StringLiteral kTargetAttrName = "graphc.target";
 
 /// Emits `cpu` and `cuda` as the two variants of one piece of kernel code at

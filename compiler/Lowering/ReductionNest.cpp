@@ -59,7 +59,7 @@ public:
   void build(OpBuilder &b, ArrayRef<utils::IteratorType> iterators);
   void buildGpu(OpBuilder &b, ArrayRef<utils::IteratorType> iterators);
   void buildGpuTwoStage(OpBuilder &b, ArrayRef<unsigned> parallelDims, int64_t outputsCount,
-                        int64_t count, int64_t parts, ArrayRef<Type> types);
+                        int64_t count, int64_t parts, int64_t block, ArrayRef<Type> types);
 
 private:
   Type elementType(unsigned output) const {
@@ -75,6 +75,17 @@ private:
   }
 
   Value constIndex(OpBuilder &b, int64_t v) { return b.create<arith::ConstantIndexOp>(loc, v); }
+  // What the body sees for each output (it must not read them): zeros,
+  // created at `b` so that they dominate the uses to come.
+  void setUndefined(OpBuilder &b) {
+    undefined.clear();
+    for (unsigned o = 0; o < outputs.size(); ++o) {
+      Type type = elementType(o);
+      TypedAttr zero = llvm::isa<FloatType>(type) ? TypedAttr(b.getFloatAttr(type, 0.0))
+                                                  : TypedAttr(b.getIntegerAttr(type, 0));
+      undefined.push_back(b.create<arith::ConstantOp>(loc, type, zero));
+    }
+  }
   Value identity(OpBuilder &b, unsigned output);
   Value combine(OpBuilder &b, unsigned output, Value x, Value y);
   SmallVector<Value> indices(OpBuilder &b, AffineMap map);
@@ -103,8 +114,12 @@ Value NestBuilder::identity(OpBuilder &b, unsigned output) {
   if (llvm::isa<FloatType>(type))
     return b.create<arith::ConstantOp>(
         loc, type, b.getFloatAttr(type, max ? -INFINITY : 0.0));
+  // The smallest value of the integer's own width (an int64 minimum would
+  // be truncated to 0 for i32).
+  const unsigned width = type.getIntOrFloatBitWidth();
   return b.create<arith::ConstantOp>(
-      loc, type, b.getIntegerAttr(type, max ? std::numeric_limits<int64_t>::min() : 0));
+      loc, type,
+      b.getIntegerAttr(type, max ? APInt::getSignedMinValue(width) : APInt::getZero(width)));
 }
 
 Value NestBuilder::combine(OpBuilder &b, unsigned output, Value x, Value y) {
@@ -273,12 +288,7 @@ void NestBuilder::build(OpBuilder &b, ArrayRef<utils::IteratorType> iterators) {
   SmallVector<unsigned> parallelDims;
   for (auto [d, kind] : llvm::enumerate(iterators))
     (kind == utils::IteratorType::parallel ? parallelDims : reducedDims).push_back(d);
-  for (unsigned o = 0; o < outputs.size(); ++o) {
-    Type type = elementType(o);
-    TypedAttr zero = llvm::isa<FloatType>(type) ? TypedAttr(b.getFloatAttr(type, 0.0))
-                                                : TypedAttr(b.getIntegerAttr(type, 0));
-    undefined.push_back(b.create<arith::ConstantOp>(loc, type, zero));
-  }
+  setUndefined(b);
   auto perElement = [&](OpBuilder &nb) {
     SmallVector<Value> start;
     for (unsigned output : reduced)
@@ -324,30 +334,25 @@ void NestBuilder::buildGpu(OpBuilder &b, ArrayRef<utils::IteratorType> iterators
     outputsCount *= extents[d];
   for (unsigned d : reducedDims)
     count *= extents[d];
-  const int64_t block = gpuBlockSize(outputsCount, count);
   SmallVector<Type> types;
   for (unsigned output : reduced)
     types.push_back(accumulatorType(output));
+  const int64_t maxBlock = largestBlock(types);
+  const int64_t block = std::min(gpuBlockSize(outputsCount, count), maxBlock);
   // Too few outputs to fill the GPU one block each (kGpuMinThreads threads,
   // kGpuMinBlocks blocks): each output's range in `parts` chunks of at
   // least kGpuMaxBlock elements, a block each, then a second launch.
   const int64_t parts = std::min<int64_t>(
-      std::max((kGpuMinThreads + outputsCount * kGpuMaxBlock - 1) / (outputsCount * kGpuMaxBlock),
+      std::max((kGpuMinThreads + outputsCount * maxBlock - 1) / (outputsCount * maxBlock),
                (kGpuMinBlocks + outputsCount - 1) / outputsCount),
-      std::max<int64_t>(1, count / kGpuMaxBlock));
+      std::max<int64_t>(1, count / maxBlock));
   if (parts > 1 &&
       outputsCount * parts * static_cast<int64_t>(reduced.size()) <= kGpuPartialsCapacity)
-    return buildGpuTwoStage(b, parallelDims, outputsCount, count, parts, types);
+    return buildGpuTwoStage(b, parallelDims, outputsCount, count, parts, maxBlock, types);
   buildBlockReduction(
       b, loc, outputsCount, block, types,
       [&](OpBuilder &nb, Location, Value blockId, Value threadId) {
-        undefined.clear();
-        for (unsigned o = 0; o < outputs.size(); ++o) {
-          Type type = elementType(o);
-          TypedAttr zero = llvm::isa<FloatType>(type) ? TypedAttr(nb.getFloatAttr(type, 0.0))
-                                                      : TypedAttr(nb.getIntegerAttr(type, 0));
-          undefined.push_back(nb.create<arith::ConstantOp>(loc, type, zero));
-        }
+        setUndefined(nb);
         setIvs(nb, loc, blockId, parallelDims, extents, ivs);
         SmallVector<Value> start;
         for (unsigned output : reduced)
@@ -366,47 +371,24 @@ void NestBuilder::buildGpu(OpBuilder &b, ArrayRef<utils::IteratorType> iterators
       [&](OpBuilder &nb, Location, Value, ValueRange totals) { storeResults(nb, totals); });
 }
 
-// The partial sums of the two-stage form live in one device global per
-// accumulator type, shared by every kernel of the module (commands run one at
-// a time on the compute stream). Declared from `b` while its insertion point
-// is attached to the module (not inside an op being built).
-std::string declarePartials(OpBuilder &b, Location loc, Type type) {
-  ModuleOp module = b.getInsertionBlock()->getParentOp()->getParentOfType<ModuleOp>();
-  std::string name;
-  llvm::raw_string_ostream os(name);
-  os << "graphc_partials_" << type;
-  if (!SymbolTable::lookupSymbolIn(module, name)) {
-    OpBuilder mb = OpBuilder::atBlockBegin(module.getBody());
-    mb.create<memref::GlobalOp>(loc, name, mb.getStringAttr("private"),
-                                MemRefType::get({kGpuPartialsCapacity}, type), mb.getUnitAttr(),
-                                /*constant=*/false, /*alignment=*/nullptr);
-  }
-  return name;
-}
-
 Value partialsOf(OpBuilder &b, Location loc, Type type, StringRef name) {
   return b.create<memref::GetGlobalOp>(loc, MemRefType::get({kGpuPartialsCapacity}, type), name);
 }
 
 void NestBuilder::buildGpuTwoStage(OpBuilder &b, ArrayRef<unsigned> parallelDims,
                                    int64_t outputsCount, int64_t count, int64_t parts,
-                                   ArrayRef<Type> types) {
-  const int64_t chunk = (count + parts - 1) / parts;
+                                   int64_t chunkBlock, ArrayRef<Type> types) {
+  // Chunks a whole number of blocks wide, so no warp straddles two.
+  const int64_t chunk = ((count + parts - 1) / parts + chunkBlock - 1) / chunkBlock * chunkBlock;
   const int64_t slots = outputsCount * parts;  // per reduced output
   SmallVector<std::string> names;
   for (Type type : types)
     names.push_back(declarePartials(b, loc, type));
   // Stage 1: block (o, p) reduces chunk p of output o into partials[a][o * parts + p].
   buildBlockReduction(
-      b, loc, slots, kGpuMaxBlock, types,
+      b, loc, slots, chunkBlock, types,
       [&](OpBuilder &nb, Location, Value blockId, Value threadId) {
-        undefined.clear();
-        for (unsigned o = 0; o < outputs.size(); ++o) {
-          Type type = elementType(o);
-          TypedAttr zero = llvm::isa<FloatType>(type) ? TypedAttr(nb.getFloatAttr(type, 0.0))
-                                                      : TypedAttr(nb.getIntegerAttr(type, 0));
-          undefined.push_back(nb.create<arith::ConstantOp>(loc, type, zero));
-        }
+        setUndefined(nb);
         Value cParts = constIndex(nb, parts);
         Value output = nb.create<arith::DivUIOp>(loc, blockId, cParts);
         Value part = nb.create<arith::RemUIOp>(loc, blockId, cParts);
@@ -418,7 +400,7 @@ void NestBuilder::buildGpuTwoStage(OpBuilder &b, ArrayRef<unsigned> parallelDims
         for (unsigned o : reduced)
           start.push_back(identity(nb, o));
         auto loop = nb.create<scf::ForOp>(
-            loc, nb.create<arith::AddIOp>(loc, begin, threadId), end, constIndex(nb, kGpuMaxBlock),
+            loc, nb.create<arith::AddIOp>(loc, begin, threadId), end, constIndex(nb, chunkBlock),
             start, [&](OpBuilder &fb, Location, Value r, ValueRange accumulators) {
               setIvs(fb, loc, r, reducedDims, extents, ivs);
               fb.create<scf::YieldOp>(loc, iterate(fb, accumulators));
@@ -464,6 +446,34 @@ void NestBuilder::buildGpuTwoStage(OpBuilder &b, ArrayRef<unsigned> parallelDims
 
 } // namespace
 
+// The partial sums of the two-stage form live in one device global per
+// accumulator type, shared by every kernel of the module (commands run one at
+// a time on the compute stream). Declared from `b` while its insertion point
+// is attached to the module (not inside an op being built).
+std::string declarePartials(OpBuilder &b, Location loc, Type type) {
+  ModuleOp module = b.getInsertionBlock()->getParentOp()->getParentOfType<ModuleOp>();
+  std::string name;
+  llvm::raw_string_ostream os(name);
+  os << "graphc_partials_" << type;
+  if (!SymbolTable::lookupSymbolIn(module, name)) {
+    OpBuilder mb = OpBuilder::atBlockBegin(module.getBody());
+    mb.create<memref::GlobalOp>(loc, name, mb.getStringAttr("private"),
+                                MemRefType::get({kGpuPartialsCapacity}, type), mb.getUnitAttr(),
+                                /*constant=*/false, /*alignment=*/nullptr);
+  }
+  return name;
+}
+
+int64_t largestBlock(TypeRange types) {
+  int64_t bytes = 0;
+  for (Type type : types)
+    bytes += std::max<int64_t>(1, type.getIntOrFloatBitWidth() / 8);
+  int64_t block = kGpuMaxBlock;
+  while (block > 32 && block * bytes > kGpuSharedBytes)
+    block /= 2;
+  return block;
+}
+
 int64_t gpuBlockSize(int64_t outputs, int64_t count) {
   int64_t block = 32;
   while (block < kGpuMaxBlock && block * std::max<int64_t>(outputs, 1) < kGpuMinThreads &&
@@ -475,6 +485,7 @@ int64_t gpuBlockSize(int64_t outputs, int64_t count) {
 void buildBlockLaunch(
     OpBuilder &b, Location loc, int64_t grid, int64_t block, TypeRange shared,
     function_ref<void(OpBuilder &, Location, Value, Value, ArrayRef<BlockArgument>)> body) {
+  assert(block >= 1 && (block & (block - 1)) == 0 && "the tree needs a power-of-two block");
   MLIRContext *context = b.getContext();
   auto workgroup = gpu::AddressSpaceAttr::get(context, gpu::AddressSpace::Workgroup);
   SmallVector<Type> buffers;

@@ -25,7 +25,8 @@
 //    output stored once.
 // So a sum of E * R values is a chain of at most kBlockGroups, E / (kLanes *
 // kBlockGroups) and R terms at its three levels, the summation order depends
-// only on the shapes (the same bits on any thread count, CPU and GPU alike),
+// only on the shapes (the same bits on any thread count; the CUDA variant
+// below has an order of its own, as fixed),
 // and elementwise outputs of a fused kernel are stored in the same pass.
 // On CUDA the same nest would map one thread per output element: a batch-norm
 // statistic over N*H*W values on one thread per channel, its loads a channel
@@ -59,6 +60,8 @@
 #include "mlir/IR/AffineMap.h"
 #include "mlir/IR/Builders.h"
 
+#include <string>
+
 namespace graphc {
 
 /// Independent accumulators per reduced output, and groups of them per block.
@@ -71,6 +74,8 @@ constexpr int64_t kGpuMinThreads = 65536;
 constexpr int64_t kGpuMaxBlock = 1024;
 /// The fewest blocks a large reduction should have: two per SM of an H100.
 constexpr int64_t kGpuMinBlocks = 256;
+/// The static shared memory a block may use (48 KiB on every CUDA GPU).
+constexpr int64_t kGpuSharedBytes = 48 * 1024;
 /// Elements of each device global holding the two-stage form's partials.
 constexpr int64_t kGpuPartialsCapacity = 65536;
 
@@ -130,9 +135,20 @@ mlir::Value blockAllReduce(
         combine);
 
 /// The block size for `outputs` blocks reducing `count` elements each: enough
-/// threads in all for kGpuMinThreads, no more than the elements, a power of
-/// two in [32, kGpuMaxBlock].
+/// threads in all for kGpuMinThreads, no more than the next power of two at or
+/// above the elements, a power of two in [32, kGpuMaxBlock].
 int64_t gpuBlockSize(int64_t outputs, int64_t count);
+
+/// Declares (once per module) the device global of kGpuPartialsCapacity
+/// elements of `type` that CUDA kernels keep partial results in between two
+/// launches, and returns its symbol name. `b` must be inside the module (not
+/// inside an op being built). Kernels run one at a time on one stream, so one
+/// global per type serves them all.
+std::string declarePartials(mlir::OpBuilder &b, mlir::Location loc, mlir::Type type);
+
+/// The largest power-of-two block whose shared buffers (one element of each
+/// of `types` per thread) fit kGpuSharedBytes.
+int64_t largestBlock(mlir::TypeRange types);
 
 } // namespace graphc
 

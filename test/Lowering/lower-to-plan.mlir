@@ -98,3 +98,20 @@ func.func @train_step(%x: tensor<4xf32>) -> tensor<2x2xf32> {
 module {
   nn.parameter @w : tensor<4xf32> = ones
 }
+
+// -----
+
+// Tests that an integer maximum starts from the smallest value of its own
+// width (an int64 minimum truncated to i32 would be 0: the maximum of
+// all-negative values would come out 0), on both targets' variants.
+// CHECK-LABEL: func.func @k0(%{{.*}}: memref<2x60000xi32>, %{{.*}}: memref<2xi32>)
+// CHECK: scf.execute_region
+// CHECK: iter_args(%{{.*}} = %c-2147483648_i32
+// CHECK: graphc.target = "cpu"
+// CHECK: gpu.launch
+// CHECK: iter_args(%{{.*}} = %c-2147483648_i32
+// CHECK: graphc.target = "cuda"
+func.func @train_step(%x: tensor<2x60000xi32>) -> tensor<2xi32> {
+  %r = nn.reduce_max %x dims [1] : tensor<2x60000xi32>
+  return %r : tensor<2xi32>
+}
