@@ -546,6 +546,50 @@ KernelSignature emitArgmax(nn::ArgmaxOp op, ModuleOp kernels, StringRef name) {
   return {{op.getInput()}, false};
 }
 
+/// On CUDA, inside a launch of `block` threads per row: this thread's share
+/// of `step` folded over row `row` of `logits` (classes t, t + block, ...)
+/// from `init`.
+Value stridedOverRow(OpBuilder &b, Location loc, Value logits, Value row, Value thread,
+                     int64_t classes, int64_t block, Value init,
+                     function_ref<Value(OpBuilder &, Location, Value, Value)> step) {
+  return b
+      .create<scf::ForOp>(loc, thread, constIndex(b, loc, classes), constIndex(b, loc, block),
+                          ValueRange{init},
+                          [&](OpBuilder &fb, Location floc, Value c, ValueRange acc) {
+                            Value x = fb.create<memref::LoadOp>(floc, logits, ValueRange{row, c});
+                            fb.create<scf::YieldOp>(floc, step(fb, floc, x, acc[0]));
+                          })
+      .getResult(0);
+}
+
+/// The row's max and sum of exp(x - max), combined across the block (in
+/// shared buffers 0 and 1); every thread gets both.
+std::pair<Value, Value> blockRowStats(OpBuilder &b, Location loc, Value logits, Value row,
+                                      Value thread, int64_t classes, int64_t block,
+                                      ArrayRef<BlockArgument> buffers) {
+  Type f32 = b.getF32Type();
+  auto maxOf = [](OpBuilder &cb, Location cloc, Value x, Value y) {
+    return cb.create<arith::MaximumFOp>(cloc, x, y).getResult();
+  };
+  auto add = [](OpBuilder &cb, Location cloc, Value x, Value y) {
+    return cb.create<arith::AddFOp>(cloc, x, y).getResult();
+  };
+  Value max = blockAllReduce(
+      b, loc, thread, block, buffers[0],
+      stridedOverRow(b, loc, logits, row, thread, classes, block,
+                     constFloat(b, loc, f32, -INFINITY), maxOf),
+      maxOf);
+  Value sumExp = blockAllReduce(
+      b, loc, thread, block, buffers[1],
+      stridedOverRow(b, loc, logits, row, thread, classes, block, constFloat(b, loc, f32, 0.0),
+                     [&](OpBuilder &fb, Location floc, Value x, Value acc) {
+                       Value e = fb.create<math::ExpOp>(floc, fb.create<arith::SubFOp>(floc, x, max));
+                       return add(fb, floc, acc, e);
+                     }),
+      add);
+  return {max, sumExp};
+}
+
 /// Per row of logits [N, C]: max, log-sum-exp, sum of logits, the label's logit,
 /// and whether the label is a valid class (an invalid one makes the row NaN:
 /// never a silently wrong loss).
@@ -682,42 +726,12 @@ KernelSignature emitSoftmaxCrossEntropy(nn::SoftmaxCrossEntropyOp op,
         nb, loc, rows, block, TypeRange{f32, f32, f32},
         [&](OpBuilder &lb, Location ll, Value row, Value thread,
             ArrayRef<BlockArgument> buffers) {
-          Value cC = constIndex(lb, ll, classes), cB = constIndex(lb, ll, block);
-          auto strided = [&](Value init, auto step) {
-            return lb
-                .create<scf::ForOp>(ll, thread, cC, cB, ValueRange{init},
-                                    [&](OpBuilder &fb, Location floc, Value c, ValueRange acc) {
-                                      Value x = fb.create<memref::LoadOp>(floc, logits,
-                                                                          ValueRange{row, c});
-                                      fb.create<scf::YieldOp>(floc, step(fb, floc, x, acc[0]));
-                                    })
-                .getResult(0);
-          };
-          auto maxOf = [](OpBuilder &cb, Location cloc, Value x, Value y) {
-            return cb.create<arith::MaximumFOp>(cloc, x, y).getResult();
-          };
-          Value max = blockAllReduce(
-              lb, ll, thread, block, buffers[0],
-              strided(constFloat(lb, ll, f32, -INFINITY),
-                      [&](OpBuilder &fb, Location floc, Value x, Value acc) {
-                        return maxOf(fb, floc, acc, x);
-                      }),
-              maxOf);
-          Value sumExp = blockAllReduce(
-              lb, ll, thread, block, buffers[1],
-              strided(constFloat(lb, ll, f32, 0.0),
-                      [&](OpBuilder &fb, Location floc, Value x, Value acc) {
-                        Value e = fb.create<math::ExpOp>(
-                            floc, fb.create<arith::SubFOp>(floc, x, max));
-                        return add(fb, floc, acc, e);
-                      }),
-              add);
+          auto [max, sumExp] =
+              blockRowStats(lb, ll, logits, row, thread, classes, block, buffers);
           Value sum = blockAllReduce(
               lb, ll, thread, block, buffers[2],
-              strided(constFloat(lb, ll, f32, 0.0),
-                      [&](OpBuilder &fb, Location floc, Value x, Value acc) {
-                        return add(fb, floc, acc, x);
-                      }),
+              stridedOverRow(lb, ll, logits, row, thread, classes, block,
+                             constFloat(lb, ll, f32, 0.0), add),
               add);
           Value zero = constIndex(lb, ll, 0);
           Value first = lb.create<arith::CmpIOp>(ll, arith::CmpIPredicate::eq, thread, zero);
@@ -840,35 +854,8 @@ KernelSignature emitSoftmaxCrossEntropyBackward(nn::SoftmaxCrossEntropyBackwardO
         nb, loc, rows, block, TypeRange{f32, f32},
         [&](OpBuilder &lb, Location ll, Value row, Value thread,
             ArrayRef<BlockArgument> buffers) {
-          Value cC = constIndex(lb, ll, classes), cB = constIndex(lb, ll, block);
-          auto strided = [&](Value init, auto step) {
-            return lb
-                .create<scf::ForOp>(ll, thread, cC, cB, ValueRange{init},
-                                    [&](OpBuilder &fb, Location floc, Value c, ValueRange acc) {
-                                      Value x = fb.create<memref::LoadOp>(floc, logits,
-                                                                          ValueRange{row, c});
-                                      fb.create<scf::YieldOp>(floc, step(fb, floc, x, acc[0]));
-                                    })
-                .getResult(0);
-          };
-          Value localMax = strided(constFloat(lb, ll, f32, -INFINITY),
-                                   [](OpBuilder &fb, Location floc, Value x, Value acc) {
-                                     return fb.create<arith::MaximumFOp>(floc, acc, x).getResult();
-                                   });
-          Value max = blockAllReduce(lb, ll, thread, block, buffers[0], localMax,
-                                     [](OpBuilder &cb, Location cl, Value x, Value y) {
-                                       return cb.create<arith::MaximumFOp>(cl, x, y).getResult();
-                                     });
-          Value localSum = strided(constFloat(lb, ll, f32, 0.0),
-                                   [&](OpBuilder &fb, Location floc, Value x, Value acc) {
-                                     Value e = fb.create<math::ExpOp>(
-                                         floc, fb.create<arith::SubFOp>(floc, x, max));
-                                     return fb.create<arith::AddFOp>(floc, acc, e).getResult();
-                                   });
-          Value sumExp = blockAllReduce(lb, ll, thread, block, buffers[1], localSum,
-                                        [](OpBuilder &cb, Location cl, Value x, Value y) {
-                                          return cb.create<arith::AddFOp>(cl, x, y).getResult();
-                                        });
+          auto [max, sumExp] =
+              blockRowStats(lb, ll, logits, row, thread, classes, block, buffers);
           Value rawLabel = lb.create<memref::LoadOp>(ll, labels, row);
           Type labelType = rawLabel.getType();
           Value valid = lb.create<arith::AndIOp>(
@@ -880,7 +867,8 @@ KernelSignature emitSoftmaxCrossEntropyBackward(nn::SoftmaxCrossEntropyBackwardO
           Value scale = rowScale(lb, ll, valid);
           Value invSum = lb.create<arith::DivFOp>(ll, constFloat(lb, ll, f32, 1.0), sumExp);
           Value label = lb.create<arith::IndexCastOp>(ll, lb.getIndexType(), rawLabel);
-          lb.create<scf::ForOp>(ll, thread, cC, cB, std::nullopt,
+          lb.create<scf::ForOp>(ll, thread, constIndex(lb, ll, classes), constIndex(lb, ll, block),
+                                std::nullopt,
                                 [&](OpBuilder &fb, Location floc, Value c, ValueRange) {
                                   writeClass(fb, floc, row, c, max, invSum, label, scale);
                                   fb.create<scf::YieldOp>(floc);
