@@ -3,6 +3,7 @@
 #include "runtime/backend.h"
 
 #include <string>
+#include <unordered_map>
 
 namespace graphc::runtime {
 
@@ -30,6 +31,33 @@ StatusOr<fb::Target> ChooseTarget(const Plan& plan, const std::vector<fb::Target
                     (present.empty() ? std::string("none") : present) +
                     " (compile with graphc --target=" +
                     (targets.front() == fb::Target::CpuX86_64 ? "cpu" : "cuda") + " or all)");
+}
+
+const fb::KernelBinary* BinaryFor(const Plan& plan, fb::Target target) {
+  const fb::KernelBinary* found = nullptr;
+  if (plan.root().binaries() != nullptr)
+    for (const fb::KernelBinary* binary : *plan.root().binaries())
+      if (binary->target() == target) found = binary;
+  return found;
+}
+
+StatusOr<std::vector<const fb::GpuKernel*>> LaunchListsOf(const Plan& plan,
+                                                          const fb::KernelBinary& binary,
+                                                          const std::string& what) {
+  // The loader proved one launch list per symbol, with args in range.
+  std::unordered_map<std::string, const fb::GpuKernel*> by_symbol;
+  for (uint32_t i = 0; i < binary.symbols()->size(); ++i)
+    by_symbol.emplace(binary.symbols()->Get(i)->str(), binary.launches()->Get(i));
+  std::vector<const fb::GpuKernel*> lists;
+  if (plan.root().kernels() == nullptr) return lists;
+  for (const fb::Kernel* kernel : *plan.root().kernels()) {
+    auto found = by_symbol.find(StringOf(kernel->name()));
+    if (found == by_symbol.end())
+      return Status(ErrorCode::kPlanMissingKernel,
+                    "kernel '" + PrintableOf(kernel->name()) + "' is not in " + what);
+    lists.push_back(found->second);
+  }
+  return lists;
 }
 
 }  // namespace graphc::runtime

@@ -150,6 +150,16 @@ class Backend {
 // at all; kPlanMissingKernel naming what the plan has otherwise.
 StatusOr<fb::Target> ChooseTarget(const Plan& plan, const std::vector<fb::Target>& targets);
 
+// The plan's kernel binary for `target`, or nullptr.
+const fb::KernelBinary* BinaryFor(const Plan& plan, fb::Target target);
+
+// Per kernel of the plan, in the plan's order, its launch list in `binary`;
+// kPlanMissingKernel naming the first kernel `binary` (described as `what`,
+// e.g. "the x86-64 library") lacks.
+StatusOr<std::vector<const fb::GpuKernel*>> LaunchListsOf(const Plan& plan,
+                                                          const fb::KernelBinary& binary,
+                                                          const std::string& what);
+
 }  // namespace graphc::runtime
 
 #endif  // GRAPHC_RUNTIME_BACKEND_H_

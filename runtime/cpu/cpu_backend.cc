@@ -18,7 +18,6 @@
 #include <algorithm>
 #include <chrono>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "runtime/cpu/cpu_backend.h"
@@ -166,10 +165,7 @@ Status CpuBackend::LoadGeneratedKernels(const Plan& plan) {
   const fb::Plan& root = plan.root();
   kernels_.clear();
   if (root.kernels() == nullptr || root.kernels()->size() == 0) return Status::Ok();
-  const fb::KernelBinary* binary = nullptr;
-  if (root.binaries() != nullptr)
-    for (const fb::KernelBinary* b : *root.binaries())
-      if (b->target() == fb::Target::CpuX86_64) binary = b;
+  const fb::KernelBinary* binary = BinaryFor(plan, fb::Target::CpuX86_64);
   if (binary == nullptr || binary->format() != fb::BinaryFormat::ElfSharedObject)
     return Status(ErrorCode::kPlanMissingKernel, "no x86-64 shared object in the plan");
   std::string cpu = binary->cpu() ? binary->cpu()->str() : "";
@@ -201,17 +197,13 @@ Status CpuBackend::LoadGeneratedKernels(const Plan& plan) {
                   std::string("cannot load the kernel library: ") + dlerror());
   if (library_ != nullptr) dlclose(library_);
   library_ = library;
-  // The loader proved one launch list per symbol, with args in range.
-  std::unordered_map<std::string, const fb::GpuKernel*> launches;
-  for (uint32_t i = 0; i < binary->symbols()->size(); ++i)
-    launches.emplace(binary->symbols()->Get(i)->str(), binary->launches()->Get(i));
-  for (const fb::Kernel* kernel : *root.kernels()) {
-    auto found = launches.find(kernel->name()->str());
-    if (found == launches.end())
-      return Status(ErrorCode::kPlanMissingKernel,
-                    "kernel '" + PrintableOf(kernel->name()) + "' is not in the x86-64 library");
+  StatusOr<std::vector<const fb::GpuKernel*>> lists =
+      LaunchListsOf(plan, *binary, "the x86-64 library");
+  if (!lists.ok()) return lists.status();
+  for (uint32_t k = 0; k < root.kernels()->size(); ++k) {
+    const fb::Kernel* kernel = root.kernels()->Get(k);
     std::vector<Launch>& list = kernels_.emplace_back();
-    for (const fb::GpuLaunch* launch : *found->second->launches()) {
+    for (const fb::GpuLaunch* launch : *(*lists)[k]->launches()) {
       std::string symbol = "graphc_kernel_" + launch->entry()->str();
       Launch& l = list.emplace_back();
       l.entry = reinterpret_cast<LaunchEntry>(dlsym(library_, symbol.c_str()));

@@ -289,10 +289,7 @@ Status CudaBackend::LoadGeneratedKernels(const Plan& plan, fb::Target target) {
   const fb::Plan& root = plan.root();
   kernels_.clear();
   if (root.kernels() == nullptr || root.kernels()->size() == 0) return Status::Ok();
-  const fb::KernelBinary* binary = nullptr;
-  if (root.binaries() != nullptr)
-    for (const fb::KernelBinary* b : *root.binaries())
-      if (b->target() == target) binary = b;
+  const fb::KernelBinary* binary = BinaryFor(plan, target);
   if (binary == nullptr || binary->format() != fb::BinaryFormat::Ptx)
     return Status(ErrorCode::kPlanMissingKernel,
                   std::string("no PTX for ") + fb::EnumNameTarget(target) + " in the plan");
@@ -315,16 +312,12 @@ Status CudaBackend::LoadGeneratedKernels(const Plan& plan, fb::Target target) {
                                            fb::EnumNameTarget(target) + " PTX: " +
                                            cudaGetErrorName(error) + detail);
   }
-  std::unordered_map<std::string, const fb::GpuKernel*> launches;
-  for (uint32_t i = 0; i < binary->symbols()->size(); ++i)
-    launches.emplace(binary->symbols()->Get(i)->str(), binary->launches()->Get(i));
-  for (const fb::Kernel* kernel : *root.kernels()) {
-    auto found = launches.find(kernel->name()->str());
-    if (found == launches.end())
-      return Status(ErrorCode::kPlanMissingKernel,
-                    "kernel '" + PrintableOf(kernel->name()) + "' is not in the PTX");
+  StatusOr<std::vector<const fb::GpuKernel*>> lists = LaunchListsOf(plan, *binary, "the PTX");
+  if (!lists.ok()) return lists.status();
+  for (uint32_t k = 0; k < root.kernels()->size(); ++k) {
+    const fb::Kernel* kernel = root.kernels()->Get(k);
     std::vector<Launch>& list = kernels_.emplace_back();
-    for (const fb::GpuLaunch* launch : *found->second->launches()) {
+    for (const fb::GpuLaunch* launch : *(*lists)[k]->launches()) {
       Launch& l = list.emplace_back();
       error = cudaLibraryGetKernel(&l.kernel, library_, launch->entry()->c_str());
       if (error != cudaSuccess)
