@@ -546,6 +546,17 @@ KernelSignature emitArgmax(nn::ArgmaxOp op, ModuleOp kernels, StringRef name) {
   return {{op.getInput()}, false};
 }
 
+/// Whether `label` is a class in [0, classes): an invalid one makes its row's
+/// loss and gradient NaN, never a silently wrong value.
+Value isValidLabel(OpBuilder &b, Location loc, Value label, int64_t classes) {
+  Type type = label.getType();
+  return b.create<arith::AndIOp>(
+      loc,
+      b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::sge, label, constInt(b, loc, type, 0)),
+      b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::slt, label,
+                              constInt(b, loc, type, classes)));
+}
+
 /// On CUDA, inside a launch of `block` threads per row: this thread's share
 /// of `step` folded over row `row` of `logits` (classes t, t + block, ...)
 /// from `init`.
@@ -629,12 +640,7 @@ RowStats buildRowStats(OpBuilder &b, Location loc, Value logits, Value labels,
   s.sumExp = sums.getResult(0);
   s.sum = sums.getResult(1);
   Value label = b.create<memref::LoadOp>(loc, labels, row);
-  Type labelType = label.getType();
-  Value nonNegative = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::sge, label,
-                                              constInt(b, loc, labelType, 0));
-  Value below = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::slt, label,
-                                        constInt(b, loc, labelType, classes));
-  s.valid = b.create<arith::AndIOp>(loc, nonNegative, below);
+  s.valid = isValidLabel(b, loc, label, classes);
   Value index = b.create<arith::IndexCastOp>(loc, b.getIndexType(), label);
   index = b.create<arith::SelectOp>(loc, s.valid, index, c0);
   s.labelLogit = b.create<memref::LoadOp>(loc, logits, ValueRange{row, index});
@@ -737,13 +743,7 @@ KernelSignature emitSoftmaxCrossEntropy(nn::SoftmaxCrossEntropyOp op,
           Value first = lb.create<arith::CmpIOp>(ll, arith::CmpIPredicate::eq, thread, zero);
           lb.create<scf::IfOp>(ll, first, [&](OpBuilder &ib, Location il) {
             Value label = ib.create<memref::LoadOp>(il, labels, row);
-            Type labelType = label.getType();
-            Value valid = ib.create<arith::AndIOp>(
-                il,
-                ib.create<arith::CmpIOp>(il, arith::CmpIPredicate::sge, label,
-                                         constInt(ib, il, labelType, 0)),
-                ib.create<arith::CmpIOp>(il, arith::CmpIPredicate::slt, label,
-                                         constInt(ib, il, labelType, classes)));
+            Value valid = isValidLabel(ib, il, label, classes);
             Value index = ib.create<arith::SelectOp>(
                 il, valid, ib.create<arith::IndexCastOp>(il, ib.getIndexType(), label), zero);
             Value labelLogit = ib.create<memref::LoadOp>(il, logits, ValueRange{row, index});
@@ -857,13 +857,7 @@ KernelSignature emitSoftmaxCrossEntropyBackward(nn::SoftmaxCrossEntropyBackwardO
           auto [max, sumExp] =
               blockRowStats(lb, ll, logits, row, thread, classes, block, buffers);
           Value rawLabel = lb.create<memref::LoadOp>(ll, labels, row);
-          Type labelType = rawLabel.getType();
-          Value valid = lb.create<arith::AndIOp>(
-              ll,
-              lb.create<arith::CmpIOp>(ll, arith::CmpIPredicate::sge, rawLabel,
-                                       constInt(lb, ll, labelType, 0)),
-              lb.create<arith::CmpIOp>(ll, arith::CmpIPredicate::slt, rawLabel,
-                                       constInt(lb, ll, labelType, classes)));
+          Value valid = isValidLabel(lb, ll, rawLabel, classes);
           Value scale = rowScale(lb, ll, valid);
           Value invSum = lb.create<arith::DivFOp>(ll, constFloat(lb, ll, f32, 1.0), sumExp);
           Value label = lb.create<arith::IndexCastOp>(ll, lb.getIndexType(), rawLabel);
