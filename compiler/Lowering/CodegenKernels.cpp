@@ -34,6 +34,7 @@
 #include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
 #include "mlir/Conversion/SCFToControlFlow/SCFToControlFlow.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Arith/Transforms/Passes.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Utils/StaticValueUtils.h"
@@ -46,6 +47,7 @@
 #include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/NVVM/NVVMToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Export.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 #include "mlir/Transforms/Passes.h"
 #include "mlir/Transforms/RegionUtils.h"
 #include "llvm/IR/Constants.h"
@@ -244,6 +246,15 @@ private:
 };
 
 LogicalResult CodegenKernelsPass::lowerToLLVMDialect(ModuleOp kernels) {
+  // bf16 <-> f32 as integer arithmetic (round to nearest even): LLVM would
+  // call compiler-rt's __truncsfbf2 on CPUs without AVX512-BF16, and the
+  // kernel library may import nothing but a few libc/libm functions.
+  {
+    RewritePatternSet patterns(kernels->getContext());
+    arith::populateExpandBFloat16Patterns(patterns);
+    if (failed(applyPatternsAndFoldGreedily(kernels, std::move(patterns))))
+      return kernels.emitError("cannot expand the kernels' bf16 conversions");
+  }
   PassManager pm(kernels->getContext(), ModuleOp::getOperationName());
   pm.addPass(createLowerAffinePass());
   pm.addPass(createConvertSCFToCFPass());

@@ -25,6 +25,7 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 
 using namespace mlir;
 
@@ -930,12 +931,66 @@ KernelSignature emitLrSchedule(nn::LrScheduleOp op, ModuleOp kernels, StringRef 
   return {{op.getStep()}, false};
 }
 
+/// An optimizer op's loss-scaling operands (graphc-mixed-precision): the
+/// gradient's factor and the skip flag, or null. Both are optional operands
+/// after every other one, in that order.
+struct GradScaling {
+  Value scale, skip;
+  unsigned scaleIndex = 0, skipIndex = 0;
+};
+GradScaling gradScalingOf(Operation *op) {
+  GradScaling g;
+  llvm::TypeSwitch<Operation *>(op)
+      .Case<nn::SgdOp, nn::SgdMomentumOp, nn::LarsOp, nn::AdamOp>([&](auto o) {
+        g.scale = o.getGradScale();
+        g.skip = o.getSkip();
+      });
+  unsigned n = op->getNumOperands();
+  g.skipIndex = n - 1;
+  g.scaleIndex = n - 1 - (g.skip ? 1 : 0);
+  return g;
+}
+
+/// The gradient as the rule reads it: widened to the parameter's type and
+/// multiplied by the loss-scaling factor, if any.
+Value scaledGradient(OpBuilder &b, Location l, Value grad, Type elem, Value factor) {
+  grad = castScalar(b, l, grad, elem);
+  return factor ? b.create<arith::MulFOp>(l, grad, factor).getResult() : grad;
+}
+
+/// With a skip flag that is not 0, every result is the operand it replaces
+/// (result 0 the parameter, result k the operand k + 1: its state).
+SmallVector<Value> skippable(OpBuilder &b, Location l, ValueRange s,
+                             SmallVector<Value> results, Value skip) {
+  if (!skip)
+    return results;
+  Value apply = b.create<arith::CmpFOp>(l, arith::CmpFPredicate::OEQ, skip,
+                                        constFloat(b, l, skip.getType(), 0.0));
+  for (auto [k, r] : llvm::enumerate(results))
+    r = b.create<arith::SelectOp>(l, apply, r, s[k == 0 ? 0 : k + 1]);
+  return results;
+}
+
+SmallVector<Value> emitScalarRule(OpBuilder &b, Location l, Operation *op, ValueRange s);
+
 /// The per-element rule of an elementwise optimizer op (sgd, sgd_momentum,
 /// adam): `s` holds one scalar per operand (the rank-0 ones included), the
 /// result is one scalar per op result. Empty for ops that are not
-/// elementwise (lars).
+/// elementwise (lars). The gradient is widened and unscaled first, and the
+/// update skipped on overflow (the loss-scaling operands).
 SmallVector<Value> emitScalarUpdate(OpBuilder &b, Location l, Operation *op,
                                     ValueRange s) {
+  GradScaling g = gradScalingOf(op);
+  SmallVector<Value> scalars(s);
+  scalars[1] = scaledGradient(b, l, s[1], s[0].getType(),
+                              g.scale ? s[g.scaleIndex] : Value());
+  SmallVector<Value> results = emitScalarRule(b, l, op, scalars);
+  if (results.empty())
+    return results;
+  return skippable(b, l, s, std::move(results), g.skip ? s[g.skipIndex] : Value());
+}
+
+SmallVector<Value> emitScalarRule(OpBuilder &b, Location l, Operation *op, ValueRange s) {
   Type elem = s[0].getType();
   auto c = [&](double v) { return constFloat(b, l, elem, v); };
   auto mul = [&](Value x, Value y) -> Value { return b.create<arith::MulFOp>(l, x, y); };
@@ -1007,18 +1062,26 @@ KernelSignature emitOptimizer(Operation *op, ModuleOp kernels, StringRef name) {
     double wd = lars.getWeightDecay().convertToDouble();
     double mu = lars.getMomentum().convertToDouble();
     double eta = lars.getEta().convertToDouble();
-    // Squared norms into two rank-0 scratch values, then the trust ratio.
+    GradScaling scaling = gradScalingOf(op);
+    Value factor = scaling.scale ? b.create<memref::LoadOp>(loc, inputs[scaling.scaleIndex],
+                                                            ValueRange{})
+                                       .getResult()
+                                 : Value();
+    // Squared norms into two rank-0 scratch values (of the unscaled
+    // gradient), then the trust ratio.
     MemRefType scalarType = MemRefType::get({}, elem);
     SmallVector<Value> norms;
     for (Value tensor : {inputs[0], inputs[1]}) {
       Value acc = b.create<memref::AllocaOp>(loc, scalarType);
       b.create<linalg::FillOp>(loc, c(0.0), acc);
       MLIRContext *ctx = b.getContext();
+      bool isGrad = tensor == inputs[1];
       buildGeneric(b, loc, tensor, acc,
                    {AffineMap::getMultiDimIdentityMap(1, ctx), AffineMap::get(1, 0, {}, ctx)},
                    {IteratorType::reduction},
                    [&](OpBuilder &nb, Location l, ValueRange s) -> SmallVector<Value> {
-                     return {add(nb, l, s[1], mul(nb, l, s[0], s[0]))};
+                     Value x = isGrad ? scaledGradient(nb, l, s[0], elem, factor) : s[0];
+                     return {add(nb, l, s[1], mul(nb, l, x, x))};
                    });
       norms.push_back(b.create<math::SqrtOp>(
           loc, b.create<memref::LoadOp>(loc, acc, ValueRange{})));
@@ -1033,11 +1096,13 @@ KernelSignature emitOptimizer(Operation *op, ModuleOp kernels, StringRef name) {
         loc, b.create<arith::AndIOp>(loc, pPositive, gPositive), ratio, c(1.0));
     buildFlatGeneric(b, loc, inputs, outputs,
                      [&](OpBuilder &nb, Location l, ValueRange s) -> SmallVector<Value> {
-                       Value d = add(nb, l, s[1],
-                                     mul(nb, l, constFloat(nb, l, elem, wd), s[0]));
+                       Value g = scaledGradient(nb, l, s[1], elem,
+                                                factor ? s[scaling.scaleIndex] : Value());
+                       Value d = add(nb, l, g, mul(nb, l, constFloat(nb, l, elem, wd), s[0]));
                        Value v = add(nb, l, mul(nb, l, constFloat(nb, l, elem, mu), s[2]),
                                      mul(nb, l, mul(nb, l, s[3], local), d));
-                       return {nb.create<arith::SubFOp>(l, s[0], v), v};
+                       return skippable(nb, l, s, {nb.create<arith::SubFOp>(l, s[0], v), v},
+                                        scaling.skip ? s[scaling.skipIndex] : Value());
                      });
   } else {
     buildFlatGeneric(b, loc, inputs, outputs,
@@ -1147,6 +1212,85 @@ KernelSignature emitMultiTensor(nn::MultiTensorOp op, ModuleOp kernels, StringRe
   return signature;
 }
 
+/// nn.nonfinite_flags: one 2-D parallel loop over (chunk, lane), the chunks
+/// of all operands in a row (a binary search on the chunk index picks the
+/// operand, as nn.multi_tensor does); lane l of a chunk strides over its
+/// elements l, l + kLanes, ... and writes its own flag, so no two iterations
+/// write one element and the result is the same on any thread count. On
+/// CUDA the lanes of a chunk are consecutive threads reading consecutive
+/// addresses.
+KernelSignature emitNonfiniteFlags(nn::NonfiniteFlagsOp op, ModuleOp kernels,
+                                   StringRef name) {
+  using Flags = nn::NonfiniteFlagsOp;
+  OpBuilder b(op->getContext());
+  Location loc = op.getLoc();
+  SmallVector<Type> types;
+  for (Value v : op.getInputs())
+    types.push_back(flatType(v.getType()));
+  types.push_back(flatType(op.getType()));
+  func::FuncOp func = createKernelFunc(b, kernels, name, loc, types);
+  auto args = func.getArguments();
+  Value flags = args.back();
+  Type f32 = b.getF32Type();
+
+  SmallVector<int64_t> firstChunk = {0}; // per operand, then the total
+  SmallVector<int64_t> sizes;
+  for (Value v : op.getInputs()) {
+    sizes.push_back(llvm::cast<RankedTensorType>(v.getType()).getNumElements());
+    firstChunk.push_back(firstChunk.back() + Flags::chunksOf(sizes.back()));
+  }
+  auto leaf = [&](OpBuilder &nb, Location l, unsigned j, Value chunk, Value lane) {
+    Value local = nb.create<arith::SubIOp>(l, chunk, constIndex(nb, l, firstChunk[j]));
+    Value start = nb.create<arith::AddIOp>(
+        l, nb.create<arith::MulIOp>(l, local, constIndex(nb, l, Flags::kChunk)), lane);
+    Value end = nb.create<arith::MinUIOp>(
+        l,
+        nb.create<arith::MulIOp>(
+            l, nb.create<arith::AddIOp>(l, local, constIndex(nb, l, 1)),
+            constIndex(nb, l, Flags::kChunk)),
+        constIndex(nb, l, sizes[j]));
+    Value none = nb.create<arith::ConstantIntOp>(l, 0, 1);
+    auto scan = nb.create<scf::ForOp>(
+        l, start, end, constIndex(nb, l, Flags::kLanes), ValueRange{none},
+        [&](OpBuilder &fb, Location fl, Value i, ValueRange acc) {
+          Value x = castScalar(fb, fl, fb.create<memref::LoadOp>(fl, args[j], ValueRange{i}),
+                               f32);
+          // Unordered or >= inf: NaN and +-inf.
+          Value bad = fb.create<arith::CmpFOp>(
+              fl, arith::CmpFPredicate::UGE, fb.create<math::AbsFOp>(fl, x),
+              constFloat(fb, fl, f32, std::numeric_limits<double>::infinity()));
+          fb.create<scf::YieldOp>(fl, ValueRange{fb.create<arith::OrIOp>(fl, acc[0], bad)});
+        });
+    Value flag = nb.create<arith::SelectOp>(l, scan.getResult(0), constFloat(nb, l, f32, 1.0),
+                                            constFloat(nb, l, f32, 0.0));
+    Value at = nb.create<arith::AddIOp>(
+        l, nb.create<arith::MulIOp>(l, chunk, constIndex(nb, l, Flags::kLanes)), lane);
+    nb.create<memref::StoreOp>(l, flag, flags, ValueRange{at});
+  };
+  std::function<void(OpBuilder &, Location, unsigned, unsigned, Value, Value)> search =
+      [&](OpBuilder &nb, Location l, unsigned lo, unsigned hi, Value chunk, Value lane) {
+        if (hi - lo == 1)
+          return leaf(nb, l, lo, chunk, lane);
+        unsigned mid = (lo + hi) / 2;
+        Value below = nb.create<arith::CmpIOp>(l, arith::CmpIPredicate::ult, chunk,
+                                               constIndex(nb, l, firstChunk[mid]));
+        auto branch = nb.create<scf::IfOp>(l, below, /*withElseRegion=*/true);
+        OpBuilder tb = branch.getThenBodyBuilder();
+        search(tb, l, lo, mid, chunk, lane);
+        OpBuilder eb = branch.getElseBodyBuilder();
+        search(eb, l, mid, hi, chunk, lane);
+      };
+  b.create<scf::ParallelOp>(
+      loc, ValueRange{constIndex(b, loc, 0), constIndex(b, loc, 0)},
+      ValueRange{constIndex(b, loc, firstChunk.back()), constIndex(b, loc, Flags::kLanes)},
+      ValueRange{constIndex(b, loc, 1), constIndex(b, loc, 1)},
+      [&](OpBuilder &nb, Location l, ValueRange ivs) {
+        search(nb, l, 0, sizes.size(), ivs[0], ivs[1]);
+      });
+  b.create<func::ReturnOp>(loc);
+  return {llvm::to_vector(op.getInputs()), /*elementwise=*/false};
+}
+
 /// Inverted-dropout keep mask from a counter-based hash of (seed, step, index):
 /// splitmix64's finalizer, top 24 bits as a uniform in [0, 1).
 KernelSignature emitDropoutMask(nn::DropoutMaskOp op, ModuleOp kernels, StringRef name) {
@@ -1248,7 +1392,8 @@ bool isKernelOp(Operation *op) {
                    nn::ReduceMaxOp, nn::GlobalAvgPoolOp, nn::ArgmaxOp,
                    nn::SoftmaxCrossEntropyOp, nn::SoftmaxCrossEntropyBackwardOp,
                    nn::LrScheduleOp, nn::SgdOp, nn::SgdMomentumOp, nn::LarsOp, nn::AdamOp,
-                   nn::DropoutMaskOp, nn::FusionOp, nn::MultiTensorOp>(op);
+                   nn::DropoutMaskOp, nn::NonfiniteFlagsOp, nn::FusionOp,
+                   nn::MultiTensorOp>(op);
 }
 
 FailureOr<KernelSignature> emitKernel(Operation *op, ModuleOp kernels, StringRef name) {
@@ -1269,6 +1414,7 @@ FailureOr<KernelSignature> emitKernel(Operation *op, ModuleOp kernels, StringRef
       })
       .Case([&](nn::LrScheduleOp o) { return emitLrSchedule(o, kernels, name); })
       .Case([&](nn::DropoutMaskOp o) { return emitDropoutMask(o, kernels, name); })
+      .Case([&](nn::NonfiniteFlagsOp o) { return emitNonfiniteFlags(o, kernels, name); })
       .Case<nn::SgdOp, nn::SgdMomentumOp, nn::LarsOp, nn::AdamOp>(
           [&](Operation *o) { return emitOptimizer(o, kernels, name); })
       .Default([&](Operation *o) -> FailureOr<KernelSignature> {

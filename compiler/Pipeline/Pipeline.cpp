@@ -13,9 +13,12 @@
 //  - graphc-decompose-training-ops before autodiff: batch norm and dropout
 //    become reductions and elementwise ops, whose gradient rules autodiff
 //    already has, and whose elementwise parts fusion can later group.
-//  - graphc-autodiff, then graphc-optimizer: gradients end in
-//    nn.apply_gradient, the seam where mixed precision (unscale) and
-//    data-parallel (allreduce) will act before the update consumes them.
+//  - graphc-autodiff, then graphc-mixed-precision, then graphc-optimizer:
+//    gradients end in nn.apply_gradient, the seam where mixed precision
+//    (unscale, skip on overflow) and data-parallel (allreduce, to come) act
+//    before the update consumes them. Mixed precision sees backward whole, so
+//    it decides what backward keeps in half, and it runs before fusion, which
+//    folds its casts into the neighbouring kernels.
 //  - graphc-fuse-elementwise last at the nn level: it sees the whole step
 //    (forward, backward, update) as written, and its groups become kernels.
 //
@@ -37,12 +40,16 @@ void buildCompilePipeline(mlir::OpPassManager &pm, const PipelineOptions &option
   pm.addPass(createBuildEvalStep());
   pm.addPass(createDecomposeTrainingOps());
   pm.addPass(createAutodiff());
+  if (!options.mixedPrecision.precision.empty())
+    pm.addPass(createMixedPrecision(options.mixedPrecision));
+  if (options.stopAfter == Phase::MixedPrecision)
+    return;
   pm.addPass(createOptimizer(options.optimizer));
   if (options.stopAfter == Phase::Autodiff)
     return;
   // Fusion after the optimizer, so the update's elementwise ops are visible,
   // and before bufferization, which turns each nn.fusion into one kernel.
-  // Mixed precision and data-parallel will go before it: they rewrite nn ops.
+  // Data-parallel will go before it, as mixed precision does: they rewrite nn ops.
   if (options.fuse)
     pm.addPass(createFuseElementwise());
 

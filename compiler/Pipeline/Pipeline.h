@@ -22,6 +22,9 @@ namespace graphc {
 enum class Phase {
   /// Model contract checked; batch size set and every shape re-inferred.
   Verify,
+  /// @train_step differentiated, in mixed precision with --amp, its gradients
+  /// still in nn.apply_gradient (before the optimizer); @eval_step built.
+  MixedPrecision,
   /// @train_step (forward, loss, backward, optimizer update, in place) and
   /// @eval_step built from @forward.
   Autodiff,
@@ -45,6 +48,9 @@ struct PipelineOptions {
   /// Group elementwise chains into one kernel each (graphc-fuse-elementwise);
   /// false gives the unfused baseline, one kernel per op.
   bool fuse = true;
+  /// Mixed precision (graphc-mixed-precision's options); an empty precision
+  /// trains in fp32 and skips the pass.
+  MixedPrecisionOptions mixedPrecision{/*precision=*/""};
 };
 
 /// Adds the passes of every phase up to `options.stopAfter` to `pm`, which must

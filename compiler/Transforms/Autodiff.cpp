@@ -56,6 +56,7 @@ public:
 
   void seed(Value loss, Location loc) {
     adjoints[loss] = scalarConstant(b, loc, b.getF32Type(), 1.0);
+    adjoints[loss].getDefiningOp()->setAttr(kLossSeedAttr, b.getUnitAttr());
   }
 
   Value adjointOf(Value v) const { return adjoints.lookup(v); }
@@ -397,7 +398,8 @@ struct AutodiffPass : impl::AutodiffBase<AutodiffPass> {
                       .getResult()
                 : diff.adjointOf(load.getResult());
       if (firstLoad.lookup(load.getVariable()) == op)
-        b.create<nn::ApplyGradientOp>(load.getLoc(), load.getVariable(), sum);
+        b.create<nn::ApplyGradientOp>(load.getLoc(), load.getVariable(), sum,
+                                      /*grad_scale=*/Value(), /*skip=*/Value());
     }
 
     for (auto param : module.getOps<nn::ParameterOp>())

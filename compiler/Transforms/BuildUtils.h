@@ -19,6 +19,18 @@ namespace graphc {
 /// schedule read and the optimizer increments.
 inline constexpr llvm::StringLiteral kStepCounter = "graphc.step";
 
+/// Loss scaling's state (graphc-mixed-precision, FP16): the f32 scale the loss
+/// is multiplied by, the i64 count of steps skipped because a gradient
+/// overflowed, and (dynamic scaling) the i64 run of finite steps since the
+/// scale last changed. graphrun reports the first two by these names.
+inline constexpr llvm::StringLiteral kLossScaleState = "graphc.loss_scale";
+inline constexpr llvm::StringLiteral kSkippedStepsState = "graphc.skipped_steps";
+inline constexpr llvm::StringLiteral kGoodStepsState = "graphc.loss_scale_good_steps";
+
+/// Unit attribute graphc-autodiff puts on the constant d(loss) = 1 that seeds
+/// backward; loss scaling replaces it with the scale.
+inline constexpr llvm::StringLiteral kLossSeedAttr = "graphc.loss_seed";
+
 /// The function `name` of `module` with its body, or a failure reported on
 /// the module ("the model has no func.func @name with a body").
 mlir::FailureOr<mlir::func::FuncOp> lookupModelFunction(mlir::ModuleOp module,

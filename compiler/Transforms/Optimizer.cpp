@@ -124,6 +124,13 @@ struct OptimizerPass : impl::OptimizerBase<OptimizerPass> {
       step.emitError("@train_step applies no gradient");
       return signalPassFailure();
     }
+    // One skip flag for the whole step, or none.
+    for (nn::ApplyGradientOp update : updates)
+      if (update.getSkip() != updates.front().getSkip()) {
+        update.emitError("graphc-optimizer: every nn.apply_gradient of a step must share "
+                         "one skip_if flag");
+        return signalPassFailure();
+      }
 
     OpBuilder b(updates.front());
     Location stepLoc = step.getLoc();
@@ -171,8 +178,10 @@ struct OptimizerPass : impl::OptimizerBase<OptimizerPass> {
       FloatAttr wd = b.getF64FloatAttr(decayFactor);
       Value p = b.create<nn::LoadOp>(loc, param.getType(), param.getSymName());
       Value g = update.getGradient();
+      // Loss scaling's unscale factor and overflow flag (graphc-mixed-precision).
+      Value gs = update.getGradScale(), skip = update.getSkip();
       if (kind == Kind::Sgd) {
-        Value next = b.create<nn::SgdOp>(loc, p, g, rate, wd);
+        Value next = b.create<nn::SgdOp>(loc, p, g, rate, wd, gs, skip);
         b.create<nn::AssignOp>(loc, param.getSymName(), next);
       } else if (kind == Kind::Adam || kind == Kind::AdamW) {
         StringRef mName = stateOf(b, module, param, "exp_avg");
@@ -183,7 +192,7 @@ struct OptimizerPass : impl::OptimizerBase<OptimizerPass> {
             loc, p, g, m, v, rate, corrections[0], corrections[1],
             b.getF64FloatAttr(beta1), b.getF64FloatAttr(beta2),
             b.getF64FloatAttr(epsilon), wd,
-            kind == Kind::AdamW ? b.getUnitAttr() : UnitAttr());
+            kind == Kind::AdamW ? b.getUnitAttr() : UnitAttr(), gs, skip);
         b.create<nn::AssignOp>(loc, param.getSymName(), rule.getNewParam());
         b.create<nn::AssignOp>(loc, mName, rule.getNewExpAvg());
         b.create<nn::AssignOp>(loc, vName, rule.getNewExpAvgSq());
@@ -194,20 +203,28 @@ struct OptimizerPass : impl::OptimizerBase<OptimizerPass> {
         Operation *rule;
         if (kind == Kind::Lars && !excluded)
           rule = b.create<nn::LarsOp>(loc, p, g, v, rate, m, wd,
-                                      b.getF64FloatAttr(larsEta));
+                                      b.getF64FloatAttr(larsEta), gs, skip);
         else
           rule = b.create<nn::SgdMomentumOp>(
               loc, p, g, v, rate, m, wd,
-              kind == Kind::Nesterov ? b.getUnitAttr() : UnitAttr());
+              kind == Kind::Nesterov ? b.getUnitAttr() : UnitAttr(), gs, skip);
         b.create<nn::AssignOp>(loc, param.getSymName(), rule->getResult(0));
         b.create<nn::AssignOp>(loc, velocityName, rule->getResult(1));
       }
       update.erase();
     }
 
+    // A step skipped on overflow (loss scaling) is not counted: the schedule
+    // and Adam's bias correction see applied updates only.
+    Value skip = updates.front().getSkip();
     b.setInsertionPoint(step.getBody().front().getTerminator());
-    Value next = b.create<nn::AddOp>(stepLoc, counter,
-                                     scalarConstant(b, stepLoc, b.getI64Type(), 1));
+    Value increment = scalarConstant(b, stepLoc, b.getI64Type(), 1);
+    if (skip)
+      increment = b.create<nn::CastOp>(
+          stepLoc,
+          b.create<nn::SubOp>(stepLoc, scalarConstant(b, stepLoc, b.getF32Type(), 1.0), skip),
+          TypeAttr::get(b.getI64Type()));
+    Value next = b.create<nn::AddOp>(stepLoc, counter, increment);
     b.create<nn::AssignOp>(stepLoc, kStepCounter, next);
   }
 

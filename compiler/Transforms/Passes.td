@@ -146,6 +146,67 @@ def FuseElementwise : Pass<"graphc-fuse-elementwise", "::mlir::ModuleOp"> {
   let dependentDialects = ["::graphc::nn::NNDialect"];
 }
 
+def MixedPrecision : Pass<"graphc-mixed-precision", "::mlir::ModuleOp"> {
+  let summary = "FP16 or BF16 training: half-precision math and storage, loss scaling";
+  let description = [{
+    Runs after graphc-autodiff, before graphc-optimizer, on @train_step and
+    @eval_step. Rules:
+
+    - `nn.conv2d`, `nn.conv2d_backward_data`, `nn.conv2d_backward_filter`,
+      `nn.linear` and `nn.matmul` read half operands and produce half results
+      (the library accumulates in f32). Parameters stay f32 (the master
+      copies); the half copy of a weight is one `nn.cast` at its load, shared
+      by forward and backward.
+    - Pooling, `nn.reshape` and `nn.flatten` keep their data operand's type.
+    - Every other op computes in f32: batch-norm statistics, the loss,
+      reductions, elementwise math and the optimizer. A half operand gets an
+      `nn.cast` to f32 in front of that one reader, which fusion folds into
+      the reader's kernel.
+    - Activations are stored in half: a value with the batch dimension that
+      has more than one reader is rounded to half once, where it is computed,
+      and read from there (that is where AMP saves memory: what backward
+      keeps). A value with one reader stays f32; it lives inside a fused
+      kernel.
+    - Gradients of weights are half (they come from half convolutions);
+      `nn.apply_gradient` takes them as they are and the update widens them.
+
+    Loss scaling (`loss-scale`, FP16 only; `dynamic` by default): the
+    backward seed d(loss) = 1 becomes the scale S (state
+    `@graphc.loss_scale`); after the last gradient, one `nn.nonfinite_flags`
+    pass over every gradient and an `nn.reduce_max` give `found` (1.0 on
+    overflow); every `nn.apply_gradient` moves after it with
+    `scaled_by 1/S skip_if found`, so graphc-optimizer folds unscaling into
+    the updates and skips all of them on overflow. `@graphc.skipped_steps`
+    counts skipped steps. Dynamic: S starts at `initial-loss-scale`, doubles
+    after `loss-scale-window` finite steps in a row and halves on overflow,
+    never below 1 (PyTorch's GradScaler, with a floor). A number gives a
+    static S. On a skipped step the step counter does not advance (see
+    graphc-optimizer), so the learning-rate schedule and Adam's bias
+    correction count applied updates only; batch-norm running statistics
+    were already updated by the forward pass, as in PyTorch.
+
+    ```mlir
+    // before
+    %y = nn.conv2d %x, %w : tensor<8x3x32x32xf32>, tensor<16x3x3x3xf32>
+    // after (precision=fp16)
+    %wh = nn.cast %w : tensor<16x3x3x3xf32> to f16
+    %xh = nn.cast %x : tensor<8x3x32x32xf32> to f16
+    %y = nn.conv2d %xh, %wh : tensor<8x3x32x32xf16>, tensor<16x3x3x3xf16>
+    ```
+  }];
+  let options = [
+    Option<"precision", "precision", "std::string", /*default=*/"\"fp16\"",
+           "fp16 or bf16">,
+    Option<"lossScale", "loss-scale", "std::string", /*default=*/"\"\"",
+           "dynamic (fp16's default), none (bf16's default) or a static scale">,
+    Option<"initialScale", "initial-loss-scale", "double", /*default=*/"65536.0",
+           "Dynamic scaling's first scale">,
+    Option<"window", "loss-scale-window", "int64_t", /*default=*/"2000",
+           "Finite steps in a row after which dynamic scaling doubles the scale">,
+  ];
+  let dependentDialects = ["::graphc::nn::NNDialect"];
+}
+
 def Optimizer : Pass<"graphc-optimizer", "::mlir::ModuleOp"> {
   let summary = "Replaces nn.apply_gradient with the optimizer's in-place update";
   let description = [{

@@ -8,7 +8,7 @@
 // CHECK: %[[LIN:.+]] = nn.linear
 // CHECK: %[[SUM:.+]] = nn.add %[[RELU:.+]], %[[LIN]]
 // CHECK: %[[LOSS:.+]] = nn.softmax_cross_entropy %[[SUM]], %[[Y]]
-// CHECK: %[[ONE:.+]] = nn.constant dense<1.000000e+00> : tensor<f32>
+// CHECK: %[[ONE:.+]] = nn.constant {graphc.loss_seed} dense<1.000000e+00> : tensor<f32>
 // CHECK: %[[DSUM:.+]] = nn.softmax_cross_entropy_backward %[[ONE]], %[[SUM]], %[[Y]]
 // CHECK: %[[POS:.+]] = nn.cmp gt, %[[LIN]], %[[ZERO:.+]] : tensor<2x3xf32>
 // CHECK: %[[DRELU:.+]] = nn.select %[[POS]], %[[DSUM]], %[[ZERO]]

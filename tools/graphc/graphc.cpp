@@ -68,6 +68,9 @@ cl::opt<graphc::Phase> compileTo(
     "compile-to", cl::desc("Stop after this phase and print the IR"),
     cl::values(clEnumValN(graphc::Phase::Verify, "verify",
                           "model contract checked, batch size set"),
+               clEnumValN(graphc::Phase::MixedPrecision, "mixed-precision",
+                          "@train_step with gradients, in mixed precision with --amp, "
+                          "before the optimizer"),
                clEnumValN(graphc::Phase::Autodiff, "autodiff",
                           "@train_step with gradients and optimizer, @eval_step"),
                clEnumValN(graphc::Phase::Lower, "lower",
@@ -114,6 +117,27 @@ cl::opt<bool> fusionReport("fusion-report",
                            cl::desc("Print each program's generated-kernel launches and the "
                                     "bytes they move per run, fused vs unfused"),
                            cl::sub(compileCommand), cl::cat(codegenCategory));
+
+cl::OptionCategory precisionCategory("Mixed precision (compile)");
+cl::opt<std::string> ampPrecision(
+    "amp",
+    cl::desc("Mixed precision: fp16 (with loss scaling) or bf16; convolutions and matmuls "
+             "in half with fp32 accumulation, activations stored in half, fp32 master "
+             "weights, batch-norm statistics, loss and optimizer (default: fp32 throughout)"),
+    cl::value_desc("fp16|bf16"), cl::sub(compileCommand), cl::cat(precisionCategory));
+cl::opt<std::string> lossScaleMode(
+    "loss-scale",
+    cl::desc("fp16's loss scaling: dynamic (default: x2 after --loss-scale-window finite "
+             "steps, x0.5 on overflow, never below 1) or a number (a static scale)"),
+    cl::value_desc("dynamic|N"), cl::sub(compileCommand), cl::cat(precisionCategory));
+cl::opt<double> initialLossScale("initial-loss-scale",
+                                 cl::desc("Dynamic loss scaling's first scale"),
+                                 cl::init(65536.0), cl::sub(compileCommand),
+                                 cl::cat(precisionCategory));
+cl::opt<int64_t> lossScaleWindow(
+    "loss-scale-window",
+    cl::desc("Finite steps in a row after which dynamic loss scaling doubles the scale"),
+    cl::init(2000), cl::sub(compileCommand), cl::cat(precisionCategory));
 
 cl::OptionCategory trainingCategory("Training step (compile)");
 cl::opt<std::string> optimizerKind("optimizer",
@@ -367,12 +391,34 @@ int main(int argc, char **argv) {
     return fail("--kernel-cpu must be x86-64, x86-64-v2, x86-64-v3 or x86-64-v4, got '" +
                 kernelCpu + "'");
 
+  // Mixed precision: the combinations graphc-mixed-precision cannot see.
+  if (ampPrecision.getNumOccurrences() && ampPrecision != "fp16" && ampPrecision != "bf16")
+    return fail("--amp must be fp16 or bf16, got '" + ampPrecision + "'");
+  for (const cl::Option *option :
+       {static_cast<const cl::Option *>(&lossScaleMode),
+        static_cast<const cl::Option *>(&initialLossScale),
+        static_cast<const cl::Option *>(&lossScaleWindow)})
+    if (option->getNumOccurrences() && ampPrecision != "fp16")
+      return fail("--" + option->ArgStr + " applies to --amp=fp16 only" +
+                  (ampPrecision == "bf16" ? " (bf16 needs no loss scaling)" : ""));
+  // Below x86-64-v3 there is no F16C: LLVM would convert halves with
+  // compiler-rt calls, which a plan's kernel library may not import.
+  if (ampPrecision == "fp16" && targetKind != "cuda" &&
+      (kernelCpu == "x86-64" || kernelCpu == "x86-64-v2"))
+    return fail("--amp=fp16 needs --kernel-cpu=x86-64-v3 or x86-64-v4 (F16C converts "
+                "halves), got '" + kernelCpu + "'");
+  if (lossScaleMode.getNumOccurrences() && lossScaleMode != "dynamic" &&
+      (initialLossScale.getNumOccurrences() || lossScaleWindow.getNumOccurrences()))
+    return fail("--initial-loss-scale and --loss-scale-window apply to --loss-scale=dynamic");
+
   // The key is read before the work, so a wrong file fails at once.
   std::optional<graphc::runtime::SecretKey> signingKey;
   if (!signKey.empty()) {
     if (!writePlan)
       return fail("--sign-key signs plans; it does not apply to --compile-to=" +
-                  llvm::Twine(compileTo.getValue() == graphc::Phase::Verify     ? "verify"
+                  llvm::Twine(compileTo.getValue() == graphc::Phase::Verify ? "verify"
+                              : compileTo.getValue() == graphc::Phase::MixedPrecision
+                                  ? "mixed-precision"
                               : compileTo.getValue() == graphc::Phase::Autodiff ? "autodiff"
                                                                                 : "lower"));
     auto key = graphc::runtime::ReadSecretKey(signKey);
@@ -452,6 +498,13 @@ int main(int argc, char **argv) {
   opt.decayStepSize = decayStepSize;
   opt.decayGamma = decayGamma;
   options.fuse = !noFuse;
+  if (!ampPrecision.empty()) {
+    graphc::MixedPrecisionOptions &amp = options.mixedPrecision;
+    amp.precision = ampPrecision;
+    amp.lossScale = lossScaleMode;
+    amp.initialScale = initialLossScale;
+    amp.window = lossScaleWindow;
+  }
   options.codegen.cpu = kernelCpu;
   options.codegen.targets = targetKind;
   if (const char *cudaHome = std::getenv("CUDA_HOME"))
@@ -484,12 +537,27 @@ int main(int argc, char **argv) {
     metadata.model = llvm::sys::path::stem(modelPath).str();
     metadata.batchSize = options.batchSize;
     metadata.fused = options.fuse;
+    if (!ampPrecision.empty())
+      metadata.precision = ampPrecision;
     if (failed(graphc::exportPlan(*module, metadata, output->os())))
       return 1;
     output->keep();
     printPlanSummary(*module, outputPath, output->os().tell());
     llvm::outs() << "learning rate: " << llvm::format("%g", opt.lr) << " (" << lrChoice
                  << ")\n";
+    llvm::outs() << "precision: " << metadata.precision;
+    if (ampPrecision == "fp16") {
+      if (lossScaleMode.empty() || lossScaleMode == "dynamic")
+        llvm::outs() << llvm::format(", dynamic loss scaling (initial %g, x2 after %lld "
+                                     "finite steps, x0.5 on overflow)",
+                                     double(initialLossScale),
+                                     static_cast<long long>(lossScaleWindow));
+      else
+        llvm::outs() << ", static loss scale " << lossScaleMode;
+    } else if (ampPrecision == "bf16") {
+      llvm::outs() << " (no loss scaling: bf16 has fp32's range)";
+    }
+    llvm::outs() << "\n";
     if (fusionReport)
       printFusionReport(*module, options.fuse);
     return 0;

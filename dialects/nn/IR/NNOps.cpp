@@ -214,8 +214,20 @@ LogicalResult AssignOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
 }
 
 LogicalResult ApplyGradientOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
-  return verifyVariableUse(*this, symbolTable, getParameterAttr(),
-                           getGradient().getType(), /*parametersOnly=*/true);
+  // A gradient may be narrower than its parameter (a half-precision gradient
+  // of an f32 master weight); the shape must be the parameter's.
+  FailureOr<RankedTensorType> declared = lookupVariableType(
+      *this, symbolTable, getParameterAttr(), /*parametersOnly=*/true);
+  if (failed(declared))
+    return failure();
+  auto gradient = llvm::cast<RankedTensorType>(getGradient().getType());
+  if (gradient.getShape() != declared->getShape() ||
+      gradient.getElementType().getIntOrFloatBitWidth() >
+          declared->getElementType().getIntOrFloatBitWidth())
+    return emitOpError("gradient type ")
+           << gradient << " does not fit the declared type " << *declared << " of @"
+           << getParameter();
+  return success();
 }
 
 //===----------------------------------------------------------------------===//
@@ -342,6 +354,16 @@ LogicalResult CastOp::inferReturnTypes(MLIRContext *, std::optional<Location> lo
 OpFoldResult CastOp::fold(FoldAdaptor) {
   if (getInput().getType() == getType())
     return foldTo(*this, getInput());
+  // A float widened and narrowed back is itself (f16 -> f32 -> f16 is exact);
+  // the other way round (f32 -> f16 -> f32) rounds, and stays.
+  if (auto widen = getInput().getDefiningOp<CastOp>()) {
+    Type original = widen.getInput().getType();
+    auto from = llvm::dyn_cast<FloatType>(getElementTypeOrSelf(original));
+    auto wide = llvm::dyn_cast<FloatType>(getElementTypeOrSelf(widen.getType()));
+    if (original == getType() && from && wide && wide.getWidth() > from.getWidth() &&
+        wide.getFPMantissaWidth() >= from.getFPMantissaWidth())
+      return widen.getInput();
+  }
   return {};
 }
 
@@ -1103,9 +1125,34 @@ LogicalResult LrScheduleOp::verify() {
   return success();
 }
 
+/// An optimizer op's parameter type, then `, type` of its gradient when that
+/// differs (a half-precision gradient of an f32 parameter).
+static ParseResult parseOptimizerTypes(OpAsmParser &parser, Type &param, Type &grad) {
+  if (parser.parseType(param))
+    return failure();
+  grad = param;
+  if (succeeded(parser.parseOptionalComma()))
+    return parser.parseType(grad);
+  return success();
+}
+
+static void printOptimizerTypes(OpAsmPrinter &printer, Operation *, Type param, Type grad) {
+  printer << param;
+  if (grad != param)
+    printer << ", " << grad;
+}
+
 /// Rules shared by the optimizer ops.
 static LogicalResult verifyOptimizer(Operation *op, std::optional<APFloat> momentum,
                                      const APFloat &weightDecay) {
+  auto param = llvm::cast<RankedTensorType>(op->getOperand(0).getType());
+  auto grad = llvm::cast<RankedTensorType>(op->getOperand(1).getType());
+  if (grad.getShape() != param.getShape() ||
+      grad.getElementType().getIntOrFloatBitWidth() >
+          param.getElementType().getIntOrFloatBitWidth())
+    return op->emitOpError("expects a gradient of the parameter's shape and at most its "
+                           "width, got ")
+           << grad << " for " << param;
   if (momentum) {
     double m = momentum->convertToDouble();
     if (!(m >= 0.0 && m < 1.0))
@@ -1149,6 +1196,27 @@ LogicalResult AdamOp::verify() {
   double eps = getEpsilon().convertToDouble();
   if (!(eps > 0.0))
     return emitOpError("expects epsilon > 0, got ") << str(eps);
+  return success();
+}
+
+LogicalResult NonfiniteFlagsOp::inferReturnTypes(MLIRContext *context,
+                                                 std::optional<Location> loc,
+                                                 Adaptor adaptor,
+                                                 SmallVectorImpl<Type> &types) {
+  int64_t flags = 0;
+  for (Value input : adaptor.getInputs()) {
+    auto type = rankedOf(input);
+    if (!type || !type.hasStaticShape())
+      return inferError<NonfiniteFlagsOp>(loc, "expects operands of static shapes");
+    flags += chunksOf(type.getNumElements()) * kLanes;
+  }
+  types.push_back(RankedTensorType::get({flags}, Float32Type::get(context)));
+  return success();
+}
+
+LogicalResult NonfiniteFlagsOp::verify() {
+  if (getInputs().empty())
+    return emitOpError("needs at least one operand");
   return success();
 }
 

@@ -523,7 +523,7 @@ def NN_AssignOp : NN_Op<"assign", [
 }
 
 def NN_ApplyGradientOp : NN_Op<"apply_gradient", [
-    DeclareOpInterfaceMethods<SymbolUserOpInterface>,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>, AttrSizedOperandSegments,
     MemoryEffects<[MemWrite]>]> {
   let summary = "hands a parameter's gradient to the optimizer";
   let description = [{
@@ -531,12 +531,25 @@ def NN_ApplyGradientOp : NN_Op<"apply_gradient", [
     rule of the chosen optimizer in graphc-optimizer. Between the two, passes
     may rewrite the gradient (loss scaling, allreduce).
 
+    The gradient has the parameter's shape; its element type may be narrower
+    (a half-precision gradient of a parameter kept in f32). graphc-mixed-precision
+    adds `scaled_by`, a factor the update multiplies the gradient by first (the
+    inverse of the loss scale), and `skip_if`, a flag: when it is not 0 the
+    update leaves the parameter and its optimizer state as they are.
+
     ```mlir
     nn.apply_gradient @fc.weight, %grad : tensor<10x784xf32>
+    nn.apply_gradient @conv1.weight, %g scaled_by %inv skip_if %found
+        : tensor<64x3x7x7xf16>
     ```
   }];
-  let arguments = (ins FlatSymbolRefAttr:$parameter, NN_FloatTensor:$gradient);
-  let assemblyFormat = "$parameter `,` $gradient attr-dict `:` type($gradient)";
+  let arguments = (ins FlatSymbolRefAttr:$parameter, NN_FloatTensor:$gradient,
+                       Optional<NN_F32Scalar>:$grad_scale,
+                       Optional<NN_F32Scalar>:$skip);
+  let assemblyFormat = [{
+    $parameter `,` $gradient (`scaled_by` $grad_scale^)? (`skip_if` $skip^)? attr-dict
+    `:` type($gradient)
+  }];
 }
 
 class NN_ConvGeometryArgs {
@@ -723,28 +736,40 @@ def NN_LrScheduleOp : NN_Op<"lr_schedule", [Pure,
   let hasVerifier = 1;
 }
 
+// The update ops. `grad` has the parameter's shape and may have a narrower
+// float type (read and widened per element). The optional `scaled_by` factor
+// multiplies the gradient before anything else reads it (unscaling a
+// loss-scaled gradient); with `skip_if` not 0 every result equals the operand
+// it replaces (an overflowed step leaves parameters and state untouched).
 class NN_OptimizerOp<string mnemonic, list<string> sameTyped> :
-    NN_Op<mnemonic, [Pure, AllTypesMatch<sameTyped>,
+    NN_Op<mnemonic, [Pure, AllTypesMatch<sameTyped>, AttrSizedOperandSegments,
                      DeclareOpInterfaceMethods<InferTypeOpInterface>]>;
 
-def NN_SgdOp : NN_OptimizerOp<"sgd", ["param", "grad", "new_param"]> {
+defvar NN_GradScaling = (ins Optional<NN_F32Scalar>:$grad_scale,
+                             Optional<NN_F32Scalar>:$skip);
+defvar NN_OptimizerTail = [{
+  (`scaled_by` $grad_scale^)? (`skip_if` $skip^)? attr-dict
+  `:` custom<OptimizerTypes>(type($param), type($grad))
+}];
+
+def NN_SgdOp : NN_OptimizerOp<"sgd", ["param", "new_param"]> {
   let summary = "plain SGD step: p - lr * (g + weight_decay * p)";
   let description = [{
     ```mlir
     %p2 = nn.sgd %p, %g, %lr weight_decay 1.000000e-04 : tensor<10x784xf32>
     ```
   }];
-  let arguments = (ins NN_FloatTensor:$param, NN_FloatTensor:$grad,
-                       NN_F32Scalar:$lr, F64Attr:$weight_decay);
+  let arguments = !con((ins NN_FloatTensor:$param, NN_FloatTensor:$grad,
+                            NN_F32Scalar:$lr, F64Attr:$weight_decay), NN_GradScaling);
   let results = (outs NN_FloatTensor:$new_param);
-  let assemblyFormat = [{
-    $param `,` $grad `,` $lr `weight_decay` $weight_decay attr-dict `:` type($param)
-  }];
+  let assemblyFormat = !strconcat([{
+    $param `,` $grad `,` $lr `weight_decay` $weight_decay
+  }], NN_OptimizerTail);
   let hasVerifier = 1;
 }
 
 def NN_SgdMomentumOp : NN_OptimizerOp<"sgd_momentum",
-    ["param", "grad", "velocity", "new_param", "new_velocity"]> {
+    ["param", "velocity", "new_param", "new_velocity"]> {
   let summary = "SGD with momentum (PyTorch's rule), optionally Nesterov";
   let description = [{
     `d = g + weight_decay * p; v' = momentum * v + d;
@@ -755,19 +780,20 @@ def NN_SgdMomentumOp : NN_OptimizerOp<"sgd_momentum",
         weight_decay 1.000000e-04 : tensor<64x3x7x7xf32>
     ```
   }];
-  let arguments = (ins NN_FloatTensor:$param, NN_FloatTensor:$grad,
-                       NN_FloatTensor:$velocity, NN_F32Scalar:$lr,
-                       F64Attr:$momentum, F64Attr:$weight_decay, UnitAttr:$nesterov);
+  let arguments = !con((ins NN_FloatTensor:$param, NN_FloatTensor:$grad,
+                            NN_FloatTensor:$velocity, NN_F32Scalar:$lr,
+                            F64Attr:$momentum, F64Attr:$weight_decay, UnitAttr:$nesterov),
+                       NN_GradScaling);
   let results = (outs NN_FloatTensor:$new_param, NN_FloatTensor:$new_velocity);
-  let assemblyFormat = [{
+  let assemblyFormat = !strconcat([{
     $param `,` $grad `,` $velocity `,` $lr `momentum` $momentum `weight_decay`
-    $weight_decay (`nesterov` $nesterov^)? attr-dict `:` type($param)
-  }];
+    $weight_decay (`nesterov` $nesterov^)?
+  }], NN_OptimizerTail);
   let hasVerifier = 1;
 }
 
 def NN_LarsOp : NN_OptimizerOp<"lars",
-    ["param", "grad", "velocity", "new_param", "new_velocity"]> {
+    ["param", "velocity", "new_param", "new_velocity"]> {
   let summary = "LARS step (You et al. 2017): a per-layer trust ratio";
   let description = [{
     `local = eta * |p| / (|g| + weight_decay * |p|)` (1 when either norm is 0);
@@ -780,19 +806,20 @@ def NN_LarsOp : NN_OptimizerOp<"lars",
         weight_decay 5.000000e-05 eta 1.000000e-03 : tensor<64x3x7x7xf32>
     ```
   }];
-  let arguments = (ins NN_FloatTensor:$param, NN_FloatTensor:$grad,
-                       NN_FloatTensor:$velocity, NN_F32Scalar:$lr,
-                       F64Attr:$momentum, F64Attr:$weight_decay, F64Attr:$eta);
+  let arguments = !con((ins NN_FloatTensor:$param, NN_FloatTensor:$grad,
+                            NN_FloatTensor:$velocity, NN_F32Scalar:$lr,
+                            F64Attr:$momentum, F64Attr:$weight_decay, F64Attr:$eta),
+                       NN_GradScaling);
   let results = (outs NN_FloatTensor:$new_param, NN_FloatTensor:$new_velocity);
-  let assemblyFormat = [{
+  let assemblyFormat = !strconcat([{
     $param `,` $grad `,` $velocity `,` $lr `momentum` $momentum `weight_decay`
-    $weight_decay `eta` $eta attr-dict `:` type($param)
-  }];
+    $weight_decay `eta` $eta
+  }], NN_OptimizerTail);
   let hasVerifier = 1;
 }
 
 def NN_AdamOp : NN_OptimizerOp<"adam",
-    ["param", "grad", "exp_avg", "exp_avg_sq", "new_param", "new_exp_avg",
+    ["param", "exp_avg", "exp_avg_sq", "new_param", "new_exp_avg",
      "new_exp_avg_sq"]> {
   let summary = "Adam step (Kingma & Ba 2015; PyTorch's rule), or AdamW";
   let description = [{
@@ -810,19 +837,52 @@ def NN_AdamOp : NN_OptimizerOp<"adam",
         : tensor<64x3x7x7xf32>
     ```
   }];
-  let arguments = (ins NN_FloatTensor:$param, NN_FloatTensor:$grad,
-                       NN_FloatTensor:$exp_avg, NN_FloatTensor:$exp_avg_sq,
-                       NN_F32Scalar:$lr, NN_F32Scalar:$corr1, NN_F32Scalar:$corr2,
-                       F64Attr:$beta1, F64Attr:$beta2, F64Attr:$epsilon,
-                       F64Attr:$weight_decay, UnitAttr:$decoupled);
+  let arguments = !con((ins NN_FloatTensor:$param, NN_FloatTensor:$grad,
+                            NN_FloatTensor:$exp_avg, NN_FloatTensor:$exp_avg_sq,
+                            NN_F32Scalar:$lr, NN_F32Scalar:$corr1, NN_F32Scalar:$corr2,
+                            F64Attr:$beta1, F64Attr:$beta2, F64Attr:$epsilon,
+                            F64Attr:$weight_decay, UnitAttr:$decoupled),
+                       NN_GradScaling);
   let results = (outs NN_FloatTensor:$new_param, NN_FloatTensor:$new_exp_avg,
                       NN_FloatTensor:$new_exp_avg_sq);
-  let assemblyFormat = [{
+  let assemblyFormat = !strconcat([{
     $param `,` $grad `,` $exp_avg `,` $exp_avg_sq `,` $lr `,` $corr1 `,` $corr2
     `beta1` $beta1 `beta2` $beta2 `epsilon` $epsilon `weight_decay` $weight_decay
-    (`decoupled` $decoupled^)? attr-dict `:` type($param)
-  }];
+    (`decoupled` $decoupled^)?
+  }], NN_OptimizerTail);
   let hasVerifier = 1;
+}
+
+def NN_NonfiniteFlagsOp : NN_Op<"nonfinite_flags", [Pure, InferTypeOpAdaptor]> {
+  let summary = "flags where many tensors hold an inf or NaN: one multi-tensor pass";
+  let description = [{
+    The overflow check of loss scaling, over every gradient of a step in one
+    kernel (as Apex's and PyTorch's multi-tensor checks): each operand's
+    elements are cut into chunks of `kChunk`, every chunk is read by `kLanes`
+    lanes (lane `l` reads elements `l`, `l + kLanes`, ... of its chunk:
+    consecutive lanes, consecutive addresses), and the result holds one flag
+    per lane of every chunk, operand after operand: 1.0 when one of the lane's
+    elements is an inf or NaN, else 0.0. `nn.reduce_max` of the result is the
+    check. Operands may be of any float type and shape.
+
+    ```mlir
+    %flags = nn.nonfinite_flags %g0, %g1 : tensor<64x3x7x7xf16>, tensor<64xf32>
+    %found = nn.reduce_max %flags dims [0] : tensor<2048xf32>
+    ```
+  }];
+  let arguments = (ins Variadic<NN_FloatTensor>:$inputs);
+  let results = (outs RankedTensorOf<[F32]>:$flags);
+  let assemblyFormat = "$inputs attr-dict `:` type($inputs)";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// Elements per chunk, and lanes per chunk.
+    static constexpr int64_t kChunk = 32768;
+    static constexpr int64_t kLanes = 1024;
+    /// Chunks of a tensor of `elements` (at least one).
+    static int64_t chunksOf(int64_t elements) {
+      return elements <= kChunk ? 1 : (elements + kChunk - 1) / kChunk;
+    }
+  }];
 }
 
 //===----------------------------------------------------------------------===//

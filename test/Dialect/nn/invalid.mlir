@@ -913,11 +913,50 @@ func.func @f(%p: tensor<4xf32>, %lr: tensor<f32>) {
 
 // -----
 
-// Tests that an optimizer's parameter, gradient and velocity share a type.
-func.func @f(%p: tensor<4xf32>, %g: tensor<5xf32>, %lr: tensor<f32>) {
-  // expected-error@+1 {{failed to verify that all of {param, grad, velocity, new_param, new_velocity} have same type}}
-  %0:2 = "nn.sgd_momentum"(%p, %g, %p, %lr) {momentum = 0.9, weight_decay = 0.0} : (tensor<4xf32>, tensor<5xf32>, tensor<4xf32>, tensor<f32>) -> (tensor<4xf32>, tensor<4xf32>)
+// Tests that an optimizer's parameter and velocity share a type.
+func.func @f(%p: tensor<4xf32>, %v: tensor<4xf16>, %lr: tensor<f32>) {
+  // expected-error@+1 {{failed to verify that all of {param, velocity, new_param, new_velocity} have same type}}
+  %0:2 = "nn.sgd_momentum"(%p, %p, %v, %lr) {momentum = 0.9, weight_decay = 0.0, operandSegmentSizes = array<i32: 1, 1, 1, 1, 0, 0>} : (tensor<4xf32>, tensor<4xf32>, tensor<4xf16>, tensor<f32>) -> (tensor<4xf32>, tensor<4xf32>)
   return
+}
+
+// -----
+
+// Tests that a gradient has its parameter's shape.
+func.func @f(%p: tensor<4xf32>, %g: tensor<5xf32>, %lr: tensor<f32>) {
+  // expected-error@+1 {{expects a gradient of the parameter's shape and at most its width, got 'tensor<5xf32>' for 'tensor<4xf32>'}}
+  %0:2 = nn.sgd_momentum %p, %g, %p, %lr momentum 0.9 weight_decay 0.0 : tensor<4xf32>, tensor<5xf32>
+  return
+}
+
+// -----
+
+// Tests that a gradient is not wider than its parameter.
+func.func @f(%p: tensor<4xf16>, %g: tensor<4xf32>, %lr: tensor<f32>) {
+  // expected-error@+1 {{expects a gradient of the parameter's shape and at most its width}}
+  %0 = nn.sgd %p, %g, %lr weight_decay 0.0 : tensor<4xf16>, tensor<4xf32>
+  return
+}
+
+// -----
+
+// Tests that the overflow check takes at least one tensor.
+func.func @f() {
+  // expected-error@+1 {{'nn.nonfinite_flags' op needs at least one operand}}
+  %0 = "nn.nonfinite_flags"() : () -> tensor<0xf32>
+  return
+}
+
+// -----
+
+// Tests that a gradient handed to the optimizer has its parameter's shape.
+module {
+  nn.parameter @w : tensor<4xf32> = zeros
+  func.func @f(%g: tensor<5xf16>) {
+    // expected-error@+1 {{gradient type 'tensor<5xf16>' does not fit the declared type 'tensor<4xf32>' of @w}}
+    nn.apply_gradient @w, %g : tensor<5xf16>
+    return
+  }
 }
 
 // -----

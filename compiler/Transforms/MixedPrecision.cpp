@@ -1,0 +1,396 @@
+//===- MixedPrecision.cpp - FP16 / BF16 training with loss scaling --------===//
+//
+// Implements --graphc-mixed-precision (see Passes.td for the rules). The
+// precision of every value is decided here, at the nn level, so that every
+// later pass (fusion, lowering, both codegens) only carries it out: each op
+// result's element type says where a value is rounded, and fused and unfused
+// kernels round at the same places.
+//
+// One walk over each step function in program order:
+//  1. a value computed in f32 that has the batch dimension and more than one
+//     reader is *stored* in half: its readers get `cast(v, half)` instead
+//     (rounded once, where it is computed);
+//  2. convolutions, linear and matmul read half operands (one cast per value,
+//     placed at its definition, so a weight's half copy is made once and
+//     shared by forward and backward) and produce half results;
+//  3. pooling, reshape and flatten keep the precision of their data operand;
+//  4. every other op computes in f32: a half operand is widened by a cast in
+//     front of that reader alone, which fusion then folds into the reader's
+//     kernel.
+// Then, for FP16 with loss scaling, the loss gradient's seed becomes the loss
+// scale, every nn.apply_gradient moves after one multi-tensor overflow check
+// and gets `scaled_by 1/scale skip_if found`, and the scale's update rule
+// ends the step.
+//
+//===----------------------------------------------------------------------===//
+
+#include "compiler/Transforms/Passes.h"
+
+#include "compiler/Transforms/BuildUtils.h"
+#include "dialects/nn/IR/NNOps.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/SetVector.h"
+
+#include <cmath>
+
+namespace graphc {
+#define GEN_PASS_DEF_MIXEDPRECISION
+#include "compiler/Transforms/Passes.h.inc"
+} // namespace graphc
+
+using namespace mlir;
+
+namespace graphc {
+namespace {
+
+/// Ops that compute in half precision (FP32 accumulation is the library's).
+bool isHalfCompute(Operation *op) {
+  return isa<nn::Conv2DOp, nn::Conv2DBackwardDataOp, nn::Conv2DBackwardFilterOp,
+             nn::LinearOp, nn::MatmulOp>(op);
+}
+
+/// Ops that compute in the precision of their data operand (the first):
+/// pooling picks or averages values, reshape and flatten move none.
+bool followsOperand(Operation *op) {
+  return isa<nn::MaxPool2DOp, nn::AvgPool2DOp, nn::MaxPool2DBackwardOp,
+             nn::AvgPool2DBackwardOp, nn::ReshapeOp, nn::FlattenOp>(op);
+}
+
+bool isFloatTensor(Value v, Type element) {
+  auto type = llvm::dyn_cast<RankedTensorType>(v.getType());
+  return type && type.getElementType() == element;
+}
+
+/// Whether `op`'s first result carries the batch dimension (dim 0) of the
+/// step's inputs, given which of its operands do. Weight gradients contract
+/// the batch away (conv2d_backward_filter, matmul with transpose_a), as do
+/// reductions over dim 0 and the loss.
+bool carriesBatch(Operation *op, const llvm::DenseSet<Value> &batched) {
+  auto has = [&](unsigned i) {
+    return i < op->getNumOperands() && batched.contains(op->getOperand(i));
+  };
+  if (op->getNumResults() != 1)
+    return false;
+  auto type = llvm::dyn_cast<RankedTensorType>(op->getResult(0).getType());
+  if (!type || type.getRank() == 0)
+    return false;
+  if (nn::isFusibleElementwise(op))
+    return llvm::any_of(op->getOperands(), [&](Value v) {
+      return batched.contains(v) &&
+             llvm::cast<RankedTensorType>(v.getType()).getShape() == type.getShape();
+    });
+  if (auto broadcast = dyn_cast<nn::BroadcastOp>(op))
+    return batched.contains(broadcast.getShapeOf());
+  if (isa<nn::Conv2DOp, nn::Conv2DBackwardDataOp, nn::LinearOp, nn::MaxPool2DOp,
+          nn::AvgPool2DOp, nn::MaxPool2DBackwardOp, nn::GlobalAvgPoolOp, nn::DropoutOp>(op))
+    return has(0);
+  if (isa<nn::AvgPool2DBackwardOp, nn::DropoutMaskOp>(op))
+    return has(0);
+  if (auto matmul = dyn_cast<nn::MatmulOp>(op))
+    return has(0) && !matmul.getTransposeA();
+  if (isa<nn::SoftmaxCrossEntropyBackwardOp>(op))
+    return has(1);
+  if (isa<nn::ReshapeOp, nn::FlattenOp>(op))
+    return has(0) && llvm::cast<RankedTensorType>(op->getOperand(0).getType()).getDimSize(0) ==
+                         type.getDimSize(0);
+  if (isa<nn::ReduceSumOp, nn::ReduceMeanOp, nn::ReduceMaxOp>(op)) {
+    ArrayRef<int64_t> dims = isa<nn::ReduceSumOp>(op)    ? cast<nn::ReduceSumOp>(op).getDims()
+                             : isa<nn::ReduceMeanOp>(op) ? cast<nn::ReduceMeanOp>(op).getDims()
+                                                         : cast<nn::ReduceMaxOp>(op).getDims();
+    return has(0) && !llvm::is_contained(dims, 0);
+  }
+  return false;
+}
+
+/// Whether `use` reads only its value's shape (a broadcast's or dropout
+/// mask's `shape_of`): no kernel reads the value's elements for it.
+bool readsShapeOnly(OpOperand &use) {
+  Operation *user = use.getOwner();
+  if (auto broadcast = dyn_cast<nn::BroadcastOp>(user))
+    return use.get() == broadcast.getShapeOf() && use.getOperandNumber() == 1;
+  if (auto mask = dyn_cast<nn::DropoutMaskOp>(user))
+    return use.get() == mask.getShapeOf();
+  return false;
+}
+
+/// Re-infers `op`'s result types from its (rewritten) operands.
+LogicalResult reinfer(Operation *op) {
+  auto infer = dyn_cast<InferTypeOpInterface>(op);
+  if (!infer)
+    return op->emitOpError("graphc-mixed-precision cannot infer its result types");
+  SmallVector<Type> types;
+  if (failed(infer.inferReturnTypes(op->getContext(), op->getLoc(), op->getOperands(),
+                                    op->getRawDictionaryAttrs(), op->getPropertiesStorage(),
+                                    op->getRegions(), types)))
+    return failure();
+  for (auto [result, type] : llvm::zip(op->getResults(), types))
+    result.setType(type);
+  return success();
+}
+
+struct MixedPrecisionPass : impl::MixedPrecisionBase<MixedPrecisionPass> {
+  using MixedPrecisionBase::MixedPrecisionBase;
+
+  void runOnOperation() override;
+  LogicalResult checkOptions(ModuleOp module);
+  LogicalResult convert(func::FuncOp func);
+  LogicalResult scaleLoss(ModuleOp module, func::FuncOp step);
+
+  Type half, f32;
+  /// 0: no loss scaling; else the initial (dynamic) or fixed (static) scale.
+  double scale = 0.0;
+  bool dynamic = false;
+};
+
+LogicalResult MixedPrecisionPass::checkOptions(ModuleOp module) {
+  auto bad = [&](const llvm::Twine &message) {
+    return module.emitError("graphc-mixed-precision: ") << message;
+  };
+  if (precision == "fp16")
+    half = Float16Type::get(&getContext());
+  else if (precision == "bf16")
+    half = BFloat16Type::get(&getContext());
+  else
+    return bad("precision must be fp16 or bf16, got '" + precision + "'");
+  f32 = Float32Type::get(&getContext());
+  StringRef mode = lossScale;
+  bool bf16 = precision == "bf16";
+  if (mode.empty())
+    mode = bf16 ? "none" : "dynamic";
+  if (bf16 && mode != "none")
+    return bad("bf16 has the range of fp32 and needs no loss scaling; loss-scale applies to "
+               "fp16 only");
+  if (mode == "dynamic") {
+    dynamic = true;
+    scale = initialScale;
+    if (!(scale >= 1.0 && std::isfinite(scale)))
+      return bad("initial-loss-scale must be a finite number >= 1, got " +
+                 std::to_string(initialScale));
+    if (window < 1)
+      return bad("loss-scale-window must be >= 1, got " + std::to_string(window));
+  } else if (mode != "none") {
+    if (mode.getAsDouble(scale) || !(scale > 0.0) || !std::isfinite(scale))
+      return bad("loss-scale must be dynamic, none or a finite number > 0, got '" + lossScale +
+                 "'");
+  }
+  if (!dynamic && (initialScale != 65536.0 || window != 2000))
+    return bad("initial-loss-scale and loss-scale-window apply to loss-scale=dynamic only");
+  return success();
+}
+
+void MixedPrecisionPass::runOnOperation() {
+  ModuleOp module = getOperation();
+  if (failed(checkOptions(module)))
+    return signalPassFailure();
+  FailureOr<func::FuncOp> step = lookupModelFunction(module, "train_step");
+  if (failed(step))
+    return signalPassFailure();
+  if ((*step)->getAttr("graphc.precision") || module->getAttr("graphc.precision")) {
+    module.emitError("graphc-mixed-precision: the module is already in mixed precision");
+    return signalPassFailure();
+  }
+  if (failed(convert(*step)))
+    return signalPassFailure();
+  if (auto eval = module.lookupSymbol<func::FuncOp>("eval_step"); eval && !eval.isExternal())
+    if (failed(convert(eval)))
+      return signalPassFailure();
+  if (scale > 0.0 && failed(scaleLoss(module, *step)))
+    return signalPassFailure();
+  module->setAttr("graphc.precision", StringAttr::get(&getContext(), precision));
+}
+
+LogicalResult MixedPrecisionPass::convert(func::FuncOp func) {
+  Block &body = func.getBody().front();
+  OpBuilder b(&getContext());
+  llvm::DenseSet<Value> batched;
+  for (BlockArgument arg : body.getArguments())
+    if (auto type = llvm::dyn_cast<RankedTensorType>(arg.getType()); type && type.getRank() > 0)
+      batched.insert(arg);
+
+  // The half copy of an f32 value, made once at its definition.
+  DenseMap<Value, Value> halfOf;
+  auto toHalf = [&](Value v) -> Value {
+    if (!isFloatTensor(v, f32))
+      return v;
+    Value &copy = halfOf[v];
+    if (!copy) {
+      OpBuilder::InsertionGuard guard(b);
+      if (Operation *def = v.getDefiningOp())
+        b.setInsertionPointAfter(def);
+      else
+        b.setInsertionPointToStart(&body);
+      copy = b.create<nn::CastOp>(v.getLoc(), v, TypeAttr::get(half));
+      if (batched.contains(v))
+        batched.insert(copy);
+    }
+    return copy;
+  };
+
+  // Values made of broadcasts and scalars only (a per-channel coefficient
+  // stretched to the batch's shape): fusion recomputes them from the small
+  // operands in every reader, so they are never stored.
+  llvm::DenseSet<Value> stretched;
+  auto isStretched = [&](Value v) {
+    return stretched.contains(v) || llvm::cast<RankedTensorType>(v.getType()).getRank() == 0;
+  };
+
+  SmallVector<Operation *> ops;
+  for (Operation &op : body)
+    ops.push_back(&op);
+  for (Operation *op : ops) {
+    // Operands.
+    if (isHalfCompute(op)) {
+      for (OpOperand &operand : op->getOpOperands())
+        operand.set(toHalf(operand.get()));
+      if (failed(reinfer(op)))
+        return failure();
+    } else if (followsOperand(op)) {
+      if (isFloatTensor(op->getOperand(0), half)) {
+        for (OpOperand &operand : op->getOpOperands())
+          operand.set(toHalf(operand.get()));
+        if (failed(reinfer(op)))
+          return failure();
+      }
+    } else if (auto broadcast = dyn_cast<nn::BroadcastOp>(op)) {
+      // Only the data operand is read; `shape_of` gives the shape.
+      if (isFloatTensor(broadcast.getInput(), half) && failed(reinfer(op)))
+        return failure();
+    } else if (!isa<nn::ApplyGradientOp, nn::CastOp>(op)) {
+      // Computes in f32: widen each half operand for this reader alone, so
+      // the widening becomes part of the reader's kernel. (An optimizer
+      // widens its gradient itself.)
+      b.setInsertionPoint(op);
+      DenseMap<Value, Value> widened; // one cast per value this op reads
+      for (OpOperand &operand : op->getOpOperands()) {
+        Value v = operand.get();
+        if (!isFloatTensor(v, half))
+          continue;
+        Value &wide = widened[v];
+        if (!wide) {
+          wide = b.create<nn::CastOp>(op->getLoc(), v, TypeAttr::get(f32));
+          if (batched.contains(v))
+            batched.insert(wide);
+        }
+        operand.set(wide);
+      }
+    }
+
+    if (isa<nn::BroadcastOp>(op) ||
+        ((nn::isFusibleElementwise(op) || isa<nn::ConstantOp>(op)) &&
+         op->getNumResults() == 1 && llvm::all_of(op->getOperands(), isStretched)))
+      stretched.insert(op->getResult(0));
+
+    // Storage: a batch-sized f32 value with several readers lives in memory
+    // (they are in different kernels, or backward reads it much later);
+    // keep it there in half, rounded where it is computed.
+    if (!carriesBatch(op, batched))
+      continue;
+    Value result = op->getResult(0);
+    batched.insert(result);
+    if (!isFloatTensor(result, f32) || isa<nn::CastOp>(op) || stretched.contains(result))
+      continue;
+    llvm::SmallSetVector<Operation *, 4> readers;
+    for (OpOperand &use : result.getUses())
+      if (!readsShapeOnly(use))
+        readers.insert(use.getOwner());
+    if (readers.size() < 2)
+      continue;
+    Value stored = toHalf(result);
+    result.replaceUsesWithIf(stored, [&](OpOperand &use) {
+      return use.getOwner() != stored.getDefiningOp() && !readsShapeOnly(use);
+    });
+  }
+  func->setAttr("graphc.precision", StringAttr::get(&getContext(), precision));
+  return success();
+}
+
+/// Loss scaling: the seed of backward becomes the scale S; every gradient is
+/// checked for inf/NaN in one pass; the updates, moved after the check, read
+/// the gradients times 1/S and are skipped on overflow; S follows
+/// GradScaler's rule (dynamic) or stays (static).
+LogicalResult MixedPrecisionPass::scaleLoss(ModuleOp module, func::FuncOp step) {
+  Block &body = step.getBody().front();
+  Operation *seed = nullptr;
+  for (Operation &op : body)
+    if (op.hasAttr(kLossSeedAttr))
+      seed = &op;
+  SmallVector<nn::ApplyGradientOp> updates(step.getOps<nn::ApplyGradientOp>());
+  if (!seed || updates.empty())
+    return step.emitError("graphc-mixed-precision: loss scaling needs @train_step as "
+                          "graphc-autodiff writes it (the loss seed and nn.apply_gradient)");
+
+  OpBuilder b(&getContext());
+  Location loc = step.getLoc();
+  auto scalarF32 = RankedTensorType::get({}, f32);
+  auto scalarI64 = RankedTensorType::get({}, b.getI64Type());
+  auto declare = [&](StringRef name, RankedTensorType type, nn::Initializer init,
+                     std::optional<double> value) {
+    if (module.lookupSymbol(name))
+      return;
+    // Last in the module: every other variable keeps its place, and with it
+    // its initial value (graphrun seeds each from its index), so an AMP run
+    // starts from the weights the FP32 run of the same seed starts from.
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToEnd(module.getBody());
+    b.create<nn::StateOp>(module.getLoc(), name, type, init,
+                          value ? b.getF64FloatAttr(*value) : FloatAttr());
+  };
+  declare(kLossScaleState, scalarF32, nn::Initializer::constant, scale);
+  declare(kSkippedStepsState, scalarI64, nn::Initializer::zeros, std::nullopt);
+  if (dynamic)
+    declare(kGoodStepsState, scalarI64, nn::Initializer::zeros, std::nullopt);
+
+  // d(loss) = S.
+  b.setInsertionPoint(seed);
+  Value lossScale = b.create<nn::LoadOp>(loc, scalarF32, kLossScaleState);
+  seed->getResult(0).replaceAllUsesWith(lossScale);
+  seed->erase();
+
+  // One overflow check of every gradient, after the last of them.
+  Operation *terminator = body.getTerminator();
+  b.setInsertionPoint(terminator);
+  SmallVector<Value> gradients;
+  for (nn::ApplyGradientOp update : updates)
+    gradients.push_back(update.getGradient());
+  Value flags = b.create<nn::NonfiniteFlagsOp>(loc, gradients);
+  Value found = b.create<nn::ReduceMaxOp>(loc, flags, ArrayRef<int64_t>{0},
+                                          /*keep_dims=*/false);
+  Value inverse = b.create<nn::DivOp>(loc, scalarConstant(b, loc, f32, 1.0), lossScale);
+  for (nn::ApplyGradientOp update : updates) {
+    update->moveBefore(terminator);
+    update.getGradScaleMutable().assign(inverse);
+    update.getSkipMutable().assign(found);
+  }
+
+  // The count of skipped steps, and the scale's next value.
+  Value skipped = b.create<nn::LoadOp>(loc, scalarI64, kSkippedStepsState);
+  b.create<nn::AssignOp>(
+      loc, kSkippedStepsState,
+      b.create<nn::AddOp>(loc, skipped, b.create<nn::CastOp>(loc, found, TypeAttr::get(b.getI64Type()))));
+  if (dynamic) {
+    // GradScaler: x0.5 on overflow (here never below 1), x2 after `window`
+    // finite steps in a row; either resets the run.
+    Value overflow = b.create<nn::CmpOp>(loc, nn::CmpPredicate::gt, found,
+                                         scalarConstant(b, loc, f32, 0.0));
+    Value good = b.create<nn::LoadOp>(loc, scalarI64, kGoodStepsState);
+    Value zero = scalarConstant(b, loc, b.getI64Type(), 0.0);
+    Value run = b.create<nn::AddOp>(loc, good, scalarConstant(b, loc, b.getI64Type(), 1.0));
+    Value grow = b.create<nn::CmpOp>(loc, nn::CmpPredicate::ge, run,
+                                     scalarConstant(b, loc, b.getI64Type(), double(window)));
+    Value halved = b.create<nn::MaxOp>(
+        loc, b.create<nn::MulOp>(loc, lossScale, scalarConstant(b, loc, f32, 0.5)),
+        scalarConstant(b, loc, f32, 1.0));
+    Value doubled = b.create<nn::MulOp>(loc, lossScale, scalarConstant(b, loc, f32, 2.0));
+    Value next = b.create<nn::SelectOp>(
+        loc, overflow, halved, b.create<nn::SelectOp>(loc, grow, doubled, lossScale));
+    Value nextRun = b.create<nn::SelectOp>(
+        loc, overflow, zero, b.create<nn::SelectOp>(loc, grow, zero, run));
+    b.create<nn::AssignOp>(loc, kLossScaleState, next);
+    b.create<nn::AssignOp>(loc, kGoodStepsState, nextRun);
+  }
+  return success();
+}
+
+} // namespace
+} // namespace graphc
