@@ -2,10 +2,23 @@
 
 #include "runtime/backend.h"
 
+#include <algorithm>
+#include <cctype>
 #include <string>
 #include <unordered_map>
 
 namespace graphc::runtime {
+
+std::string Backend::LibraryMath(fb::DType dtype) const {
+  // Float types as users name them, the others as the plan does.
+  std::string name = dtype == fb::DType::F32    ? "fp32"
+                     : dtype == fb::DType::F16  ? "fp16"
+                     : dtype == fb::DType::BF16 ? "bf16"
+                                                : fb::EnumNameDType(dtype);
+  std::transform(name.begin(), name.end(), name.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return name + ": not supported";
+}
 
 StatusOr<fb::Target> ChooseTarget(const Plan& plan, const std::vector<fb::Target>& targets) {
   const fb::Plan& root = plan.root();

@@ -70,6 +70,10 @@ class Backend {
   // *Async copies have finished by the time they return (the CPU), so that a
   // caller can skip staging that only pays off on an asynchronous device.
   virtual bool asynchronous() const = 0;
+  // How the device computes library commands (convolutions, gemms, pooling) on
+  // `dtype` operands, one line for the user, e.g. "bf16: oneDNN native
+  // (avx512_core_amx)" or "fp16: emulated through fp32 (...why...)".
+  virtual std::string LibraryMath(fb::DType dtype) const;
 
   virtual StatusOr<DeviceMemory> Allocate(uint64_t bytes) = 0;
   virtual void Free(DeviceMemory memory) = 0;

@@ -10,7 +10,9 @@
 // of a real plan with the numerics the plan means: library commands against
 // float64 references written here, generated kernels against the CPU
 // backend's, in-place commands as out-of-place ones, copies byte for byte;
-// and whole train steps through the executor matching the CPU.
+// and whole train steps through the executor matching the CPU. Library
+// commands on F16 and BF16 buffers (mixed precision) run from a plan crafted
+// here: FP32 accumulation, the output rounded once to the half type.
 //
 // The plans come from CTest fixtures compiling test/runtime/Inputs/
 // conformance.mlir (GRAPHC_CONFORMANCE_PLANS: the --target=all plan, then a
@@ -235,6 +237,164 @@ std::vector<double> Reference(const fb::Plan& plan, const fb::Command& c,
 
 bool IsLibraryCommand(fb::Opcode op) {
   return op != fb::Opcode::Kernel && op != fb::Opcode::Copy;
+}
+
+// ---- half-precision library commands, on a plan crafted here ----
+
+// A 16-bit float type: its significand bits after the leading one and frexp's
+// exponent of its smallest normal value (below it the spacing stays fixed).
+struct HalfType {
+  fb::DType dtype;
+  int mantissa_bits;
+  int min_exponent;
+};
+constexpr HalfType kF16{fb::DType::F16, 10, -13};
+constexpr HalfType kBF16{fb::DType::BF16, 7, -125};
+
+// The spacing of `type`'s values around v.
+double UlpAt(const HalfType& type, double v) {
+  int e = 0;
+  std::frexp(v, &e);
+  return std::ldexp(1.0, std::max(e, type.min_exponent) - 1 - type.mantissa_bits);
+}
+
+// v rounded to the nearest value of `type`, ties to even (the default
+// rounding mode of nearbyint).
+double RoundTo(const HalfType& type, double v) {
+  if (v == 0) return v;
+  const double ulp = UlpAt(type, v);
+  return std::nearbyint(v / ulp) * ulp;
+}
+
+// The bits of v, a finite value of `type`.
+uint16_t BitsOf(const HalfType& type, double v) {
+  if (type.dtype == fb::DType::BF16) {  // the high half of the same float
+    const float f = static_cast<float>(v);
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    return static_cast<uint16_t>(bits >> 16);
+  }
+  const uint16_t sign = std::signbit(v) ? 0x8000 : 0;
+  v = std::fabs(v);
+  if (v == 0) return sign;
+  int e = 0;
+  const double m = std::frexp(v, &e);  // v = m 2^e, m in [0.5, 1)
+  if (e < type.min_exponent) return sign | static_cast<uint16_t>(std::ldexp(v, 24));
+  return sign | static_cast<uint16_t>((e + 14) << 10) |
+         static_cast<uint16_t>(std::ldexp(m, 11) - 1024);
+}
+
+double ValueOf(const HalfType& type, uint16_t bits) {
+  if (type.dtype == fb::DType::BF16) {
+    const uint32_t wide = uint32_t{bits} << 16;
+    float f;
+    std::memcpy(&f, &wide, 4);
+    return f;
+  }
+  const int exponent = (bits >> 10) & 31, mantissa = bits & 1023;
+  double magnitude = exponent == 31 ? (mantissa ? NAN : INFINITY)
+                     : exponent == 0 ? std::ldexp(mantissa, -24)
+                                     : std::ldexp(1024 + mantissa, exponent - 25);
+  return bits & 0x8000 ? -magnitude : magnitude;
+}
+
+// A library command of a crafted plan: operand shapes and attributes.
+struct LibraryCommand {
+  fb::Opcode op;
+  std::vector<std::vector<int64_t>> inputs;
+  std::vector<int64_t> output;
+  std::vector<int64_t> strides = {1, 1}, padding = {0, 0, 0, 0};  // convolution or pooling
+  std::vector<int64_t> dilations = {1, 1};
+  int64_t groups = 1;
+  bool transpose_a = false, transpose_b = false;
+  std::vector<int64_t> window;  // pooling
+  bool exclude_padding = false;
+};
+
+// One program running `commands` on `dtype` buffers of their own (its inputs
+// every command's inputs, its outputs every output), as graphc would write it.
+std::unique_ptr<Plan> LibraryPlan(fb::DType dtype, const std::vector<LibraryCommand>& commands) {
+  flatbuffers::FlatBufferBuilder fbb;
+  std::vector<flatbuffers::Offset<fb::Buffer>> buffers;
+  std::vector<flatbuffers::Offset<fb::Command>> offsets;
+  std::vector<int32_t> inputs, outputs;
+  uint64_t arena = 0;
+  auto buffer = [&](const std::vector<int64_t>& shape) {
+    uint64_t bytes = DTypeBytes(dtype);
+    for (int64_t d : shape) bytes *= d;
+    buffers.push_back(fb::CreateBuffer(fbb, fbb.CreateString("t" + std::to_string(buffers.size())),
+                                       dtype, fbb.CreateVector(shape), fb::Region::Arena, arena,
+                                       bytes));
+    arena += (bytes + 63) / 64 * 64;
+    return static_cast<int32_t>(buffers.size() - 1);
+  };
+  for (const LibraryCommand& c : commands) {
+    std::vector<int32_t> in, out;
+    for (const std::vector<int64_t>& shape : c.inputs) in.push_back(buffer(shape));
+    out.push_back(buffer(c.output));
+    inputs.insert(inputs.end(), in.begin(), in.end());
+    outputs.push_back(out[0]);
+    const bool pool = !c.window.empty();
+    const bool conv = c.op == fb::Opcode::Conv2d || c.op == fb::Opcode::Conv2dBackwardData ||
+                      c.op == fb::Opcode::Conv2dBackwardFilter;
+    auto conv_attrs = conv ? fb::CreateConvAttrs(fbb, fbb.CreateVector(c.strides),
+                                                 fbb.CreateVector(c.padding),
+                                                 fbb.CreateVector(c.dilations), c.groups)
+                           : 0;
+    auto pool_attrs = pool ? fb::CreatePoolAttrs(fbb, fbb.CreateVector(c.window),
+                                                 fbb.CreateVector(c.strides),
+                                                 fbb.CreateVector(c.padding), c.exclude_padding)
+                           : 0;
+    offsets.push_back(fb::CreateCommand(
+        fbb, c.op, fbb.CreateVector(in), fbb.CreateVector(out), 0, -1, conv_attrs,
+        fb::CreateGemmAttrs(fbb, c.transpose_a, c.transpose_b), pool_attrs,
+        fbb.CreateString("half.mlir:" + std::to_string(offsets.size() + 1) + ":1")));
+  }
+  std::vector<flatbuffers::Offset<fb::Program>> programs = {fb::CreateProgram(
+      fbb, fbb.CreateString("train_step"), fbb.CreateVector(inputs), fbb.CreateVector(outputs),
+      fbb.CreateVector(offsets), arena)};
+  std::vector<fb::Target> targets = {fb::Target::CpuX86_64};
+  auto plan = fb::CreatePlan(fbb, kPlanSchemaVersion, fbb.CreateString("half"), 2,
+                             fbb.CreateString(fb::EnumNameDType(dtype)), false,
+                             fbb.CreateVector(targets), arena, 0, 0, arena,
+                             fbb.CreateVector(buffers), 0, 0, 0, 0, fbb.CreateVector(programs),
+                             fbb.CreateVector(std::vector<uint8_t>(32, 0)));
+  fbb.Finish(plan, "GPLN");
+  std::vector<uint8_t> bytes(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize());
+  EXPECT_TRUE(SealPlan(bytes.data(), bytes.size()).ok());
+  StatusOr<std::unique_ptr<Plan>> loaded = Plan::FromBytes(std::move(bytes));
+  EXPECT_TRUE(loaded.ok()) << loaded.status().ToString();
+  return loaded.ok() ? std::move(*loaded) : nullptr;
+}
+
+// Every library opcode: a strided convolution padded unevenly (explicit
+// padding on cuDNN) with a bias, a grouped dilated one, both backward
+// directions, gemms with both transposes and a bias, plain and of rank 3,
+// and overlapping poolings, one backward padded unevenly.
+std::vector<LibraryCommand> HalfCommands() {
+  using fb::Opcode;
+  const std::vector<int64_t> x = {2, 3, 7, 6}, w = {4, 3, 3, 3}, y = {2, 4, 4, 6};
+  const std::vector<int64_t> strides = {2, 1}, padding = {1, 1, 2, 0};
+  const std::vector<int64_t> pooled = {2, 3, 4, 3};
+  std::vector<LibraryCommand> c(12);
+  c[0] = {Opcode::Conv2d, {x, w, {4}}, y, strides, padding};
+  c[1] = {Opcode::Conv2d, {{1, 4, 6, 6}, {6, 2, 3, 3}}, {1, 6, 6, 6}, {1, 1}, {2, 2, 2, 2},
+          {2, 2}, 2};
+  c[2] = {Opcode::Conv2dBackwardData, {y, w}, x, strides, padding};
+  c[3] = {Opcode::Conv2dBackwardFilter, {x, y}, w, strides, padding};
+  c[4] = {Opcode::Gemm, {{37, 3}, {4, 37}, {4}}, {3, 4}};
+  c[4].transpose_a = c[4].transpose_b = true;
+  c[5] = {Opcode::Gemm, {{6, 33}, {33, 5}}, {6, 5}};
+  c[6] = {Opcode::Gemm, {{2, 4, 9}, {2, 3, 9}, {3}}, {2, 4, 3}};
+  c[6].transpose_b = true;
+  c[7] = {Opcode::MaxPool2d, {x}, pooled, {2, 2}, {1, 1, 1, 1}};
+  c[8] = {Opcode::AvgPool2d, {x}, pooled, {2, 2}, {1, 1, 1, 1}};
+  c[9] = {Opcode::AvgPool2d, {x}, pooled, {2, 2}, {1, 1, 1, 1}};
+  c[9].exclude_padding = true;
+  c[10] = {Opcode::MaxPool2dBackward, {x, pooled}, x, {2, 2}, {1, 2, 0, 1}};
+  c[11] = {Opcode::AvgPool2dBackward, {pooled}, x, {2, 2}, {1, 1, 1, 1}};
+  for (int i = 7; i < 12; ++i) c[i].window = {3, 3};
+  return c;
 }
 
 // ------------------------------------------------------------------- fixture
@@ -475,6 +635,87 @@ TEST_P(BackendConformance, LibraryCommandsMatchFloat64References) {
                         fb::Opcode::MaxPool2d, fb::Opcode::AvgPool2d,
                         fb::Opcode::MaxPool2dBackward, fb::Opcode::AvgPool2dBackward})
     EXPECT_GT(seen[op], 0) << fb::EnumNameOpcode(op);
+}
+
+TEST_P(BackendConformance, LibraryMathNamesEachFloatType) {
+  const std::string f32 = backend_->LibraryMath(fb::DType::F32);
+  EXPECT_TRUE(f32 == "fp32" || f32 == "tf32") << f32;
+  for (auto [dtype, name] : {std::pair{fb::DType::F16, "fp16: "}, {fb::DType::BF16, "bf16: "}}) {
+    const std::string math = backend_->LibraryMath(dtype);
+    EXPECT_EQ(math.rfind(name, 0), 0u) << math;
+    EXPECT_EQ(math.find("not supported"), std::string::npos) << math;
+  }
+  EXPECT_EQ(backend_->LibraryMath(fb::DType::I32), "i32: not supported");
+}
+
+// Each library command on F16 and on BF16 buffers, from inputs on the half
+// type's grid, against float64: within 2 ulps of the half type at the
+// output's scale; and exactly the float64 result rounded to nearest wherever
+// that result lies farther from a rounding midpoint than FP32 accumulation
+// could move it (a half accumulation, a truncation or a second rounding
+// fails there), which must hold for at least half of each output.
+TEST_P(BackendConformance, HalfLibraryCommandsRoundOnceFromFp32Accumulation) {
+  for (const HalfType& type : {kF16, kBF16}) {
+    const std::string dtype = fb::EnumNameDType(type.dtype);
+    std::unique_ptr<Plan> plan = LibraryPlan(type.dtype, HalfCommands());
+    ASSERT_NE(plan, nullptr);
+    Status status = backend_->LoadKernels(*plan);
+    ASSERT_TRUE(status.ok()) << dtype << ": " << status.ToString();
+    const fb::Plan& root = plan->root();
+    uint32_t state = 3;
+    for (const fb::Command* c : *root.programs()->Get(0)->commands()) {
+      const std::string what = dtype + " " + fb::EnumNameOpcode(c->op()) + " (" +
+                               StringOf(c->location()) + ")";
+      // Maxima need distinct values (a tie's gradient may go to either):
+      // multiples of 1/64 in [-2, 2), exact in both half types.
+      const bool distinct = c->op() == fb::Opcode::MaxPool2d ||
+                            c->op() == fb::Opcode::MaxPool2dBackward;
+      std::vector<Bytes> inputs;
+      std::vector<std::vector<float>> values, magnitudes;
+      for (uint32_t i = 0; i < c->inputs()->size(); ++i) {
+        const size_t n = root.buffers()->Get(c->inputs()->Get(i))->size() / 2;
+        std::vector<float>& v = values.emplace_back(n);
+        for (size_t e = 0; e < n; ++e) {
+          state = state * 1664525u + 1013904223u;
+          v[e] = static_cast<float>(RoundTo(type, (state >> 8) * 0x1p-22 - 2.0));
+        }
+        if (distinct && i == 0) {
+          ASSERT_TRUE(n <= 256 && n % 97 != 0);  // e -> 97 e mod n permutes [0, n)
+          for (size_t e = 0; e < n; ++e) v[e] = ((e * 97) % n - n / 2.0) / 64;
+        }
+        Bytes& bytes = inputs.emplace_back(2 * n);
+        for (size_t e = 0; e < n; ++e) {
+          const uint16_t bits = BitsOf(type, v[e]);
+          std::memcpy(bytes.data() + 2 * e, &bits, 2);
+        }
+        std::vector<float>& m = magnitudes.emplace_back(n);
+        for (size_t e = 0; e < n; ++e) m[e] = std::fabs(v[e]);
+      }
+      std::vector<Bytes> outputs = RunCommand(*backend_, root, *c, inputs);
+      ASSERT_EQ(outputs.size(), 1u);
+      const std::vector<double> want = Reference(root, *c, values);
+      ASSERT_EQ(outputs[0].size(), 2 * want.size()) << what;
+      // The sum of the magnitudes of what the output adds up bounds how far
+      // FP32 accumulation strays (about 64 FP32 roundings of it).
+      double scale = 0, sum_of_magnitudes = 0;
+      for (double v : want) scale = std::max(scale, std::fabs(v));
+      for (double v : Reference(root, *c, magnitudes))
+        sum_of_magnitudes = std::max(sum_of_magnitudes, v);
+      const double accumulation = 0x1p-18 * sum_of_magnitudes;
+      const double tolerance = 2 * UlpAt(type, scale) + accumulation;
+      size_t exact = 0;
+      for (size_t e = 0; e < want.size(); ++e) {
+        uint16_t bits;
+        std::memcpy(&bits, outputs[0].data() + 2 * e, 2);
+        const double got = ValueOf(type, bits), rounded = RoundTo(type, want[e]);
+        ASSERT_NEAR(got, want[e], tolerance) << what << " element " << e;
+        if (UlpAt(type, want[e]) / 2 - std::fabs(want[e] - rounded) <= accumulation) continue;
+        ASSERT_EQ(got, rounded) << what << " element " << e << ": float64 gives " << want[e];
+        ++exact;
+      }
+      EXPECT_GE(2 * exact, want.size()) << what << ": too few elements far from a midpoint";
+    }
+  }
 }
 
 // Every generated kernel of the plan against the CPU backend's (the CPU's

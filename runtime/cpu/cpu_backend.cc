@@ -71,6 +71,11 @@ class CpuBackend final : public Backend {
   }
   std::vector<fb::Target> targets() const override { return {fb::Target::CpuX86_64}; }
   bool asynchronous() const override { return false; }
+  std::string LibraryMath(fb::DType dtype) const override {
+    if (dtype == fb::DType::F32 || dtype == fb::DType::F16 || dtype == fb::DType::BF16)
+      return library_ops_.LibraryMath(dtype);
+    return Backend::LibraryMath(dtype);
+  }
 
   StatusOr<DeviceMemory> Allocate(uint64_t bytes) override {
     uint64_t rounded = (bytes + 63) / 64 * 64;

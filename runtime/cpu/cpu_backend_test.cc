@@ -1,5 +1,6 @@
 // The CPU backend loads the kernels graphc generated into a real plan and they
-// compute what the nn ops mean. The plan comes from the CTest fixture that runs
+// compute what the nn ops mean; it says how it computes half-precision library
+// commands. The plan comes from the CTest fixture that runs
 // `graphc compile models/mnist_softmax.mlir` (GRAPHC_TEST_PLAN); without it the
 // tests skip and say why.
 
@@ -13,6 +14,8 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "oneapi/dnnl/dnnl.hpp"
 
 #include "runtime/backend.h"
 #include "runtime/cpu/cpu_backend.h"
@@ -222,6 +225,28 @@ TEST_F(CpuBackendTest, GemmMatchesReference) {
       ++gemms;
     }
   EXPECT_GE(gemms, 2) << "mnist_softmax's plan has forward and backward gemms";
+}
+
+// FP16 is always widened to FP32 (oneDNN has no f16 convolutions on CPUs);
+// BF16 runs natively exactly where oneDNN dispatches to bf16 instructions,
+// and otherwise says which ISA it found instead.
+TEST(CpuBackendLibraryMath, FollowsOneDnnsIsa) {
+  std::unique_ptr<Backend> backend = CreateCpuBackend();
+  EXPECT_EQ(backend->LibraryMath(fb::DType::F32), "fp32");
+  const std::string f16 = backend->LibraryMath(fb::DType::F16);
+  EXPECT_EQ(f16.rfind("fp16: emulated through fp32 (", 0), 0u) << f16;
+  const std::string bf16 = backend->LibraryMath(fb::DType::BF16);
+  const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+  if (isa == dnnl::cpu_isa::avx512_core_bf16) {
+    EXPECT_EQ(bf16, "bf16: oneDNN native (avx512_core_bf16)");
+  } else if (isa == dnnl::cpu_isa::avx512_core_amx) {
+    EXPECT_EQ(bf16, "bf16: oneDNN native (avx512_core_amx)");
+  } else {
+    EXPECT_EQ(bf16.rfind("bf16: emulated through fp32 (no AVX512-BF16 or AMX: oneDNN ", 0), 0u)
+        << bf16;
+    if (isa == dnnl::cpu_isa::avx2)
+      EXPECT_NE(bf16.find("'s ISA here is avx2)"), std::string::npos) << bf16;
+  }
 }
 
 // Each launch's iterations are split into one chunk per thread; each chunk

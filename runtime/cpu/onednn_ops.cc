@@ -2,8 +2,14 @@
 
 #include "runtime/cpu/onednn_ops.h"
 
+#include <immintrin.h>
+#include <omp.h>
+
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
+#include <map>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -18,6 +24,7 @@ using dnnl::algorithm;
 using dnnl::memory;
 using dnnl::prop_kind;
 using Dims = memory::dims;
+using DataType = memory::data_type;
 
 // Row-major strides: NCHW, OIHW, [M, N] and so on.
 Dims RowMajor(const Dims& dims) {
@@ -27,18 +34,266 @@ Dims RowMajor(const Dims& dims) {
   return strides;
 }
 
-memory::desc Plain(const Dims& dims) {
-  return memory::desc(dims, memory::data_type::f32, RowMajor(dims));
+memory::desc Plain(const Dims& dims, DataType type) {
+  return memory::desc(dims, type, RowMajor(dims));
 }
 
-// One step of a prepared command: a primitive and, per argument, the memory
-// object and which operand (input index, then outputs) or scratch it uses.
+DataType TypeOf(fb::DType dtype) {
+  switch (dtype) {
+    case fb::DType::F16:
+      return DataType::f16;
+    case fb::DType::BF16:
+      return DataType::bf16;
+    default:
+      return DataType::f32;
+  }
+}
+
+// The name oneDNN gives `isa` (its DNNL_MAX_CPU_ISA values, in lower case).
+std::string IsaName(dnnl::cpu_isa isa) {
+  switch (isa) {
+    case dnnl::cpu_isa::sse41:
+      return "sse41";
+    case dnnl::cpu_isa::avx:
+      return "avx";
+    case dnnl::cpu_isa::avx2:
+      return "avx2";
+    case dnnl::cpu_isa::avx2_vnni:
+      return "avx2_vnni";
+    case dnnl::cpu_isa::avx512_mic:
+      return "avx512_mic";
+    case dnnl::cpu_isa::avx512_mic_4ops:
+      return "avx512_mic_4ops";
+    case dnnl::cpu_isa::avx512_core:
+      return "avx512_core";
+    case dnnl::cpu_isa::avx512_core_vnni:
+      return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core_bf16:
+      return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_amx:
+      return "avx512_core_amx";
+    case dnnl::cpu_isa::all:
+      break;
+  }
+  return "all";
+}
+
+// ---- Half <-> FP32 conversions of widened commands ----
+//
+// Exact widening; narrowing rounded to nearest even, NaN kept a (quiet) NaN,
+// F16 overflowing to infinity as IEEE does. Elementwise over contiguous
+// buffers: F16 by F16C where the CPU has it (else bit manipulation with the
+// same results), BF16 by integer arithmetic the compiler vectorizes, each
+// split over the OpenMP threads (oneDNN's pool, at its current size).
+
+enum class Conversion {
+  kNone,
+  kF16ToF32,
+  kBf16ToF32,
+  kF32ToF16,
+  kF32ToBf16,
+};
+
+// F16 bits -> FP32 bits, exactly; a signaling NaN is quieted, as F16C does.
+inline uint32_t F16ToF32Bits(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  const uint32_t exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
+  if (exponent == 0x1f)  // infinity, NaN
+    return sign | 0x7f800000 | (mantissa << 13) | (mantissa != 0 ? 0x400000 : 0);
+  if (exponent != 0) return sign | ((exponent + 112) << 23) | (mantissa << 13);
+  if (mantissa == 0) return sign;
+  // Subnormal, mantissa x 2^-24: normalized so that bit 10 is the leading one.
+  const int shift = __builtin_clz(mantissa) - 21;
+  return sign | (static_cast<uint32_t>(113 - shift) << 23) | (((mantissa << shift) & 0x3ff) << 13);
+}
+
+// FP32 bits -> F16 bits, rounded to nearest even; NaN -> quiet NaN with the
+// top of the payload, as F16C does.
+inline uint16_t F32ToF16Bits(uint32_t f) {
+  const uint32_t sign = (f >> 16) & 0x8000, magnitude = f & 0x7fffffff;
+  if (magnitude > 0x7f800000)
+    return static_cast<uint16_t>(sign | 0x7e00 | ((magnitude >> 13) & 0x3ff));
+  if (magnitude >= 0x477ff000) return static_cast<uint16_t>(sign | 0x7c00);  // >= 65520: inf
+  if (magnitude >= 0x38800000) {  // >= 2^-14: a normal F16
+    // Rebias the exponent (127 -> 15) and round the 13 dropped bits; a carry
+    // out of the mantissa steps the exponent, as it should.
+    const uint32_t odd = (magnitude >> 13) & 1;
+    return static_cast<uint16_t>(sign | ((magnitude - (112u << 23) + 0xfff + odd) >> 13));
+  }
+  const uint32_t exponent = magnitude >> 23;
+  if (exponent < 102) return static_cast<uint16_t>(sign);  // < 2^-25: rounds to zero
+  // Subnormal F16: the significand in units of 2^-24, rounded.
+  const uint32_t significand = (magnitude & 0x7fffff) | 0x800000;
+  const uint32_t shift = 126 - exponent;  // 14..24
+  const uint32_t kept = significand >> shift, dropped = significand & ((1u << shift) - 1);
+  const uint32_t half = 1u << (shift - 1);
+  return static_cast<uint16_t>(sign |
+                               (kept + (dropped > half || (dropped == half && (kept & 1)))));
+}
+
+void F16ToF32Scalar(const uint16_t* in, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t bits = F16ToF32Bits(in[i]);
+    std::memcpy(out + i, &bits, 4);
+  }
+}
+
+void F32ToF16Scalar(const float* in, uint16_t* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, in + i, 4);
+    out[i] = F32ToF16Bits(bits);
+  }
+}
+
+__attribute__((target("avx2,f16c"))) void F16ToF32F16c(const uint16_t* in, float* out,
+                                                        int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i + 8));
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(a));
+    _mm256_storeu_ps(out + i + 8, _mm256_cvtph_ps(b));
+  }
+  for (; i < n; i += 8) {  // the last 1 to 15, through a padded block
+    const int64_t m = std::min<int64_t>(8, n - i);
+    alignas(16) uint16_t block[8] = {};
+    alignas(32) float wide[8];
+    std::memcpy(block, in + i, 2 * m);
+    _mm256_store_ps(wide, _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(block))));
+    std::memcpy(out + i, wide, 4 * m);
+  }
+}
+
+__attribute__((target("avx2,f16c"))) void F32ToF16F16c(const float* in, uint16_t* out,
+                                                        int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m128i a = _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT);
+    const __m128i b = _mm256_cvtps_ph(_mm256_loadu_ps(in + i + 8), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), a);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i + 8), b);
+  }
+  for (; i < n; i += 8) {
+    const int64_t m = std::min<int64_t>(8, n - i);
+    alignas(32) float block[8] = {};
+    alignas(16) uint16_t narrow[8];
+    std::memcpy(block, in + i, 4 * m);
+    _mm_store_si128(reinterpret_cast<__m128i*>(narrow),
+                    _mm256_cvtps_ph(_mm256_load_ps(block), _MM_FROUND_TO_NEAREST_INT));
+    std::memcpy(out + i, narrow, 2 * m);
+  }
+}
+
+// BF16 is FP32's top half: widening shifts; narrowing rounds the dropped half
+// to nearest even, except that a NaN keeps its top half with the quiet bit set
+// (rounding could carry a NaN's payload into infinity). Plain loops that
+// vectorize; an AVX2 copy of each where the CPU has it.
+__attribute__((always_inline)) inline void Bf16ToF32Body(const uint16_t* in, uint32_t* out,
+                                                         int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<uint32_t>(in[i]) << 16;
+}
+
+__attribute__((always_inline)) inline void F32ToBf16Body(const uint32_t* in, uint16_t* out,
+                                                         int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t bits = in[i];
+    const uint32_t rounded = (bits + 0x7fff + ((bits >> 16) & 1)) >> 16;
+    const uint32_t quiet = (bits >> 16) | 0x40;
+    out[i] = static_cast<uint16_t>((bits & 0x7fffffff) > 0x7f800000 ? quiet : rounded);
+  }
+}
+
+void Bf16ToF32Portable(const uint16_t* in, uint32_t* out, int64_t n) { Bf16ToF32Body(in, out, n); }
+void F32ToBf16Portable(const uint32_t* in, uint16_t* out, int64_t n) { F32ToBf16Body(in, out, n); }
+__attribute__((target("avx2"))) void Bf16ToF32Avx2(const uint16_t* in, uint32_t* out, int64_t n) {
+  Bf16ToF32Body(in, out, n);
+}
+__attribute__((target("avx2"))) void F32ToBf16Avx2(const uint32_t* in, uint16_t* out, int64_t n) {
+  F32ToBf16Body(in, out, n);
+}
+
+// Whether this CPU (and its OS) runs AVX2 and F16C code; decided once.
+bool HasAvx2F16c() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  }();
+  return has;
+}
+
+// A conversion touching fewer bytes than this runs on one thread: waking the
+// others would cost more than it saves (as for the generated kernels' launches).
+constexpr int64_t kParallelMinBytes = 64 * 1024;
+
+// Converts `count` elements between a half buffer and its FP32 copy, in the
+// direction `kind` says.
+void Convert(Conversion kind, void* half, float* wide, int64_t count) {
+  const bool vector = HasAvx2F16c();
+  auto chunk = [&](int64_t begin, int64_t end) {
+    uint16_t* h = static_cast<uint16_t*>(half) + begin;
+    float* f = wide + begin;
+    uint32_t* u = reinterpret_cast<uint32_t*>(f);
+    const int64_t n = end - begin;
+    switch (kind) {
+      case Conversion::kF16ToF32:
+        vector ? F16ToF32F16c(h, f, n) : F16ToF32Scalar(h, f, n);
+        break;
+      case Conversion::kF32ToF16:
+        vector ? F32ToF16F16c(f, h, n) : F32ToF16Scalar(f, h, n);
+        break;
+      case Conversion::kBf16ToF32:
+        vector ? Bf16ToF32Avx2(h, u, n) : Bf16ToF32Portable(h, u, n);
+        break;
+      case Conversion::kF32ToBf16:
+        vector ? F32ToBf16Avx2(u, h, n) : F32ToBf16Portable(u, h, n);
+        break;
+      case Conversion::kNone:
+        break;
+    }
+  };
+  const int threads = omp_get_max_threads();
+  if (threads < 2 || 6 * count < kParallelMinBytes) {
+    chunk(0, count);
+    return;
+  }
+  // Contiguous parts, cut at multiples of 64 elements (whole cache lines of
+  // both buffers, given 64-byte aligned starts).
+  const int64_t blocks = (count + 63) / 64;
+#pragma omp parallel num_threads(static_cast<int>(std::min<int64_t>(threads, blocks)))
+  {
+    const int64_t t = omp_get_thread_num(), parts = omp_get_num_threads();
+    const int64_t begin = std::min(count, blocks * t / parts * 64);
+    const int64_t end = std::min(count, blocks * (t + 1) / parts * 64);
+    if (begin < end) chunk(begin, end);
+  }
+}
+
+// Where the memory of a step's argument is.
+enum class Where {
+  kOperand,     // the command's operand `operand`, bound at every Run
+  kOwned,       // a buffer of the command's own (Prepared::owned)
+  kScratchpad,  // the shared scratchpad
+  kConversion,  // `offset` bytes into the shared conversion area
+};
+
+// One step of a prepared command: a primitive and, per argument, its memory
+// object and where that memory is; or, in a widened command, a conversion
+// between a half operand and its FP32 copy in the conversion area.
 struct Step {
-  dnnl::primitive primitive;
+  dnnl::primitive primitive;  // when `conversion` is kNone
+  Conversion conversion = Conversion::kNone;
+  struct Copy {
+    int operand = -1;   // the half operand: an input index, then the outputs
+    size_t offset = 0;  // of its FP32 copy in the conversion area
+    int64_t count = 0;  // elements
+  } copy;
   struct Arg {
     int dnnl_arg;
     memory mem;
-    int operand;  // -1: a buffer owned by the command (workspace, scratch)
+    Where where;
+    int operand = -1;   // kOperand: an input index, then the outputs
+    size_t offset = 0;  // kConversion
   };
   std::vector<Arg> args;
   std::unordered_map<int, memory> map;  // the same handles, as execute() takes them
@@ -47,6 +302,11 @@ struct Step {
 struct Prepared {
   std::vector<Step> steps;
   std::vector<void*> owned;  // workspaces and scratch outputs, freed at the end
+
+  void Release() {
+    for (void* buffer : owned) std::free(buffer);
+    *this = Prepared();
+  }
 };
 
 struct ConvGeometry {
@@ -66,36 +326,55 @@ ConvGeometry Geometry(const fb::ConvAttrs& attrs) {
 }
 
 // OIHW, or GOIHW with O and I per group for grouped convolutions.
-memory::desc Weights(const Dims& oihw, int64_t groups) {
-  if (groups == 1) return Plain(oihw);
-  return Plain({groups, oihw[0] / groups, oihw[1], oihw[2], oihw[3]});
+memory::desc Weights(const Dims& oihw, int64_t groups, DataType type) {
+  if (groups == 1) return Plain(oihw, type);
+  return Plain({groups, oihw[0] / groups, oihw[1], oihw[2], oihw[3]}, type);
 }
 
+size_t Aligned(size_t bytes) { return (std::max<size_t>(bytes, 64) + 63) / 64 * 64; }
 
 }  // namespace
 
 struct OneDnnOps::Impl {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
+  // bf16 commands run as oneDNN bf16 primitives only where the CPU has bf16
+  // instructions: on avx512_core oneDNN merely emulates them, and below it
+  // has no bf16 convolutions at all. Decided once, from the ISA oneDNN
+  // dispatches to (DNNL_MAX_CPU_ISA may lower it).
+  const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+  const bool native_bf16 =
+      isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
+  // bf16 commands widened all the same: oneDNN had no bf16 primitive for them.
+  int bf16_widened = 0;
   const fb::Plan* plan = nullptr;
   std::unordered_map<const fb::Command*, Prepared> prepared;
   // One scratchpad for all primitives (they run one at a time).
   void* scratchpad = nullptr;
   size_t scratchpad_bytes = 0;
-  std::vector<std::pair<memory::desc, memory*>> scratchpad_users;
+  // The FP32 copies of widened commands' operands, likewise shared: each
+  // command's copies lie at offsets from its start.
+  void* conversion = nullptr;
+  size_t conversion_bytes = 0;
 
   ~Impl() {
-    for (auto& [command, p] : prepared)
-      for (void* buffer : p.owned) std::free(buffer);
+    for (auto& [command, p] : prepared) p.Release();
     std::free(scratchpad);
+    std::free(conversion);
   }
 
   const fb::Buffer& Buffer(int32_t index) const { return *plan->buffers()->Get(index); }
-  memory::desc Input(const fb::Command& c, int i) const {
-    return Plain(ShapeOf(Buffer(c.inputs()->Get(i))));
+  memory::desc Input(const fb::Command& c, int i, DataType type) const {
+    return Plain(ShapeOf(Buffer(c.inputs()->Get(i))), type);
   }
-  memory::desc Output(const fb::Command& c, int i) const {
-    return Plain(ShapeOf(Buffer(c.outputs()->Get(i))));
+  memory::desc Output(const fb::Command& c, int i, DataType type) const {
+    return Plain(ShapeOf(Buffer(c.outputs()->Get(i))), type);
+  }
+  // The shape of operand `operand` (inputs, then outputs).
+  Dims OperandShape(const fb::Command& c, int operand) const {
+    const int inputs = static_cast<int>(c.inputs()->size());
+    return ShapeOf(Buffer(operand < inputs ? c.inputs()->Get(operand)
+                                           : c.outputs()->Get(operand - inputs)));
   }
   dnnl::primitive_attr Attr() const {
     dnnl::primitive_attr attr;
@@ -112,17 +391,17 @@ struct OneDnnOps::Impl {
     step.primitive = Primitive(pd);
     for (const auto& [arg, desc_operand] : operands)
       step.args.push_back({arg, memory(desc_operand.first, engine, DNNL_MEMORY_NONE),
-                           desc_operand.second});
+                           Where::kOperand, desc_operand.second});
     memory::desc scratch = pd.scratchpad_desc();
-    step.args.push_back({DNNL_ARG_SCRATCHPAD, memory(scratch, engine, DNNL_MEMORY_NONE), -1});
+    step.args.push_back(
+        {DNNL_ARG_SCRATCHPAD, memory(scratch, engine, DNNL_MEMORY_NONE), Where::kScratchpad});
     scratchpad_bytes = std::max(scratchpad_bytes, scratch.get_size());
     return step;
   }
 
   // A buffer the command owns (workspace, recomputed forward output).
   memory Owned(Prepared& p, const memory::desc& desc) {
-    size_t bytes = std::max<size_t>(desc.get_size(), 64);
-    void* buffer = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+    void* buffer = std::aligned_alloc(64, Aligned(desc.get_size()));
     p.owned.push_back(buffer);
     return memory(desc, engine, buffer);
   }
@@ -131,9 +410,13 @@ struct OneDnnOps::Impl {
                                                         const memory::desc& w,
                                                         const memory::desc& y,
                                                         const ConvGeometry& g) const;
-  Status PrepareConv(const fb::Command& c, Prepared& p);
-  Status PrepareGemm(const fb::Command& c, Prepared& p);
-  Status PreparePool(const fb::Command& c, Prepared& p);
+  // The steps of `c` on operands of `type`; with `widen`, type is f32 and
+  // the steps run on FP32 copies of the operands (Widen).
+  Status PrepareCommand(const fb::Command& c, Prepared& p, DataType type, bool widen);
+  Status PrepareConv(const fb::Command& c, Prepared& p, DataType type);
+  Status PrepareGemm(const fb::Command& c, Prepared& p, DataType type);
+  Status PreparePool(const fb::Command& c, Prepared& p, DataType type);
+  void Widen(const fb::Command& c, Prepared& p);
 };
 
 
@@ -147,30 +430,30 @@ dnnl::convolution_forward::primitive_desc OneDnnOps::Impl::ForwardHint(
       engine);
 }
 
-Status OneDnnOps::Impl::PrepareConv(const fb::Command& c, Prepared& p) {
+Status OneDnnOps::Impl::PrepareConv(const fb::Command& c, Prepared& p, DataType type) {
   const ConvGeometry g = Geometry(*c.conv());
   const int out = static_cast<int>(c.inputs()->size());  // the first output's operand index
   auto attr = Attr();
   if (c.op() == fb::Opcode::Conv2d) {
-    memory::desc x = Input(c, 0), y = Output(c, 0);
-    memory::desc w = Weights(ShapeOf(Buffer(c.inputs()->Get(1))), g.groups);
+    memory::desc x = Input(c, 0, type), y = Output(c, 0, type);
+    memory::desc w = Weights(ShapeOf(Buffer(c.inputs()->Get(1))), g.groups, type);
     bool bias = c.inputs()->size() == 3;
     auto desc = bias ? dnnl::convolution_forward::desc(
                            prop_kind::forward_training, algorithm::convolution_direct, x, w,
-                           Input(c, 2), y, g.strides, g.dilates, g.padding_l, g.padding_r)
+                           Input(c, 2, type), y, g.strides, g.dilates, g.padding_l, g.padding_r)
                      : dnnl::convolution_forward::desc(
                            prop_kind::forward_training, algorithm::convolution_direct, x, w,
                            y, g.strides, g.dilates, g.padding_l, g.padding_r);
     dnnl::convolution_forward::primitive_desc pd(desc, attr, engine);
     std::vector<std::pair<int, std::pair<memory::desc, int>>> args = {
         {DNNL_ARG_SRC, {x, 0}}, {DNNL_ARG_WEIGHTS, {w, 1}}, {DNNL_ARG_DST, {y, out}}};
-    if (bias) args.push_back({DNNL_ARG_BIAS, {Input(c, 2), 2}});
+    if (bias) args.push_back({DNNL_ARG_BIAS, {Input(c, 2, type), 2}});
     AddStep<dnnl::convolution_forward>(p, pd, args);
     return Status::Ok();
   }
   if (c.op() == fb::Opcode::Conv2dBackwardData) {
-    memory::desc dy = Input(c, 0), dx = Output(c, 0);
-    memory::desc w = Weights(ShapeOf(Buffer(c.inputs()->Get(1))), g.groups);
+    memory::desc dy = Input(c, 0, type), dx = Output(c, 0, type);
+    memory::desc w = Weights(ShapeOf(Buffer(c.inputs()->Get(1))), g.groups, type);
     auto hint = ForwardHint(dx, w, dy, g);
     dnnl::convolution_backward_data::primitive_desc pd(
         dnnl::convolution_backward_data::desc(algorithm::convolution_direct, dx, w, dy,
@@ -182,8 +465,8 @@ Status OneDnnOps::Impl::PrepareConv(const fb::Command& c, Prepared& p) {
     return Status::Ok();
   }
   // Conv2dBackwardFilter: inputs x, dy; output dw.
-  memory::desc x = Input(c, 0), dy = Input(c, 1);
-  memory::desc dw = Weights(ShapeOf(Buffer(c.outputs()->Get(0))), g.groups);
+  memory::desc x = Input(c, 0, type), dy = Input(c, 1, type);
+  memory::desc dw = Weights(ShapeOf(Buffer(c.outputs()->Get(0))), g.groups, type);
   auto hint = ForwardHint(x, dw, dy, g);
   dnnl::convolution_backward_weights::primitive_desc pd(
       dnnl::convolution_backward_weights::desc(algorithm::convolution_direct, x, dw, dy,
@@ -196,21 +479,21 @@ Status OneDnnOps::Impl::PrepareConv(const fb::Command& c, Prepared& p) {
   return Status::Ok();
 }
 
-Status OneDnnOps::Impl::PrepareGemm(const fb::Command& c, Prepared& p) {
+Status OneDnnOps::Impl::PrepareGemm(const fb::Command& c, Prepared& p, DataType type) {
   // c = op(a) x op(b) [+ bias]; a transposed operand is described by strides.
   Dims a = ShapeOf(Buffer(c.inputs()->Get(0)));
   Dims b = ShapeOf(Buffer(c.inputs()->Get(1)));
   Dims out = ShapeOf(Buffer(c.outputs()->Get(0)));
   const size_t rank = out.size();
   auto logical = [&](Dims stored, bool transposed) {
-    if (!transposed) return Plain(stored);
+    if (!transposed) return Plain(stored, type);
     Dims dims = stored, strides = RowMajor(stored);
     std::swap(dims[rank - 1], dims[rank - 2]);
     std::swap(strides[rank - 1], strides[rank - 2]);
-    return memory::desc(dims, memory::data_type::f32, strides);
+    return memory::desc(dims, type, strides);
   };
   bool ta = c.gemm() && c.gemm()->transpose_a(), tb = c.gemm() && c.gemm()->transpose_b();
-  memory::desc amd = logical(a, ta), bmd = logical(b, tb), cmd = Plain(out);
+  memory::desc amd = logical(a, ta), bmd = logical(b, tb), cmd = Plain(out, type);
   const int result = static_cast<int>(c.inputs()->size());
   std::vector<std::pair<int, std::pair<memory::desc, int>>> args = {
       {DNNL_ARG_SRC, {amd, 0}}, {DNNL_ARG_WEIGHTS, {bmd, 1}}, {DNNL_ARG_DST, {cmd, result}}};
@@ -218,7 +501,7 @@ Status OneDnnOps::Impl::PrepareGemm(const fb::Command& c, Prepared& p) {
   if (c.inputs()->size() == 3) {
     Dims bias(rank, 1);
     bias[rank - 1] = out[rank - 1];
-    memory::desc biasmd = Plain(bias);
+    memory::desc biasmd = Plain(bias, type);
     args.push_back({DNNL_ARG_BIAS, {biasmd, 2}});
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(amd, bmd, biasmd, cmd), attr, engine);
     AddStep<dnnl::matmul>(p, pd, args);
@@ -229,7 +512,7 @@ Status OneDnnOps::Impl::PrepareGemm(const fb::Command& c, Prepared& p) {
   return Status::Ok();
 }
 
-Status OneDnnOps::Impl::PreparePool(const fb::Command& c, Prepared& p) {
+Status OneDnnOps::Impl::PreparePool(const fb::Command& c, Prepared& p, DataType type) {
   const fb::PoolAttrs& attrs = *c.pool();
   Dims window = {attrs.window()->Get(0), attrs.window()->Get(1)};
   Dims strides = {attrs.strides()->Get(0), attrs.strides()->Get(1)};
@@ -242,7 +525,7 @@ Status OneDnnOps::Impl::PreparePool(const fb::Command& c, Prepared& p) {
   const int out = static_cast<int>(c.inputs()->size());
   auto attr = Attr();
   if (c.op() == fb::Opcode::MaxPool2d || c.op() == fb::Opcode::AvgPool2d) {
-    memory::desc x = Input(c, 0), y = Output(c, 0);
+    memory::desc x = Input(c, 0, type), y = Output(c, 0, type);
     dnnl::pooling_forward::primitive_desc pd(
         dnnl::pooling_forward::desc(prop_kind::forward_inference, kind, x, y, strides, window,
                                     padding_l, padding_r),
@@ -252,7 +535,7 @@ Status OneDnnOps::Impl::PreparePool(const fb::Command& c, Prepared& p) {
   }
   // Backward: max pooling recomputes the forward pass for its workspace (the
   // argmax positions), since the plan keeps x rather than oneDNN's workspace.
-  memory::desc dy = Input(c, max ? 1 : 0), dx = Output(c, 0);
+  memory::desc dy = Input(c, max ? 1 : 0, type), dx = Output(c, 0, type);
   dnnl::pooling_forward::primitive_desc forward(
       dnnl::pooling_forward::desc(prop_kind::forward_training, kind, dx, dy, strides, window,
                                   padding_l, padding_r),
@@ -267,11 +550,71 @@ Status OneDnnOps::Impl::PreparePool(const fb::Command& c, Prepared& p) {
   memory workspace = Owned(p, forward.workspace_desc());
   memory y = Owned(p, dy);
   Step& fwd = AddStep<dnnl::pooling_forward>(p, forward, {{DNNL_ARG_SRC, {dx, 0}}});
-  fwd.args.push_back({DNNL_ARG_DST, y, -1});
-  fwd.args.push_back({DNNL_ARG_WORKSPACE, workspace, -1});
+  fwd.args.push_back({DNNL_ARG_DST, y, Where::kOwned});
+  fwd.args.push_back({DNNL_ARG_WORKSPACE, workspace, Where::kOwned});
   Step& bwd = AddStep<dnnl::pooling_backward>(p, pd, {{DNNL_ARG_DIFF_DST, {dy, 1}}, {DNNL_ARG_DIFF_SRC, {dx, out}}});
-  bwd.args.push_back({DNNL_ARG_WORKSPACE, workspace, -1});
+  bwd.args.push_back({DNNL_ARG_WORKSPACE, workspace, Where::kOwned});
   return Status::Ok();
+}
+
+Status OneDnnOps::Impl::PrepareCommand(const fb::Command& c, Prepared& p, DataType type,
+                                       bool widen) {
+  Status status;
+  switch (c.op()) {
+    case fb::Opcode::Conv2d:
+    case fb::Opcode::Conv2dBackwardData:
+    case fb::Opcode::Conv2dBackwardFilter:
+      status = PrepareConv(c, p, type);
+      break;
+    case fb::Opcode::Gemm:
+      status = PrepareGemm(c, p, type);
+      break;
+    default:
+      status = PreparePool(c, p, type);
+  }
+  if (status.ok() && widen) Widen(c, p);
+  return status;
+}
+
+// Points every operand argument of the steps at an FP32 copy of that operand
+// in the conversion area, and brackets the steps with conversions: each half
+// input to its copy before (exact), each copy of an output to the half
+// output after (rounded once, to nearest even). A copy keeps its operand's
+// row-major layout, whole: a transposed gemm operand stays a strided view,
+// now of the copy.
+void OneDnnOps::Impl::Widen(const fb::Command& c, Prepared& p) {
+  const int inputs = static_cast<int>(c.inputs()->size());
+  // The loader proved every operand of a library command the same dtype.
+  const bool f16 = Buffer(c.outputs()->Get(0)).dtype() == fb::DType::F16;
+  std::map<int, size_t> copy_of;  // operand -> offset of its copy
+  size_t bytes = 0;
+  for (Step& step : p.steps)
+    for (Step::Arg& arg : step.args) {
+      if (arg.where != Where::kOperand) continue;
+      auto [copy, added] = copy_of.emplace(arg.operand, bytes);
+      if (added) bytes += Aligned(Plain(OperandShape(c, arg.operand), DataType::f32).get_size());
+      arg.where = Where::kConversion;
+      arg.offset = copy->second;
+    }
+  conversion_bytes = std::max(conversion_bytes, bytes);
+
+  std::vector<Step> body = std::move(p.steps);
+  p.steps.clear();
+  auto convert = [&](int operand, size_t offset) {
+    int64_t count = 1;
+    for (int64_t d : OperandShape(c, operand)) count *= d;
+    Step& step = p.steps.emplace_back();
+    if (operand < inputs)
+      step.conversion = f16 ? Conversion::kF16ToF32 : Conversion::kBf16ToF32;
+    else
+      step.conversion = f16 ? Conversion::kF32ToF16 : Conversion::kF32ToBf16;
+    step.copy = {operand, offset, count};
+  };
+  for (const auto& [operand, offset] : copy_of)
+    if (operand < inputs) convert(operand, offset);
+  for (Step& step : body) p.steps.push_back(std::move(step));
+  for (const auto& [operand, offset] : copy_of)
+    if (operand >= inputs) convert(operand, offset);
 }
 
 OneDnnOps::OneDnnOps() : impl_(std::make_unique<Impl>()) {}
@@ -280,47 +623,62 @@ OneDnnOps::~OneDnnOps() = default;
 Status OneDnnOps::Prepare(const Plan& plan) {
   Impl& impl = *impl_;
   impl.plan = &plan.root();
+  for (auto& [command, p] : impl.prepared) p.Release();
+  impl.prepared.clear();
+  impl.scratchpad_bytes = impl.conversion_bytes = 0;
+  impl.bf16_widened = 0;
   for (const fb::Program* program : *impl.plan->programs())
     for (const fb::Command* c : *program->commands()) {
       if (c->op() == fb::Opcode::Kernel || c->op() == fb::Opcode::Copy) continue;
-      for (auto* list : {c->inputs(), c->outputs()})
-        for (int32_t index : *list)
-          if (impl.Buffer(index).dtype() != fb::DType::F32)
-            return Status(ErrorCode::kUnsupported,
-                          std::string("oneDNN ") + fb::EnumNameOpcode(c->op()) +
-                              " on the CPU supports f32 operands only");
+      // The loader proved every operand of a library command the same dtype.
+      const fb::DType dtype = impl.Buffer(c->outputs()->Get(0)).dtype();
+      const bool widen =
+          dtype == fb::DType::F16 || (dtype == fb::DType::BF16 && !impl.native_bf16);
       Prepared& p = impl.prepared[c];
-      try {
-        Status status;
-        switch (c->op()) {
-          case fb::Opcode::Conv2d:
-          case fb::Opcode::Conv2dBackwardData:
-          case fb::Opcode::Conv2dBackwardFilter:
-            status = impl.PrepareConv(*c, p);
-            break;
-          case fb::Opcode::Gemm:
-            status = impl.PrepareGemm(*c, p);
-            break;
-          default:
-            status = impl.PreparePool(*c, p);
+      // The text of oneDNN's refusal, or "" once the command is prepared.
+      auto attempt = [&](DataType type, bool widened) {
+        std::string refusal;
+        try {
+          Status status = impl.PrepareCommand(*c, p, type, widened);
+          if (!status.ok()) refusal = status.message();
+        } catch (const dnnl::error& e) {
+          refusal = e.what();
         }
-        if (!status.ok()) return status;
-      } catch (const dnnl::error& e) {
+        if (!refusal.empty()) p.Release();
+        return refusal;
+      };
+      std::string refusal = attempt(widen ? DataType::f32 : TypeOf(dtype), widen);
+      if (!refusal.empty() && dtype == fb::DType::BF16 && !widen) {
+        // No bf16 primitive for this one (a shape or attribute oneDNN's bf16
+        // kernels lack): widened as on a CPU without bf16.
+        ++impl.bf16_widened;
+        refusal = attempt(DataType::f32, true);
+      }
+      if (!refusal.empty()) {
         std::string where = c->location() ? " (" + PrintableOf(c->location()) + ")" : "";
         return Status(ErrorCode::kBackend, std::string("oneDNN cannot create ") +
-                                               fb::EnumNameOpcode(c->op()) + where + ": " +
-                                               e.what());
+                                               fb::EnumNameOpcode(c->op()) + " on " +
+                                               fb::EnumNameDType(dtype) + where + ": " +
+                                               refusal);
       }
     }
-  std::free(impl.scratchpad);
-  impl.scratchpad = std::aligned_alloc(64, (std::max<size_t>(impl.scratchpad_bytes, 64) + 63) /
-                                               64 * 64);
-  if (impl.scratchpad == nullptr)
-    return Status(ErrorCode::kBackend, "cannot allocate the oneDNN scratchpad");
+  // Sized to the largest command, allocated once: a plan of hundreds of
+  // widened commands needs only the biggest one's copies.
+  for (auto [area, bytes] : {std::pair{&impl.scratchpad, impl.scratchpad_bytes},
+                             std::pair{&impl.conversion, impl.conversion_bytes}}) {
+    std::free(*area);
+    *area = std::aligned_alloc(64, Aligned(bytes));
+    if (*area == nullptr)
+      return Status(ErrorCode::kBackend,
+                    "cannot allocate " + std::to_string(bytes) + " bytes for oneDNN's " +
+                        (area == &impl.scratchpad ? "scratchpad" : "fp32 conversions"));
+  }
   for (auto& [command, p] : impl.prepared)
     for (Step& step : p.steps)
       for (Step::Arg& arg : step.args) {
-        if (arg.dnnl_arg == DNNL_ARG_SCRATCHPAD) arg.mem.set_data_handle(impl.scratchpad);
+        if (arg.where == Where::kScratchpad) arg.mem.set_data_handle(impl.scratchpad);
+        if (arg.where == Where::kConversion)
+          arg.mem.set_data_handle(static_cast<char*>(impl.conversion) + arg.offset);
         step.map.emplace(arg.dnnl_arg, arg.mem);
       }
   return Status::Ok();
@@ -331,17 +689,51 @@ Status OneDnnOps::Run(const fb::Command& command, const DeviceMemory* operands) 
   if (it == impl_->prepared.end())
     return Status(ErrorCode::kInvalidArgument, "library command was not prepared");
   try {
+    bool pending = false;  // primitives executed but not yet waited for
     for (Step& step : it->second.steps) {
+      if (step.conversion != Conversion::kNone) {
+        if (pending) impl_->stream.wait();  // the FP32 result is complete
+        pending = false;
+        Convert(step.conversion, operands[step.copy.operand].address,
+                reinterpret_cast<float*>(static_cast<char*>(impl_->conversion) + step.copy.offset),
+                step.copy.count);
+        continue;
+      }
       for (Step::Arg& arg : step.args)
-        if (arg.operand >= 0) arg.mem.set_data_handle(operands[arg.operand].address);
+        if (arg.where == Where::kOperand) arg.mem.set_data_handle(operands[arg.operand].address);
       step.primitive.execute(impl_->stream, step.map);
+      pending = true;
     }
-    impl_->stream.wait();
+    if (pending) impl_->stream.wait();
   } catch (const dnnl::error& e) {
     return Status(ErrorCode::kBackend, std::string("oneDNN ") +
                                            fb::EnumNameOpcode(command.op()) + ": " + e.what());
   }
   return Status::Ok();
+}
+
+std::string OneDnnOps::LibraryMath(fb::DType dtype) const {
+  const dnnl_version_t* version = dnnl::version();
+  const std::string onednn =
+      "oneDNN " + std::to_string(version->major) + "." + std::to_string(version->minor);
+  const std::string isa = IsaName(impl_->isa);
+  switch (dtype) {
+    case fb::DType::F16:
+      return "fp16: emulated through fp32 (" + onednn +
+             " has no fp16 convolutions or matmul on CPUs)";
+    case fb::DType::BF16: {
+      if (!impl_->native_bf16)
+        return "bf16: emulated through fp32 (no AVX512-BF16 or AMX: " + onednn +
+               "'s ISA here is " + isa + ")";
+      std::string math = "bf16: oneDNN native (" + isa + ")";
+      if (impl_->bf16_widened > 0)
+        math += "; " + std::to_string(impl_->bf16_widened) +
+                " command(s) emulated through fp32 (no oneDNN bf16 primitive for them)";
+      return math;
+    }
+    default:
+      return "fp32";
+  }
 }
 
 }  // namespace graphc::runtime

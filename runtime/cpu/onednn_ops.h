@@ -5,11 +5,22 @@
 // Every primitive, its memory objects and the scratchpad are created once, in
 // Prepare; Run only points the memory objects at the operands and executes, so
 // a training step allocates nothing.
+//
+// Half-precision commands (every operand F16, or every operand BF16) compute
+// as cuDNN does with FP32 compute: products accumulated in FP32, the output
+// rounded once to the half type. BF16 runs as oneDNN's bf16 primitives where
+// the CPU has bf16 instructions (AVX512-BF16, AMX). Elsewhere, and for F16
+// always (oneDNN 2.6 has no f16 convolution or matmul on CPUs), a command is
+// widened: its half inputs are converted to FP32 copies (exact), the FP32
+// primitive runs on them, and its FP32 result is converted to the half
+// output. The copies live in one conversion area shared by all commands,
+// sized to the largest, as the scratchpad is.
 
 #ifndef GRAPHC_RUNTIME_CPU_ONEDNN_OPS_H_
 #define GRAPHC_RUNTIME_CPU_ONEDNN_OPS_H_
 
 #include <memory>
+#include <string>
 
 #include "runtime/backend.h"
 #include "runtime/plan/plan_loader.h"
@@ -28,6 +39,8 @@ class OneDnnOps {
   Status Prepare(const Plan& plan);
   // Runs a library command of the prepared plan; operands as in Backend::Run.
   Status Run(const fb::Command& command, const DeviceMemory* operands);
+  // Backend::LibraryMath for the float dtypes (F32, F16, BF16).
+  std::string LibraryMath(fb::DType dtype) const;
 
  private:
   struct Impl;

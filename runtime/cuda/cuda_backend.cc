@@ -51,6 +51,7 @@ struct Gemm {
   int batch = 1;
   long long stride_a = 0, stride_b = 0, stride_c = 0;  // 0: broadcast over the batch
   bool ta = false, tb = false, bias = false;
+  cudaDataType_t type = CUDA_R_32F;  // of every operand
 };
 
 class CudaBackend final : public Backend {
@@ -65,6 +66,18 @@ class CudaBackend final : public Backend {
   std::vector<fb::Target> targets() const override { return targets_; }
   int device_index() const override { return options_.device; }
   bool asynchronous() const override { return true; }
+  std::string LibraryMath(fb::DType dtype) const override {
+    switch (dtype) {
+      case fb::DType::F32:
+        return options_.tf32 ? "tf32" : "fp32";
+      case fb::DType::F16:
+        return "fp16: cuDNN and cuBLAS on tensor cores, fp32 accumulation";
+      case fb::DType::BF16:
+        return "bf16: cuDNN and cuBLAS on tensor cores, fp32 accumulation";
+      default:
+        return Backend::LibraryMath(dtype);
+    }
+  }
 
   StatusOr<DeviceMemory> Allocate(uint64_t bytes) override {
     void* address = nullptr;
@@ -268,9 +281,13 @@ Status CudaBackend::Initialize() {
   GRAPHC_CUDA(cudaMalloc(&cublas_workspace_, kCublasWorkspace), "cuBLAS workspace");
   blas = cublasSetStream(cublas_, compute_);
   if (blas == CUBLAS_STATUS_SUCCESS) blas = cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspace);
+  // Half gemms reduce split-K partial sums in FP32 too (cuBLAS may otherwise
+  // reduce them in the output type, rounding more than once).
   if (blas == CUBLAS_STATUS_SUCCESS)
-    blas = cublasSetMathMode(cublas_,
-                             options_.tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
+    blas = cublasSetMathMode(
+        cublas_, static_cast<cublasMath_t>(
+                     (options_.tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH) |
+                     CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
   if (blas != CUBLAS_STATUS_SUCCESS) return CublasFailed(blas, "setup");
   return cudnn_->Initialize(compute_, options_.tf32);
 }
@@ -364,10 +381,6 @@ Status CudaBackend::PrepareGemms(const Plan& plan) {
   for (const fb::Program* program : *root.programs())
     for (const fb::Command* c : *program->commands()) {
       if (c->op() != fb::Opcode::Gemm) continue;
-      for (auto* list : {c->inputs(), c->outputs()})
-        for (int32_t index : *list)
-          if (root.buffers()->Get(index)->dtype() != fb::DType::F32)
-            return Status(ErrorCode::kUnsupported, "cuBLAS Gemm on CUDA supports f32 operands only");
       std::vector<int64_t> a = shape(c->inputs()->Get(0)), b = shape(c->inputs()->Get(1));
       std::vector<int64_t> out = shape(c->outputs()->Get(0));
       const size_t rank = out.size();
@@ -377,6 +390,17 @@ Status CudaBackend::PrepareGemms(const Plan& plan) {
       g.ta = c->gemm() && c->gemm()->transpose_a();
       g.tb = c->gemm() && c->gemm()->transpose_b();
       g.bias = c->inputs()->size() == 3;
+      // The loader proved every operand F32, F16 or BF16, all alike.
+      switch (root.buffers()->Get(c->outputs()->Get(0))->dtype()) {
+        case fb::DType::F16:
+          g.type = CUDA_R_16F;
+          break;
+        case fb::DType::BF16:
+          g.type = CUDA_R_16BF;
+          break;
+        default:
+          g.type = CUDA_R_32F;
+      }
       const int64_t m = out[rank - 2], n = out[rank - 1];
       const int64_t k = g.ta ? a[rank - 2] : a[rank - 1];
       const int64_t batch = rank == 3 ? out[0] : 1;
@@ -404,12 +428,14 @@ Status CudaBackend::RunGemm(const fb::Command& command, const DeviceMemory* oper
   const Gemm& g = it->second;
   const float one = 1.0f, zero = 0.0f;
   const int result = static_cast<int>(command.inputs()->size());
-  const auto* a = static_cast<const float*>(operands[0].address);
-  const auto* b = static_cast<const float*>(operands[1].address);
-  auto* c = static_cast<float*>(operands[result].address);
+  const void* a = operands[0].address;
+  const void* b = operands[1].address;
+  void* c = operands[result].address;
+  // The bias is broadcast into C and the product added onto it (beta = 1):
+  // at the FP32 compute type, so a half C is rounded once.
   if (g.bias) {
-    GRAPHC_CUDA(cuda::BroadcastRows(static_cast<const float*>(operands[2].address), c,
-                                    int64_t{g.batch} * g.m, g.n, compute_),
+    GRAPHC_CUDA(cuda::BroadcastRows(operands[2].address, c, g.type, int64_t{g.batch} * g.m, g.n,
+                                    compute_),
                 "gemm bias");
   }
   // Row-major C[m,n] is column-major C^T[n,m] = op(B)^T[n,k] op(A)^T[k,m].
@@ -417,12 +443,28 @@ Status CudaBackend::RunGemm(const fb::Command& command, const DeviceMemory* oper
   const cublasOperation_t op_a = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   const int ldb = g.tb ? g.k : g.n, lda = g.ta ? g.m : g.k;
   const float* beta = g.bias ? &one : &zero;
-  cublasStatus_t status =
-      g.batch == 1 ? cublasSgemm(cublas_, op_b, op_a, g.n, g.m, g.k, &one, b, ldb, a, lda, beta,
-                                 c, g.n)
-                   : cublasSgemmStridedBatched(cublas_, op_b, op_a, g.n, g.m, g.k, &one, b, ldb,
-                                               g.stride_b, a, lda, g.stride_a, beta, c, g.n,
-                                               g.stride_c, g.batch);
+  cublasStatus_t status;
+  if (g.type == CUDA_R_32F) {
+    const auto* af = static_cast<const float*>(a);
+    const auto* bf = static_cast<const float*>(b);
+    auto* cf = static_cast<float*>(c);
+    status = g.batch == 1
+                 ? cublasSgemm(cublas_, op_b, op_a, g.n, g.m, g.k, &one, bf, ldb, af, lda, beta,
+                               cf, g.n)
+                 : cublasSgemmStridedBatched(cublas_, op_b, op_a, g.n, g.m, g.k, &one, bf, ldb,
+                                             g.stride_b, af, lda, g.stride_a, beta, cf, g.n,
+                                             g.stride_c, g.batch);
+  } else {
+    // Half operands, FP32 accumulation and FP32 alpha and beta.
+    status = g.batch == 1
+                 ? cublasGemmEx(cublas_, op_b, op_a, g.n, g.m, g.k, &one, b, g.type, ldb, a,
+                                g.type, lda, beta, c, g.type, g.n, CUBLAS_COMPUTE_32F,
+                                CUBLAS_GEMM_DEFAULT)
+                 : cublasGemmStridedBatchedEx(cublas_, op_b, op_a, g.n, g.m, g.k, &one, b,
+                                              g.type, ldb, g.stride_b, a, g.type, lda,
+                                              g.stride_a, beta, c, g.type, g.n, g.stride_c,
+                                              g.batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  }
   if (status != CUBLAS_STATUS_SUCCESS) return CublasFailed(status, "gemm");
   return Status::Ok();
 }

@@ -1,7 +1,8 @@
 // cuDNN convolutions and pooling (see cudnn_ops.h). cuDNN 9 still ships the
 // descriptor API this file uses and marks it deprecated in favour of its
-// graph API; it is the shortest correct path for plain NCHW FP32 calls, so
-// the warnings are silenced for this file only.
+// graph API; it is the shortest correct path for plain NCHW calls (FP32, and
+// FP16 or BF16 with FP32 compute), so the warnings are silenced for this file
+// only.
 
 #include "runtime/cuda/cudnn_ops.h"
 
@@ -70,9 +71,10 @@ struct Descriptors {
   }
 };
 
-Status Tensor4d(cudnnTensorDescriptor_t* desc, const std::vector<int64_t>& dims) {
+Status Tensor4d(cudnnTensorDescriptor_t* desc, const std::vector<int64_t>& dims,
+                cudnnDataType_t type) {
   GRAPHC_CUDNN(cudnnCreateTensorDescriptor(desc), "tensor descriptor");
-  GRAPHC_CUDNN(cudnnSetTensor4dDescriptor(*desc, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT,
+  GRAPHC_CUDNN(cudnnSetTensor4dDescriptor(*desc, CUDNN_TENSOR_NCHW, type,
                                           static_cast<int>(dims[0]), static_cast<int>(dims[1]),
                                           static_cast<int>(dims[2]), static_cast<int>(dims[3])),
                "tensor descriptor");
@@ -82,10 +84,30 @@ Status Tensor4d(cudnnTensorDescriptor_t* desc, const std::vector<int64_t>& dims)
 // The most workspace one convolution algorithm may take.
 constexpr size_t kMaxWorkspace = size_t{1} << 30;
 
-size_t Bytes(const std::vector<int64_t>& dims) {
-  size_t bytes = 4;
+size_t Bytes(const std::vector<int64_t>& dims, size_t element_bytes) {
+  size_t bytes = element_bytes;
   for (int64_t v : dims) bytes *= static_cast<size_t>(v);
   return (bytes + 255) / 256 * 256;
+}
+
+// The cuDNN and CUDA names of a library command's dtype (the loader proved
+// every operand F32, F16 or BF16, all alike).
+struct ElementType {
+  cudnnDataType_t cudnn;
+  cudaDataType_t cuda;
+  size_t bytes;
+  bool half;
+};
+
+ElementType ElementTypeOf(fb::DType dtype) {
+  switch (dtype) {
+    case fb::DType::F16:
+      return {CUDNN_DATA_HALF, CUDA_R_16F, 2, true};
+    case fb::DType::BF16:
+      return {CUDNN_DATA_BFLOAT16, CUDA_R_16BF, 2, true};
+    default:
+      return {CUDNN_DATA_FLOAT, CUDA_R_32F, 4, false};
+  }
 }
 
 // A prepared command: descriptors (a: the input side of the forward call, b:
@@ -93,6 +115,7 @@ size_t Bytes(const std::vector<int64_t>& dims) {
 // keeps what cuDNN needs beyond the plan's operands.
 struct Call {
   Descriptors d;
+  ElementType type = ElementTypeOf(fb::DType::F32);
   int algorithm = 0;
   cudnnMathType_t math = CUDNN_DEFAULT_MATH;
   size_t workspace = 0;
@@ -183,18 +206,19 @@ Status CudnnOps::Impl::PrepareConv(const fb::Command& c, Call& call) {
       call.dxp = 0;  // dx padded, then cropped
     else
       call.xp = 0;  // x padded
-    scratch_bytes = std::max(scratch_bytes, Bytes(a));
+    scratch_bytes = std::max(scratch_bytes, Bytes(a, call.type.bytes));
   }
   Descriptors& d = call.d;
-  Status status = Tensor4d(&d.a, a);
-  if (status.ok()) status = Tensor4d(&d.b, y);
+  Status status = Tensor4d(&d.a, a, call.type.cudnn);
+  if (status.ok()) status = Tensor4d(&d.b, y, call.type.cudnn);
   if (!status.ok()) return status;
   GRAPHC_CUDNN(cudnnCreateFilterDescriptor(&d.filter), "filter descriptor");
-  GRAPHC_CUDNN(cudnnSetFilter4dDescriptor(d.filter, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW,
+  GRAPHC_CUDNN(cudnnSetFilter4dDescriptor(d.filter, call.type.cudnn, CUDNN_TENSOR_NCHW,
                                           static_cast<int>(w[0]), static_cast<int>(w[1]),
                                           static_cast<int>(w[2]), static_cast<int>(w[3])),
                "filter descriptor");
   GRAPHC_CUDNN(cudnnCreateConvolutionDescriptor(&d.conv), "convolution descriptor");
+  // FP32 compute whatever the data: half operands accumulate in FP32.
   GRAPHC_CUDNN(cudnnSetConvolution2dDescriptor(d.conv, static_cast<int>(top),
                                                static_cast<int>(left), static_cast<int>(sh),
                                                static_cast<int>(sw), static_cast<int>(dh),
@@ -204,10 +228,11 @@ Status CudnnOps::Impl::PrepareConv(const fb::Command& c, Call& call) {
   GRAPHC_CUDNN(cudnnSetConvolutionGroupCount(d.conv, static_cast<int>(attrs.groups())),
                "convolution groups");
   if (c.op() == fb::Opcode::Conv2d && c.inputs()->size() == 3) {
-    status = Tensor4d(&d.bias, {1, y[1], 1, 1});
+    status = Tensor4d(&d.bias, {1, y[1], 1, 1}, call.type.cudnn);
     if (!status.ok()) return status;
   }
-  std::string key = std::to_string(static_cast<int>(c.op()));
+  std::string key = std::to_string(static_cast<int>(c.op())) + ":" +
+                    std::to_string(static_cast<int>(call.type.cudnn));
   for (const auto* dims : {&a, &w, &y})
     for (int64_t v : *dims) key += "," + std::to_string(v);
   for (int64_t v : {sh, sw, dh, dw, top, left, static_cast<int64_t>(attrs.groups())})
@@ -216,11 +241,15 @@ Status CudnnOps::Impl::PrepareConv(const fb::Command& c, Call& call) {
 }
 
 // Benchmarks the algorithms of a convolution once per distinct key and keeps
-// the fastest that succeeds with the allowed math (FMA only, unless TF32).
+// the fastest that succeeds with the allowed math (FP32: FMA only, unless
+// TF32; half: tensor cores).
 Status CudnnOps::Impl::ChooseAlgorithm(const fb::Command& c, Call& call, const std::string& key) {
   // Strict FP32 is FMA math only (CUDNN_DEFAULT_MATH admits TF32 on sm_80+);
-  // TF32 is DEFAULT, as PyTorch sets it, never a conversion to FP16.
-  const cudnnMathType_t allowed = tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+  // TF32 is DEFAULT, as PyTorch sets it; half data runs on tensor cores with
+  // the descriptor's FP32 accumulation. Never a conversion to FP16.
+  const bool half = call.type.half;
+  const cudnnMathType_t allowed =
+      half ? CUDNN_TENSOR_OP_MATH : tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
   GRAPHC_CUDNN(cudnnSetConvolutionMathType(call.d.conv, allowed), "math type");
   auto found = chosen.find(key);
   if (found == chosen.end()) {
@@ -232,7 +261,7 @@ Status CudnnOps::Impl::ChooseAlgorithm(const fb::Command& c, Call& call, const s
     // kMaxWorkspace (all calls share one workspace, sized to the largest).
     auto acceptable = [&](cudnnStatus_t status, cudnnMathType_t m, size_t memory) {
       return status == CUDNN_STATUS_SUCCESS && memory <= kMaxWorkspace &&
-             (tf32 ? m != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION : m == CUDNN_FMA_MATH);
+             m != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION && (half || tf32 || m == CUDNN_FMA_MATH);
     };
     const Descriptors& d = call.d;
     if (c.op() == fb::Opcode::Conv2d) {
@@ -269,7 +298,7 @@ Status CudnnOps::Impl::ChooseAlgorithm(const fb::Command& c, Call& call, const s
     if (algorithm < 0)
       return Status(ErrorCode::kBackend, std::string("cuDNN has no algorithm for ") +
                                              fb::EnumNameOpcode(c.op()) +
-                                             (tf32 ? "" : " in strict FP32 (try --tf32)"));
+                                             (half || tf32 ? "" : " in strict FP32 (try --tf32)"));
     found = chosen.emplace(key, std::make_pair(algorithm, math)).first;
   }
   call.algorithm = found->second.first;
@@ -329,25 +358,26 @@ Status CudnnOps::Impl::PreparePool(const fb::Command& c, Call& call) {
     top = left = 0;
   }
   size_t need = 0;
+  const size_t element = call.type.bytes;
   if (c.op() == fb::Opcode::MaxPool2dBackward) {
     // The plan keeps x, not y: the forward output is recomputed into scratch.
     if (call.padded) {
       call.xp = 0;
-      call.y = Bytes(a);
-      call.dxp = call.y + Bytes(y);
-      need = call.dxp + Bytes(a);
+      call.y = Bytes(a, element);
+      call.dxp = call.y + Bytes(y, element);
+      need = call.dxp + Bytes(a, element);
     } else {
       call.y = 0;
-      need = Bytes(y);
+      need = Bytes(y, element);
     }
   } else if (call.padded) {
     call.xp = call.dxp = 0;  // the forward pads x, the average's backward crops dx
-    need = Bytes(a);
+    need = Bytes(a, element);
   }
   scratch_bytes = std::max(scratch_bytes, need);
   Descriptors& d = call.d;
-  Status status = Tensor4d(&d.a, a);
-  if (status.ok()) status = Tensor4d(&d.b, y);
+  Status status = Tensor4d(&d.a, a, call.type.cudnn);
+  if (status.ok()) status = Tensor4d(&d.b, y, call.type.cudnn);
   if (!status.ok()) return status;
   const cudnnPoolingMode_t mode = max ? CUDNN_POOLING_MAX_DETERMINISTIC
                                   : attrs.exclude_padding()
@@ -385,12 +415,9 @@ Status CudnnOps::Prepare(const Plan& plan) {
                         op == fb::Opcode::MaxPool2dBackward ||
                         op == fb::Opcode::AvgPool2dBackward;
       if (!conv && !pool) continue;
-      for (auto* list : {c->inputs(), c->outputs()})
-        for (int32_t index : *list)
-          if (impl.plan->buffers()->Get(index)->dtype() != fb::DType::F32)
-            return Status(ErrorCode::kUnsupported, std::string("cuDNN ") + fb::EnumNameOpcode(op) +
-                                                       " on CUDA supports f32 operands only");
-      Status status = conv ? impl.PrepareConv(*c, impl.calls[c]) : impl.PreparePool(*c, impl.calls[c]);
+      Call& call = impl.calls[c];
+      call.type = ElementTypeOf(impl.plan->buffers()->Get(c->outputs()->Get(0))->dtype());
+      Status status = conv ? impl.PrepareConv(*c, call) : impl.PreparePool(*c, call);
       if (!status.ok()) {
         std::string where = c->location() ? " (" + PrintableOf(c->location()) + ")" : "";
         return Status(status.code(), std::string(fb::EnumNameOpcode(op)) + where + ": " +
@@ -429,10 +456,9 @@ Status CudnnOps::Run(const fb::Command& command, const DeviceMemory* operands) {
   // The explicitly padded input (x copied into scratch with its padding).
   auto padded_input = [&](int operand) -> StatusOr<void*> {
     if (!call.padded) return at(operand);
-    cudaError_t error = cuda::PadPlanes(static_cast<const float*>(at(operand)),
-                                        static_cast<float*>(scratch(call.xp)), call.planes, call.h,
-                                        call.w, call.top, call.left, call.hp, call.wp,
-                                        call.pad_value, stream);
+    cudaError_t error = cuda::PadPlanes(at(operand), scratch(call.xp), call.type.cuda,
+                                        call.planes, call.h, call.w, call.top, call.left, call.hp,
+                                        call.wp, call.pad_value, stream);
     if (error != cudaSuccess)
       return Status(ErrorCode::kBackend, std::string("CUDA padding: ") + cudaGetErrorString(error));
     return scratch(call.xp);
@@ -441,8 +467,7 @@ Status CudnnOps::Run(const fb::Command& command, const DeviceMemory* operands) {
   void* const dx = call.padded ? scratch(call.dxp) : at(out);
   auto crop = [&]() -> Status {
     if (!call.padded) return Status::Ok();
-    cudaError_t error = cuda::CropPlanes(static_cast<const float*>(dx),
-                                         static_cast<float*>(at(out)), call.planes, call.h,
+    cudaError_t error = cuda::CropPlanes(dx, at(out), call.type.cuda, call.planes, call.h,
                                          call.w, call.top, call.left, call.hp, call.wp, stream);
     if (error != cudaSuccess)
       return Status(ErrorCode::kBackend, std::string("CUDA cropping: ") + cudaGetErrorString(error));
@@ -452,13 +477,19 @@ Status CudnnOps::Run(const fb::Command& command, const DeviceMemory* operands) {
     case fb::Opcode::Conv2d: {
       StatusOr<void*> x = padded_input(0);
       if (!x.ok()) return x.status();
+      // The bias is broadcast into y first and the convolution added onto
+      // it (beta = 1), so that the sum is formed at the FP32 compute type
+      // and rounded once: adding it afterwards would round a half y twice.
+      const float* beta = &zero;
+      if (d.bias != nullptr) {
+        GRAPHC_CUDNN(cudnnAddTensor(impl.handle, &one, d.bias, at(2), &zero, d.b, at(out)),
+                     "convolution bias");
+        beta = &one;
+      }
       GRAPHC_CUDNN(cudnnConvolutionForward(impl.handle, &one, d.a, *x, d.filter, at(1), d.conv,
                                            static_cast<cudnnConvolutionFwdAlgo_t>(call.algorithm),
-                                           impl.workspace, call.workspace, &zero, d.b, at(out)),
+                                           impl.workspace, call.workspace, beta, d.b, at(out)),
                    "convolution forward");
-      if (d.bias != nullptr)
-        GRAPHC_CUDNN(cudnnAddTensor(impl.handle, &one, d.bias, at(2), &one, d.b, at(out)),
-                     "convolution bias");
       return Status::Ok();
     }
     case fb::Opcode::Conv2dBackwardData:  // dy, w -> dx

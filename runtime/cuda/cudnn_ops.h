@@ -1,11 +1,13 @@
 // The CUDA backend's library calls through cuDNN: convolution forward,
 // backward-data and backward-filter, and max/average pooling forward and
-// backward, on the plan's plain layouts (NCHW, OIHW).
+// backward, on the plan's plain layouts (NCHW, OIHW), in FP32 or, for
+// mixed precision, on FP16 or BF16 tensors with FP32 compute (accumulated in
+// FP32, rounded once to the half type).
 //
 // Descriptors and algorithms are chosen once, in Prepare: each distinct
 // convolution is benchmarked once (cudnnFind*), restricted to FMA math
-// unless TF32 is allowed, and all of them share one workspace. Run only
-// enqueues on the handle's stream.
+// unless TF32 is allowed (half data: tensor-core math), and all of them
+// share one workspace. Run only enqueues on the handle's stream.
 
 #ifndef GRAPHC_RUNTIME_CUDA_CUDNN_OPS_H_
 #define GRAPHC_RUNTIME_CUDA_CUDNN_OPS_H_

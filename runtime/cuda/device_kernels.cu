@@ -2,6 +2,9 @@
 
 #include "runtime/cuda/device_kernels.h"
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <algorithm>
 
 namespace graphc::runtime::cuda {
@@ -21,15 +24,17 @@ __global__ void CountKernel(const Bits* values, int64_t n, Bits exponent,
   if ((threadIdx.x & 31) == 0 && found != 0) atomicAdd(count, found);
 }
 
-__global__ void BroadcastRowsKernel(const float* bias, float* c, int64_t rows, int64_t cols) {
+template <typename T>
+__global__ void BroadcastRowsKernel(const T* bias, T* c, int64_t rows, int64_t cols) {
   const int64_t total = rows * cols;
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
   for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < total; i += stride)
     c[i] = bias[i % cols];
 }
 
-__global__ void PadKernel(const float* x, float* xp, int64_t total, int64_t h, int64_t w,
-                          int64_t top, int64_t left, int64_t hp, int64_t wp, float value) {
+template <typename T>
+__global__ void PadKernel(const T* x, T* xp, int64_t total, int64_t h, int64_t w, int64_t top,
+                          int64_t left, int64_t hp, int64_t wp, T value) {
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
   for (int64_t e = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; e < total; e += stride) {
     const int64_t j = e % wp, i = (e / wp) % hp, plane = e / (wp * hp);
@@ -38,8 +43,9 @@ __global__ void PadKernel(const float* x, float* xp, int64_t total, int64_t h, i
   }
 }
 
-__global__ void CropKernel(const float* xp, float* x, int64_t total, int64_t h, int64_t w,
-                           int64_t top, int64_t left, int64_t hp, int64_t wp) {
+template <typename T>
+__global__ void CropKernel(const T* xp, T* x, int64_t total, int64_t h, int64_t w, int64_t top,
+                           int64_t left, int64_t hp, int64_t wp) {
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
   for (int64_t e = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; e < total; e += stride) {
     const int64_t j = e % w, i = (e / w) % h, plane = e / (w * h);
@@ -54,6 +60,22 @@ void ClearReportedError() { (void)cudaGetLastError(); }
 
 unsigned Blocks(int64_t n) {
   return static_cast<unsigned>(std::clamp<int64_t>((n + kThreads - 1) / kThreads, 1, 4096));
+}
+
+// launch(T{}) with T the element type `type` names; the kernels above only
+// move elements (and store a padding value), so they run on any of them.
+template <typename Launch>
+cudaError_t ForElementType(cudaDataType_t type, Launch launch) {
+  switch (type) {
+    case CUDA_R_32F:
+      return launch(float{});
+    case CUDA_R_16F:
+      return launch(__half{});
+    case CUDA_R_16BF:
+      return launch(__nv_bfloat16{});
+    default:
+      return cudaErrorInvalidValue;
+  }
 }
 
 }  // namespace
@@ -71,31 +93,46 @@ cudaError_t CountAllOnesExponent(const void* data, int64_t n, int bits, uint32_t
   return cudaGetLastError();
 }
 
-cudaError_t BroadcastRows(const float* bias, float* c, int64_t rows, int64_t cols,
-                          cudaStream_t stream) {
+cudaError_t BroadcastRows(const void* bias, void* c, cudaDataType_t type, int64_t rows,
+                          int64_t cols, cudaStream_t stream) {
   if (rows <= 0 || cols <= 0) return cudaSuccess;
   ClearReportedError();
-  BroadcastRowsKernel<<<Blocks(rows * cols), kThreads, 0, stream>>>(bias, c, rows, cols);
-  return cudaGetLastError();
+  return ForElementType(type, [&](auto element) {
+    using T = decltype(element);
+    BroadcastRowsKernel<<<Blocks(rows * cols), kThreads, 0, stream>>>(
+        static_cast<const T*>(bias), static_cast<T*>(c), rows, cols);
+    return cudaGetLastError();
+  });
 }
 
-cudaError_t PadPlanes(const float* x, float* xp, int64_t planes, int64_t h, int64_t w,
-                      int64_t top, int64_t left, int64_t hp, int64_t wp, float value,
+cudaError_t PadPlanes(const void* x, void* xp, cudaDataType_t type, int64_t planes, int64_t h,
+                      int64_t w, int64_t top, int64_t left, int64_t hp, int64_t wp, float value,
                       cudaStream_t stream) {
   const int64_t total = planes * hp * wp;
   if (total <= 0) return cudaSuccess;
   ClearReportedError();
-  PadKernel<<<Blocks(total), kThreads, 0, stream>>>(x, xp, total, h, w, top, left, hp, wp, value);
-  return cudaGetLastError();
+  return ForElementType(type, [&](auto element) {
+    using T = decltype(element);
+    PadKernel<<<Blocks(total), kThreads, 0, stream>>>(static_cast<const T*>(x),
+                                                      static_cast<T*>(xp), total, h, w, top,
+                                                      left, hp, wp, T(value));
+    return cudaGetLastError();
+  });
 }
 
-cudaError_t CropPlanes(const float* xp, float* x, int64_t planes, int64_t h, int64_t w,
-                       int64_t top, int64_t left, int64_t hp, int64_t wp, cudaStream_t stream) {
+cudaError_t CropPlanes(const void* xp, void* x, cudaDataType_t type, int64_t planes, int64_t h,
+                       int64_t w, int64_t top, int64_t left, int64_t hp, int64_t wp,
+                       cudaStream_t stream) {
   const int64_t total = planes * h * w;
   if (total <= 0) return cudaSuccess;
   ClearReportedError();
-  CropKernel<<<Blocks(total), kThreads, 0, stream>>>(xp, x, total, h, w, top, left, hp, wp);
-  return cudaGetLastError();
+  return ForElementType(type, [&](auto element) {
+    using T = decltype(element);
+    CropKernel<<<Blocks(total), kThreads, 0, stream>>>(static_cast<const T*>(xp),
+                                                       static_cast<T*>(x), total, h, w, top,
+                                                       left, hp, wp);
+    return cudaGetLastError();
+  });
 }
 
 }  // namespace graphc::runtime::cuda

@@ -2,12 +2,14 @@
 // the backend; the plan's kernels come as PTX): counting non-finite values,
 // broadcasting a gemm's bias over the rows of its output, and padding and
 // cropping NCHW planes for the convolutions and poolings whose padding
-// differs between sides (cuDNN pads both sides alike).
+// differs between sides (cuDNN pads both sides alike). All but the count take
+// the elements' type: CUDA_R_32F, CUDA_R_16F or CUDA_R_16BF.
 
 #ifndef GRAPHC_RUNTIME_CUDA_DEVICE_KERNELS_H_
 #define GRAPHC_RUNTIME_CUDA_DEVICE_KERNELS_H_
 
 #include <cuda_runtime_api.h>
+#include <library_types.h>
 
 #include <cstdint>
 
@@ -19,18 +21,19 @@ cudaError_t CountAllOnesExponent(const void* data, int64_t n, int bits, uint32_t
                                  unsigned long long* count, cudaStream_t stream);
 
 // c[r][j] = bias[j] for every row r < rows, j < cols.
-cudaError_t BroadcastRows(const float* bias, float* c, int64_t rows, int64_t cols,
-                          cudaStream_t stream);
+cudaError_t BroadcastRows(const void* bias, void* c, cudaDataType_t type, int64_t rows,
+                          int64_t cols, cudaStream_t stream);
 
 // Each of `planes` planes of x [h, w] into xp [h + top + bottom, w + left +
-// right] (hp x wp), with `value` around it.
-cudaError_t PadPlanes(const float* x, float* xp, int64_t planes, int64_t h, int64_t w,
-                      int64_t top, int64_t left, int64_t hp, int64_t wp, float value,
+// right] (hp x wp), with `value` (converted to `type`) around it.
+cudaError_t PadPlanes(const void* x, void* xp, cudaDataType_t type, int64_t planes, int64_t h,
+                      int64_t w, int64_t top, int64_t left, int64_t hp, int64_t wp, float value,
                       cudaStream_t stream);
 
 // The inverse: x [h, w] = the interior of each xp [hp, wp] plane at (top, left).
-cudaError_t CropPlanes(const float* xp, float* x, int64_t planes, int64_t h, int64_t w,
-                       int64_t top, int64_t left, int64_t hp, int64_t wp, cudaStream_t stream);
+cudaError_t CropPlanes(const void* xp, void* x, cudaDataType_t type, int64_t planes, int64_t h,
+                       int64_t w, int64_t top, int64_t left, int64_t hp, int64_t wp,
+                       cudaStream_t stream);
 
 }  // namespace graphc::runtime::cuda
 

@@ -82,6 +82,15 @@ int RunTraining(TrainOptions& o, const DeviceOptions& d) {
   o.report_extra["device_choice"] = d.device;
   if (!created->reason.empty()) o.report_extra["device_reason"] = created->reason;
   o.report_extra["math"] = backend.name() == std::string("cuda") && d.tf32 ? "tf32" : "fp32";
+  // A mixed-precision plan: how this device runs its half convolutions and
+  // gemms (natively, or emulated through fp32, and why).
+  const std::string precision = StringOf(plan.root().precision());
+  if (precision == "fp16" || precision == "bf16") {
+    const std::string math =
+        backend.LibraryMath(precision == "fp16" ? fb::DType::F16 : fb::DType::BF16);
+    std::cout << "library math: " << math << "\n";
+    o.report_extra["library_math"] = math;
+  }
   o.report_extra["sync_debug"] = o.sync_debug;
   status = graphc::runtime::Train(plan, backend, o, std::cout);
   if (!status.ok()) return Fail(status);

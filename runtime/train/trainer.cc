@@ -184,6 +184,9 @@ struct Programs {
   int train = -1, eval = -1;  // eval: -1 when the plan has none
   int32_t images = -1, labels = -1, loss = -1, correct = -1;
   int32_t step_counter = -1;  // graphc.step, where a resumed run continues
+  // FP16 loss scaling (graphc compile --amp=fp16): the f32 scale and the i64
+  // count of steps skipped on overflow; -1 without.
+  int32_t loss_scale = -1, skipped_steps = -1;
   std::vector<int64_t> image_shape;
   int64_t batch = 0, classes = 0;
 };
@@ -192,10 +195,19 @@ StatusOr<Programs> FindPrograms(const Executor& exec) {
   Programs p;
   const fb::Plan& root = exec.plan().root();
   if (root.states())
-    for (const fb::State* state : *root.states())
-      if (StringOf(exec.buffer(state->buffer()).name()) == "graphc.step" &&
-          exec.buffer(state->buffer()).dtype() == fb::DType::I64)
+    for (const fb::State* state : *root.states()) {
+      const fb::Buffer& b = exec.buffer(state->buffer());
+      const std::string name = StringOf(b.name());
+      if (name == "graphc.step" && b.dtype() == fb::DType::I64 && b.size() == 8)
         p.step_counter = state->buffer();
+      else if (name == "graphc.loss_scale" && b.dtype() == fb::DType::F32 && b.size() == 4)
+        p.loss_scale = state->buffer();
+      else if (name == "graphc.skipped_steps" && b.dtype() == fb::DType::I64 && b.size() == 8)
+        p.skipped_steps = state->buffer();
+    }
+  if ((p.loss_scale < 0) != (p.skipped_steps < 0))
+    return Status(ErrorCode::kUnsupported,
+                  "the plan has only one of graphc.loss_scale and graphc.skipped_steps");
   StatusOr<int> train = exec.FindProgram("train_step");
   if (!train.ok()) return train.status();
   p.train = *train;
@@ -392,7 +404,10 @@ Status Train(const Plan& plan, Backend& backend, const TrainOptions& o, std::ost
     timed_from = done;
     return Status::Ok();
   };
-  out << "Step\tImg/sec\ttotal_loss\n";
+  const bool scaled = p.loss_scale >= 0;
+  float loss_scale = 0;
+  int64_t skipped = 0;
+  out << "Step\tImg/sec\ttotal_loss" << (scaled ? "\tloss_scale\tskipped" : "") << "\n";
   status = clock.Start();
   for (int64_t step = 0; step < steps && status.ok(); ++step) {
     const Batch& b = prefetch.Next();
@@ -411,9 +426,16 @@ Status Train(const Plan& plan, Backend& backend, const TrainOptions& o, std::ost
     }
     status = collect(done);
     if (status.ok() && (display || saving)) status = exec.Read(p.loss, &loss, sizeof(loss));
+    if (status.ok() && scaled && (display || saving)) {
+      status = exec.Read(p.loss_scale, &loss_scale, sizeof(loss_scale));
+      if (status.ok()) status = exec.Read(p.skipped_steps, &skipped, sizeof(skipped));
+    }
     if (!status.ok()) break;
     if (display || saving) {
-      if (!std::isfinite(loss)) return Diverged(start_step + done, "the loss is " + std::to_string(loss));
+      // With loss scaling a non-finite loss is an overflowed step, skipped
+      // on the device; the state check below still stops a real divergence.
+      if (!std::isfinite(loss) && !scaled)
+        return Diverged(start_step + done, "the loss is " + std::to_string(loss));
       // A parameter or batch-norm statistic gone NaN stops the run here,
       // named, before it can reach a checkpoint or a report.
       status = exec.CheckStateFinite();
@@ -427,7 +449,10 @@ Status Train(const Plan& plan, Backend& backend, const TrainOptions& o, std::ost
         out << "(warmup)";
       else
         out << s.mean << " +/- " << s.error << " (jitter = " << s.jitter << ")";
-      out << "\t" << std::setprecision(3) << loss << std::defaultfloat << "\n";
+      out << "\t" << std::setprecision(3) << loss << std::defaultfloat;
+      // The scale in full (a power of two under dynamic scaling).
+      if (scaled) out << "\t" << std::setprecision(9) << loss_scale << "\t" << skipped;
+      out << "\n";
     } else if (terminal) {
       out << "\r\033[K" << done << "/" << steps << "  loss " << loss << std::flush;
     }
@@ -495,6 +520,10 @@ Status Train(const Plan& plan, Backend& backend, const TrainOptions& o, std::ost
       {"seed", o.seed},
       {"cuda_graphs", exec.replays_graph(p.train)},
   };
+  if (scaled) {
+    j["loss_scale"] = loss_scale;
+    j["skipped_steps"] = skipped;
+  }
   for (const auto& [key, value] : o.report_extra.items()) j[key] = value;
   if (!profile.is_null()) j["profile"] = profile;
   if (o.eval) {
