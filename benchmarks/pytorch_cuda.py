@@ -1,7 +1,7 @@
 """PyTorch's eager training throughput on a CUDA GPU, the side-by-side reference
 for graphrun --device cuda (tools/gpu-check runs both in one call).
 
-  python3 benchmarks/pytorch_cuda.py --batch-size 256 --steps 30 --warmup 10 [--tf32]
+  python3 benchmarks/pytorch_cuda.py --batch-size 256 --steps 30 --warmup 10 [--tf32 | --amp]
 
 torchvision's ResNet-50 (v1.5, as models/resnet50.mlir), NCHW float32 in
 channels_last memory format, cudnn.benchmark on (graphrun also picks each
@@ -11,7 +11,10 @@ is strict FP32 unless --tf32 (PyTorch's own default lets cuDNN use TF32; this
 script turns that off so that both sides compute the same thing). Each step is
 timed with CUDA events from the previous step's end, and the host never waits
 inside the timed loop; prints and reports the median images/sec over the timed
-steps, as graphrun does.
+steps, as graphrun does. --amp is PyTorch's automatic mixed precision as its
+documentation recommends it, the reference for graphc --amp=fp16:
+torch.autocast(float16) around forward and loss, a GradScaler (dynamic loss
+scaling from 2^16) around backward and the step, channels_last.
 """
 import argparse
 import json
@@ -28,9 +31,13 @@ def main():
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--tf32", action="store_true")
+    parser.add_argument("--amp", action="store_true",
+                        help="torch.autocast(float16) + GradScaler (graphc --amp=fp16)")
     parser.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--report", default="")
     args = parser.parse_args()
+    if args.amp and args.tf32:
+        parser.error("--amp and --tf32 are different comparisons; give one")
 
     torch.backends.cuda.matmul.allow_tf32 = args.tf32
     torch.backends.cudnn.allow_tf32 = args.tf32
@@ -45,15 +52,18 @@ def main():
     images = torch.randn(args.batch_size, 3, 224, 224, device=device).to(memory_format=fmt)
     labels = torch.randint(0, 1000, (args.batch_size,), device=device)
     loss_fn = torch.nn.CrossEntropyLoss()
+    scaler = torch.cuda.amp.GradScaler(enabled=args.amp)
     total = args.warmup + args.steps
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(total + 1)]
     torch.cuda.synchronize()
     ends[0].record()
     for step in range(total):
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(images), labels)
-        loss.backward()
-        opt.step()
+        with torch.autocast("cuda", dtype=torch.float16, enabled=args.amp):
+            loss = loss_fn(model(images), labels)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
         ends[step + 1].record()
     torch.cuda.synchronize()
     times = [ends[s].elapsed_time(ends[s + 1]) for s in range(args.warmup, total)]
@@ -65,7 +75,8 @@ def main():
         "model": args.model,
         "batch_size": args.batch_size,
         "channels_last": args.channels_last,
-        "math": "tf32" if args.tf32 else "fp32",
+        "math": "fp16 amp" if args.amp else "tf32" if args.tf32 else "fp32",
+        "precision": "fp16" if args.amp else "fp32",
         "steps": args.steps,
         "warmup": args.warmup,
         "step_ms_median": median,

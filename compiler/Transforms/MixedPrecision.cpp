@@ -135,6 +135,8 @@ struct MixedPrecisionPass : impl::MixedPrecisionBase<MixedPrecisionPass> {
   void runOnOperation() override;
   LogicalResult checkOptions(ModuleOp module);
   LogicalResult convert(func::FuncOp func);
+  /// Per function: activations stored in half, and their bytes.
+  SmallVector<NamedAttribute> storage;
   LogicalResult scaleLoss(ModuleOp module, func::FuncOp step);
 
   Type half, f32;
@@ -198,6 +200,7 @@ void MixedPrecisionPass::runOnOperation() {
   if (scale > 0.0 && failed(scaleLoss(module, *step)))
     return signalPassFailure();
   module->setAttr("graphc.precision", StringAttr::get(&getContext(), precision));
+  module->setAttr(kHalfStorageAttr, DictionaryAttr::get(&getContext(), storage));
 }
 
 LogicalResult MixedPrecisionPass::convert(func::FuncOp func) {
@@ -235,6 +238,7 @@ LogicalResult MixedPrecisionPass::convert(func::FuncOp func) {
     return stretched.contains(v) || llvm::cast<RankedTensorType>(v.getType()).getRank() == 0;
   };
 
+  int64_t stored = 0, storedBytes = 0;
   SmallVector<Operation *> ops;
   for (Operation &op : body)
     ops.push_back(&op);
@@ -296,12 +300,16 @@ LogicalResult MixedPrecisionPass::convert(func::FuncOp func) {
         readers.insert(use.getOwner());
     if (readers.size() < 2)
       continue;
-    Value stored = toHalf(result);
-    result.replaceUsesWithIf(stored, [&](OpOperand &use) {
-      return use.getOwner() != stored.getDefiningOp() && !readsShapeOnly(use);
+    Value copy = toHalf(result);
+    result.replaceUsesWithIf(copy, [&](OpOperand &use) {
+      return use.getOwner() != copy.getDefiningOp() && !readsShapeOnly(use);
     });
+    ++stored;
+    storedBytes += llvm::cast<RankedTensorType>(copy.getType()).getNumElements() * 2;
   }
   func->setAttr("graphc.precision", StringAttr::get(&getContext(), precision));
+  storage.push_back(NamedAttribute(func.getSymNameAttr(),
+                                   DenseI64ArrayAttr::get(&getContext(), {stored, storedBytes})));
   return success();
 }
 

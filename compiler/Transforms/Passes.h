@@ -17,6 +17,10 @@ namespace graphc {
 /// step function, array<i64: kernel launches saved, kernel bytes saved>.
 inline constexpr llvm::StringLiteral kFusionSavingsAttr = "graphc.fusion_savings";
 
+/// Module attribute graphc-mixed-precision leaves for graphc's summary: per
+/// step function, array<i64: activations stored in half, their bytes in half>.
+inline constexpr llvm::StringLiteral kHalfStorageAttr = "graphc.half_storage";
+
 #define GEN_PASS_DECL
 #include "compiler/Transforms/Passes.h.inc"
 

@@ -158,6 +158,27 @@ func.func @reduce_of_reduce(%x: tensor<1x4xf32>) -> tensor<1x4xf32> {
 
 // -----
 
+// Tests that a value read later only for its shape (a broadcast's shape_of,
+// as autodiff measures a batch-norm square) is not written to memory: its
+// reduction absorbs it and the readers measure an input of the same shape
+// instead; a half input may stand in for an f32 value (it is not read).
+// CHECK-LABEL: func.func @measured_only
+// CHECK: %[[F:.+]] = nn.fusion %[[XH:.+]] : tensor<2x3xf16> -> tensor<3xf32> {
+// CHECK: nn.reduce_sum
+// CHECK: nn.yield %{{.+}} : tensor<3xf32>
+// CHECK: nn.fusion %{{.+}}, %[[XH]] : tensor<3xf32>, tensor<2x3xf16> -> tensor<2x3xf32>
+// CHECK: nn.broadcast %{{.+}} to %{{.+}} dims [1] : tensor<3xf32>, tensor<2x3xf16>
+func.func @measured_only(%xh: tensor<2x3xf16>, %s: tensor<3xf32>) -> (tensor<3xf32>, tensor<2x3xf32>) {
+  %x = nn.cast %xh : tensor<2x3xf16> to f32
+  %sq = nn.mul %x, %x : tensor<2x3xf32>
+  %sum = nn.reduce_sum %sq dims [0] : tensor<2x3xf32>
+  %b = nn.broadcast %s to %sq dims [1] : tensor<3xf32>, tensor<2x3xf32>
+  %y = nn.neg %b : tensor<2x3xf32>
+  return %sum, %y : tensor<3xf32>, tensor<2x3xf32>
+}
+
+// -----
+
 // Tests the operand limit: five inputs into one chain. With max-operands=4
 // (inputs + results) the chain is cut into fusions of at most 3 buffers.
 // CHECK-LABEL: func.func @wide
@@ -173,4 +194,5 @@ func.func @wide(%a: tensor<4xf32>, %b: tensor<4xf32>, %c: tensor<4xf32>, %d: ten
   %3 = nn.add %2, %e : tensor<4xf32>
   return %3 : tensor<4xf32>
 }
+
 

@@ -39,8 +39,10 @@ def main():
                     summary["stages"][name] = json.load(f)
     runs = load(dirs, "graphrun_*.json")
     torch = load(dirs, "pytorch_*.json")
-    # graphrun_BATCH_{fused,unfused}_{graphs,nographs}_{fp32,tf32}.json: what
-    # the run asked for (the report's cuda_graphs says what it got).
+    # graphrun_BATCH_{fused,unfused}_{graphs,nographs}_{fp32,tf32,fp16}.json:
+    # what the run asked for (the report's cuda_graphs says what it got);
+    # fp16 is --amp=fp16, PyTorch's reference for it pytorch_BATCH_fp16.json
+    # (autocast + GradScaler, math "fp16 amp").
     table, asked = [], {}
     for key, r in sorted(runs.items()):
         name = key[len("graphrun_"):-len(".json")]
@@ -78,6 +80,11 @@ def main():
             g["fused_over_unfused"] = fused / unfused
         if fused and eager_fused:
             g["graphs_over_no_graphs"] = fused / eager_fused
+        amp, amp_ref = rate(batch, True, True, "fp16"), torch_rate(batch, "fp16 amp")
+        if amp and amp_ref:
+            g["fp16_amp_over_pytorch_amp"] = amp / amp_ref
+        if amp and fused:
+            g["fp16_amp_over_fp32"] = amp / fused
         goals.append(g)
     summary["goals"] = goals
     with open(os.path.join(out, "gpu-check.json"), "w") as f:
