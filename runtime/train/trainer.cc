@@ -465,6 +465,12 @@ Status Train(const Plan& plan, Backend& backend, const TrainOptions& o, std::ost
     status = save(0);
     if (!status.ok()) return status;
   }
+  // No display step read the scale (no step ran): the report gives the initial one.
+  if (steps == 0 && scaled) {
+    status = exec.Read(p.loss_scale, &loss_scale, sizeof(loss_scale));
+    if (status.ok()) status = exec.Read(p.skipped_steps, &skipped, sizeof(skipped));
+    if (!status.ok()) return status;
+  }
   const double total_rate = times.TotalImagesPerSecond();
   const double median_ms = times.MedianMs(), p90_ms = times.P90Ms();
   out << "----------------------------------------------------------------\n"

@@ -136,3 +136,27 @@ nn.state @s : tensor<4xf32> = zeros
 nn.assign @s, %0 : tensor<4xf32>
 nn.assign @s, %1 : tensor<4xf32>
 nn.assign @s, %2 : tensor<4xf32>
+
+// -----
+
+// Tests that an exact cast round trip folds (a half widened and narrowed back
+// is itself) while a rounding one stays (f32 -> f16 -> f32 rounds), as does a
+// round trip through a narrower mantissa (bf16 -> f16 -> bf16 is not exact:
+// f16 lacks bf16's range).
+// CHECK-LABEL: func.func @round_trips
+// CHECK-SAME: (%[[H:.+]]: tensor<4xf16>, %[[X:.+]]: tensor<4xf32>, %[[B:.+]]: tensor<4xbf16>)
+// CHECK: %[[R:.+]] = nn.cast %[[X]] : tensor<4xf32> to f16
+// CHECK: %[[W:.+]] = nn.cast %[[R]] : tensor<4xf16> to f32
+// CHECK: %[[N:.+]] = nn.cast %[[B]] : tensor<4xbf16> to f16
+// CHECK: %[[M:.+]] = nn.cast %[[N]] : tensor<4xf16> to bf16
+// CHECK: return %[[H]], %[[W]], %[[M]]
+func.func @round_trips(%h: tensor<4xf16>, %x: tensor<4xf32>, %b: tensor<4xbf16>)
+    -> (tensor<4xf16>, tensor<4xf32>, tensor<4xbf16>) {
+  %0 = nn.cast %h : tensor<4xf16> to f32
+  %1 = nn.cast %0 : tensor<4xf32> to f16
+  %2 = nn.cast %x : tensor<4xf32> to f16
+  %3 = nn.cast %2 : tensor<4xf16> to f32
+  %4 = nn.cast %b : tensor<4xbf16> to f16
+  %5 = nn.cast %4 : tensor<4xf16> to bf16
+  return %1, %3, %5 : tensor<4xf16>, tensor<4xf32>, tensor<4xbf16>
+}
