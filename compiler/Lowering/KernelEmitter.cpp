@@ -1114,6 +1114,35 @@ KernelSignature emitOptimizer(Operation *op, ModuleOp kernels, StringRef name) {
   return {llvm::to_vector(op->getOperands()), /*elementwise=*/true};
 }
 
+/// The multi-tensor loop: one 2-D scf.parallel over (block, lane) with
+/// `firstBlock.back()` blocks of `lanes` lanes, where part j owns blocks
+/// [firstBlock[j], firstBlock[j + 1]); a binary search on the block index
+/// (compares against constants) calls `leaf(j, block, lane)` for its part.
+void buildMultiTensorLoop(
+    OpBuilder &b, Location loc, ArrayRef<int64_t> firstBlock, int64_t lanes,
+    llvm::function_ref<void(OpBuilder &, Location, unsigned, Value, Value)> leaf) {
+  std::function<void(OpBuilder &, Location, unsigned, unsigned, Value, Value)> search =
+      [&](OpBuilder &nb, Location l, unsigned lo, unsigned hi, Value block, Value lane) {
+        if (hi - lo == 1)
+          return leaf(nb, l, lo, block, lane);
+        unsigned mid = (lo + hi) / 2;
+        Value below = nb.create<arith::CmpIOp>(l, arith::CmpIPredicate::ult, block,
+                                               constIndex(nb, l, firstBlock[mid]));
+        auto branch = nb.create<scf::IfOp>(l, below, /*withElseRegion=*/true);
+        OpBuilder tb = branch.getThenBodyBuilder();
+        search(tb, l, lo, mid, block, lane);
+        OpBuilder eb = branch.getElseBodyBuilder();
+        search(eb, l, mid, hi, block, lane);
+      };
+  b.create<scf::ParallelOp>(
+      loc, ValueRange{constIndex(b, loc, 0), constIndex(b, loc, 0)},
+      ValueRange{constIndex(b, loc, firstBlock.back()), constIndex(b, loc, lanes)},
+      ValueRange{constIndex(b, loc, 1), constIndex(b, loc, 1)},
+      [&](OpBuilder &nb, Location l, ValueRange ivs) {
+        search(nb, l, 0, firstBlock.size() - 1, ivs[0], ivs[1]);
+      });
+}
+
 /// nn.multi_tensor: every member's elements in blocks of kBlock; one 2-D
 /// parallel loop over (block, element in block), all members' blocks in a
 /// row. A binary search on the block index (compares against constants) picks
@@ -1178,26 +1207,7 @@ KernelSignature emitMultiTensor(nn::MultiTensorOp op, ModuleOp kernels, StringRe
     OpBuilder gb = guard.getThenBodyBuilder();
     compute(gb, l);
   };
-  std::function<void(OpBuilder &, Location, unsigned, unsigned, Value, Value)> search =
-      [&](OpBuilder &nb, Location l, unsigned lo, unsigned hi, Value block, Value element) {
-        if (hi - lo == 1)
-          return leaf(nb, l, lo, block, element);
-        unsigned mid = (lo + hi) / 2;
-        Value below = nb.create<arith::CmpIOp>(l, arith::CmpIPredicate::ult, block,
-                                               constIndex(nb, l, firstBlock[mid]));
-        auto branch = nb.create<scf::IfOp>(l, below, /*withElseRegion=*/true);
-        OpBuilder tb = branch.getThenBodyBuilder();
-        search(tb, l, lo, mid, block, element);
-        OpBuilder eb = branch.getElseBodyBuilder();
-        search(eb, l, mid, hi, block, element);
-      };
-  b.create<scf::ParallelOp>(
-      loc, ValueRange{constIndex(b, loc, 0), constIndex(b, loc, 0)},
-      ValueRange{constIndex(b, loc, firstBlock.back()), constIndex(b, loc, kBlock)},
-      ValueRange{constIndex(b, loc, 1), constIndex(b, loc, 1)},
-      [&](OpBuilder &nb, Location l, ValueRange ivs) {
-        search(nb, l, 0, members.size(), ivs[0], ivs[1]);
-      });
+  buildMultiTensorLoop(b, loc, firstBlock, kBlock, leaf);
   b.create<func::ReturnOp>(loc);
   // Elementwise within a member, not across members: an output may overwrite
   // its own member's operands only; a shared input (the learning rate) none.
@@ -1267,26 +1277,7 @@ KernelSignature emitNonfiniteFlags(nn::NonfiniteFlagsOp op, ModuleOp kernels,
         l, nb.create<arith::MulIOp>(l, chunk, constIndex(nb, l, Flags::kLanes)), lane);
     nb.create<memref::StoreOp>(l, flag, flags, ValueRange{at});
   };
-  std::function<void(OpBuilder &, Location, unsigned, unsigned, Value, Value)> search =
-      [&](OpBuilder &nb, Location l, unsigned lo, unsigned hi, Value chunk, Value lane) {
-        if (hi - lo == 1)
-          return leaf(nb, l, lo, chunk, lane);
-        unsigned mid = (lo + hi) / 2;
-        Value below = nb.create<arith::CmpIOp>(l, arith::CmpIPredicate::ult, chunk,
-                                               constIndex(nb, l, firstChunk[mid]));
-        auto branch = nb.create<scf::IfOp>(l, below, /*withElseRegion=*/true);
-        OpBuilder tb = branch.getThenBodyBuilder();
-        search(tb, l, lo, mid, chunk, lane);
-        OpBuilder eb = branch.getElseBodyBuilder();
-        search(eb, l, mid, hi, chunk, lane);
-      };
-  b.create<scf::ParallelOp>(
-      loc, ValueRange{constIndex(b, loc, 0), constIndex(b, loc, 0)},
-      ValueRange{constIndex(b, loc, firstChunk.back()), constIndex(b, loc, Flags::kLanes)},
-      ValueRange{constIndex(b, loc, 1), constIndex(b, loc, 1)},
-      [&](OpBuilder &nb, Location l, ValueRange ivs) {
-        search(nb, l, 0, sizes.size(), ivs[0], ivs[1]);
-      });
+  buildMultiTensorLoop(b, loc, firstChunk, Flags::kLanes, leaf);
   b.create<func::ReturnOp>(loc);
   return {llvm::to_vector(op.getInputs()), /*elementwise=*/false};
 }
