@@ -272,7 +272,7 @@ void FuseElementwisePass::splitBroadcasts(Block &block) {
     for (Operation *reader : readers)
       if (isFusible(reader))
         copied.push_back(reader);
-    if (copied.size() == readers.size())
+    if (!copied.empty() && copied.size() == readers.size())
       copied.erase(copied.begin()); // the first keeps the original
     for (Operation *reader : copied) {
       OpBuilder b(reader);

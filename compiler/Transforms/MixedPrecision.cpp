@@ -31,8 +31,11 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/SetVector.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
 
 #include <cmath>
+#include <limits>
 
 namespace graphc {
 #define GEN_PASS_DEF_MIXEDPRECISION
@@ -149,6 +152,9 @@ LogicalResult MixedPrecisionPass::checkOptions(ModuleOp module) {
   auto bad = [&](const llvm::Twine &message) {
     return module.emitError("graphc-mixed-precision: ") << message;
   };
+  scale = 0.0;
+  dynamic = false;
+  storage.clear();
   if (precision == "fp16")
     half = Float16Type::get(&getContext());
   else if (precision == "bf16")
@@ -166,15 +172,17 @@ LogicalResult MixedPrecisionPass::checkOptions(ModuleOp module) {
   if (mode == "dynamic") {
     dynamic = true;
     scale = initialScale;
-    if (!(scale >= 1.0 && std::isfinite(scale)))
-      return bad("initial-loss-scale must be a finite number >= 1, got " +
-                 std::to_string(initialScale));
+    // The scale is an f32 state: it must be finite as an f32.
+    if (!(scale >= 1.0 && std::isfinite(static_cast<float>(scale))))
+      return bad("initial-loss-scale must be a finite f32 >= 1, got " +
+                 llvm::formatv("{0}", llvm::format("%g", double(initialScale))).str());
     if (window < 1)
       return bad("loss-scale-window must be >= 1, got " + std::to_string(window));
   } else if (mode != "none") {
-    if (mode.getAsDouble(scale) || !(scale > 0.0) || !std::isfinite(scale))
-      return bad("loss-scale must be dynamic, none or a finite number > 0, got '" + lossScale +
-                 "'");
+    if (mode.getAsDouble(scale) || !(static_cast<float>(scale) > 0.0f) ||
+        !std::isfinite(static_cast<float>(scale)))
+      return bad("loss-scale must be dynamic, none or a number > 0 that is finite as an f32, "
+                 "got '" + lossScale + "'");
   }
   if (!dynamic && (initialScale != 65536.0 || window != 2000))
     return bad("initial-loss-scale and loss-scale-window apply to loss-scale=dynamic only");
@@ -255,6 +263,12 @@ LogicalResult MixedPrecisionPass::convert(func::FuncOp func) {
           operand.set(toHalf(operand.get()));
         if (failed(reinfer(op)))
           return failure();
+      } else {
+        // An f32 data operand: the others (a pool gradient's) follow it.
+        b.setInsertionPoint(op);
+        for (OpOperand &operand : op->getOpOperands())
+          if (isFloatTensor(operand.get(), half))
+            operand.set(b.create<nn::CastOp>(op->getLoc(), operand.get(), TypeAttr::get(f32)));
       }
     } else if (auto broadcast = dyn_cast<nn::BroadcastOp>(op)) {
       // Only the data operand is read; `shape_of` gives the shape.
@@ -389,7 +403,13 @@ LogicalResult MixedPrecisionPass::scaleLoss(ModuleOp module, func::FuncOp step) 
     Value halved = b.create<nn::MaxOp>(
         loc, b.create<nn::MulOp>(loc, lossScale, scalarConstant(b, loc, f32, 0.5)),
         scalarConstant(b, loc, f32, 1.0));
-    Value doubled = b.create<nn::MulOp>(loc, lossScale, scalarConstant(b, loc, f32, 2.0));
+    // Grows only to a finite scale (as PyTorch's _amp_update_scale_).
+    Value twice = b.create<nn::MulOp>(loc, lossScale, scalarConstant(b, loc, f32, 2.0));
+    Value doubled = b.create<nn::SelectOp>(
+        loc,
+        b.create<nn::CmpOp>(loc, nn::CmpPredicate::lt, twice,
+                            scalarConstant(b, loc, f32, std::numeric_limits<double>::infinity())),
+        twice, lossScale);
     Value next = b.create<nn::SelectOp>(
         loc, overflow, halved, b.create<nn::SelectOp>(loc, grow, doubled, lossScale));
     Value nextRun = b.create<nn::SelectOp>(

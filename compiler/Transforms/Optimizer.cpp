@@ -132,6 +132,8 @@ struct OptimizerPass : impl::OptimizerBase<OptimizerPass> {
         return signalPassFailure();
       }
 
+    // Read before the updates are replaced (and erased).
+    Value stepSkip = updates.front().getSkip();
     OpBuilder b(updates.front());
     Location stepLoc = step.getLoc();
     Value counter = loadStepCounter(b, stepLoc, module);
@@ -216,13 +218,13 @@ struct OptimizerPass : impl::OptimizerBase<OptimizerPass> {
 
     // A step skipped on overflow (loss scaling) is not counted: the schedule
     // and Adam's bias correction see applied updates only.
-    Value skip = updates.front().getSkip();
     b.setInsertionPoint(step.getBody().front().getTerminator());
     Value increment = scalarConstant(b, stepLoc, b.getI64Type(), 1);
-    if (skip)
+    if (stepSkip)
       increment = b.create<nn::CastOp>(
           stepLoc,
-          b.create<nn::SubOp>(stepLoc, scalarConstant(b, stepLoc, b.getF32Type(), 1.0), skip),
+          b.create<nn::SubOp>(stepLoc, scalarConstant(b, stepLoc, b.getF32Type(), 1.0),
+                              stepSkip),
           TypeAttr::get(b.getI64Type()));
     Value next = b.create<nn::AddOp>(stepLoc, counter, increment);
     b.create<nn::AssignOp>(stepLoc, kStepCounter, next);

@@ -407,6 +407,11 @@ Status Train(const Plan& plan, Backend& backend, const TrainOptions& o, std::ost
   const bool scaled = p.loss_scale >= 0;
   float loss_scale = 0;
   int64_t skipped = 0;
+  // Loss scaling skips a step whose gradients overflow. A run where no step
+  // applies its update any more (the forward pass itself overflows, which no
+  // scale fixes) is stalled: said so after this many steps.
+  constexpr int64_t kStalledSteps = 200;
+  int64_t last_read_done = 0, last_read_skipped = 0, last_applied_done = 0;
   out << "Step\tImg/sec\ttotal_loss" << (scaled ? "\tloss_scale\tskipped" : "") << "\n";
   status = clock.Start();
   for (int64_t step = 0; step < steps && status.ok(); ++step) {
@@ -433,9 +438,24 @@ Status Train(const Plan& plan, Backend& backend, const TrainOptions& o, std::ost
     if (!status.ok()) break;
     if (display || saving) {
       // With loss scaling a non-finite loss is an overflowed step, skipped
-      // on the device; the state check below still stops a real divergence.
-      if (!std::isfinite(loss) && !scaled)
-        return Diverged(start_step + done, "the loss is " + std::to_string(loss));
+      // on the device; the state check below still stops a real divergence,
+      // and a scale down at its floor, or no update applied for
+      // kStalledSteps steps, is one too.
+      if (!std::isfinite(loss) && (!scaled || loss_scale <= 1.0f))
+        return Diverged(start_step + done,
+                        "the loss is " + std::to_string(loss) +
+                            (scaled ? " with the loss scale at its floor of 1" : ""));
+      if (scaled) {
+        if (done - last_read_done > skipped - last_read_skipped) last_applied_done = done;
+        last_read_done = done;
+        last_read_skipped = skipped;
+        if (done - last_applied_done >= kStalledSteps)
+          return Diverged(start_step + done,
+                          "no step applied its update in the last " +
+                              std::to_string(done - last_applied_done) +
+                              " steps: every one overflowed (loss scale " +
+                              std::to_string(loss_scale) + ")");
+      }
       // A parameter or batch-norm statistic gone NaN stops the run here,
       // named, before it can reach a checkpoint or a report.
       status = exec.CheckStateFinite();

@@ -4,6 +4,8 @@
 // RUN: not graphc-opt %s -graphc-mixed-precision="loss-scale=lots" 2>&1 | FileCheck %s --check-prefix=SCALE-WORD
 // RUN: not graphc-opt %s -graphc-mixed-precision="initial-loss-scale=0.5" 2>&1 | FileCheck %s --check-prefix=INITIAL
 // RUN: not graphc-opt %s -graphc-mixed-precision="loss-scale-window=0" 2>&1 | FileCheck %s --check-prefix=WINDOW
+// RUN: not graphc-opt %s -graphc-mixed-precision="loss-scale=1e39" 2>&1 | FileCheck %s --check-prefix=HUGE
+// RUN: not graphc-opt %s -graphc-mixed-precision="initial-loss-scale=1e39" 2>&1 | FileCheck %s --check-prefix=HUGEINITIAL
 // RUN: not graphc-opt %s -graphc-mixed-precision="loss-scale=8 loss-scale-window=10" 2>&1 | FileCheck %s --check-prefix=STATIC
 // RUN: not graphc-opt %s -graphc-mixed-precision -graphc-mixed-precision 2>&1 | FileCheck %s --check-prefix=TWICE
 
@@ -11,9 +13,11 @@
 // module it already converted.
 // PRECISION: error: graphc-mixed-precision: precision must be fp16 or bf16, got 'fp8'
 // BF16: error: graphc-mixed-precision: bf16 has the range of fp32 and needs no loss scaling; loss-scale applies to fp16 only
-// SCALE: error: graphc-mixed-precision: loss-scale must be dynamic, none or a finite number > 0, got '-2'
-// SCALE-WORD: error: graphc-mixed-precision: loss-scale must be dynamic, none or a finite number > 0, got 'lots'
-// INITIAL: error: graphc-mixed-precision: initial-loss-scale must be a finite number >= 1, got 0.5
+// SCALE: error: graphc-mixed-precision: loss-scale must be dynamic, none or a number > 0 that is finite as an f32, got '-2'
+// SCALE-WORD: error: graphc-mixed-precision: loss-scale must be dynamic, none or a number > 0 that is finite as an f32, got 'lots'
+// INITIAL: error: graphc-mixed-precision: initial-loss-scale must be a finite f32 >= 1, got 0.5{{$}}
+// HUGE: error: graphc-mixed-precision: loss-scale must be dynamic, none or a number > 0 that is finite as an f32, got '1e39'
+// HUGEINITIAL: error: graphc-mixed-precision: initial-loss-scale must be a finite f32 >= 1, got 1e+39
 // WINDOW: error: graphc-mixed-precision: loss-scale-window must be >= 1, got 0
 // STATIC: error: graphc-mixed-precision: initial-loss-scale and loss-scale-window apply to loss-scale=dynamic only
 // TWICE: error: graphc-mixed-precision: the module is already in mixed precision

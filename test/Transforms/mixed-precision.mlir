@@ -89,7 +89,7 @@ func.func @train_step(%x: tensor<2x3x8x8xf32>, %y: tensor<2xi32>) -> tensor<f32>
 // FP16: nn.apply_gradient @fc.weight, %[[DFW]] scaled_by %[[INV]] skip_if %[[FOUND]] : tensor<10x256xf16>
 // FP16: nn.apply_gradient @conv.weight, %[[DW]] scaled_by %[[INV]] skip_if %[[FOUND]] : tensor<4x3x3x3xf16>
 // Tests GradScaler's rule: skipped steps counted; x0.5 on overflow, never
-// below 1; x2 after 2000 finite steps in a row.
+// below 1; x2 after 2000 finite steps in a row, to a finite scale only.
 // FP16: nn.assign @graphc.skipped_steps
 // FP16: %[[OVER:.+]] = nn.cmp gt, %[[FOUND]], %{{.+}} : tensor<f32>
 // FP16: %[[STREAK:.+]] = nn.add %{{.+}}, %{{.+}} : tensor<i64>
@@ -97,7 +97,10 @@ func.func @train_step(%x: tensor<2x3x8x8xf32>, %y: tensor<2xi32>) -> tensor<f32>
 // FP16: %[[GROW:.+]] = nn.cmp ge, %[[STREAK]], %[[WINDOW]] : tensor<i64>
 // FP16: %[[HALF:.+]] = nn.mul %[[S]], %{{.+}} : tensor<f32>
 // FP16: %[[FLOOR:.+]] = nn.max %[[HALF]], %{{.+}} : tensor<f32>
-// FP16: %[[DOUBLE:.+]] = nn.mul %[[S]], %{{.+}} : tensor<f32>
+// FP16: %[[TWICE:.+]] = nn.mul %[[S]], %{{.+}} : tensor<f32>
+// FP16: %[[INF:.+]] = nn.constant dense<0x7F800000> : tensor<f32>
+// FP16: %[[FINITE:.+]] = nn.cmp lt, %[[TWICE]], %[[INF]] : tensor<f32>
+// FP16: %[[DOUBLE:.+]] = nn.select %[[FINITE]], %[[TWICE]], %[[S]]
 // FP16: %[[KEEP:.+]] = nn.select %[[GROW]], %[[DOUBLE]], %[[S]]
 // FP16: %[[NEXT:.+]] = nn.select %[[OVER]], %[[FLOOR]], %[[KEEP]]
 // FP16: nn.assign @graphc.loss_scale, %[[NEXT]] : tensor<f32>

@@ -360,9 +360,14 @@ OpFoldResult CastOp::fold(FoldAdaptor) {
     Type original = widen.getInput().getType();
     auto from = llvm::dyn_cast<FloatType>(getElementTypeOrSelf(original));
     auto wide = llvm::dyn_cast<FloatType>(getElementTypeOrSelf(widen.getType()));
-    if (original == getType() && from && wide && wide.getWidth() > from.getWidth() &&
-        wide.getFPMantissaWidth() >= from.getFPMantissaWidth())
-      return widen.getInput();
+    // Exact when the wide type has the narrow one's precision and range.
+    if (original == getType() && from && wide && from != wide) {
+      const llvm::fltSemantics &n = from.getFloatSemantics(), &w = wide.getFloatSemantics();
+      if (llvm::APFloat::semanticsPrecision(w) >= llvm::APFloat::semanticsPrecision(n) &&
+          llvm::APFloat::semanticsMaxExponent(w) >= llvm::APFloat::semanticsMaxExponent(n) &&
+          llvm::APFloat::semanticsMinExponent(w) <= llvm::APFloat::semanticsMinExponent(n))
+        return widen.getInput();
+    }
   }
   return {};
 }

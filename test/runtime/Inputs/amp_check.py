@@ -1,10 +1,11 @@
 """Checks of mixed-precision training runs, with NumPy (the GradScaler rule)
 and the standard library.
 
-  amp_check.py npy DIR                  writes DIR/images.npy, DIR/labels.npy: 256
-                                        MNIST-shaped examples, every 32nd image
-                                        with pixels of 1e6 (finite in f32, inf in
-                                        f16: its batch's gradients overflow)
+  amp_check.py npy DIR [EVERY]          writes DIR/images.npy, DIR/labels.npy: 256
+                                        MNIST-shaped examples, every EVERY-th
+                                        (default 32nd) image with pixels of 1e6
+                                        (finite in f32, inf in f16: its batch
+                                        overflows)
   amp_check.py trajectory LOG INIT WINDOW
                                         the loss_scale / skipped columns of a
                                         `graphrun --display-every 1` log against
@@ -62,7 +63,7 @@ def main():
         labels = rng.integers(0, 10, 256).astype(np.int32)
         images = rng.random((256, 1, 28, 28), dtype=np.float32) * 0.1
         images[np.arange(256) % 10 == labels, 0, 0, :] += 1.0  # learnable
-        images[::32] = 1e6
+        images[::int(sys.argv[3]) if len(sys.argv) > 3 else 32] = 1e6
         save_npy(f"{sys.argv[2]}/images.npy", images)
         save_npy(f"{sys.argv[2]}/labels.npy", labels)
     elif cmd == "trajectory":
