@@ -558,13 +558,14 @@ int main(int argc, char **argv) {
       llvm::outs() << " (no loss scaling: bf16 has fp32's range)";
     }
     llvm::outs() << "\n";
-    // What storing activations in half saves (each would be twice the bytes).
+    // What storing activations in half saves (each would be twice the
+    // bytes), summed like "sum of tensor sizes": without reuse.
     if (auto storage = (*module)->getAttrOfType<DictionaryAttr>(graphc::kHalfStorageAttr))
       if (auto train = storage.getAs<DenseI64ArrayAttr>("train_step");
           train && train.size() == 2)
-        llvm::outs() << "half storage: train_step keeps " << train[0] << " activations in "
-                     << metadata.precision << ", " << mebibytes(train[1]) << " (fp32: "
-                     << mebibytes(2 * train[1]) << ")\n";
+        llvm::outs() << "half storage: train_step stores " << train[0] << " activations in "
+                     << metadata.precision << ", " << mebibytes(train[1])
+                     << " summed without reuse (fp32: " << mebibytes(2 * train[1]) << ")\n";
     if (fusionReport)
       printFusionReport(*module, options.fuse);
     return 0;
