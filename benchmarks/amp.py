@@ -25,7 +25,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fusion import ROOT, machine, tool  # noqa: E402
+from fusion import ROOT, machine, save_summary, tool  # noqa: E402
 
 MODELS = [
     # name, file, batch, steps, warmup, extra compile flags
@@ -113,15 +113,7 @@ def main():
               f"{row['arena_bytes'] / 2**20:>10.1f} {row['arena_vs_fp32']:>7.2f}x "
               f"{row['final_loss']:>10.4f}  {row['library_math']}")
 
-    with open(os.path.join(args.out, "amp.json"), "w") as f:
-        json.dump(summary, f, indent=2)
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        sys.exit("amp.py: matplotlib is missing (apt-get install python3-matplotlib); "
-                 "the JSON is written")
+    plt = save_summary(summary, args.out, "amp")
     fig, axes = plt.subplots(2, len(models), figsize=(4 * len(models), 6), squeeze=False)
     colors = ["#9e9e9e", "#2ca02c", "#1f77b4"]
     for col, (name, *_rest) in enumerate(models):

@@ -49,6 +49,21 @@ def machine():
     return f"{cpu}, {os.cpu_count()} cores"
 
 
+def save_summary(summary, out, name):
+    """Writes OUT/NAME.json and returns matplotlib's pyplot (Agg), or exits
+    saying the chart needs python3-matplotlib (the JSON is written)."""
+    with open(os.path.join(out, f"{name}.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        sys.exit(f"{name}.py: matplotlib is missing (apt-get install python3-matplotlib); "
+                 "the JSON is written")
+    return plt
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=5, help="runs per plan (median)")
@@ -125,15 +140,7 @@ def main():
               f"{row['fused_images_per_sec']:>12.2f} {row['ratio']:>13.2f}x {launches:>16} "
               f"{traffic:>24}")
 
-    with open(os.path.join(args.out, "fusion.json"), "w") as f:
-        json.dump(summary, f, indent=2)
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        sys.exit("fusion.py: matplotlib is missing (apt-get install python3-matplotlib); "
-                 "the JSON is written")
+    plt = save_summary(summary, args.out, "fusion")
     fig, axes = plt.subplots(1, len(table), figsize=(4 * len(table), 3.6))
     if len(table) == 1:
         axes = [axes]

@@ -17,21 +17,19 @@ and the standard library.
                                         have the same bytes
   amp_check.py skipped-then-trains LOG  the first steps skipped, none in the last 15
 """
-import json
 import struct
 import sys
 
 import numpy as np
 
+import safetensors_tool  # the checkpoint reader of the other tests, beside this file
 
-def read(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + n])
-    body = data[8 + n:]
-    return {k: body[v["data_offsets"][0]:v["data_offsets"][1]]
-            for k, v in header.items() if k != "__metadata__"}
+
+def tensor_bytes(path):
+    """Each tensor's bytes, by name."""
+    header, body = safetensors_tool.read(path)
+    return {name: body[info["data_offsets"][0]:info["data_offsets"][1]]
+            for name, info in safetensors_tool.tensors(header).items()}
 
 
 def rows(log):
@@ -88,7 +86,7 @@ def main():
         print(f"trajectory: {len(table)} steps, {skipped} skipped, {grew} doublings, "
               f"final scale {scale:g}: as GradScaler's rule")
     elif cmd == "unchanged":
-        a, b = read(sys.argv[2]), read(sys.argv[3])
+        a, b = tensor_bytes(sys.argv[2]), tensor_bytes(sys.argv[3])
         for name in sys.argv[4:]:
             assert a[name] == b[name], f"{name} changed"
         print(f"unchanged: {len(sys.argv) - 4} tensors")
