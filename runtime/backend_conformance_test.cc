@@ -236,7 +236,7 @@ std::vector<double> Reference(const fb::Plan& plan, const fb::Command& c,
 }
 
 bool IsLibraryCommand(fb::Opcode op) {
-  return op != fb::Opcode::Kernel && op != fb::Opcode::Copy;
+  return op != fb::Opcode::Kernel && op != fb::Opcode::Copy && !IsCollective(op);
 }
 
 // ---- half-precision library commands, on a plan crafted here ----

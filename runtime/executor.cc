@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/comm/communicator.h"
 #include "runtime/random.h"
 
 namespace graphc::runtime {
@@ -86,15 +87,24 @@ StatusOr<std::unique_ptr<Executor>> Executor::Create(const Plan& plan, Backend& 
         for (int32_t index : *list) operands.push_back(executor->MemoryOf(index));
     }
     executor->command_seconds_.emplace_back(program->commands()->size(), 0.0);
+    executor->has_collectives_.push_back(
+        std::any_of(program->commands()->begin(), program->commands()->end(),
+                    [](const fb::Command* c) { return IsCollective(c->op()); }));
   }
   executor->graph_of_.resize(root.programs()->size());
+  executor->in_flight_.resize(root.programs()->size());
   return executor;
 }
 
 Executor::~Executor() {
   for (ProgramGraph& g : graph_of_) backend_.DestroyGraph(g.graph);
+  // A run that failed between a start and its wait leaves the communication
+  // thread writing into the arena: it is left allocated (the process is
+  // about to exit with the error) rather than freed under that thread.
+  const bool in_flight = std::any_of(in_flight_.begin(), in_flight_.end(),
+                                     [](const auto& buckets) { return !buckets.empty(); });
   for (DeviceMemory* memory : {&arena_, &state_, &constants_})
-    if (memory->address != nullptr) backend_.Free(*memory);
+    if (memory->address != nullptr && !(in_flight && memory == &arena_)) backend_.Free(*memory);
 }
 
 DeviceMemory Executor::MemoryOf(int32_t index) const {
@@ -196,8 +206,12 @@ Status Executor::Read(int32_t index, void* data, uint64_t bytes) const {
   return backend_.CopyToHost(data, m, 0, bytes);
 }
 
+bool Executor::distributed() const { return comm_ != nullptr && comm_->size() > 1; }
+
 Status Executor::Enqueue(int index) {
-  if (!graphs_ || !backend_.supports_graphs() || profiling_ || sync_debug_)
+  // A collective is host work between the device's commands: no graph.
+  if (!graphs_ || !backend_.supports_graphs() || profiling_ || sync_debug_ || tracing_ ||
+      (distributed() && has_collectives_[index]))
     return EnqueueCommands(index);
   ProgramGraph& g = graph_of_[index];
   const std::string what = "program '" + PrintableOf(program(index).name()) + "'";
@@ -220,6 +234,11 @@ Status Executor::Enqueue(int index) {
   return status;
 }
 
+double Executor::MicrosecondsSinceCreation() const {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - created_)
+      .count();
+}
+
 Status Executor::EnqueueCommands(int index) {
   const fb::Program& p = program(index);
   const auto& commands = operands_[index];
@@ -228,8 +247,31 @@ Status Executor::EnqueueCommands(int index) {
     const fb::Command& command = *p.commands()->Get(c);
     Clock::time_point start;
     if (profiling_) start = Clock::now();
-    Status status = backend_.Run(command, commands[c].data());
-    if ((profiling_ || sync_debug_) && status.ok()) status = backend_.Synchronize();
+    const double traced_from = tracing_ ? MicrosecondsSinceCreation() : 0;
+    const bool collective = IsCollective(command.op());
+    Status status = collective ? RunCollective(index, c) : backend_.Run(command, commands[c].data());
+    if ((profiling_ || sync_debug_ || (tracing_ && backend_.asynchronous())) && status.ok())
+      status = backend_.Synchronize();
+    if (tracing_ && status.ok() && command.op() != fb::Opcode::AllreduceStart) {
+      std::string name;
+      const char* category = "library";
+      if (command.op() == fb::Opcode::Kernel) {
+        const fb::Kernel& k = *plan_.root().kernels()->Get(command.kernel());
+        name = PrintableOf(k.name());
+        if (k.ops() && k.ops()->size()) name += " " + PrintableOf(k.ops()->Get(0));
+        if (k.ops() && k.ops()->size() > 1) name += " +" + std::to_string(k.ops()->size() - 1);
+        category = "kernel";
+      } else if (collective) {
+        name = "wait bucket " + std::to_string(command.collective()->bucket());
+        category = "wait";
+      } else {
+        name = fb::EnumNameOpcode(command.op());
+        if (command.op() == fb::Opcode::Copy) category = "copy";
+      }
+      trace_.push_back(TraceSpan{std::move(name), category, 0, traced_from,
+                                 MicrosecondsSinceCreation() - traced_from,
+                                 static_cast<int32_t>(c)});
+    }
     if (profiling_ && status.ok())
       command_seconds_[index][c] += std::chrono::duration<double>(Clock::now() - start).count();
     if (!status.ok()) {
@@ -238,6 +280,79 @@ Status Executor::EnqueueCommands(int index) {
                                        std::to_string(c) + " " + fb::EnumNameOpcode(command.op()) +
                                        where + ": " + status.message());
     }
+  }
+  return Status::Ok();
+}
+
+// A bucket's buffers, in the command's order, go to the communicator as
+// they are (host memory: the CPU) or through one host staging area (an
+// asynchronous device: copied out after the compute stream has produced
+// them, and back in once reduced).
+Status Executor::RunCollective(int index, uint32_t c) {
+  if (!distributed()) return Status::Ok();
+  const fb::Command& command = *program(index).commands()->Get(c);
+  const std::vector<DeviceMemory>& operands = operands_[index][c];
+  const uint32_t count = command.inputs()->size();
+  const int32_t bucket = command.collective()->bucket();  // the loader proved both
+  std::map<int32_t, InFlight>& in_flight = in_flight_[index];
+  const bool staged = backend_.asynchronous();
+  if (command.op() == fb::Opcode::AllreduceStart) {
+    std::vector<uint8_t>* staging = nullptr;
+    if (staged) {
+      staging = &staging_[{index, c}];
+      uint64_t total = 0;
+      for (uint32_t i = 0; i < count; ++i) total += operands[i].bytes;
+      staging->resize(total);
+    }
+    std::vector<CommTensor> tensors;
+    uint64_t offset = 0;
+    for (uint32_t i = 0; i < count; ++i) {
+      const fb::Buffer& b = buffer(command.inputs()->Get(i));
+      void* data = operands[i].address;
+      if (staged) {
+        data = staging->data() + offset;
+        Status copied = backend_.CopyToHost(data, operands[i], 0, operands[i].bytes);
+        if (!copied.ok()) return copied;
+        offset += operands[i].bytes;
+      }
+      tensors.push_back(CommTensor{data, b.dtype(), b.size() / DTypeBytes(b.dtype())});
+    }
+    const std::string what = "allreduce of bucket " + std::to_string(bucket) + " (" +
+                             PrintableOf(program(index).name()) + " command " +
+                             std::to_string(c) + ")";
+    StatusOr<int64_t> handle = comm_->StartAllreduce(
+        what, std::move(tensors),
+        command.collective()->reduction() == fb::Reduction::Mean ? Reduction::kMean
+                                                                 : Reduction::kSum,
+        command.collective()->wire());
+    if (!handle.ok()) return handle.status();
+    in_flight[bucket] = InFlight{*handle, c, tracing_ ? MicrosecondsSinceCreation() : 0, staging};
+    return Status::Ok();
+  }
+  auto it = in_flight.find(bucket);
+  if (it == in_flight.end())  // the loader proved every wait has its start
+    return Status(ErrorCode::kInternal, "a wait for bucket " + std::to_string(bucket) +
+                                            " that was never started");
+  const InFlight flight = it->second;
+  in_flight.erase(it);
+  Status status = comm_->Wait(flight.handle);
+  if (tracing_ && status.ok()) {
+    uint64_t bytes = 0;
+    for (uint32_t i = 0; i < count; ++i) bytes += operands[i].bytes;
+    trace_.push_back(TraceSpan{"allreduce bucket " + std::to_string(bucket) + " (" +
+                                   std::to_string(count) + " tensors, " + std::to_string(bytes) +
+                                   " bytes)",
+                               "collective", 1, flight.started_us,
+                               MicrosecondsSinceCreation() - flight.started_us,
+                               static_cast<int32_t>(flight.start)});
+  }
+  if (!status.ok() || flight.staging == nullptr) return status;
+  uint64_t offset = 0;
+  for (uint32_t i = 0; i < count; ++i) {
+    status = backend_.CopyToDevice(operands[i], 0, flight.staging->data() + offset,
+                                   operands[i].bytes);
+    if (!status.ok()) return status;
+    offset += operands[i].bytes;
   }
   return Status::Ok();
 }

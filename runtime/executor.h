@@ -6,7 +6,10 @@
 #ifndef GRAPHC_RUNTIME_EXECUTOR_H_
 #define GRAPHC_RUNTIME_EXECUTOR_H_
 
+#include <chrono>
 #include <cstdint>
+#include <map>
+#include <utility>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,6 +19,8 @@
 #include "runtime/status.h"
 
 namespace graphc::runtime {
+
+class Communicator;
 
 class Executor {
  public:
@@ -72,6 +77,32 @@ class Executor {
   // command_seconds(program)[c] (for graphrun --profile; it serializes the
   // device, so it is off for throughput runs).
   void set_profiling(bool on) { profiling_ = on; }
+
+  // The communicator that runs the plan's collectives (not owned; it must
+  // outlive the runs). Without one, or in a job of one rank, collectives are
+  // skipped: a mean over one rank is the value itself. On an asynchronous
+  // device a bucket is staged through host memory (the communicator reduces
+  // host buffers), and programs with collectives are not replayed as graphs.
+  void set_communicator(Communicator* comm) { comm_ = comm; }
+  bool distributed() const;
+
+  // While on, every command of a run is recorded as a span (graphrun
+  // --trace): kernels and library calls on the compute track, and each
+  // bucket's allreduce from its start to the end of its wait on the
+  // collectives track (the time it overlapped compute), its wait on the
+  // compute track (the time it did not). An asynchronous device synchronizes
+  // after each command while tracing, so spans are the device's time.
+  struct TraceSpan {
+    std::string name;
+    const char* category;  // "kernel", "library", "copy", "collective", "wait"
+    int track;             // 0 compute, 1 collectives
+    double start_us, duration_us;  // from the executor's creation
+    int32_t command;               // in its program
+  };
+  void set_tracing(bool on) { tracing_ = on; }
+  // The trace's clock: microseconds since the executor was created.
+  double MicrosecondsSinceCreation() const;
+  const std::vector<TraceSpan>& trace() const { return trace_; }
   const std::vector<double>& command_seconds(int program) const {
     return command_seconds_[program];
   }
@@ -95,6 +126,23 @@ class Executor {
   };
   std::vector<ProgramGraph> graph_of_;  // per program
   std::vector<std::vector<double>> command_seconds_;  // per program, per command
+
+  Status RunCollective(int program, uint32_t command);
+  bool tracing_ = false;
+  std::vector<TraceSpan> trace_;
+  std::chrono::steady_clock::time_point created_ = std::chrono::steady_clock::now();
+  Communicator* comm_ = nullptr;
+  std::vector<bool> has_collectives_;  // per program
+  struct InFlight {
+    int64_t handle = -1;
+    uint32_t start = 0;                 // the start command
+    double started_us = 0;              // when it started (for the trace)
+    std::vector<uint8_t>* staging = nullptr;  // host copy on an asynchronous device
+  };
+  // Per program, per bucket in flight.
+  std::vector<std::map<int32_t, InFlight>> in_flight_;
+  // Host staging per (program, start command), kept across steps.
+  std::map<std::pair<int, uint32_t>, std::vector<uint8_t>> staging_;
 };
 
 // The state initializers, exposed for tests: fills `values` (a tensor of

@@ -28,6 +28,14 @@ if os.path.exists(ptxas):
     config.available_features.add("ptxas")
     config.substitutions.append(("%ptxas", ptxas))
 
+# Open MPI's launcher (Debian's openmpi-bin, which setup.sh installs) for the
+# multi-rank tests; as root it needs these two variables to start.
+import shutil
+if shutil.which("mpirun"):
+    config.available_features.add("mpirun")
+    config.environment["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
+    config.environment["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+
 # Debian's dataset-fashion-mnist (setup.sh installs it).
 if os.path.exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"):
     config.available_features.add("fashion-mnist")

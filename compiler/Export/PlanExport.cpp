@@ -214,6 +214,7 @@ LogicalResult graphc::exportPlan(ModuleOp module, const PlanMetadata &metadata,
       flatbuffers::Offset<fb::ConvAttrs> conv;
       flatbuffers::Offset<fb::GemmAttrs> gemm;
       flatbuffers::Offset<fb::PoolAttrs> pool;
+      flatbuffers::Offset<fb::CollectiveAttrs> collective;
       auto convAttrs = [&](auto c) {
         return fb::CreateConvAttrs(fbb, i64s(c.getStrides()), i64s(c.getPadding()),
                                    i64s(c.getDilations()), c.getGroups());
@@ -251,11 +252,22 @@ LogicalResult graphc::exportPlan(ModuleOp module, const PlanMetadata &metadata,
         pool = poolAttrs(p);
       } else if (llvm::isa<plan::CopyOp>(op)) {
         opcode = fb::Opcode::Copy;
+      } else if (auto start = llvm::dyn_cast<plan::AllreduceStartOp>(op)) {
+        opcode = fb::Opcode::AllreduceStart;
+        Type wire = start.getWireType().value_or(Type());
+        collective = fb::CreateCollectiveAttrs(
+            fbb, start.getBucket(),
+            start.getReduction() == plan::Reduction::mean ? fb::Reduction::Mean
+                                                          : fb::Reduction::Sum,
+            wire && wire.isF16() ? fb::DType::F16 : fb::DType::F32);
+      } else if (auto wait = llvm::dyn_cast<plan::AllreduceWaitOp>(op)) {
+        opcode = fb::Opcode::AllreduceWait;
+        collective = fb::CreateCollectiveAttrs(fbb, wait.getBucket());
       } else {
         return op.emitError("plan export: unknown command '") << op.getName() << "'";
       }
       commands.push_back(fb::CreateCommand(fbb, opcode, inputs, outputs, inPlace, kernel,
-                                           conv, gemm, pool, location));
+                                           conv, gemm, pool, location, collective));
     }
     const KernelTraffic &t = traffic[program.getSymName()];
     bool fused = t.unfusedLaunches != t.launches || t.unfusedBytes != t.bytes;

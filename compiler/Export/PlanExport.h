@@ -19,7 +19,7 @@
 namespace graphc {
 
 /// The plan's schema version; runtime/plan/plan_loader.h has the runtime's.
-constexpr uint32_t kPlanSchemaVersion = 3;
+constexpr uint32_t kPlanSchemaVersion = 4;
 
 struct PlanMetadata {
   std::string model;

@@ -8,6 +8,7 @@
 
 #include "compiler/Lowering/KernelEmitter.h"
 #include "compiler/Lowering/Passes.h"
+#include "dialects/dist/IR/DistOps.h"
 #include "dialects/nn/IR/NNOps.h"
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/Debug.h"
@@ -73,6 +74,9 @@ private:
   llvm::StringMap<unsigned> assignCount;
   /// Loads read after their state is overwritten: copies, not views.
   llvm::SmallPtrSet<Operation *, 4> snapshots;
+  /// The bucket number of the next blocking allreduce: after every gradient
+  /// bucket's, so that numbers never repeat within a program.
+  int64_t nextBucket = 0;
 };
 
 FlatSymbolRefAttr LowerToPlanPass::newBuffer(Location loc, StringRef name,
@@ -185,6 +189,68 @@ LogicalResult LowerToPlanPass::lowerOp(Operation *op) {
       programBuilder.create<plan::CopyOp>(loc, programBuilder.getArrayAttr({source}),
                                           programBuilder.getArrayAttr({target}),
                                           DenseI64ArrayAttr());
+    return success();
+  }
+
+  // A blocking allreduce (synchronized batch norm) is a start and a wait
+  // back to back under a bucket number of its own, in place when nothing else
+  // reads its input, else on a copy.
+  if (auto reduce = llvm::dyn_cast<dist::AllreduceOp>(op)) {
+    FlatSymbolRefAttr input = bufferOf.lookup(reduce.getInput());
+    FlatSymbolRefAttr result;
+    if (reduce.getInput().hasOneUse() &&
+        regionOf.lookup(rootOf(input).getValue()) == plan::Region::arena) {
+      result = input;  // nothing else reads the rank's own value: reduce it in place
+    } else {
+      result = outputBuffer(reduce.getResult(), /*signature=*/nullptr);
+      programBuilder.create<plan::CopyOp>(loc, ArrayAttr::get(ctx, {input}),
+                                          ArrayAttr::get(ctx, {result}), DenseI64ArrayAttr());
+    }
+    bufferOf[reduce.getResult()] = result;
+    if (regionOf.lookup(rootOf(result).getValue()) != plan::Region::arena)
+      return op->emitOpError("reduces into a buffer that is not in the arena");
+    ArrayAttr list = ArrayAttr::get(ctx, {result});
+    auto inPlace = programBuilder.getDenseI64ArrayAttr({0});
+    auto bucket = programBuilder.getI64IntegerAttr(nextBucket++);
+    auto reduction = plan::ReductionAttr::get(
+        ctx, reduce.getReduction() == dist::Reduction::mean ? plan::Reduction::mean
+                                                              : plan::Reduction::sum);
+    programBuilder.create<plan::AllreduceStartOp>(loc, list, list, inPlace, reduction, bucket,
+                                                  TypeAttr());
+    programBuilder.create<plan::AllreduceWaitOp>(loc, list, list, inPlace, bucket);
+    return success();
+  }
+
+  // Collectives reduce their tensors where they are: the in-flight and the
+  // reduced values are the gradients' own buffers.
+  if (llvm::isa<dist::AllreduceStartOp, dist::AllreduceWaitOp>(op)) {
+    SmallVector<Attribute> refs;
+    llvm::SmallDenseSet<StringRef> roots;
+    for (auto [operand, result] : llvm::zip(op->getOperands(), op->getResults())) {
+      FlatSymbolRefAttr buffer = bufferOf.lookup(operand);
+      StringRef root = rootOf(buffer).getValue();
+      if (regionOf.lookup(root) != plan::Region::arena)
+        return op->emitOpError("reduces a tensor that is not in the arena (@") << root << ")";
+      if (!roots.insert(root).second)
+        return op->emitOpError("reduces the memory of @") << root << " twice";
+      bufferOf[result] = buffer;
+      refs.push_back(buffer);
+    }
+    ArrayAttr list = ArrayAttr::get(ctx, refs);
+    auto inPlace = programBuilder.getDenseI64ArrayAttr(
+        llvm::to_vector(llvm::seq<int64_t>(0, op->getNumOperands())));
+    if (auto start = llvm::dyn_cast<dist::AllreduceStartOp>(op)) {
+      auto reduction = plan::ReductionAttr::get(
+          ctx, start.getReduction() == dist::Reduction::mean ? plan::Reduction::mean
+                                                               : plan::Reduction::sum);
+      programBuilder.create<plan::AllreduceStartOp>(loc, list, list, inPlace, reduction,
+                                                    start.getBucketAttr(),
+                                                    start.getWireTypeAttr());
+    } else {
+      auto wait = llvm::cast<dist::AllreduceWaitOp>(op);
+      programBuilder.create<plan::AllreduceWaitOp>(loc, list, list, inPlace,
+                                                   wait.getStart().getBucketAttr());
+    }
     return success();
   }
 
@@ -337,6 +403,10 @@ LogicalResult LowerToPlanPass::lowerFunction(func::FuncOp func) {
   lastRead.clear();
   assignCount.clear();
   snapshots.clear();
+  nextBucket = 0;
+  func.walk([&](dist::AllreduceStartOp start) {
+    nextBucket = std::max<int64_t>(nextBucket, start.getBucketAttr().getInt() + 1);
+  });
   if (!func.getBody().hasOneBlock())
     return func.emitOpError("must have a single block to become a plan program");
   Block &body = func.front();

@@ -15,10 +15,16 @@
 //    already has, and whose elementwise parts fusion can later group.
 //  - graphc-autodiff, then graphc-mixed-precision, then graphc-optimizer:
 //    gradients end in nn.apply_gradient, the seam where mixed precision
-//    (unscale, skip on overflow) and data-parallel (allreduce, to come) act
+//    (unscale, skip on overflow) and data-parallel (allreduce) act
 //    before the update consumes them. Mixed precision sees backward whole, so
 //    it decides what backward keeps in half, and it runs before fusion, which
 //    folds its casts into the neighbouring kernels.
+//  - graphc-data-parallel after mixed precision: it reduces the gradients in
+//    the type they are computed in (half ones travel as half), and the
+//    overflow check that mixed precision added must read reduced gradients,
+//    so every rank skips the same steps. Before the optimizer, whose updates
+//    then read the reduced values, and before fusion, which must not group
+//    ops across a collective (dist ops are never fused).
 //  - graphc-fuse-elementwise last at the nn level: it sees the whole step
 //    (forward, backward, update) as written, and its groups become kernels.
 //
@@ -38,18 +44,21 @@ void buildCompilePipeline(mlir::OpPassManager &pm, const PipelineOptions &option
     return;
 
   pm.addPass(createBuildEvalStep());
-  pm.addPass(createDecomposeTrainingOps());
+  pm.addPass(createDecomposeTrainingOps(DecomposeTrainingOpsOptions{options.syncBn}));
   pm.addPass(createAutodiff());
   if (!options.mixedPrecision.precision.empty())
     pm.addPass(createMixedPrecision(options.mixedPrecision));
   if (options.stopAfter == Phase::MixedPrecision)
+    return;
+  if (options.dataParallel)
+    pm.addPass(createDataParallel(options.distributed));
+  if (options.stopAfter == Phase::DataParallel)
     return;
   pm.addPass(createOptimizer(options.optimizer));
   if (options.stopAfter == Phase::Autodiff)
     return;
   // Fusion after the optimizer, so the update's elementwise ops are visible,
   // and before bufferization, which turns each nn.fusion into one kernel.
-  // Data-parallel will go before it, as mixed precision does: they rewrite nn ops.
   if (options.fuse)
     pm.addPass(createFuseElementwise());
 

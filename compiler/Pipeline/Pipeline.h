@@ -25,6 +25,10 @@ enum class Phase {
   /// @train_step differentiated, in mixed precision with --amp, its gradients
   /// still in nn.apply_gradient (before the optimizer); @eval_step built.
   MixedPrecision,
+  /// Gradients averaged across ranks (graphc-data-parallel): bucketed
+  /// dist.allreduce_start right after backward completes each bucket, waits
+  /// before the updates; still before the optimizer.
+  DataParallel,
   /// @train_step (forward, loss, backward, optimizer update, in place) and
   /// @eval_step built from @forward.
   Autodiff,
@@ -51,6 +55,13 @@ struct PipelineOptions {
   /// Mixed precision (graphc-mixed-precision's options); an empty precision
   /// trains in fp32 and skips the pass.
   MixedPrecisionOptions mixedPrecision{/*precision=*/""};
+  /// Average gradients across the ranks of a job (graphc-data-parallel); a
+  /// plan without allreduces trains on one rank only.
+  bool dataParallel = true;
+  DataParallelOptions distributed;
+  /// Batch-norm statistics over the global batch (graphc-decompose-training-
+  /// ops' sync-bn): identical on every rank, one blocking allreduce each.
+  bool syncBn = false;
 };
 
 /// Adds the passes of every phase up to `options.stopAfter` to `pm`, which must

@@ -10,6 +10,7 @@
 #include "compiler/Transforms/Passes.h"
 
 #include "compiler/Transforms/BuildUtils.h"
+#include "dialects/dist/IR/DistOps.h"
 #include "dialects/nn/IR/NNOps.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/TypeSwitch.h"
@@ -334,6 +335,14 @@ LogicalResult Differentiator::backprop(Operation *op) {
         accumulate(loss.getLogits(), [&] {
           return b.create<nn::SoftmaxCrossEntropyBackwardOp>(
               loc, dy, loss.getLogits(), loss.getLabels(), loss.getLabelSmoothingAttr());
+        });
+        return success();
+      })
+      .Case([&](dist::AllreduceOp reduce) {
+        // Ranks' losses summed: d/dx_r of (sum or mean over ranks of x) is the
+        // sum or mean of every rank's adjoint.
+        accumulate(reduce.getInput(), [&] {
+          return b.create<dist::AllreduceOp>(loc, dy, reduce.getReductionAttr());
         });
         return success();
       })

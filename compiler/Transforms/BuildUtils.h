@@ -27,6 +27,11 @@ inline constexpr llvm::StringLiteral kLossScaleState = "graphc.loss_scale";
 inline constexpr llvm::StringLiteral kSkippedStepsState = "graphc.skipped_steps";
 inline constexpr llvm::StringLiteral kGoodStepsState = "graphc.loss_scale_good_steps";
 
+/// The f32 scalar state holding the number of ranks of a data-parallel job,
+/// which graphrun writes before the first step (synchronized batch norm's
+/// Bessel correction counts the global batch with it).
+inline constexpr llvm::StringLiteral kWorldSizeState = "graphc.world_size";
+
 /// Unit attribute graphc-autodiff puts on the constant d(loss) = 1 that seeds
 /// backward; loss scaling replaces it with the scale.
 inline constexpr llvm::StringLiteral kLossSeedAttr = "graphc.loss_seed";

@@ -10,6 +10,7 @@
 #include "compiler/Transforms/Passes.h"
 
 #include "compiler/Transforms/BuildUtils.h"
+#include "dialects/dist/IR/DistOps.h"
 #include "dialects/nn/IR/NNOps.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
@@ -42,7 +43,10 @@ FailureOr<StringRef> runningStatistic(nn::BatchNormOp bn, Value value,
 ///   3) running_mean += momentum * (mean - running_mean);
 ///      running_var += momentum * (var * n / (n - 1) - running_var)
 ///      (unbiased, as PyTorch), written back with nn.assign.
-LogicalResult decomposeBatchNorm(OpBuilder &b, nn::BatchNormOp bn) {
+/// Synchronized (`worldSize` set: the loaded @graphc.world_size): mean and var
+/// are each averaged across ranks right after their reduction, and n counts
+/// the global batch, n * world size.
+LogicalResult decomposeBatchNorm(OpBuilder &b, nn::BatchNormOp bn, Value worldSize) {
   Location loc = bn.getLoc();
   Value x = bn.getInput();
   auto type = llvm::cast<RankedTensorType>(x.getType());
@@ -65,10 +69,15 @@ LogicalResult decomposeBatchNorm(OpBuilder &b, nn::BatchNormOp bn) {
   int64_t count = type.getNumElements() / type.getDimSize(1);
   DenseI64ArrayAttr reduced = b.getDenseI64ArrayAttr(dims);
 
-  Value mean = b.create<nn::ReduceMeanOp>(loc, x, reduced, UnitAttr());
+  auto global = [&](Value perRank) -> Value {
+    if (!worldSize)
+      return perRank;
+    return b.create<dist::AllreduceOp>(loc, perRank, dist::Reduction::mean);
+  };
+  Value mean = global(b.create<nn::ReduceMeanOp>(loc, x, reduced, UnitAttr()));
   Value centered = b.create<nn::SubOp>(loc, x, broadcastChannels(b, loc, mean, x));
   Value squares = b.create<nn::MulOp>(loc, centered, centered);
-  Value var = b.create<nn::ReduceMeanOp>(loc, squares, reduced, UnitAttr());
+  Value var = global(b.create<nn::ReduceMeanOp>(loc, squares, reduced, UnitAttr()));
   Value eps = splatLike(b, loc, var, bn.getEpsilon().convertToDouble());
   Value inv = b.create<nn::RsqrtOp>(loc, b.create<nn::AddOp>(loc, var, eps));
   Value factor = b.create<nn::MulOp>(loc, bn.getScale(), inv);
@@ -86,7 +95,20 @@ LogicalResult decomposeBatchNorm(OpBuilder &b, nn::BatchNormOp bn) {
   update(bn.getRunningMean(), mean, *meanName);
   // Bessel's correction; a batch of one element per channel keeps the biased one.
   double bessel = count > 1 ? double(count) / double(count - 1) : 1.0;
-  Value unbiased = b.create<nn::MulOp>(loc, var, splatLike(b, loc, var, bessel));
+  Value besselFactor = splatLike(b, loc, var, bessel);
+  if (worldSize) {
+    // n_global / (n_global - 1), n_global = count * world size (>= 1 rank).
+    Value global = b.create<nn::MulOp>(
+        loc, worldSize, scalarConstant(b, loc, b.getF32Type(), double(count)));
+    Value ratio = b.create<nn::DivOp>(
+        loc, global,
+        b.create<nn::MaxOp>(loc,
+                            b.create<nn::SubOp>(loc, global,
+                                                scalarConstant(b, loc, b.getF32Type(), 1.0)),
+                            scalarConstant(b, loc, b.getF32Type(), 1.0)));
+    besselFactor = b.create<nn::BroadcastOp>(loc, ratio, var, b.getDenseI64ArrayAttr({}));
+  }
+  Value unbiased = b.create<nn::MulOp>(loc, var, besselFactor);
   update(bn.getRunningVar(), unbiased, *varName);
 
   bn.getResult().replaceAllUsesWith(y);
@@ -96,6 +118,7 @@ LogicalResult decomposeBatchNorm(OpBuilder &b, nn::BatchNormOp bn) {
 
 struct DecomposeTrainingOpsPass
     : impl::DecomposeTrainingOpsBase<DecomposeTrainingOpsPass> {
+  using DecomposeTrainingOpsBase::DecomposeTrainingOpsBase;
   void runOnOperation() override {
     ModuleOp module = getOperation();
     FailureOr<func::FuncOp> found = lookupModelFunction(module, "forward");
@@ -108,11 +131,24 @@ struct DecomposeTrainingOpsPass
         ops.push_back(op);
     });
     OpBuilder b(module.getContext());
-    Value step;
+    Value step, worldSize;
     for (Operation *op : ops) {
       b.setInsertionPoint(op);
       if (auto bn = llvm::dyn_cast<nn::BatchNormOp>(op)) {
-        if (failed(decomposeBatchNorm(b, bn)))
+        if (syncBn && !worldSize) {
+          // Declared last, so the other states keep their initializers' streams.
+          auto scalar = RankedTensorType::get({}, b.getF32Type());
+          if (!module.lookupSymbol(kWorldSizeState)) {
+            OpBuilder::InsertionGuard guard(b);
+            b.setInsertionPointToEnd(module.getBody());
+            b.create<nn::StateOp>(module.getLoc(), kWorldSizeState, scalar,
+                                  nn::Initializer::ones, /*init_value=*/nullptr);
+          }
+          OpBuilder::InsertionGuard guard(b);
+          b.setInsertionPointToStart(&forward.getBody().front());
+          worldSize = b.create<nn::LoadOp>(bn.getLoc(), scalar, kWorldSizeState);
+        }
+        if (failed(decomposeBatchNorm(b, bn, worldSize)))
           return signalPassFailure();
         continue;
       }

@@ -7,6 +7,7 @@
 #ifndef GRAPHC_COMPILER_TRANSFORMS_PASSES_H
 #define GRAPHC_COMPILER_TRANSFORMS_PASSES_H
 
+#include "dialects/dist/IR/DistOps.h"
 #include "dialects/nn/IR/NNDialect.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/Pass.h"
@@ -20,6 +21,10 @@ inline constexpr llvm::StringLiteral kFusionSavingsAttr = "graphc.fusion_savings
 /// Module attribute graphc-mixed-precision leaves for graphc's summary: per
 /// step function, array<i64: activations stored in half, their bytes in half>.
 inline constexpr llvm::StringLiteral kHalfStorageAttr = "graphc.half_storage";
+
+/// Module attribute graphc-data-parallel leaves for graphc's summary: the bytes
+/// of each allreduce bucket of @train_step, in start order.
+inline constexpr llvm::StringLiteral kAllreduceBucketsAttr = "graphc.allreduce_buckets";
 
 #define GEN_PASS_DECL
 #include "compiler/Transforms/Passes.h.inc"

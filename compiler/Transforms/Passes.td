@@ -56,6 +56,51 @@ def BuildEvalStep : Pass<"graphc-build-eval-step", "::mlir::ModuleOp"> {
   let dependentDialects = ["::graphc::nn::NNDialect"];
 }
 
+def DataParallel : Pass<"graphc-data-parallel", "::mlir::ModuleOp"> {
+  let summary = "Averages every gradient across ranks in overlapped, bucketed allreduces";
+  let description = [{
+    Algorithm: 1) take the gradients of @train_step's `nn.apply_gradient`s (a
+    constant gradient is the same on every rank and is left alone) in the
+    order backward completes them; 2) pack them into buckets of at most
+    `bucket-mb` MiB (the first of at most `first-bucket-mb`, so the first
+    collective starts early, as PyTorch DDP does); 3) start each bucket's
+    `dist.allreduce_start mean` right after its last gradient is computed, so
+    it overlaps the rest of backward; 4) move the updates to the end of the
+    step and wait for each bucket just before the first op that reads one of
+    its gradients (the updates, or the overflow check of loss scaling, which
+    must see the reduced gradients so that every rank skips the same steps).
+
+    The world size is not in the IR: the runtime divides by the number of
+    ranks the job has, and a one-rank job skips the collectives.
+
+    ```mlir
+    // before
+    %dw2 = nn.matmul ...
+    nn.apply_gradient @fc2.weight, %dw2 : tensor<10x64xf32>
+    %dw1 = nn.matmul ...
+    nn.apply_gradient @fc1.weight, %dw1 : tensor<64x784xf32>
+    // after
+    %dw2 = nn.matmul ...
+    %f0 = dist.allreduce_start mean %dw2 bucket 0 : tensor<10x64xf32>
+    %dw1 = nn.matmul ...
+    %f1 = dist.allreduce_start mean %dw1 bucket 1 : tensor<64x784xf32>
+    %r0 = dist.allreduce_wait %f0 : tensor<10x64xf32>
+    nn.apply_gradient @fc2.weight, %r0 : tensor<10x64xf32>
+    %r1 = dist.allreduce_wait %f1 : tensor<64x784xf32>
+    nn.apply_gradient @fc1.weight, %r1 : tensor<64x784xf32>
+    ```
+  }];
+  let dependentDialects = ["::graphc::dist::DistDialect"];
+  let options = [
+    Option<"bucketMb", "bucket-mb", "double", /*default=*/"25.0",
+           "Most MiB of gradients per allreduce bucket (PyTorch DDP's bucket_cap_mb)">,
+    Option<"firstBucketMb", "first-bucket-mb", "double", /*default=*/"1.0",
+           "Most MiB in the first bucket, which backward completes first">,
+    Option<"allreduceDtype", "allreduce-dtype", "std::string", /*default=*/"\"\"",
+           "Wire type of f32 gradients: empty or fp32 (as computed), fp16 (compressed)">,
+  ];
+}
+
 def DecomposeTrainingOps : Pass<"graphc-decompose-training-ops", "::mlir::ModuleOp"> {
   let summary = "Rewrites training batch norm and dropout into simpler ops";
   let description = [{
@@ -64,6 +109,14 @@ def DecomposeTrainingOps : Pass<"graphc-decompose-training-ops", "::mlir::Module
     the running statistics are updated with `nn.assign` (unbiased variance,
     PyTorch's momentum convention). `nn.dropout` becomes `x * nn.dropout_mask`
     keyed by its seed and the step counter `@graphc.step`.
+
+    With `sync-bn` the batch statistics are those of the global batch across
+    the ranks of a data-parallel job (PyTorch's SyncBatchNorm): each rank's
+    per-channel mean, then its mean of squared deviations from the global
+    mean, go through `dist.allreduce mean` (every rank holds the same number
+    of examples), and Bessel's correction of the running variance counts the
+    global batch, from `@graphc.world_size`, a state the runtime sets to the
+    number of ranks.
 
     ```mlir
     // before
@@ -75,7 +128,11 @@ def DecomposeTrainingOps : Pass<"graphc-decompose-training-ops", "::mlir::Module
     nn.assign @bn.running_mean, %new_mean : tensor<4xf32>
     ```
   }];
-  let dependentDialects = ["::graphc::nn::NNDialect"];
+  let dependentDialects = ["::graphc::nn::NNDialect", "::graphc::dist::DistDialect"];
+  let options = [
+    Option<"syncBn", "sync-bn", "bool", /*default=*/"false",
+           "Batch statistics over the global batch of all ranks (dist.allreduce)">,
+  ];
 }
 
 def FuseElementwise : Pass<"graphc-fuse-elementwise", "::mlir::ModuleOp"> {

@@ -629,7 +629,9 @@ Status OneDnnOps::Prepare(const Plan& plan) {
   impl.bf16_widened = 0;
   for (const fb::Program* program : *impl.plan->programs())
     for (const fb::Command* c : *program->commands()) {
-      if (c->op() == fb::Opcode::Kernel || c->op() == fb::Opcode::Copy) continue;
+      if (c->op() == fb::Opcode::Kernel || c->op() == fb::Opcode::Copy ||
+          IsCollective(c->op()))
+        continue;
       // The loader proved every operand of a library command the same dtype.
       const fb::DType dtype = impl.Buffer(c->outputs()->Get(0)).dtype();
       const bool widen =

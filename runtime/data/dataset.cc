@@ -659,10 +659,11 @@ void BatchSource::Next(Batch& out) {
     Shuffle();
   }
   const int64_t size = examples_.channels * examples_.height * examples_.width;
-  out.images.resize(batch_ * size);
-  out.labels.resize(batch_);
-  for (int64_t b = 0; b < batch_; ++b) {
-    int64_t index = order_[position_ + b];
+  const int64_t rows = batch_ / shards_, first = position_ + shard_ * rows;
+  out.images.resize(rows * size);
+  out.labels.resize(rows);
+  for (int64_t b = 0; b < rows; ++b) {
+    int64_t index = order_[first + b];
     float* image = out.images.data() + b * size;
     const float* from = examples_.images.data() + index * size;
     Rng rng{(seed_ * 0x9e3779b97f4a7c15ull + uint64_t(epoch_)) * 0xbf58476d1ce4e5b9ull +
@@ -677,6 +678,16 @@ void BatchSource::Next(Batch& out) {
     out.labels[b] = examples_.labels[index];
   }
   position_ += batch_;
+}
+
+Status BatchSource::SetShard(int64_t shard, int64_t shards) {
+  if (shards < 1 || shard < 0 || shard >= shards || batch_ % shards != 0)
+    return Status(ErrorCode::kInvalidArgument,
+                  "cannot split a batch of " + std::to_string(batch_) + " into " +
+                      std::to_string(shards) + " equal shards");
+  shard_ = shard;
+  shards_ = shards;
+  return Status::Ok();
 }
 
 void BatchSource::Seek(int64_t batches) {

@@ -86,6 +86,14 @@ class BatchSource {
 
   // Whole batches per epoch (the remainder of an epoch is dropped).
   int64_t batches_per_epoch() const { return examples_.count / batch_; }
+  // Data-parallel training: the source's batch is the global batch of all
+  // `shards` ranks, and Next gives shard `shard`'s part of it (rows
+  // [shard * batch / shards, (shard + 1) * batch / shards)), so that the ranks
+  // together see exactly the batches one process would at the global batch.
+  // `shards` must divide the batch (kInvalidArgument otherwise).
+  Status SetShard(int64_t shard, int64_t shards);
+  // The rows Next gives: the batch, or a shard's part of it.
+  int64_t rows() const { return batch_ / shards_; }
   int64_t examples() const { return examples_.count; }
   // Fills `out` with the next batch; a new epoch starts reshuffled.
   void Next(Batch& out);
@@ -107,6 +115,7 @@ class BatchSource {
   int64_t batch_;
   bool shuffle_;
   bool flip_ = false;
+  int64_t shard_ = 0, shards_ = 1;
   uint64_t seed_;
   uint64_t epoch_ = 0;  // unsigned: Seek may land near 2^63, ++ must not overflow
   int64_t position_ = 0;

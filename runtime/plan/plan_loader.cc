@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
@@ -393,6 +394,49 @@ Status CommandChecker::CheckShapes(const fb::Command& command, const std::string
       if (Buf(in.Get(0)).size() != Buf(out.Get(0)).size())
         return ShapeError(where, "copy between buffers of different sizes");
       return Status::Ok();
+    case fb::Opcode::AllreduceStart:
+    case fb::Opcode::AllreduceWait: {
+      // The bucket's buffers, reduced where they are: the same list in and
+      // out, each declared in place over itself, disjoint float arena buffers.
+      const fb::CollectiveAttrs* attrs = command.collective();
+      if (attrs == nullptr)
+        return Fail(ErrorCode::kPlanBadValue, where + ": a collective without its attributes");
+      if (attrs->bucket() < 0 || attrs->reduction() < fb::Reduction::MIN ||
+          attrs->reduction() > fb::Reduction::MAX ||
+          (attrs->wire() != fb::DType::F32 && attrs->wire() != fb::DType::F16))
+        return Fail(ErrorCode::kPlanBadValue,
+                    where + ": bucket " + Str(attrs->bucket()) +
+                        " with an unknown reduction or a wire type other than F32 or F16");
+      if (in.size() == 0 || in.size() != out.size())
+        return Fail(ErrorCode::kPlanBadIndex,
+                    where + ": a collective names its buffers as inputs and outputs alike");
+      const auto* in_place = command.in_place();
+      if (in_place == nullptr || in_place->size() != in.size())
+        return Fail(ErrorCode::kPlanAliasedOperands,
+                    where + ": a collective must declare every buffer in place");
+      RETURN_IF_ERROR(Spend(uint64_t{in.size()} * in.size()));
+      for (uint32_t i = 0; i < in.size(); ++i) {
+        const fb::Buffer& b = Buf(in.Get(i));
+        if (in.Get(i) != out.Get(i) || in_place->Get(i) != static_cast<int32_t>(i))
+          return Fail(ErrorCode::kPlanAliasedOperands,
+                      where + ": output " + Str(i) + " is not input " + Str(i) + " in place");
+        if (b.region() != fb::Region::Arena)
+          return Fail(ErrorCode::kPlanBadValue,
+                      where + ": reduces " + BufferName(plan_, in.Get(i)) +
+                          ", which is not in the arena");
+        if (b.dtype() != fb::DType::F32 && b.dtype() != fb::DType::F16 &&
+            b.dtype() != fb::DType::BF16)
+          return Fail(ErrorCode::kPlanBadValue,
+                      where + ": reduces " + BufferName(plan_, in.Get(i)) + " of type " +
+                          fb::EnumNameDType(b.dtype()) + "; only F32, F16 and BF16 reduce");
+        for (uint32_t j = 0; j < i; ++j)
+          if (Overlaps(b, Buf(in.Get(j))))
+            return Fail(ErrorCode::kPlanAliasedOperands,
+                        where + ": reduces " + BufferName(plan_, in.Get(j)) + " and " +
+                            BufferName(plan_, in.Get(i)) + ", which share memory");
+      }
+      return Status::Ok();
+    }
     case fb::Opcode::Kernel: {
       int32_t k = command.kernel();
       uint32_t count = plan_.kernels() ? plan_.kernels()->size() : 0;
@@ -429,6 +473,12 @@ Status CommandChecker::Check(const fb::Command& command, const std::string& wher
   if (command.outputs()->size() == 0)
     return Fail(ErrorCode::kPlanBadIndex, where + ": has no output");
   RETURN_IF_ERROR(CheckShapes(command, where));
+  bool collective = command.op() == fb::Opcode::AllreduceStart ||
+                    command.op() == fb::Opcode::AllreduceWait;
+  if (collective) return Status::Ok();  // CheckShapes proved them in place over themselves
+  if (command.collective() != nullptr)
+    return Fail(ErrorCode::kPlanBadValue,
+                where + ": collective attributes on a " + fb::EnumNameOpcode(command.op()));
   bool may_be_in_place = command.op() == fb::Opcode::Kernel &&
                          plan_.kernels()->Get(command.kernel())->elementwise();
   return CheckOverlap(command, may_be_in_place, where);
@@ -774,6 +824,82 @@ Status CheckProgramDataflow(const fb::Plan& plan, const fb::Program& program,
   return Status::Ok();
 }
 
+// Collectives: every AllreduceStart has exactly one later AllreduceWait of the
+// same bucket over the same buffers, in the same program, and between the two
+// no command reads or writes a byte of the bucket (the communicator is
+// reading and writing it). Checked on bytes, not buffer names, since the
+// arena reuses memory.
+Status CheckCollectives(const fb::Plan& plan, const fb::Program& program,
+                        const std::string& name, CommandChecker& budget) {
+  struct InFlight {
+    uint32_t start;
+    const fb::Command* command;
+    ByteRanges bytes;
+  };
+  std::map<int32_t, InFlight> in_flight;  // by bucket
+  auto where_of = [&](uint32_t c) {
+    const fb::Command* command = program.commands()->Get(c);
+    std::string where = "program '" + name + "' command " + Str(c);
+    if (command->location() && command->location()->size())
+      where += " (" + PrintableOf(command->location()) + ")";
+    return where;
+  };
+  for (uint32_t c = 0; c < program.commands()->size(); ++c) {
+    const fb::Command* command = program.commands()->Get(c);
+    const bool start = command->op() == fb::Opcode::AllreduceStart;
+    const bool wait = command->op() == fb::Opcode::AllreduceWait;
+    const int32_t bucket = (start || wait) ? command->collective()->bucket() : -1;
+    if (wait) {
+      auto it = in_flight.find(bucket);
+      if (it == in_flight.end())
+        return Fail(ErrorCode::kPlanBadValue, where_of(c) + ": waits for bucket " + Str(bucket) +
+                                                  ", which no earlier command started");
+      const auto& started = *it->second.command->inputs();
+      const auto& waited = *command->inputs();
+      if (!std::equal(started.begin(), started.end(), waited.begin(), waited.end()))
+        return Fail(ErrorCode::kPlanBadValue,
+                    where_of(c) + ": waits for bucket " + Str(bucket) +
+                        " with other buffers than its start (command " +
+                        Str(it->second.start) + ") reduces");
+      in_flight.erase(it);
+      continue;
+    }
+    if (start && in_flight.count(bucket))
+      return Fail(ErrorCode::kPlanBadValue,
+                  where_of(c) + ": starts bucket " + Str(bucket) +
+                      " again while it is in flight (command " +
+                      Str(in_flight[bucket].start) + ")");
+    // Every operand against every bucket in flight.
+    RETURN_IF_ERROR(budget.Spend(uint64_t{in_flight.size()} *
+                                 (command->inputs()->size() + command->outputs()->size())));
+    for (const auto* list : {command->inputs(), command->outputs()})
+      for (int32_t index : *list) {
+        const fb::Buffer* b = plan.buffers()->Get(index);
+        if (b->region() != fb::Region::Arena) continue;
+        for (const auto& [other, flight] : in_flight)
+          if (flight.bytes.Intersects(b->offset(), b->offset() + b->size()))
+            return Fail(ErrorCode::kPlanAliasedOperands,
+                        where_of(c) + ": " + (list == command->inputs() ? "reads " : "writes ") +
+                            BufferName(plan, index) + " while the allreduce of bucket " +
+                            Str(other) + " (command " + Str(flight.start) +
+                            ") has its bytes in flight");
+      }
+    if (start) {
+      InFlight flight{c, command, {}};
+      for (int32_t index : *command->inputs()) {
+        const fb::Buffer* b = plan.buffers()->Get(index);
+        flight.bytes.Add(b->offset(), b->offset() + b->size());
+      }
+      in_flight.emplace(bucket, std::move(flight));
+    }
+  }
+  if (!in_flight.empty())
+    return Fail(ErrorCode::kPlanBadValue,
+                where_of(in_flight.begin()->second.start) + ": starts bucket " +
+                    Str(in_flight.begin()->first) + ", which the program never waits for");
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status CheckPlanSemantics(const fb::Plan& plan, const LoaderLimits& limits) {
@@ -906,6 +1032,7 @@ Status CheckPlanSemantics(const fb::Plan& plan, const LoaderLimits& limits) {
       RETURN_IF_ERROR(checker.Check(*command, where));
     }
     RETURN_IF_ERROR(CheckProgramDataflow(plan, *program, name, checker));
+    RETURN_IF_ERROR(CheckCollectives(plan, *program, name, checker));
   }
   return Status::Ok();
 }

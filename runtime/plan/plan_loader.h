@@ -35,10 +35,17 @@ namespace graphc::runtime {
 
 // The schema version this runtime reads; graphc's copy is in
 // compiler/Export/PlanExport.h. Newer plans are refused.
-inline constexpr uint32_t kPlanSchemaVersion = 3;
+inline constexpr uint32_t kPlanSchemaVersion = 4;
 // Version 1 plans have no CPU launches, version 2 plans no digests and no
-// launch signatures; they are refused, not guessed at.
+// launch signatures; they are refused, not guessed at. Version 3 plans are
+// version 4 plans without collectives (they train on one rank).
 inline constexpr uint32_t kOldestPlanSchemaVersion = 3;
+
+// Collective commands are run by the executor's communicator, never by a
+// backend.
+inline bool IsCollective(fb::Opcode op) {
+  return op == fb::Opcode::AllreduceStart || op == fb::Opcode::AllreduceWait;
+}
 
 // A plan string, "" when absent (the schema makes every string optional).
 inline std::string StringOf(const flatbuffers::String* s) { return s ? s->str() : std::string(); }

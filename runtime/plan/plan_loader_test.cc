@@ -38,6 +38,13 @@ struct CommandSpec {
   int32_t kernel = -1;
   std::vector<int64_t> strides = {1, 1}, padding = {0, 0, 0, 0}, dilations = {1, 1};
   int64_t groups = 1;
+  // For AllreduceStart / AllreduceWait: bucket, reduction, wire type.
+  struct Collective {
+    int32_t bucket = 0;
+    fb::Reduction reduction = fb::Reduction::Mean;
+    fb::DType wire = fb::DType::F32;
+  };
+  std::optional<Collective> collective;
 };
 
 // A small valid plan: x[2x3x4x4] conv w[5x3x3x3] -> y[2x5x2x2] (arena and
@@ -139,10 +146,14 @@ struct PlanSpec {
       auto conv = fb::CreateConvAttrs(fbb, fbb.CreateVector(c.strides),
                                       fbb.CreateVector(c.padding),
                                       fbb.CreateVector(c.dilations), c.groups);
+      flatbuffers::Offset<fb::CollectiveAttrs> collective;
+      if (c.collective)
+        collective = fb::CreateCollectiveAttrs(fbb, c.collective->bucket,
+                                               c.collective->reduction, c.collective->wire);
       command_offsets.push_back(fb::CreateCommand(
           fbb, c.op, fbb.CreateVector(c.inputs), fbb.CreateVector(c.outputs),
           fbb.CreateVector(c.in_place), c.kernel, conv, fb::CreateGemmAttrs(fbb), 0,
-          fbb.CreateString("test.mlir:1:1")));
+          fbb.CreateString("test.mlir:1:1"), collective));
     }
     std::vector<flatbuffers::Offset<fb::Program>> programs = {fb::CreateProgram(
         fbb, fbb.CreateString("train_step"), fbb.CreateVector(program_inputs),
@@ -628,6 +639,148 @@ TEST(PlanLoaderTest, ProgramsReadOnlyMemorySomethingWrote) {
   output.buffers.push_back({"never", {4}, fb::Region::Arena, 3000});
   output.program_outputs.push_back(7);
   EXPECT_EQ(LoadError(output), ErrorCode::kPlanUndefinedRead);
+}
+
+// The valid plan with a collective: the gemm's output c (buffer 6) reduced
+// by bucket 0, started and waited right after it; z (buffer 7) is spare
+// arena memory, zv (8) a view of y2's bytes.
+PlanSpec WithCollective() {
+  PlanSpec spec;
+  spec.buffers.push_back({"z", {2, 5, 2, 2}, fb::Region::Arena, 1536});
+  spec.buffers.push_back({"zv", {2, 5, 2, 2}, fb::Region::Arena, 1024});
+  CommandSpec start{fb::Opcode::AllreduceStart, {6}, {6}, {0}};
+  start.collective = CommandSpec::Collective{};
+  CommandSpec wait{fb::Opcode::AllreduceWait, {6}, {6}, {0}};
+  wait.collective = CommandSpec::Collective{};
+  spec.commands.push_back(start);
+  spec.commands.push_back(wait);
+  return spec;
+}
+
+std::string LoadMessage(const PlanSpec& spec) {
+  StatusOr<std::unique_ptr<Plan>> plan = Plan::FromBytes(spec.Build());
+  return plan.ok() ? "" : plan.status().message();
+}
+
+TEST(PlanLoaderTest, CollectivesLoadWhenEveryStartHasItsWait) {
+  EXPECT_EQ(LoadMessage(WithCollective()), "");
+  // Two buckets in flight at once, each over its own bytes.
+  PlanSpec spec = WithCollective();
+  CommandSpec start{fb::Opcode::AllreduceStart, {3}, {3}, {0}};
+  start.collective = CommandSpec::Collective{1, fb::Reduction::Sum, fb::DType::F16};
+  CommandSpec wait{fb::Opcode::AllreduceWait, {3}, {3}, {0}};
+  wait.collective = CommandSpec::Collective{1};
+  spec.commands.insert(spec.commands.begin() + 3, start);  // after the copy into y2
+  spec.commands.push_back(wait);
+  EXPECT_EQ(LoadMessage(spec), "");
+}
+
+TEST(PlanLoaderTest, EveryStartHasExactlyOneLaterWaitOnTheSameBuffers) {
+  PlanSpec never = WithCollective();
+  never.commands.pop_back();
+  EXPECT_EQ(LoadError(never), ErrorCode::kPlanBadValue);
+  EXPECT_NE(LoadMessage(never).find("starts bucket 0, which the program never waits for"),
+            std::string::npos)
+      << LoadMessage(never);
+
+  PlanSpec orphan = WithCollective();
+  orphan.commands.erase(orphan.commands.end() - 2);
+  EXPECT_EQ(LoadError(orphan), ErrorCode::kPlanBadValue);
+  EXPECT_NE(LoadMessage(orphan).find("waits for bucket 0, which no earlier command started"),
+            std::string::npos);
+
+  PlanSpec twice = WithCollective();
+  twice.commands.push_back(twice.commands.back());
+  EXPECT_EQ(LoadError(twice), ErrorCode::kPlanBadValue);
+
+  PlanSpec restarted = WithCollective();
+  restarted.commands.insert(restarted.commands.end() - 1, restarted.commands.end()[-2]);
+  EXPECT_EQ(LoadError(restarted), ErrorCode::kPlanBadValue);
+  EXPECT_NE(LoadMessage(restarted).find("again while it is in flight"), std::string::npos);
+
+  PlanSpec other = WithCollective();
+  other.commands.back().inputs = other.commands.back().outputs = {3};
+  EXPECT_EQ(LoadError(other), ErrorCode::kPlanBadValue);
+  EXPECT_NE(LoadMessage(other).find("with other buffers than its start"), std::string::npos);
+
+  PlanSpec bucket = WithCollective();
+  bucket.commands.back().collective->bucket = 1;
+  EXPECT_EQ(LoadError(bucket), ErrorCode::kPlanBadValue);
+}
+
+TEST(PlanLoaderTest, NothingTouchesABucketInFlight) {
+  // y2 (buffer 3) in flight while a copy reads it.
+  PlanSpec read = WithCollective();
+  read.commands.pop_back();
+  read.commands.pop_back();
+  CommandSpec start{fb::Opcode::AllreduceStart, {3}, {3}, {0}};
+  start.collective = CommandSpec::Collective{};
+  CommandSpec wait{fb::Opcode::AllreduceWait, {3}, {3}, {0}};
+  wait.collective = CommandSpec::Collective{};
+  read.commands.insert(read.commands.begin() + 3, start);
+  read.commands.insert(read.commands.begin() + 4, CommandSpec{fb::Opcode::Copy, {3}, {7}});
+  read.commands.insert(read.commands.begin() + 5, wait);
+  EXPECT_EQ(LoadError(read), ErrorCode::kPlanAliasedOperands);
+  EXPECT_NE(LoadMessage(read).find("command 4 (test.mlir:1:1): reads buffer 3 'y2' while the allreduce "
+                                   "of bucket 0 (command 3) has its bytes in flight"),
+            std::string::npos)
+      << LoadMessage(read);
+
+  // A write through another buffer over the same bytes (zv is y2's memory).
+  PlanSpec write = read;
+  write.commands[4] = CommandSpec{fb::Opcode::Copy, {2}, {8}};
+  EXPECT_EQ(LoadError(write), ErrorCode::kPlanAliasedOperands);
+  EXPECT_NE(LoadMessage(write).find("writes buffer 8 'zv' while the allreduce of bucket 0"),
+            std::string::npos)
+      << LoadMessage(write);
+
+  // After the wait the bytes are free again.
+  PlanSpec after = read;
+  std::swap(after.commands[4], after.commands[5]);
+  EXPECT_EQ(LoadMessage(after), "");
+}
+
+TEST(PlanLoaderTest, CollectivesReduceDisjointFloatArenaBuffersInPlace) {
+  auto mutate = [](auto change) {
+    PlanSpec spec = WithCollective();
+    for (size_t c = spec.commands.size() - 2; c < spec.commands.size(); ++c)
+      change(spec.commands[c]);
+    return spec;
+  };
+  // The state (w, buffer 1): parameters are never reduced in place.
+  EXPECT_EQ(LoadError(mutate([](CommandSpec& c) { c.inputs = c.outputs = {1}; })),
+            ErrorCode::kPlanBadValue);
+  EXPECT_EQ(LoadError(mutate([](CommandSpec& c) { c.in_place = {}; })),
+            ErrorCode::kPlanAliasedOperands);
+  EXPECT_EQ(LoadError(mutate([](CommandSpec& c) { c.outputs = {3}; })),
+            ErrorCode::kPlanAliasedOperands);
+  EXPECT_EQ(LoadError(mutate([](CommandSpec& c) { c.collective.reset(); })),
+            ErrorCode::kPlanBadValue);
+  EXPECT_EQ(LoadError(mutate([](CommandSpec& c) { c.collective->wire = fb::DType::BF16; })),
+            ErrorCode::kPlanBadValue);
+  EXPECT_EQ(LoadError(mutate([](CommandSpec& c) {
+              c.collective->reduction = static_cast<fb::Reduction>(7);
+            })),
+            ErrorCode::kPlanBadValue);
+  EXPECT_EQ(LoadError(mutate([](CommandSpec& c) { c.collective->bucket = -1; })),
+            ErrorCode::kPlanBadValue);
+  // y2 and zv share bytes: one bucket cannot reduce both.
+  PlanSpec overlap = WithCollective();
+  for (size_t c = overlap.commands.size() - 2; c < overlap.commands.size(); ++c) {
+    overlap.commands[c].inputs = overlap.commands[c].outputs = {3, 8};
+    overlap.commands[c].in_place = {0, 1};
+  }
+  EXPECT_EQ(LoadError(overlap), ErrorCode::kPlanAliasedOperands);
+  // Integer buffers do not reduce.
+  PlanSpec integers = WithCollective();
+  integers.buffers[6].dtype = fb::DType::I32;
+  integers.commands[3] = CommandSpec{fb::Opcode::Copy, {2}, {3}};  // no gemm into it
+  integers.program_outputs = {3};
+  EXPECT_EQ(LoadError(integers), ErrorCode::kPlanBadValue);
+  // Collective attributes on any other command are refused.
+  PlanSpec stray = WithCollective();
+  stray.commands[2].collective = CommandSpec::Collective{};
+  EXPECT_EQ(LoadError(stray), ErrorCode::kPlanBadValue);
 }
 
 TEST(PlanLoaderTest, ProgramInputsAndOutputsShareNoMemory) {

@@ -218,6 +218,12 @@ void PrintPlan(const Plan& loaded, const PrintOptions& options, std::ostream& os
           os << "kernel " << PrintableOf(plan.kernels()->Get(c->kernel())->name());
         else
           os << fb::EnumNameOpcode(c->op());
+        if (IsCollective(c->op()) && c->collective()) {
+          os << " bucket " << c->collective()->bucket();
+          if (c->op() == fb::Opcode::AllreduceStart)
+            os << " " << fb::EnumNameReduction(c->collective()->reduction())
+               << (c->collective()->wire() == fb::DType::F16 ? " wire F16" : "");
+        }
         os << " [" << List(plan, *c->inputs()) << "] -> [" << List(plan, *c->outputs())
            << "]";
         if (c->in_place() && c->in_place()->size()) os << " in place";

@@ -1,10 +1,17 @@
 // graphrun: trains with a plan. `graphrun PLAN [options]` runs train_step on
 // synthetic or real data and reports throughput the way tf_cnn_benchmarks does;
+// `graphrun PLAN --nodes N` does so on N ranks (data-parallel), re-executing
+// itself under Open MPI's mpirun unless an MPI launcher already started it;
 // `graphrun inspect PLAN` verifies the plan fully, then prints what it holds.
 // Every error is one line on stderr and exit code 1.
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <thread>
 #include <iostream>
 #include <limits>
 #include <sstream>
@@ -13,6 +20,7 @@
 
 #include "CLI/CLI.hpp"
 #include "runtime/backend_factory.h"
+#include "runtime/comm/communicator.h"
 #include "runtime/data/dataset.h"
 #include "runtime/plan/plan_loader.h"
 #include "runtime/plan/plan_printer.h"
@@ -23,8 +31,14 @@ namespace {
 using namespace graphc::runtime;
 namespace fb = graphc::fb;
 
+// In a job of several ranks, errors say whose they are.
+std::string g_rank_prefix;
+
 int Fail(const Status& status) {
-  std::cerr << "graphrun: " << status.ToString() << "\n";
+  // One write, so that the lines of several ranks do not interleave.
+  const std::string line = "graphrun: " + g_rank_prefix + status.ToString() + "\n";
+  std::cerr.write(line.data(), static_cast<std::streamsize>(line.size()));
+  std::cerr.flush();
   return 1;
 }
 
@@ -46,6 +60,9 @@ Status CheckTrusted(const Plan& plan, const std::string& key_files) {
   return plan.CheckSignature(keys);
 }
 
+struct DeviceOptions;
+int RunTrainingOn(TrainOptions& o, const DeviceOptions& d, Communicator& comm);
+
 struct DeviceOptions {
   std::string device = "auto";
   int64_t threads = 0;
@@ -61,7 +78,81 @@ StatusOr<CreatedBackend> MakeBackend(const DeviceOptions& d) {
   return CreateBackend(*kind, options);
 }
 
-int RunTraining(TrainOptions& o, const DeviceOptions& d) {
+struct LaunchOptions {
+  int64_t nodes = 0;  // 0: not given (one rank, or what the MPI launcher started)
+  int64_t ranks_per_node = 1;
+  std::string hostfile;
+  double collective_timeout = 300;
+};
+
+// `graphrun PLAN --nodes N ...` outside an MPI job: the same command line, run
+// by mpirun on N x K ranks. On one machine (no --hostfile) the ranks share its
+// cores: each gets an equal share of threads unless --threads says otherwise,
+// and mpirun may place more ranks than cores. As root, Open MPI needs its
+// consent variables. Replaces this process; returns only on failure.
+int Relaunch(int argc, char** argv, const LaunchOptions& l, const DeviceOptions& d) {
+  const int64_t ranks = l.nodes * l.ranks_per_node;
+  if (!l.hostfile.empty() && access(l.hostfile.c_str(), R_OK) != 0)
+    return Fail(Status(ErrorCode::kIo, "--hostfile " + Printable(l.hostfile) + ": " +
+                                           std::strerror(errno)));
+  std::vector<std::string> args = {"mpirun", "-np", std::to_string(ranks), "--bind-to", "none"};
+  if (l.hostfile.empty()) {
+    args.push_back("--oversubscribe");
+  } else {
+    args.insert(args.end(), {"--hostfile", l.hostfile, "--map-by",
+                             "ppr:" + std::to_string(l.ranks_per_node) + ":node"});
+  }
+  char self[4096];
+  const ssize_t length = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  args.push_back(length > 0 ? std::string(self, length) : std::string(argv[0]));
+  for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
+  if (d.threads == 0) {
+    const int64_t cores = std::max<unsigned>(1, std::thread::hardware_concurrency());
+    const int64_t per_machine = l.hostfile.empty() ? ranks : l.ranks_per_node;
+    args.insert(args.end(), {"--threads", std::to_string(std::max<int64_t>(1, cores / per_machine))});
+  }
+  if (geteuid() == 0) {
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+  }
+  std::vector<char*> exec_args;
+  for (std::string& a : args) exec_args.push_back(a.data());
+  exec_args.push_back(nullptr);
+  std::cout << "graphrun: launching " << ranks << " ranks with mpirun"
+            << (l.hostfile.empty() ? " on this machine" : " from " + Printable(l.hostfile))
+            << std::endl;
+  execvp("mpirun", exec_args.data());
+  return Fail(Status(ErrorCode::kUnavailable,
+                     std::string("--nodes needs Open MPI's mpirun (Debian: openmpi-bin): ") +
+                         std::strerror(errno)));
+}
+
+int RunTraining(TrainOptions& o, const DeviceOptions& d, const LaunchOptions& l) {
+  CommOptions comm_options;
+  comm_options.timeout_seconds = l.collective_timeout;
+  StatusOr<std::unique_ptr<Communicator>> comm = Communicator::Create(comm_options);
+  if (!comm.ok()) return Fail(comm.status());
+  Communicator& c = **comm;
+  if (c.size() > 1) {
+    g_rank_prefix = "rank " + std::to_string(c.rank()) + ": ";
+    InstallTerminationHandler();
+  }
+  const int64_t expected = l.nodes > 0 ? l.nodes * l.ranks_per_node : 0;
+  if (expected > 0 && expected != c.size())
+    return Fail(Status(ErrorCode::kInvalidArgument,
+                       "--nodes " + std::to_string(l.nodes) + " x --ranks-per-node " +
+                           std::to_string(l.ranks_per_node) + " asks for " +
+                           std::to_string(expected) + " ranks, but the MPI job has " +
+                           std::to_string(c.size())));
+  int code = RunTrainingOn(o, d, c);
+  if (code == 0) {
+    Status finalized = c.Finalize();
+    if (!finalized.ok()) return Fail(finalized);
+  }
+  return code;
+}
+
+int RunTrainingOn(TrainOptions& o, const DeviceOptions& d, Communicator& comm) {
   StatusOr<std::unique_ptr<Plan>> loaded = Plan::FromFile(o.plan_path);
   if (!loaded.ok()) return Fail(loaded.status());
   const Plan& plan = **loaded;
@@ -75,10 +166,13 @@ int RunTraining(TrainOptions& o, const DeviceOptions& d) {
   StatusOr<CreatedBackend> created = MakeBackend(d);
   if (!created.ok()) return Fail(created.status());
   Backend& backend = *created->backend;
-  std::cout << "device: " << backend.Describe()
-            << (created->reason.empty() ? "" : " (" + created->reason + ")") << "\n";
+  // Only rank 0 speaks (the trainer does the same).
+  std::ostream null_out(nullptr);
+  std::ostream& out = comm.rank() == 0 ? std::cout : null_out;
+  out << "device: " << backend.Describe()
+      << (created->reason.empty() ? "" : " (" + created->reason + ")") << "\n";
   if (d.tf32 && backend.name() == std::string("cpu"))
-    std::cout << "note: --tf32 has no effect on the CPU (its FP32 math is strict)\n";
+    out << "note: --tf32 has no effect on the CPU (its FP32 math is strict)\n";
   o.report_extra["device_choice"] = d.device;
   if (!created->reason.empty()) o.report_extra["device_reason"] = created->reason;
   o.report_extra["math"] = backend.name() == std::string("cuda") && d.tf32 ? "tf32" : "fp32";
@@ -88,11 +182,11 @@ int RunTraining(TrainOptions& o, const DeviceOptions& d) {
   if (precision == "fp16" || precision == "bf16") {
     const std::string math =
         backend.LibraryMath(precision == "fp16" ? fb::DType::F16 : fb::DType::BF16);
-    std::cout << "library math: " << math << "\n";
+    out << "library math: " << math << "\n";
     o.report_extra["library_math"] = math;
   }
   o.report_extra["sync_debug"] = o.sync_debug;
-  status = graphc::runtime::Train(plan, backend, o, std::cout);
+  status = graphc::runtime::Train(plan, backend, o, std::cout, &comm);
   if (!status.ok()) return Fail(status);
   return 0;
 }
@@ -201,9 +295,29 @@ int Main(int argc, char** argv) {
       "run only plans signed by one of these public keys (comma-separated files written by "
       "graphc keygen)");
   app.add_option("--report", train.report, "write the run's figures as JSON to this file");
+  app.add_option("--trace", train.trace,
+                 "write a Chrome trace of " + std::to_string(kTraceSteps) +
+                     " steps after the warmup to this file (one per rank: FILE.rankR with "
+                     "several): kernels, library calls and waits on one track, allreduces in "
+                     "flight on another; opens in chrome://tracing or ui.perfetto.dev");
   app.add_option("--display-every", train.display_every,
                  "print images/sec and the loss every K steps (default 10)")
       ->check(InRange(1, kMaxSteps));
+  LaunchOptions launch;
+  app.add_option("--nodes", launch.nodes,
+                 "train data-parallel on N nodes (ranks: N x --ranks-per-node); outside an MPI "
+                 "job graphrun re-executes itself under mpirun, on this machine unless "
+                 "--hostfile names others")
+      ->check(InRange(1, 1 << 16));
+  app.add_option("--ranks-per-node", launch.ranks_per_node,
+                 "ranks on each node (default 1; one per GPU)")
+      ->check(InRange(1, 1 << 10));
+  app.add_option("--hostfile", launch.hostfile,
+                 "Open MPI hostfile of the nodes to run on (with --nodes)");
+  app.add_option("--collective-timeout", launch.collective_timeout,
+                 "seconds a collective may take before every rank stops with an error naming "
+                 "it and the ranks that did not arrive (default 300)")
+      ->check(CLI::Range(0.001, 1e6));
   std::string plan_path;
   std::string device = "none";
   bool no_buffers = false, no_commands = false;
@@ -240,7 +354,12 @@ int Main(int argc, char** argv) {
                    "or graphrun inspect PLAN\n";
       return 1;
     }
-    return RunTraining(train, device_options);
+    if (launch.nodes == 0 && (launch.ranks_per_node != 1 || !launch.hostfile.empty()))
+      return Fail(Status(ErrorCode::kInvalidArgument,
+                         "--ranks-per-node and --hostfile go with --nodes"));
+    if (launch.nodes * launch.ranks_per_node > 1 && !InsideMpiJob())
+      return Relaunch(argc, argv, launch, device_options);
+    return RunTraining(train, device_options, launch);
   }
   StatusOr<std::unique_ptr<Plan>> plan = Plan::FromFile(plan_path);
   if (!plan.ok()) return Fail(plan.status());

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "runtime/checkpoint.h"
+#include "runtime/comm/communicator.h"
 #include "runtime/data/dataset.h"
 #include "runtime/data/sources.h"
 #include "runtime/executor.h"
@@ -187,6 +188,8 @@ struct Programs {
   // FP16 loss scaling (graphc compile --amp=fp16): the f32 scale and the i64
   // count of steps skipped on overflow; -1 without.
   int32_t loss_scale = -1, skipped_steps = -1;
+  // The f32 number of ranks (graphc compile --sync-bn); -1 without.
+  int32_t world_size = -1;
   std::vector<int64_t> image_shape;
   int64_t batch = 0, classes = 0;
 };
@@ -204,6 +207,8 @@ StatusOr<Programs> FindPrograms(const Executor& exec) {
         p.loss_scale = state->buffer();
       else if (name == "graphc.skipped_steps" && b.dtype() == fb::DType::I64 && b.size() == 8)
         p.skipped_steps = state->buffer();
+      else if (name == "graphc.world_size" && b.dtype() == fb::DType::F32 && b.size() == 4)
+        p.world_size = state->buffer();
     }
   if ((p.loss_scale < 0) != (p.skipped_steps < 0))
     return Status(ErrorCode::kUnsupported,
@@ -252,8 +257,10 @@ StatusOr<Programs> FindPrograms(const Executor& exec) {
 
 // Whole batches of the test split (the remainder is dropped): the fraction
 // eval_step counts correct.
+// With several ranks each evaluates its shard of every batch and the counts
+// are summed.
 StatusOr<double> Evaluate(Executor& exec, const Programs& p, BatchSource& test,
-                          int64_t* evaluated) {
+                          Communicator& comm, int64_t* evaluated) {
   const fb::Program& e = exec.program(p.eval);
   int64_t correct_total = 0;
   *evaluated = 0;
@@ -270,12 +277,127 @@ StatusOr<double> Evaluate(Executor& exec, const Programs& p, BatchSource& test,
     correct_total += correct;
     *evaluated += p.batch;
   }
-  return *evaluated ? double(correct_total) / *evaluated : 0.0;
+  std::vector<double> counts = {double(correct_total), double(*evaluated)};
+  Status summed = comm.AllreduceDoubles("the test accuracy's counts", counts,
+                                        ScalarReduction::kSum);
+  if (!summed.ok()) return summed;
+  *evaluated = static_cast<int64_t>(counts[1]);
+  return *evaluated ? counts[0] / *evaluated : 0.0;
 }
+
+// FNV-1a over every state tensor's bytes, as two exact 32-bit halves.
+StatusOr<std::vector<double>> StateChecksum(const Executor& exec) {
+  uint64_t hash = 0xcbf29ce484222325ull;
+  const fb::Plan& root = exec.plan().root();
+  std::vector<uint8_t> bytes;
+  if (root.states())
+    for (const fb::State* state : *root.states()) {
+      bytes.resize(exec.buffer(state->buffer()).size());
+      Status read = exec.Read(state->buffer(), bytes.data(), bytes.size());
+      if (!read.ok()) return read;
+      for (uint8_t byte : bytes) hash = (hash ^ byte) * 0x100000001b3ull;
+    }
+  return std::vector<double>{double(hash >> 32), double(hash & 0xffffffffu)};
+}
+
+// Every rank must start from the same parameters and optimizer state (the same
+// seed, or the same checkpoint): checked once, by comparing checksums.
+Status CheckSameStateOnEveryRank(const Executor& exec, Communicator& comm) {
+  StatusOr<std::vector<double>> mine = StateChecksum(exec);
+  if (!mine.ok()) return mine.status();
+  StatusOr<std::vector<double>> all =
+      comm.AllgatherDoubles("the initial state's checksum", *mine);
+  if (!all.ok()) return all.status();
+  std::string differing;
+  for (int r = 1; r < comm.size(); ++r)
+    if ((*all)[2 * r] != (*all)[0] || (*all)[2 * r + 1] != (*all)[1])
+      differing += (differing.empty() ? "" : ", ") + std::to_string(r);
+  if (differing.empty()) return Status::Ok();
+  return Status(ErrorCode::kInvalidArgument,
+                "the initial state of rank(s) " + differing +
+                    " differs from rank 0's: every rank must start from the same seed or the "
+                    "same checkpoint");
+}
+
+// Batch-norm running statistics follow each rank's own batches; before an
+// evaluation every rank takes rank 0's (PyTorch DDP's broadcast_buffers), so
+// that the ranks evaluate one model.
+Status BroadcastPlainState(Executor& exec, Communicator& comm) {
+  const fb::Plan& root = exec.plan().root();
+  if (root.states() == nullptr) return Status::Ok();
+  std::vector<uint8_t> bytes;
+  for (const fb::State* state : *root.states()) {
+    if (state->trainable()) continue;
+    const fb::Buffer& b = exec.buffer(state->buffer());
+    bytes.resize(b.size());
+    Status status = exec.Read(state->buffer(), bytes.data(), bytes.size());
+    if (status.ok())
+      status = comm.Broadcast("state '" + PrintableOf(b.name()) + "'", bytes.data(), bytes.size());
+    if (status.ok()) status = exec.Write(state->buffer(), bytes.data(), bytes.size());
+    if (!status.ok()) return status;
+  }
+  return Status::Ok();
+}
+
+// Where ranks other than 0 print: nowhere.
+class NullBuffer : public std::streambuf {
+ protected:
+  int overflow(int c) override { return c; }
+};
 
 Status Diverged(int64_t step, const std::string& what) {
   return Status(ErrorCode::kNonFinite,
                 "after step " + std::to_string(step) + ": " + what + " (diverged; try a lower --lr)");
+}
+
+}  // namespace
+
+std::string TracePathOf(const std::string& path, int rank, int ranks) {
+  if (ranks <= 1) return path;
+  const size_t slash = path.rfind('/');
+  const size_t dot = path.rfind('.');
+  const std::string suffix = ".rank" + std::to_string(rank);
+  if (dot == std::string::npos || (slash != std::string::npos && dot < slash) || dot == 0 ||
+      dot == slash + 1)
+    return path + suffix;
+  return path.substr(0, dot) + suffix + path.substr(dot);
+}
+
+namespace {
+
+// The Chrome trace event format (one complete event, "ph": "X", per span;
+// process = rank, threads = tracks), which chrome://tracing and Perfetto read.
+nlohmann::json TraceJson(const Executor& exec, const Plan& plan, int rank, int ranks,
+                         const std::vector<std::pair<double, double>>& steps,
+                         int64_t first_step) {
+  nlohmann::json events = nlohmann::json::array();
+  const std::string process = ranks > 1 ? "rank " + std::to_string(rank) : "graphrun";
+  events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", rank},
+                    {"args", {{"name", process}}}});
+  const char* tracks[] = {"compute (kernels, library calls, waits)",
+                          "collectives (allreduce in flight)", "steps"};
+  for (int t = 0; t < 3; ++t)
+    events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", rank}, {"tid", t},
+                      {"args", {{"name", tracks[t]}}}});
+  const fb::Program* train = nullptr;
+  for (const fb::Program* p : *plan.root().programs())
+    if (StringOf(p->name()) == "train_step") train = p;
+  for (const Executor::TraceSpan& span : exec.trace()) {
+    nlohmann::json args = {{"command", span.command}};
+    if (train && span.command >= 0 &&
+        static_cast<uint32_t>(span.command) < train->commands()->size()) {
+      const fb::Command* c = train->commands()->Get(span.command);
+      if (c->location() && c->location()->size()) args["location"] = PrintableOf(c->location());
+    }
+    events.push_back({{"ph", "X"}, {"name", span.name}, {"cat", span.category},
+                      {"pid", rank}, {"tid", span.track}, {"ts", span.start_us},
+                      {"dur", span.duration_us}, {"args", args}});
+  }
+  for (size_t s = 0; s < steps.size(); ++s)
+    events.push_back({{"ph", "X"}, {"name", "step " + std::to_string(first_step + s + 1)},
+                      {"cat", "step"}, {"pid", rank}, {"tid", 2}, {"ts", steps[s].first},
+                      {"dur", steps[s].second - steps[s].first}});
+  return {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
 }
 
 }  // namespace
@@ -287,8 +409,8 @@ Status CheckOutputs(const TrainOptions& o) {
   std::stringstream keys(o.trusted_keys);
   for (std::string path; std::getline(keys, path, ',');)
     inputs.emplace_back("--trusted-keys", path);
-  const std::pair<const char*, const std::string*> outputs[] = {{"--save", &o.save},
-                                                                 {"--report", &o.report}};
+  const std::pair<const char*, const std::string*> outputs[] = {
+      {"--save", &o.save}, {"--report", &o.report}, {"--trace", &o.trace}};
   for (const auto& [flag, path] : outputs) {
     if (path->empty()) continue;
     Status replaceable = CheckReplaceable(*path);
@@ -302,9 +424,11 @@ Status CheckOutputs(const TrainOptions& o) {
                           (what == "the plan" ? "the plan" : "the file " + what + " reads") +
                           "; refusing to overwrite it");
   }
-  if (!o.save.empty() && !o.report.empty() && FileIdentity(o.save) == FileIdentity(o.report))
-    return Status(ErrorCode::kInvalidArgument,
-                  "--save and --report name the same file, " + Printable(o.save));
+  for (const auto& [a, b] : {std::pair{&o.save, &o.report}, std::pair{&o.save, &o.trace},
+                             std::pair{&o.report, &o.trace}})
+    if (!a->empty() && !b->empty() && (*a == *b || FileIdentity(*a) == FileIdentity(*b)))
+      return Status(ErrorCode::kInvalidArgument,
+                    "two of --save, --report and --trace name the same file, " + Printable(*a));
   if (!o.save.empty()) {
     // Fail now, not after the first K steps.
     const std::string dir = DirectoryOf(o.save);
@@ -315,8 +439,16 @@ Status CheckOutputs(const TrainOptions& o) {
   return Status::Ok();
 }
 
-Status Train(const Plan& plan, Backend& backend, const TrainOptions& o, std::ostream& out) {
+Status Train(const Plan& plan, Backend& backend, const TrainOptions& o, std::ostream& rank_out,
+             Communicator* comm_arg) {
   const fb::Plan& root = plan.root();
+  std::unique_ptr<Communicator> single;
+  if (comm_arg == nullptr) single = NewSingleRankCommunicator();
+  Communicator& comm = comm_arg ? *comm_arg : *single;
+  const int rank = comm.rank(), ranks = comm.size();
+  NullBuffer null_buffer;
+  std::ostream null_out(&null_buffer);
+  std::ostream& out = rank == 0 ? rank_out : null_out;
   Status status = CheckOutputs(o);
   if (!status.ok()) return status;
   StatusOr<std::unique_ptr<Executor>> created = Executor::Create(plan, backend);
@@ -324,11 +456,22 @@ Status Train(const Plan& plan, Backend& backend, const TrainOptions& o, std::ost
   Executor& exec = **created;
   exec.set_sync_debug(o.sync_debug);
   exec.set_graphs(o.graphs);
+  exec.set_communicator(&comm);
   status = exec.InitializeState(o.seed);
   if (!status.ok()) return status;
   StatusOr<Programs> found = FindPrograms(exec);
   if (!found.ok()) return found.status();
   const Programs& p = *found;
+  const fb::Program& train_program = exec.program(p.train);
+  const bool reduces = std::any_of(train_program.commands()->begin(),
+                                   train_program.commands()->end(),
+                                   [](const fb::Command* c) { return IsCollective(c->op()); });
+  if (ranks > 1 && !reduces)
+    return Status(ErrorCode::kInvalidArgument,
+                  "the plan averages no gradients across ranks (graphc compile "
+                  "--no-data-parallel): " + std::to_string(ranks) +
+                      " ranks would train " + std::to_string(ranks) +
+                      " different models; compile it without --no-data-parallel");
 
   int64_t start_step = 0;
   if (!o.resume.empty()) {
@@ -343,11 +486,28 @@ Status Train(const Plan& plan, Backend& backend, const TrainOptions& o, std::ost
                         std::to_string(kMaxSteps) + "]");
     out << "resumed from " << Printable(o.resume) << " at step " << start_step << "\n";
   }
+  // The number of ranks, where the plan reads it (synchronized batch norm's
+  // global batch): set on every run, whatever a checkpoint says.
+  if (p.world_size >= 0) {
+    const float world = static_cast<float>(ranks);
+    status = exec.Write(p.world_size, &world, sizeof(world));
+    if (!status.ok()) return status;
+  }
+  if (ranks > 1) {
+    status = CheckSameStateOnEveryRank(exec, comm);
+    if (!status.ok()) return status;
+  }
 
-  StatusOr<DataSources> data = CreateDataSources(o.data, p.image_shape, p.classes, o.eval, o.seed);
+  // The sources make batches of the global batch; each rank takes its shard.
+  std::vector<int64_t> global_shape = p.image_shape;
+  global_shape[0] *= ranks;
+  StatusOr<DataSources> data = CreateDataSources(o.data, global_shape, p.classes, o.eval, o.seed);
   if (!data.ok()) return data.status();
   BatchSource& source = *data->train;
   source.set_flip(o.flip);
+  status = source.SetShard(rank, ranks);
+  if (status.ok() && data->test) status = data->test->SetShard(rank, ranks);
+  if (!status.ok()) return status;
 
   int64_t steps = o.steps;
   if (o.epochs > 0 && (__builtin_mul_overflow(o.epochs, source.batches_per_epoch(), &steps) ||
@@ -362,10 +522,12 @@ Status Train(const Plan& plan, Backend& backend, const TrainOptions& o, std::ost
                   "resuming at step " + std::to_string(start_step) + " for " +
                       std::to_string(steps) + " more steps passes " + std::to_string(kMaxSteps));
   const int64_t warmup = std::min<int64_t>(o.warmup, std::max<int64_t>(steps - 1, 0));
-  out << "model: " << PrintableOf(root.model()) << ", batch " << p.batch << ", "
-      << (root.fused() ? "fused" : "unfused") << ", " << PrintableOf(root.precision())
+  out << "model: " << PrintableOf(root.model()) << ", batch " << p.batch;
+  if (ranks > 1) out << " per rank x " << ranks << " ranks = " << p.batch * ranks;
+  out << ", " << (root.fused() ? "fused" : "unfused") << ", " << PrintableOf(root.precision())
       << "; data: " << data->name << " (" << source.examples() << " examples); " << steps
       << " steps, " << warmup << " warmup\n";
+  if (ranks > 1) out << "ranks: " << comm.Describe() << "\n";
 
   InputFeeder feeder(backend, exec, p.images, p.labels);
   StepClock clock(backend);
@@ -373,7 +535,9 @@ Status Train(const Plan& plan, Backend& backend, const TrainOptions& o, std::ost
   if (status.ok()) status = clock.Initialize();
   if (!status.ok()) return status;
 
-  const bool terminal = isatty(STDOUT_FILENO) && &out == &std::cout;
+  // Under mpirun stdout is a pseudo-terminal even when the user's is not:
+  // progress lines only for a single process.
+  const bool terminal = ranks == 1 && isatty(STDOUT_FILENO) && &out == &std::cout;
   StepTimes times;
   times.batch = p.batch;
   std::vector<double> window_ms;
@@ -382,6 +546,7 @@ Status Train(const Plan& plan, Backend& backend, const TrainOptions& o, std::ost
   source.Seek(start_step);
   Prefetcher prefetch(source);
   auto save = [&](int64_t done) {
+    if (rank != 0) return Status::Ok();  // one writer; every rank holds the same parameters
     std::map<std::string, std::string> metadata = {
         {"format", "pt"},
         {"graphc.model", StringOf(root.model())},
@@ -414,11 +579,19 @@ Status Train(const Plan& plan, Backend& backend, const TrainOptions& o, std::ost
   int64_t last_read_done = 0, last_read_skipped = 0, last_applied_done = 0;
   out << "Step\tImg/sec\ttotal_loss" << (scaled ? "\tloss_scale\tskipped" : "") << "\n";
   status = clock.Start();
+  std::vector<std::pair<double, double>> traced_steps;  // start, end (us)
   for (int64_t step = 0; step < steps && status.ok(); ++step) {
     const Batch& b = prefetch.Next();
     exec.set_profiling(o.profile && step >= warmup);
+    const bool tracing = !o.trace.empty() && step >= warmup && step < warmup + kTraceSteps;
+    exec.set_tracing(tracing);
+    const double step_from = exec.MicrosecondsSinceCreation();
     status = feeder.Feed(b);
     if (status.ok()) status = exec.Enqueue(p.train);
+    if (status.ok() && tracing) {
+      status = backend.Synchronize();
+      traced_steps.emplace_back(step_from, exec.MicrosecondsSinceCreation());
+    }
     if (status.ok()) status = clock.StepDone();
     if (!status.ok()) break;
     const int64_t done = step + 1;
@@ -431,6 +604,14 @@ Status Train(const Plan& plan, Backend& backend, const TrainOptions& o, std::ost
     }
     status = collect(done);
     if (status.ok() && (display || saving)) status = exec.Read(p.loss, &loss, sizeof(loss));
+    // The loss of the global batch: the mean of the ranks' (each a mean over
+    // its shard), so that every rank takes the same decisions below.
+    if (status.ok() && (display || saving) && ranks > 1) {
+      std::vector<double> mean = {double(loss)};
+      status = comm.AllreduceDoubles("the loss of step " + std::to_string(start_step + done),
+                                     mean, ScalarReduction::kMean);
+      loss = static_cast<float>(mean[0]);
+    }
     if (status.ok() && scaled && (display || saving)) {
       status = exec.Read(p.loss_scale, &loss_scale, sizeof(loss_scale));
       if (status.ok()) status = exec.Read(p.skipped_steps, &skipped, sizeof(skipped));
@@ -480,6 +661,18 @@ Status Train(const Plan& plan, Backend& backend, const TrainOptions& o, std::ost
     if (status.ok()) status = clock.Start();
   }
   if (!status.ok()) return status;
+  exec.set_tracing(false);
+  if (!o.trace.empty()) {
+    const std::string path = TracePathOf(o.trace, rank, ranks);
+    status = WriteFileAtomically(
+        path, TraceJson(exec, plan, rank, ranks, traced_steps, warmup)
+                      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
+                  "\n");
+    if (!status.ok()) return status;
+    out << "trace: " << traced_steps.size() << " steps in " << Printable(path)
+        << (ranks > 1 ? " (and one file per other rank)" : "")
+        << " (open it in chrome://tracing or ui.perfetto.dev)\n";
+  }
   // --steps 0 --save FILE: the initial state, exactly as the first step sees it.
   if (steps == 0 && !o.save.empty()) {
     status = save(0);
@@ -491,12 +684,34 @@ Status Train(const Plan& plan, Backend& backend, const TrainOptions& o, std::ost
     if (status.ok()) status = exec.Read(p.skipped_steps, &skipped, sizeof(skipped));
     if (!status.ok()) return status;
   }
-  const double total_rate = times.TotalImagesPerSecond();
+  const double rank_rate = times.TotalImagesPerSecond();
   const double median_ms = times.MedianMs(), p90_ms = times.P90Ms();
+  // Per rank: images/sec over the timed steps, and the seconds its steps
+  // spent blocked on collectives.
+  StatusOr<std::vector<double>> per_rank = comm.AllgatherDoubles(
+      "the per-rank throughput", {rank_rate, p.batch * 1000.0 / std::max(median_ms, 1e-9),
+                                  comm.seconds_waiting()});
+  if (!per_rank.ok()) return per_rank.status();
+  double total_rate = 0;
+  std::vector<double> rank_rates, rank_median_rates, rank_waits;
+  for (int r = 0; r < ranks; ++r) {
+    rank_rates.push_back((*per_rank)[3 * r]);
+    rank_median_rates.push_back((*per_rank)[3 * r + 1]);
+    rank_waits.push_back((*per_rank)[3 * r + 2]);
+    total_rate += rank_rates.back();
+  }
   out << "----------------------------------------------------------------\n"
-      << "total images/sec: " << std::fixed << std::setprecision(2) << total_rate << "\n"
+      << "total images/sec: " << std::fixed << std::setprecision(2) << total_rate;
+  if (ranks > 1) {
+    out << " (" << ranks << " ranks; per rank:";
+    for (double r : rank_rates) out << " " << r;
+    out << "; blocked on collectives:";
+    for (double w : rank_waits) out << " " << w << " s";
+    out << ")";
+  }
+  out << "\n"
       << "step time: median " << median_ms << " ms, p90 " << p90_ms << " ms over "
-      << times.ms.size() << " timed steps\n"
+      << times.ms.size() << " timed steps" << (ranks > 1 ? " (rank 0)" : "") << "\n"
       << "final loss: ";
   if (steps == 0)
     out << "none (no step run)\n";
@@ -514,7 +729,11 @@ Status Train(const Plan& plan, Backend& backend, const TrainOptions& o, std::ost
   int64_t evaluated = 0;
   if (o.eval) {
     if (p.eval < 0) return Status(ErrorCode::kInvalidArgument, "the plan has no program 'eval_step'");
-    StatusOr<double> evaluation = Evaluate(exec, p, *data->test, &evaluated);
+    if (ranks > 1) {
+      status = BroadcastPlainState(exec, comm);
+      if (!status.ok()) return status;
+    }
+    StatusOr<double> evaluation = Evaluate(exec, p, *data->test, comm, &evaluated);
     if (!evaluation.ok()) return evaluation.status();
     accuracy = *evaluation;
     out << "test accuracy: " << std::setprecision(4) << std::fixed << accuracy << std::defaultfloat
@@ -522,7 +741,7 @@ Status Train(const Plan& plan, Backend& backend, const TrainOptions& o, std::ost
   }
   out << "----------------------------------------------------------------\n";
 
-  if (o.report.empty()) return Status::Ok();
+  if (o.report.empty() || rank != 0) return Status::Ok();
   const fb::Program& step_program = exec.program(p.train);
   nlohmann::json j = {
       {"model", StringOf(root.model())},
@@ -546,6 +765,13 @@ Status Train(const Plan& plan, Backend& backend, const TrainOptions& o, std::ost
       {"seed", o.seed},
       {"cuda_graphs", exec.replays_graph(p.train)},
   };
+  j["world_size"] = ranks;
+  j["ranks_per_node"] = comm.local_size();
+  j["communicator"] = comm.Describe();
+  j["per_rank_images_per_sec"] = rank_median_rates;
+  j["per_rank_total_images_per_sec"] = rank_rates;
+  j["per_rank_collective_wait_seconds"] = rank_waits;
+  j["global_batch_size"] = p.batch * ranks;
   if (scaled) {
     j["loss_scale"] = loss_scale;
     j["skipped_steps"] = skipped;

@@ -28,6 +28,12 @@ inline constexpr int64_t kMaxSteps = int64_t{1} << 40;
 // their times.
 inline constexpr int kClockWindow = 64;
 
+// The steps --trace records: the first this many after the warmup.
+inline constexpr int64_t kTraceSteps = 10;
+
+// Where rank `rank` of `ranks` writes the trace the user named `path`.
+std::string TracePathOf(const std::string& path, int rank, int ranks);
+
 struct TrainOptions {
   std::string plan_path;  // for refusing to overwrite the plan
   int64_t steps = -1;     // -1: 100, or what --epochs says
@@ -37,6 +43,10 @@ struct TrainOptions {
   bool graphs = true;  // replay train_step as a CUDA Graph where the device has them
   uint64_t seed = 42;
   std::string report, save, resume;
+  // A Chrome trace (chrome://tracing, Perfetto) of kTraceSteps timed steps:
+  // per rank, FILE itself on one rank, FILE with ".rankR" before its
+  // extension on several.
+  std::string trace;
   int64_t save_every = 0;
   std::string trusted_keys;  // comma-separated files the run reads
   // Added to the --report JSON as they are (e.g. how the device was chosen).
@@ -48,8 +58,15 @@ struct TrainOptions {
 // data, keys) or the other output (--save may be --resume's file).
 Status CheckOutputs(const TrainOptions& options);
 
-// Trains `plan` on `backend` as `options` say, printing to `out`.
-Status Train(const Plan& plan, Backend& backend, const TrainOptions& options, std::ostream& out);
+class Communicator;
+
+// Trains `plan` on `backend` as `options` say, printing to `out`. With `comm`
+// of more than one rank this process is one rank of a data-parallel job: it
+// reads its shard of every global batch (the plan's batch per rank), the
+// plan's allreduces average the gradients, only rank 0 prints and writes
+// files, and the summary and report give per-rank and total figures.
+Status Train(const Plan& plan, Backend& backend, const TrainOptions& options, std::ostream& out,
+             Communicator* comm = nullptr);
 
 }  // namespace graphc::runtime
 

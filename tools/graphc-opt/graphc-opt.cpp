@@ -8,6 +8,7 @@
 
 #include "compiler/Lowering/Passes.h"
 #include "compiler/Transforms/Passes.h"
+#include "dialects/dist/IR/DistOps.h"
 #include "dialects/nn/IR/NNDialect.h"
 #include "dialects/plan/IR/PlanDialect.h"
 #include "mlir/Dialect/Affine/IR/AffineOps.h"
@@ -18,7 +19,7 @@
 
 int main(int argc, char **argv) {
   mlir::DialectRegistry registry;
-  registry.insert<graphc::nn::NNDialect, graphc::plan::PlanDialect,
+  registry.insert<graphc::dist::DistDialect, graphc::nn::NNDialect, graphc::plan::PlanDialect,
                   mlir::affine::AffineDialect, mlir::arith::ArithDialect, mlir::func::FuncDialect,
                   mlir::gpu::GPUDialect,
                   mlir::linalg::LinalgDialect, mlir::math::MathDialect,

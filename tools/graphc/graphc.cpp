@@ -2,6 +2,7 @@
 //
 //   graphc info MODEL [--batch-size N] [--layers]
 //   graphc compile MODEL [--batch-size N] [--compile-to=PHASE] [-o OUT]
+//                        (a plan goes to plan.fb when -o is not given)
 //                        [--optimizer=...] [--lr=...] [...training options]
 //
 // `info` prints the model's parameter count and forward cost; `compile` runs the
@@ -71,6 +72,9 @@ cl::opt<graphc::Phase> compileTo(
                clEnumValN(graphc::Phase::MixedPrecision, "mixed-precision",
                           "@train_step with gradients, in mixed precision with --amp, "
                           "before the optimizer"),
+               clEnumValN(graphc::Phase::DataParallel, "data-parallel",
+                          "gradients averaged across ranks in bucketed allreduces, "
+                          "before the optimizer"),
                clEnumValN(graphc::Phase::Autodiff, "autodiff",
                           "@train_step with gradients and optimizer, @eval_step"),
                clEnumValN(graphc::Phase::Lower, "lower",
@@ -78,8 +82,8 @@ cl::opt<graphc::Phase> compileTo(
                clEnumValN(graphc::Phase::Plan, "plan",
                           "compiled kernels, contract checked (default; -o writes the plan)")),
     cl::init(graphc::kLastPhase), cl::sub(compileCommand));
-cl::opt<std::string> outputPath("o", cl::desc("Output file: the plan, or the IR of "
-                                              "--compile-to (default: stdout)"),
+cl::opt<std::string> outputPath("o", cl::desc("Output file: the plan (default: plan.fb), "
+                                              "or the IR of --compile-to (default: stdout)"),
                                 cl::value_desc("file"), cl::init("-"),
                                 cl::sub(compileCommand));
 
@@ -117,6 +121,30 @@ cl::opt<bool> fusionReport("fusion-report",
                            cl::desc("Print each program's generated-kernel launches and the "
                                     "bytes they move per run, fused vs unfused"),
                            cl::sub(compileCommand), cl::cat(codegenCategory));
+
+cl::OptionCategory distributedCategory("Data-parallel training (compile)");
+cl::opt<bool> noDataParallel(
+    "no-data-parallel",
+    cl::desc("Leave out the gradient allreduces: the plan trains on one rank only (by "
+             "default a plan averages gradients across however many ranks run it; on one "
+             "rank the allreduces are skipped)"),
+    cl::sub(compileCommand), cl::cat(distributedCategory));
+cl::opt<bool> syncBn(
+    "sync-bn",
+    cl::desc("Batch norm over the global batch of all ranks (PyTorch's SyncBatchNorm): "
+             "statistics averaged across ranks in forward and backward, the same on every "
+             "rank (default: each rank's own batch, as PyTorch DDP)"),
+    cl::sub(compileCommand), cl::cat(distributedCategory));
+cl::opt<double> bucketMb("bucket-mb",
+                         cl::desc("Most MiB of gradients per allreduce bucket (the first "
+                                  "bucket holds at most 1 MiB, so it starts early)"),
+                         cl::init(25.0), cl::sub(compileCommand), cl::cat(distributedCategory));
+cl::opt<std::string> allreduceDtype(
+    "allreduce-dtype",
+    cl::desc("Wire type of fp32 gradients: fp32 (default) or fp16 (compressed: half the "
+             "bytes, each rank's share rounded to fp16)"),
+    cl::value_desc("fp32|fp16"), cl::init("fp32"), cl::sub(compileCommand),
+    cl::cat(distributedCategory));
 
 cl::OptionCategory precisionCategory("Mixed precision (compile)");
 cl::opt<std::string> ampPrecision(
@@ -318,6 +346,31 @@ void printPlanSummary(ModuleOp module, llvm::StringRef path, uint64_t fileBytes)
      << ", constants: " << attr(graphc::kConstantSizeAttr) << " bytes\n";
 }
 
+/// What graphc-data-parallel did: how many bytes travel per step, in how many
+/// buckets, or that the plan trains on one rank only.
+void printAllreduceSummary(ModuleOp module, bool fp16Wire) {
+  llvm::raw_ostream &os = llvm::outs();
+  auto buckets = module->getAttrOfType<DenseI64ArrayAttr>(graphc::kAllreduceBucketsAttr);
+  if (!buckets) {
+    os << "data-parallel: off (--no-data-parallel): the plan trains on one rank\n";
+    return;
+  }
+  int64_t total = 0;
+  for (int64_t bytes : buckets.asArrayRef())
+    total += bytes;
+  os << "data-parallel: gradients averaged across ranks in " << buckets.size()
+     << " allreduce bucket" << (buckets.size() == 1 ? "" : "s") << " of " << mebibytes(total)
+     << " in all (";
+  llvm::interleave(
+      buckets.asArrayRef(), os, [&](int64_t bytes) { os << mebibytes(bytes); }, ", ");
+  os << "), each started as backward completes it";
+  if (fp16Wire)
+    os << "; fp32 gradients travel as fp16";
+  if (syncBn)
+    os << "; batch norm synchronized across ranks";
+  os << "\n";
+}
+
 /// Per program: kernel launches and bytes per run, fused vs unfused.
 void printFusionReport(ModuleOp module, bool fused) {
   llvm::raw_ostream &os = llvm::outs();
@@ -381,9 +434,24 @@ int main(int argc, char **argv) {
                 "], got " + llvm::Twine(batchSize));
 
   bool writePlan = compileCommand && compileTo == graphc::Phase::Plan;
+  // A plan is binary: without -o it goes to plan.fb (the file graphrun's
+  // examples run), never to a terminal.
+  const bool defaultOutput = writePlan && !outputPath.getNumOccurrences();
+  if (defaultOutput)
+    outputPath = "plan.fb";
   if (writePlan && (outputPath.empty() || outputPath == "-"))
     return fail("a plan is a binary file: give -o PLAN (or --compile-to=PHASE to "
                 "print the IR)");
+  if (!(bucketMb > 0.0) || bucketMb > 1024.0 * 1024.0)
+    return fail(llvm::formatv("--bucket-mb must be in (0, 1048576], got {0}", double(bucketMb)).str());
+  if (allreduceDtype != "fp32" && allreduceDtype != "fp16")
+    return fail("--allreduce-dtype must be fp32 or fp16, got '" + allreduceDtype + "'");
+  if (noDataParallel)
+    for (const cl::Option *option : {static_cast<const cl::Option *>(&bucketMb),
+                                     static_cast<const cl::Option *>(&allreduceDtype),
+                                     static_cast<const cl::Option *>(&syncBn)})
+      if (option->getNumOccurrences())
+        return fail("--" + option->ArgStr + " does not apply to --no-data-parallel");
   if (targetKind != "cpu" && targetKind != "cuda" && targetKind != "all")
     return fail("--target must be cpu, cuda or all, got '" + targetKind + "'");
   if (!llvm::is_contained({"x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4"},
@@ -419,6 +487,8 @@ int main(int argc, char **argv) {
                   llvm::Twine(compileTo.getValue() == graphc::Phase::Verify ? "verify"
                               : compileTo.getValue() == graphc::Phase::MixedPrecision
                                   ? "mixed-precision"
+                              : compileTo.getValue() == graphc::Phase::DataParallel
+                                  ? "data-parallel"
                               : compileTo.getValue() == graphc::Phase::Autodiff ? "autodiff"
                                                                                 : "lower"));
     auto key = graphc::runtime::ReadSecretKey(signKey);
@@ -498,6 +568,10 @@ int main(int argc, char **argv) {
   opt.decayStepSize = decayStepSize;
   opt.decayGamma = decayGamma;
   options.fuse = !noFuse;
+  options.dataParallel = !noDataParallel;
+  options.syncBn = syncBn;
+  options.distributed.bucketMb = bucketMb;
+  options.distributed.allreduceDtype = allreduceDtype;
   if (!ampPrecision.empty()) {
     graphc::MixedPrecisionOptions &amp = options.mixedPrecision;
     amp.precision = ampPrecision;
@@ -543,6 +617,9 @@ int main(int argc, char **argv) {
       return 1;
     output->keep();
     printPlanSummary(*module, outputPath, output->os().tell());
+    if (defaultOutput)
+      llvm::outs() << "wrote plan.fb in the current directory (no -o given); run it with "
+                      "graphrun plan.fb\n";
     llvm::outs() << "learning rate: " << llvm::format("%g", opt.lr) << " (" << lrChoice
                  << ")\n";
     llvm::outs() << "precision: " << metadata.precision;
@@ -566,6 +643,7 @@ int main(int argc, char **argv) {
         llvm::outs() << "half storage: train_step stores " << train[0] << " activations in "
                      << metadata.precision << ", " << mebibytes(train[1])
                      << " summed without reuse (fp32: " << mebibytes(2 * train[1]) << ")\n";
+    printAllreduceSummary(*module, allreduceDtype == "fp16");
     if (fusionReport)
       printFusionReport(*module, options.fuse);
     return 0;

@@ -232,6 +232,22 @@ static LogicalResult verifyCommand(OpT op, SymbolTableCollection &symbols) {
                    << o << " over input " << j << ", a view of another element count";
         }
       }
+  } else if constexpr (std::is_same_v<OpT, AllreduceStartOp> ||
+                       std::is_same_v<OpT, AllreduceWaitOp>) {
+    // A collective reduces its buffers where they are: outputs == inputs.
+    std::optional<ArrayRef<int64_t>> inPlace = op.getInPlace();
+    if (op.getInputs() != op.getOutputs() || !inPlace ||
+        *inPlace != ArrayRef<int64_t>(llvm::to_vector(llvm::seq<int64_t>(0, numInputs))))
+      return op.emitOpError("must name the same buffers as inputs and outputs, in place");
+    for (BufferOp buffer : inputs) {
+      if (buffer.getRegion() != graphc::plan::Region::arena)
+        return op.emitOpError("reduces @") << buffer.getSymName()
+                                           << ", which is not in the arena";
+      Type element = buffer.getMemRefType().getElementType();
+      if (!element.isF32() && !element.isF16() && !element.isBF16())
+        return op.emitOpError("reduces @") << buffer.getSymName() << " of type " << element
+                                           << "; only f32, f16 and bf16 are reduced";
+    }
   } else {
     if (op.getInPlace())
       return op.emitOpError("library calls cannot run in place");
@@ -259,6 +275,8 @@ GRAPHC_PLAN_COMMAND(AvgPool2DOp)
 GRAPHC_PLAN_COMMAND(MaxPool2DBackwardOp)
 GRAPHC_PLAN_COMMAND(AvgPool2DBackwardOp)
 GRAPHC_PLAN_COMMAND(CopyOp)
+GRAPHC_PLAN_COMMAND(AllreduceStartOp)
+GRAPHC_PLAN_COMMAND(AllreduceWaitOp)
 #undef GRAPHC_PLAN_COMMAND
 
 #define GET_OP_CLASSES

@@ -76,6 +76,15 @@ def Plan_BinaryFormat : I32EnumAttr<"BinaryFormat", "a kernel binary's format", 
 }
 def Plan_BinaryFormatAttr : EnumAttr<Plan_Dialect, Plan_BinaryFormat, "format">;
 
+def Plan_Reduction : I32EnumAttr<"Reduction", "how a collective combines ranks", [
+      I32EnumAttrCase<"sum", 0>,
+      I32EnumAttrCase<"mean", 1>
+    ]> {
+  let cppNamespace = "::graphc::plan";
+  let genSpecializedAttr = 0;
+}
+def Plan_ReductionAttr : EnumAttr<Plan_Dialect, Plan_Reduction, "reduction">;
+
 class Plan_Op<string mnemonic, list<Trait> traits = []> :
     Op<Plan_Dialect, mnemonic, traits>;
 
@@ -289,6 +298,34 @@ def Plan_AvgPool2DBackwardOp : Plan_CommandOp<"avg_pool2d_backward", 1, 1, PoolA
 }
 def Plan_CopyOp : Plan_CommandOp<"copy", 1, 1> {
   let summary = "copy one buffer into another of the same size";
+}
+
+def Plan_AllreduceStartOp : Plan_CommandOp<"allreduce_start", 1, 1024,
+    (ins Plan_ReductionAttr:$reduction, I64Attr:$bucket, OptionalAttr<TypeAttr>:$wire_type),
+    "$reduction `bucket` $bucket (`wire` $wire_type^)?"> {
+  let summary = "start reducing a bucket of buffers across ranks, in place";
+  let description = [{
+    The outputs are the inputs (declared in place): the communicator reduces
+    them while later commands run. Until the `plan.allreduce_wait` of the
+    same bucket, no command may touch their bytes.
+
+    ```mlir
+    plan.allreduce_start mean bucket 0 [@train_step.v7, @train_step.v9]
+        -> [@train_step.v7, @train_step.v9] in_place [0, 1]
+    ```
+  }];
+}
+def Plan_AllreduceWaitOp : Plan_CommandOp<"allreduce_wait", 1, 1024,
+    (ins I64Attr:$bucket), "`bucket` $bucket"> {
+  let summary = "wait until a bucket's allreduce has finished";
+  let description = [{
+    Names the same buffers as its start, in the same order.
+
+    ```mlir
+    plan.allreduce_wait bucket 0 [@train_step.v7, @train_step.v9]
+        -> [@train_step.v7, @train_step.v9] in_place [0, 1]
+    ```
+  }];
 }
 
 #endif // GRAPHC_PLAN_OPS

@@ -5,8 +5,9 @@ the checkpoint tests.
   safetensors_tool.py check FILE MODEL.mlir   every nn.parameter / nn.state of the
                                                model, by name, dtype and shape
   safetensors_tool.py same A B                 the same tensors with the same bytes
-  safetensors_tool.py close A B TOL            the same tensors, float32 values within
-                                               TOL * max(1, |b|) of each other
+  safetensors_tool.py close A B TOL [SKIP...]  the same tensors, float32 values within
+                                               TOL * max(1, |b|) of each other (the
+                                               tensors named SKIP are not compared)
   safetensors_tool.py reshape IN OUT NAME      NAME's shape reversed (a wrong file)
   safetensors_tool.py drop IN OUT NAME         without NAME
   safetensors_tool.py extra IN OUT             an extra tensor 'stray'
@@ -77,6 +78,8 @@ def main():
         assert ta.keys() == tb.keys()
         worst, count = 0.0, 0
         for k in ta:
+            if k in sys.argv[5:]:
+                continue
             if ta[k]["dtype"] != "F32":
                 assert ba[slice(*ta[k]["data_offsets"])] == bb[slice(*tb[k]["data_offsets"])], k
                 continue

@@ -1,0 +1,88 @@
+// RUN: graphc-opt %s -split-input-file -verify-diagnostics
+
+// Tests that an in-flight tensor cannot be read by anything but its wait.
+func.func @read_in_flight(%a: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error@+1 {{'dist.allreduce_start' op in-flight result 0 must have exactly one user, the dist.allreduce_wait}}
+  %f = dist.allreduce_start mean %a bucket 0 : tensor<4xf32>
+  %r = dist.allreduce_wait %f : tensor<4xf32>
+  %s = arith.addf %f, %r : tensor<4xf32>
+  return %s : tensor<4xf32>
+}
+
+// -----
+
+// Tests that a collective left in flight is refused.
+func.func @never_waited(%a: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error@+1 {{'dist.allreduce_start' op in-flight result 0 must be operand 0 of a dist.allreduce_wait}}
+  %f = dist.allreduce_start mean %a bucket 0 : tensor<4xf32>
+  return %f : tensor<4xf32>
+}
+
+// -----
+
+// Tests that a wait must take every tensor of its start.
+func.func @half_waited(%a: tensor<4xf32>, %b: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error@+1 {{'dist.allreduce_start' op in-flight result 1 must have exactly one user, the dist.allreduce_wait}}
+  %f:2 = dist.allreduce_start mean %a, %b bucket 0 : tensor<4xf32>, tensor<4xf32>
+  %r = dist.allreduce_wait %f#0 : tensor<4xf32>
+  return %r : tensor<4xf32>
+}
+
+// -----
+
+// Tests that the tensors come back in the order they went.
+func.func @reordered(%a: tensor<4xf32>, %b: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error@+1 {{'dist.allreduce_start' op in-flight result 0 must be operand 0 of a dist.allreduce_wait}}
+  %f:2 = dist.allreduce_start mean %a, %b bucket 0 : tensor<4xf32>, tensor<4xf32>
+  %r:2 = dist.allreduce_wait %f#1, %f#0 : tensor<4xf32>, tensor<4xf32>
+  return %r#0 : tensor<4xf32>
+}
+
+// -----
+
+// Tests that a wait takes in-flight tensors only.
+func.func @wait_plain(%a: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error@+1 {{'dist.allreduce_wait' op operands must be the results of a dist.allreduce_start}}
+  %r = dist.allreduce_wait %a : tensor<4xf32>
+  return %r : tensor<4xf32>
+}
+
+// -----
+
+// Tests that one tensor cannot be reduced twice in a bucket.
+func.func @twice(%a: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error@+1 {{'dist.allreduce_start' op reduces one tensor twice}}
+  %f:2 = dist.allreduce_start mean %a, %a bucket 0 : tensor<4xf32>, tensor<4xf32>
+  %r:2 = dist.allreduce_wait %f#0, %f#1 : tensor<4xf32>, tensor<4xf32>
+  return %r#0 : tensor<4xf32>
+}
+
+// -----
+
+// Tests that only f16 compresses on the wire.
+func.func @wire(%a: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error@+1 {{'dist.allreduce_start' op wire type must be f16 (or absent: each tensor's own), got 'bf16'}}
+  %f = dist.allreduce_start mean %a bucket 0 wire bf16 : tensor<4xf32>
+  %r = dist.allreduce_wait %f : tensor<4xf32>
+  return %r : tensor<4xf32>
+}
+
+// -----
+
+// Tests that integer tensors are not reduced.
+func.func @integers(%a: tensor<4xi32>) -> tensor<4xi32> {
+  // expected-error@+1 {{operand #0 must be variadic of ranked tensor of 16-bit float or bfloat16 type or 32-bit float values}}
+  %f = dist.allreduce_start mean %a bucket 0 : tensor<4xi32>
+  %r = dist.allreduce_wait %f : tensor<4xi32>
+  return %r : tensor<4xi32>
+}
+
+// -----
+
+// Tests that a bucket number is not negative.
+func.func @bucket(%a: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error@+1 {{'dist.allreduce_start' op bucket must be >= 0, got -1}}
+  %f = dist.allreduce_start mean %a bucket -1 : tensor<4xf32>
+  %r = dist.allreduce_wait %f : tensor<4xf32>
+  return %r : tensor<4xf32>
+}
