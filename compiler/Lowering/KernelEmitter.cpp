@@ -1287,13 +1287,20 @@ KernelSignature emitNonfiniteFlags(nn::NonfiniteFlagsOp op, ModuleOp kernels,
 KernelSignature emitDropoutMask(nn::DropoutMaskOp op, ModuleOp kernels, StringRef name) {
   OpBuilder b(op->getContext());
   Location loc = op.getLoc();
-  func::FuncOp func = createKernelFunc(
-      b, kernels, name, loc,
-      {naturalType(op.getStep().getType()), flatType(op.getType())});
+  SmallVector<Type> args = {naturalType(op.getStep().getType())};
+  if (op.getOffset())
+    args.push_back(naturalType(op.getOffset().getType()));
+  args.push_back(flatType(op.getType()));
+  func::FuncOp func = createKernelFunc(b, kernels, name, loc, args);
   Type i64 = b.getI64Type();
   Type elem = llvm::cast<RankedTensorType>(op.getType()).getElementType();
   double rate = op.getRate().convertToDouble();
   Value step = b.create<memref::LoadOp>(loc, func.getArgument(0), ValueRange{});
+  Value offset = op.getOffset()
+                     ? b.create<memref::LoadOp>(loc, func.getArgument(1), ValueRange{})
+                           .getResult()
+                     : Value();
+  Value output = func.getArguments().back();
   auto k = [&](OpBuilder &nb, Location l, uint64_t v) {
     return constInt(nb, l, i64, static_cast<int64_t>(v));
   };
@@ -1301,9 +1308,11 @@ KernelSignature emitDropoutMask(nn::DropoutMaskOp op, ModuleOp kernels, StringRe
       loc, b.create<arith::MulIOp>(loc, k(b, loc, static_cast<uint64_t>(op.getSeed())),
                                    k(b, loc, 0x9E3779B97F4A7C15ull)),
       b.create<arith::MulIOp>(loc, step, k(b, loc, 0xD1B54A32D192ED03ull)));
+  if (offset)
+    key = b.create<arith::AddIOp>(loc, key, offset);
   MLIRContext *ctx = b.getContext();
   buildGeneric(
-      b, loc, ValueRange{}, func.getArgument(1),
+      b, loc, ValueRange{}, output,
       {AffineMap::getMultiDimIdentityMap(1, ctx)}, {IteratorType::parallel},
       [&](OpBuilder &nb, Location l, ValueRange) -> SmallVector<Value> {
         Value index = nb.create<arith::IndexCastOp>(l, i64, nb.create<linalg::IndexOp>(l, 0));
@@ -1327,7 +1336,10 @@ KernelSignature emitDropoutMask(nn::DropoutMaskOp op, ModuleOp kernels, StringRe
                                            constFloat(nb, l, elem, 0.0))};
       });
   b.create<func::ReturnOp>(loc);
-  return {{op.getStep()}, false};
+  SmallVector<Value> inputs = {op.getStep()};
+  if (op.getOffset())
+    inputs.push_back(op.getOffset());
+  return {inputs, false};
 }
 
 } // namespace

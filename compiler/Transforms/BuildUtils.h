@@ -32,6 +32,11 @@ inline constexpr llvm::StringLiteral kGoodStepsState = "graphc.loss_scale_good_s
 /// Bessel correction counts the global batch with it).
 inline constexpr llvm::StringLiteral kWorldSizeState = "graphc.world_size";
 
+/// The i64 scalar state holding this process's rank in a data-parallel job,
+/// which graphrun writes before the first step (dropout masks draw from the
+/// rank's place in the global batch with it).
+inline constexpr llvm::StringLiteral kRankState = "graphc.rank";
+
 /// Unit attribute graphc-autodiff puts on the constant d(loss) = 1 that seeds
 /// backward; loss scaling replaces it with the scale.
 inline constexpr llvm::StringLiteral kLossSeedAttr = "graphc.loss_seed";

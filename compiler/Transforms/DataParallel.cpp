@@ -9,6 +9,7 @@
 
 #include "compiler/Transforms/Passes.h"
 
+#include "compiler/Transforms/BuildUtils.h"
 #include "dialects/dist/IR/DistOps.h"
 #include "dialects/nn/IR/NNOps.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -98,7 +99,25 @@ struct DataParallelPass : impl::DataParallelBase<DataParallelPass> {
       bucketBytes += bytesOf(g);
     }
 
-    // 3) Starts, right after each bucket's last gradient is computed, and
+    // 3) The updates move to the end of the step, bucket by bucket, so each
+    // bucket's wait comes as late as the step allows.
+    DenseMap<Value, unsigned> bucketOf;
+    for (auto [index, bucket] : llvm::enumerate(buckets))
+      for (Value g : bucket)
+        bucketOf[g] = index;
+    auto bucketOfUpdate = [&](nn::ApplyGradientOp update) {
+      // Updates from unreduced (constant) gradients go last.
+      auto it = bucketOf.find(update.getGradient());
+      return it == bucketOf.end() ? static_cast<unsigned>(buckets.size()) : it->second;
+    };
+    llvm::stable_sort(updates, [&](nn::ApplyGradientOp x, nn::ApplyGradientOp y) {
+      return bucketOfUpdate(x) < bucketOfUpdate(y);
+    });
+    Operation *terminator = body.getTerminator();
+    for (nn::ApplyGradientOp update : updates)
+      update->moveBefore(terminator);
+
+    // 4) Starts, right after each bucket's last gradient is computed, and
     // after any other reader of its gradients (one that is not an update or
     // the overflow check reads the rank's own value, which is in flight once
     // the collective starts).
@@ -109,8 +128,19 @@ struct DataParallelPass : impl::DataParallelBase<DataParallelPass> {
     Type f16 = b.getF16Type();
     SmallVector<dist::AllreduceStartOp> starts;
     Operation *previousAnchor = nullptr;
+    // Without overlap every bucket starts where the first reduced value is
+    // needed, after all of backward.
+    Operation *firstConsumer = nullptr;
+    if (!overlap)
+      for (Value g : order)
+        for (Operation *user : g.getUsers())
+          if (readsReduced(user) && (!firstConsumer || user->isBeforeInBlock(firstConsumer)))
+            firstConsumer = user;
     for (auto [index, bucket] : llvm::enumerate(buckets)) {
       Operation *anchor = bucket.back().getDefiningOp();
+      if (firstConsumer && firstConsumer->getPrevNode() &&
+          anchor->isBeforeInBlock(firstConsumer->getPrevNode()))
+        anchor = firstConsumer->getPrevNode();
       for (Value g : bucket)
         for (Operation *user : g.getUsers())
           if (!readsReduced(user) && user->getBlock() == &body) {
@@ -139,24 +169,6 @@ struct DataParallelPass : impl::DataParallelBase<DataParallelPass> {
           compress ? TypeAttr::get(f16) : TypeAttr()));
     }
 
-    // 4) The updates move to the end of the step, bucket by bucket, so each
-    // bucket's wait comes as late as the step allows.
-    DenseMap<Value, unsigned> bucketOf;
-    for (auto [index, bucket] : llvm::enumerate(buckets))
-      for (Value g : bucket)
-        bucketOf[g] = index;
-    auto bucketOfUpdate = [&](nn::ApplyGradientOp update) {
-      // Updates from unreduced (constant) gradients go last.
-      auto it = bucketOf.find(update.getGradient());
-      return it == bucketOf.end() ? static_cast<unsigned>(buckets.size()) : it->second;
-    };
-    llvm::stable_sort(updates, [&](nn::ApplyGradientOp x, nn::ApplyGradientOp y) {
-      return bucketOfUpdate(x) < bucketOfUpdate(y);
-    });
-    Operation *terminator = body.getTerminator();
-    for (nn::ApplyGradientOp update : updates)
-      update->moveBefore(terminator);
-
     // 5) Each wait goes before the first update or overflow check that reads
     // one of the bucket's gradients; those reads take the reduced values.
     for (auto [start, bucket] : llvm::zip(starts, buckets)) {
@@ -178,6 +190,30 @@ struct DataParallelPass : impl::DataParallelBase<DataParallelPass> {
                             [&](OpOperand &use) { return readsReduced(use.getOwner()); });
       LLVM_DEBUG(llvm::dbgs() << "bucket " << start.getBucket() << ": " << bucket.size()
                               << " gradients\n");
+    }
+
+    // 6) Dropout masks of the step draw from this rank's place in the global
+    // batch: element i of rank r is element r * size + i of the global mask.
+    SmallVector<nn::DropoutMaskOp> masks(body.getOps<nn::DropoutMaskOp>());
+    if (!masks.empty()) {
+      auto scalar = RankedTensorType::get({}, b.getI64Type());
+      if (!module.lookupSymbol(kRankState)) {
+        b.setInsertionPointToEnd(module.getBody());
+        b.create<nn::StateOp>(module.getLoc(), kRankState, scalar, nn::Initializer::zeros,
+                              /*init_value=*/nullptr);
+      }
+      b.setInsertionPointToStart(&body);
+      Value rank = b.create<nn::LoadOp>(step.getLoc(), scalar, kRankState);
+      for (nn::DropoutMaskOp mask : masks) {
+        if (mask.getOffset())
+          continue;
+        b.setInsertionPoint(mask);
+        int64_t size = llvm::cast<RankedTensorType>(mask.getType()).getNumElements();
+        Value offset = b.create<nn::MulOp>(mask.getLoc(), rank,
+                                           scalarConstant(b, mask.getLoc(), b.getI64Type(),
+                                                          static_cast<double>(size)));
+        mask.getOffsetMutable().assign(offset);
+      }
     }
 
     // For graphc's summary: per bucket, its bytes.

@@ -165,7 +165,7 @@ struct DecomposeTrainingOpsPass
         step = loadStepCounter(b, dropout.getLoc(), module);
       }
       Value mask = b.create<nn::DropoutMaskOp>(
-          dropout.getLoc(), dropout.getInput(), step, dropout.getRateAttr(),
+          dropout.getLoc(), dropout.getInput(), step, /*offset=*/Value(), dropout.getRateAttr(),
           dropout.getSeedAttr());
       Value y = b.create<nn::MulOp>(dropout.getLoc(), dropout.getInput(), mask);
       dropout.getResult().replaceAllUsesWith(y);

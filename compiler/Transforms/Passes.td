@@ -63,15 +63,22 @@ def DataParallel : Pass<"graphc-data-parallel", "::mlir::ModuleOp"> {
     constant gradient is the same on every rank and is left alone) in the
     order backward completes them; 2) pack them into buckets of at most
     `bucket-mb` MiB (the first of at most `first-bucket-mb`, so the first
-    collective starts early, as PyTorch DDP does); 3) start each bucket's
-    `dist.allreduce_start mean` right after its last gradient is computed, so
-    it overlaps the rest of backward; 4) move the updates to the end of the
-    step and wait for each bucket just before the first op that reads one of
-    its gradients (the updates, or the overflow check of loss scaling, which
-    must see the reduced gradients so that every rank skips the same steps).
+    collective starts early, as PyTorch DDP does); 3) move the updates to the
+    end of the step, bucket by bucket; 4) start each bucket's
+    `dist.allreduce_start mean` right after its last gradient is computed (and
+    read by any op that wants the rank's own value), so it overlaps the rest
+    of backward; 5) wait for each bucket just before the first op that reads
+    one of its gradients (the updates, or the overflow check of loss scaling,
+    which must see the reduced gradients so that every rank skips the same
+    steps); 6) offset the dropout masks by the rank (below).
 
     The world size is not in the IR: the runtime divides by the number of
-    ranks the job has, and a one-rank job skips the collectives.
+    ranks the job has, and a one-rank job skips the collectives. Dropout
+    masks draw from the rank's place in the global batch (an `offset` of
+    `@graphc.rank` times the mask's size; graphrun sets the state), so the
+    ranks together drop what one process would. `overlap=false` starts every
+    bucket only once backward is done (the baseline overlap is measured
+    against).
 
     ```mlir
     // before
@@ -98,6 +105,8 @@ def DataParallel : Pass<"graphc-data-parallel", "::mlir::ModuleOp"> {
            "Most MiB in the first bucket, which backward completes first">,
     Option<"allreduceDtype", "allreduce-dtype", "std::string", /*default=*/"\"\"",
            "Wire type of f32 gradients: empty or fp32 (as computed), fp16 (compressed)">,
+    Option<"overlap", "overlap", "bool", /*default=*/"true",
+           "Start each bucket as backward completes it (false: all after backward)">,
   ];
 }
 

@@ -2,7 +2,8 @@
 # Builds the plan-loader fuzzer with clang (libFuzzer + ASan + UBSan) and runs
 # it for a bounded time, seeded with valid plans graphc compiles (each with an
 # embedded x86-64 kernel library and its launch table: elementwise, fused,
-# reduction and multi-tensor kernels; one with PTX too) and with the kernel
+# reduction and multi-tensor kernels; one with PTX too; gradient allreduce
+# buckets and synchronized batch norm's collectives) and with the kernel
 # library alone. Every file in runtime/fuzz/regressions/ (inputs that once
 # crashed it) is replayed first.
 #
@@ -38,6 +39,10 @@ mkdir -p "$out/corpus" "$out/artifacts"
 cp "$out/cpu_x86_64.so" "$out/corpus/fmnist_cnn_kernels.so"
 "$build/bin/graphc" compile "$src/models/resnet_tiny.mlir" --batch-size 1 --no-fuse \
   --optimizer adam -o "$out/corpus/resnet_tiny_unfused_adam.plan" > /dev/null
+# Collectives: many small gradient buckets in flight at once, fp16 on the
+# wire, and synchronized batch norm's blocking allreduces between them.
+"$build/bin/graphc" compile "$src/models/resnet_tiny.mlir" --batch-size 2 --sync-bn \
+  --bucket-mb 0.01 --allreduce-dtype fp16 -o "$out/corpus/resnet_tiny_collectives.plan" > /dev/null
 
 regressions=("$src"/runtime/fuzz/regressions/*)
 if [[ -e "${regressions[0]}" ]]; then

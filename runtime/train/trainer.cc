@@ -188,8 +188,9 @@ struct Programs {
   // FP16 loss scaling (graphc compile --amp=fp16): the f32 scale and the i64
   // count of steps skipped on overflow; -1 without.
   int32_t loss_scale = -1, skipped_steps = -1;
-  // The f32 number of ranks (graphc compile --sync-bn); -1 without.
-  int32_t world_size = -1;
+  // The f32 number of ranks (graphc compile --sync-bn) and the i64 rank of
+  // this process (dropout under data-parallel); -1 without.
+  int32_t world_size = -1, rank_state = -1;
   std::vector<int64_t> image_shape;
   int64_t batch = 0, classes = 0;
 };
@@ -209,6 +210,8 @@ StatusOr<Programs> FindPrograms(const Executor& exec) {
         p.skipped_steps = state->buffer();
       else if (name == "graphc.world_size" && b.dtype() == fb::DType::F32 && b.size() == 4)
         p.world_size = state->buffer();
+      else if (name == "graphc.rank" && b.dtype() == fb::DType::I64 && b.size() == 8)
+        p.rank_state = state->buffer();
     }
   if ((p.loss_scale < 0) != (p.skipped_steps < 0))
     return Status(ErrorCode::kUnsupported,
@@ -285,13 +288,15 @@ StatusOr<double> Evaluate(Executor& exec, const Programs& p, BatchSource& test,
   return *evaluated ? counts[0] / *evaluated : 0.0;
 }
 
-// FNV-1a over every state tensor's bytes, as two exact 32-bit halves.
+// FNV-1a over every state tensor's bytes (but the rank's own number), as two
+// exact 32-bit halves.
 StatusOr<std::vector<double>> StateChecksum(const Executor& exec) {
   uint64_t hash = 0xcbf29ce484222325ull;
   const fb::Plan& root = exec.plan().root();
   std::vector<uint8_t> bytes;
   if (root.states())
     for (const fb::State* state : *root.states()) {
+      if (StringOf(exec.buffer(state->buffer()).name()) == "graphc.rank") continue;
       bytes.resize(exec.buffer(state->buffer()).size());
       Status read = exec.Read(state->buffer(), bytes.data(), bytes.size());
       if (!read.ok()) return read;
@@ -491,6 +496,11 @@ Status Train(const Plan& plan, Backend& backend, const TrainOptions& o, std::ost
   if (p.world_size >= 0) {
     const float world = static_cast<float>(ranks);
     status = exec.Write(p.world_size, &world, sizeof(world));
+    if (!status.ok()) return status;
+  }
+  if (p.rank_state >= 0) {
+    const int64_t mine = rank;
+    status = exec.Write(p.rank_state, &mine, sizeof(mine));
     if (!status.ok()) return status;
   }
   if (ranks > 1) {

@@ -2,6 +2,8 @@
 // RUN: graphc-opt %s -graphc-data-parallel="first-bucket-mb=0.0000668 bucket-mb=0.0002" | FileCheck %s
 // RUN: graphc-opt %s -graphc-data-parallel="first-bucket-mb=0.0000668 bucket-mb=0.0002 allreduce-dtype=fp16" | FileCheck %s --check-prefix=WIRE
 // RUN: graphc-opt %s -graphc-data-parallel -graphc-optimizer="optimizer=sgd" | FileCheck %s --check-prefix=UPDATE
+// RUN: graphc-opt %s -graphc-data-parallel="first-bucket-mb=0.0000668 bucket-mb=0.0002 overlap=false" | FileCheck %s --check-prefix=AFTER
+// RUN: graphc-opt %S/Inputs/dropout-step.mlir -graphc-data-parallel | FileCheck %s --check-prefix=DROPOUT
 
 // Gradients in the order backward completes them: @a (64 bytes), @b (16),
 // @c (128); @d's is a constant, the same on every rank.
@@ -72,3 +74,19 @@ func.func @train_step(%x: tensor<4x4xf32>, %z: tensor<8x4xf32>) -> tensor<f32> {
 // UPDATE: nn.sgd %{{.+}}, %[[R]]#0
 // UPDATE: nn.sgd %{{.+}}, %[[R]]#2
 // UPDATE: nn.sgd %{{.+}}, %[[R]]#1
+
+// Tests that without overlap both buckets start only after backward, just
+// before the first update.
+// AFTER: %[[GC:.+]] = nn.mul
+// AFTER-NEXT: nn.reduce_sum %[[GC]] dims [0, 1]
+// AFTER-NEXT: %[[F0:.+]] = dist.allreduce_start mean %{{.+}} bucket 0
+// AFTER-NEXT: %[[F1:.+]]:2 = dist.allreduce_start mean %{{.+}}, %[[GC]] bucket 1
+// AFTER-NEXT: dist.allreduce_wait %[[F0]]
+
+// Tests that a dropout mask draws from the rank's place in the global batch:
+// offset = @graphc.rank * the mask's 64 elements (a state graphrun sets).
+// DROPOUT: %[[RANK:.+]] = nn.load @graphc.rank : tensor<i64>
+// DROPOUT: %[[SIZE:.+]] = nn.constant dense<64> : tensor<i64>
+// DROPOUT-NEXT: %[[OFFSET:.+]] = nn.mul %[[RANK]], %[[SIZE]] : tensor<i64>
+// DROPOUT-NEXT: nn.dropout_mask %{{.+}}, %{{.+}} offset %[[OFFSET]] rate 5.000000e-01 seed 3 : tensor<8x8xf32>, tensor<i64>, tensor<i64>
+// DROPOUT: nn.state @graphc.rank : tensor<i64> = zeros

@@ -135,6 +135,11 @@ cl::opt<bool> syncBn(
              "statistics averaged across ranks in forward and backward, the same on every "
              "rank (default: each rank's own batch, as PyTorch DDP)"),
     cl::sub(compileCommand), cl::cat(distributedCategory));
+cl::opt<bool> noAllreduceOverlap(
+    "no-allreduce-overlap",
+    cl::desc("Start every gradient allreduce only after backward (to measure what overlap "
+             "gains; by default each bucket starts as backward completes it)"),
+    cl::sub(compileCommand), cl::cat(distributedCategory));
 cl::opt<double> bucketMb("bucket-mb",
                          cl::desc("Most MiB of gradients per allreduce bucket (the first "
                                   "bucket holds at most 1 MiB, so it starts early)"),
@@ -348,7 +353,7 @@ void printPlanSummary(ModuleOp module, llvm::StringRef path, uint64_t fileBytes)
 
 /// What graphc-data-parallel did: how many bytes travel per step, in how many
 /// buckets, or that the plan trains on one rank only.
-void printAllreduceSummary(ModuleOp module, bool fp16Wire) {
+void printAllreduceSummary(ModuleOp module, bool fp16Wire, bool overlap) {
   llvm::raw_ostream &os = llvm::outs();
   auto buckets = module->getAttrOfType<DenseI64ArrayAttr>(graphc::kAllreduceBucketsAttr);
   if (!buckets) {
@@ -363,7 +368,8 @@ void printAllreduceSummary(ModuleOp module, bool fp16Wire) {
      << " in all (";
   llvm::interleave(
       buckets.asArrayRef(), os, [&](int64_t bytes) { os << mebibytes(bytes); }, ", ");
-  os << "), each started as backward completes it";
+  os << (overlap ? "), each started as backward completes it"
+                 : "), all started after backward (--no-allreduce-overlap)");
   if (fp16Wire)
     os << "; fp32 gradients travel as fp16";
   if (syncBn)
@@ -449,7 +455,8 @@ int main(int argc, char **argv) {
   if (noDataParallel)
     for (const cl::Option *option : {static_cast<const cl::Option *>(&bucketMb),
                                      static_cast<const cl::Option *>(&allreduceDtype),
-                                     static_cast<const cl::Option *>(&syncBn)})
+                                     static_cast<const cl::Option *>(&syncBn),
+                                     static_cast<const cl::Option *>(&noAllreduceOverlap)})
       if (option->getNumOccurrences())
         return fail("--" + option->ArgStr + " does not apply to --no-data-parallel");
   if (targetKind != "cpu" && targetKind != "cuda" && targetKind != "all")
@@ -572,6 +579,7 @@ int main(int argc, char **argv) {
   options.syncBn = syncBn;
   options.distributed.bucketMb = bucketMb;
   options.distributed.allreduceDtype = allreduceDtype;
+  options.distributed.overlap = !noAllreduceOverlap;
   if (!ampPrecision.empty()) {
     graphc::MixedPrecisionOptions &amp = options.mixedPrecision;
     amp.precision = ampPrecision;
@@ -643,7 +651,7 @@ int main(int argc, char **argv) {
         llvm::outs() << "half storage: train_step stores " << train[0] << " activations in "
                      << metadata.precision << ", " << mebibytes(train[1])
                      << " summed without reuse (fp32: " << mebibytes(2 * train[1]) << ")\n";
-    printAllreduceSummary(*module, allreduceDtype == "fp16");
+    printAllreduceSummary(*module, allreduceDtype == "fp16", !noAllreduceOverlap);
     if (fusionReport)
       printFusionReport(*module, options.fuse);
     return 0;

@@ -680,18 +680,23 @@ def NN_DropoutMaskOp : NN_Op<"dropout_mask", [Pure, InferTypeOpAdaptor]> {
     probability `rate` and 1 / (1 - rate) otherwise, drawn from a counter-based
     generator keyed by `seed` and the step counter `step`, so each step gets a
     fresh mask and a rerun the same one. Training-mode dropout is `x * mask`.
+    Element i draws with counter `offset + i` (offset 0 when absent):
+    graphc-data-parallel passes a rank's first index in the global batch, so
+    that the ranks together draw the mask one process would.
 
     ```mlir
     %m = nn.dropout_mask %x, %step rate 5.000000e-01 seed 1
         : tensor<8x4096xf32>, tensor<i64>
+    %m = nn.dropout_mask %x, %step offset %o rate 5.000000e-01 seed 1
+        : tensor<8x4096xf32>, tensor<i64>, tensor<i64>
     ```
   }];
   let arguments = (ins NN_FloatTensor:$shape_of, NN_I64Scalar:$step,
-                       F64Attr:$rate, I64Attr:$seed);
+                       Optional<NN_I64Scalar>:$offset, F64Attr:$rate, I64Attr:$seed);
   let results = (outs NN_FloatTensor:$result);
   let assemblyFormat = [{
-    $shape_of `,` $step `rate` $rate `seed` $seed attr-dict `:` type($shape_of) `,`
-    type($step)
+    $shape_of `,` $step (`offset` $offset^)? `rate` $rate `seed` $seed attr-dict `:`
+    type($shape_of) `,` type($step) (`,` type($offset)^)?
   }];
   let hasVerifier = 1;
 }
