@@ -158,6 +158,10 @@ uint64_t NonFiniteValues(const char* data, uint64_t bytes, fb::DType dtype) {
 
 }  // namespace
 
+bool IsRuntimeOwnedState(const std::string& name) {
+  return name == "graphc.rank" || name == "graphc.world_size";
+}
+
 Status SaveCheckpoint(const Executor& exec, const std::string& path,
                       const std::map<std::string, std::string>& metadata) {
   Status replaceable = CheckReplaceable(path);
@@ -177,6 +181,7 @@ Status SaveCheckpoint(const Executor& exec, const std::string& path,
     for (const fb::State* state : *root.states()) {
       const fb::Buffer& b = exec.buffer(state->buffer());
       std::string name = StringOf(b.name());
+      if (IsRuntimeOwnedState(name)) continue;
       if (name.empty() || header.contains(name))
         return Status(ErrorCode::kInvalidArgument,
                       "state buffer " + std::to_string(state->buffer()) +
@@ -276,6 +281,7 @@ Status LoadCheckpoint(Executor& exec, const std::string& path) {
     for (const fb::State* state : *root.states()) {
       const fb::Buffer& b = exec.buffer(state->buffer());
       const std::string name = StringOf(b.name());
+      if (IsRuntimeOwnedState(name)) continue;
       wanted.insert(name);
       auto it = header.find(name);
       if (it == header.end())

@@ -24,7 +24,14 @@
 
 namespace graphc::runtime {
 
-// Writes every state tensor of the executor's plan to `path`, with `metadata`
+// The states a run sets itself from the job it runs in (graphc.rank, the
+// process's rank; graphc.world_size, the number of ranks): not part of a
+// model's checkpoint, so one resumes on any number of ranks, and from before
+// a plan had them.
+bool IsRuntimeOwnedState(const std::string& name);
+
+// Writes every state tensor of the executor's plan to `path` (but the
+// runtime-owned ones), with `metadata`
 // as the file's __metadata__ (string to string, as safetensors requires).
 // Fails with kNonFinite naming the tensor, without touching `path`, when a
 // tensor holds NaN or infinity; with kIo when `path` exists and is not a
@@ -32,7 +39,8 @@ namespace graphc::runtime {
 Status SaveCheckpoint(const Executor& exec, const std::string& path,
                       const std::map<std::string, std::string>& metadata);
 
-// Sets every state tensor of the executor's plan from `path`. Like PyTorch's
+// Sets every state tensor of the executor's plan (but the runtime-owned
+// ones) from `path`. Like PyTorch's
 // strict load_state_dict: a tensor missing from the file, one the plan does
 // not have, or one of another dtype or shape is an error naming it, and
 // nothing is written unless the whole file checks out, NaN and infinity

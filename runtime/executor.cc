@@ -100,11 +100,14 @@ Executor::~Executor() {
   for (ProgramGraph& g : graph_of_) backend_.DestroyGraph(g.graph);
   // A run that failed between a start and its wait leaves the communication
   // thread writing into the arena: it is left allocated (the process is
-  // about to exit with the error) rather than freed under that thread.
+  // about to exit with the error) rather than freed under that thread
+  // (deliberately leaked, as the staging areas below).
   const bool in_flight = std::any_of(in_flight_.begin(), in_flight_.end(),
                                      [](const auto& buckets) { return !buckets.empty(); });
   for (DeviceMemory* memory : {&arena_, &state_, &constants_})
     if (memory->address != nullptr && !(in_flight && memory == &arena_)) backend_.Free(*memory);
+  // The host staging areas of an asynchronous device likewise.
+  if (in_flight) new std::map<std::pair<int, uint32_t>, std::vector<uint8_t>>(std::move(staging_));
 }
 
 DeviceMemory Executor::MemoryOf(int32_t index) const {

@@ -31,10 +31,19 @@ if os.path.exists(ptxas):
 # Open MPI's launcher (Debian's openmpi-bin, which setup.sh installs) for the
 # multi-rank tests; as root it needs these two variables to start.
 import shutil
+import subprocess
 if shutil.which("mpirun"):
     config.available_features.add("mpirun")
     config.environment["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
     config.environment["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+
+# Two "nodes" in network namespaces (test/runtime/two-nodes.test): root and
+# iproute2, and a kernel that lets this process create a namespace.
+if os.geteuid() == 0 and shutil.which("ip") and shutil.which("tc"):
+    probe = "graphc-lit-probe-%d" % os.getpid()
+    if subprocess.run(["ip", "netns", "add", probe], capture_output=True).returncode == 0:
+        subprocess.run(["ip", "netns", "del", probe], capture_output=True)
+        config.available_features.add("netns")
 
 # Debian's dataset-fashion-mnist (setup.sh installs it).
 if os.path.exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"):

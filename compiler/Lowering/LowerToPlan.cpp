@@ -198,9 +198,11 @@ LogicalResult LowerToPlanPass::lowerOp(Operation *op) {
   if (auto reduce = llvm::dyn_cast<dist::AllreduceOp>(op)) {
     FlatSymbolRefAttr input = bufferOf.lookup(reduce.getInput());
     FlatSymbolRefAttr result;
-    if (reduce.getInput().hasOneUse() &&
-        regionOf.lookup(rootOf(input).getValue()) == plan::Region::arena) {
-      result = input;  // nothing else reads the rank's own value: reduce it in place
+    // In place only when nothing else can read the rank's own value: the
+    // input has no other use and is no view of a buffer others may read.
+    if (reduce.getInput().hasOneUse() && rootOf(input) == input &&
+        regionOf.lookup(input.getValue()) == plan::Region::arena) {
+      result = input;
     } else {
       result = outputBuffer(reduce.getResult(), /*signature=*/nullptr);
       programBuilder.create<plan::CopyOp>(loc, ArrayAttr::get(ctx, {input}),

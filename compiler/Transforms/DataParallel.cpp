@@ -28,6 +28,27 @@ using namespace mlir;
 namespace graphc {
 namespace {
 
+/// The plan command's operand limit (plan.allreduce_start takes at most 1024).
+constexpr size_t kMaxBucketTensors = 1024;
+
+/// Every value that shares `value`'s memory once bufferized: reshapes and
+/// flattens are views (graphc-lower-to-plan), so the chain up to the value
+/// they view and every view of that, transitively.
+SmallVector<Value> viewsOf(Value value) {
+  Value root = value;
+  while (Operation *producer = root.getDefiningOp()) {
+    if (!llvm::isa<nn::ReshapeOp, nn::FlattenOp>(producer))
+      break;
+    root = producer->getOperand(0);
+  }
+  SmallVector<Value> views = {root};
+  for (size_t i = 0; i < views.size(); ++i)
+    for (Operation *user : views[i].getUsers())
+      if (llvm::isa<nn::ReshapeOp, nn::FlattenOp>(user))
+        views.push_back(user->getResult(0));
+  return views;
+}
+
 int64_t bytesOf(Value tensor) {
   auto type = llvm::cast<RankedTensorType>(tensor.getType());
   return type.getNumElements() * llvm::divideCeil(type.getElementTypeBitWidth(), 8);
@@ -70,8 +91,24 @@ struct DataParallelPass : impl::DataParallelBase<DataParallelPass> {
     for (nn::ApplyGradientOp update : updates) {
       Value g = update.getGradient();
       Operation *producer = g.getDefiningOp();
-      if (!producer || llvm::isa<nn::ConstantOp>(producer))
+      if (producer && llvm::isa<nn::ConstantOp>(producer))
         continue;
+      // Anything else that is not computed in the step's body would be left
+      // out silently, and the ranks' parameters would drift apart.
+      if (!producer || producer->getBlock() != &body || update->getBlock() != &body) {
+        update.emitOpError("graphc-data-parallel: the gradient of @")
+            << update.getParameter()
+            << " is not computed in @train_step's body, so it cannot be averaged across ranks";
+        return signalPassFailure();
+      }
+      for (Value view : viewsOf(g))
+        for (Operation *user : view.getUsers())
+          if (user == body.getTerminator()) {
+            user->emitOpError("graphc-data-parallel: @train_step returns the gradient of @")
+                << update.getParameter()
+                << " (or a view of it), whose memory the allreduce reduces in place";
+            return signalPassFailure();
+          }
       gradients.insert(g);
     }
     SmallVector<Value> order(gradients.begin(), gradients.end());
@@ -91,7 +128,8 @@ struct DataParallelPass : impl::DataParallelBase<DataParallelPass> {
       // The cap of the bucket being filled: the first one's is smaller.
       double capMb = buckets.size() == 1 ? firstBucketMb : bucketMb;
       int64_t cap = static_cast<int64_t>(capMb * 1024.0 * 1024.0);
-      if (buckets.empty() || bucketBytes + bytesOf(g) > cap) {
+      if (buckets.empty() || bucketBytes + bytesOf(g) > cap ||
+          buckets.back().size() == kMaxBucketTensors) {
         buckets.emplace_back();
         bucketBytes = 0;
       }
@@ -134,18 +172,24 @@ struct DataParallelPass : impl::DataParallelBase<DataParallelPass> {
     if (!overlap)
       for (Value g : order)
         for (Operation *user : g.getUsers())
-          if (readsReduced(user) && (!firstConsumer || user->isBeforeInBlock(firstConsumer)))
-            firstConsumer = user;
+          if (Operation *top = body.findAncestorOpInBlock(*user);
+              top && readsReduced(user) && (!firstConsumer || top->isBeforeInBlock(firstConsumer)))
+            firstConsumer = top;
     for (auto [index, bucket] : llvm::enumerate(buckets)) {
       Operation *anchor = bucket.back().getDefiningOp();
       if (firstConsumer && firstConsumer->getPrevNode() &&
           anchor->isBeforeInBlock(firstConsumer->getPrevNode()))
         anchor = firstConsumer->getPrevNode();
+      // Readers of the gradient's memory, through any view of it, that are
+      // not the updates (views themselves only alias it).
       for (Value g : bucket)
-        for (Operation *user : g.getUsers())
-          if (!readsReduced(user) && user->getBlock() == &body) {
+        for (Value view : viewsOf(g))
+          for (Operation *user : view.getUsers()) {
+            if ((view == g && readsReduced(user)) ||
+                llvm::isa<nn::ReshapeOp, nn::FlattenOp>(user))
+              continue;
             Operation *top = body.findAncestorOpInBlock(*user);
-            if (top && anchor->isBeforeInBlock(top))
+            if (top && top != body.getTerminator() && anchor->isBeforeInBlock(top))
               anchor = top;
           }
       // Starts are made in bucket order and never move back past another.
@@ -175,8 +219,9 @@ struct DataParallelPass : impl::DataParallelBase<DataParallelPass> {
       Operation *first = nullptr;
       for (Value g : bucket)
         for (Operation *user : g.getUsers())
-          if (readsReduced(user) && (!first || user->isBeforeInBlock(first)))
-            first = user;
+          if (Operation *top = body.findAncestorOpInBlock(*user);
+              top && readsReduced(user) && (!first || top->isBeforeInBlock(first)))
+            first = top;
       if (first && first->isBeforeInBlock(start)) {
         first->emitOpError("reads a reduced gradient before its allreduce can start "
                            "(another op reads the rank's own value later)");

@@ -85,7 +85,8 @@ class SingleRankCommunicator final : public Communicator {
 }  // namespace
 
 bool InsideMpiJob() {
-  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMIX_RANK") != nullptr;
+  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMIX_RANK") != nullptr ||
+         std::getenv("PMI_RANK") != nullptr;
 }
 
 std::unique_ptr<Communicator> NewSingleRankCommunicator() {

@@ -130,8 +130,10 @@ class Communicator {
 };
 
 // True when the environment says an MPI launcher started this process
-// (OMPI_COMM_WORLD_SIZE, set by Open MPI's mpirun, or PMIX_RANK, set by PMIx
-// launchers such as srun --mpi=pmix).
+// (OMPI_COMM_WORLD_SIZE, set by Open MPI's mpirun; PMIX_RANK, set by PMIx
+// launchers such as srun --mpi=pmix; PMI_RANK, set by MPICH-style launchers,
+// under which this Open MPI build then fails to join, loudly, rather than
+// every process training alone).
 bool InsideMpiJob();
 
 // The communicator of a job of one: rank 0 of 1, collectives that leave the

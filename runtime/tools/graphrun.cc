@@ -69,13 +69,26 @@ struct DeviceOptions {
   bool tf32 = false;
 };
 
-StatusOr<CreatedBackend> MakeBackend(const DeviceOptions& d) {
+// `local_rank`: this rank's index on its machine, which picks its GPU (one
+// rank per GPU); where the machine has fewer GPUs, ranks share device 0 (the
+// communicator stages their buffers through host memory).
+StatusOr<CreatedBackend> MakeBackend(const DeviceOptions& d, int local_rank = 0) {
   StatusOr<DeviceKind> kind = ParseDeviceKind(d.device);
   if (!kind.ok()) return kind.status();
   BackendOptions options;
   options.cpu_threads = static_cast<int>(d.threads);
   options.tf32 = d.tf32;
-  return CreateBackend(*kind, options);
+  options.cuda_device = local_rank;
+  StatusOr<CreatedBackend> created = CreateBackend(*kind, options);
+  if (local_rank == 0 || (created.ok() && created->backend->name() == std::string("cuda")))
+    return created;
+  options.cuda_device = 0;
+  StatusOr<CreatedBackend> shared = CreateBackend(*kind, options);
+  if (shared.ok() && shared->backend->name() == std::string("cuda"))
+    shared->reason = "local rank " + std::to_string(local_rank) + " shares cuda:0" +
+                     (created.ok() ? std::string() : ": " + created.status().message());
+  if (shared.ok() || !created.ok()) return shared;
+  return created;
 }
 
 struct LaunchOptions {
@@ -115,6 +128,9 @@ int Relaunch(int argc, char** argv, const LaunchOptions& l, const DeviceOptions&
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
     setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
   }
+  // Seen by the ranks: a rank that finds itself outside an MPI job (an
+  // mpirun that is not Open MPI's) says so instead of launching again.
+  setenv("GRAPHC_RELAUNCHED", "1", 1);
   std::vector<char*> exec_args;
   for (std::string& a : args) exec_args.push_back(a.data());
   exec_args.push_back(nullptr);
@@ -161,9 +177,9 @@ int RunTrainingOn(TrainOptions& o, const DeviceOptions& d, Communicator& comm) {
     if (!signed_by.ok()) return Fail(signed_by);
   }
   // Outputs are checked before the device starts (which may take seconds).
-  Status status = CheckOutputs(o);
+  Status status = CheckOutputs(RankOutputs(o, comm.rank()));
   if (!status.ok()) return Fail(status);
-  StatusOr<CreatedBackend> created = MakeBackend(d);
+  StatusOr<CreatedBackend> created = MakeBackend(d, comm.local_rank());
   if (!created.ok()) return Fail(created.status());
   Backend& backend = *created->backend;
   // Only rank 0 speaks (the trainer does the same).
@@ -213,6 +229,21 @@ CLI::Validator InRange(int64_t lowest, int64_t highest) {
                std::to_string(highest) + "], got '" + Printable(value) + "'";
       },
       "N in [" + std::to_string(lowest) + ", " + std::to_string(highest) + "]");
+}
+
+// Seconds in (0, highest], or a one-line error that says so (NaN, infinity
+// and trailing text are refused, as InRange refuses them for integers).
+CLI::Validator Seconds(double highest) {
+  return CLI::Validator(
+      [highest](std::string& value) -> std::string {
+        errno = 0;
+        char* end = nullptr;
+        const double v = std::strtod(value.c_str(), &end);
+        if (!value.empty() && errno == 0 && *end == '\0' && v > 0 && v <= highest) return "";
+        return "must be a number of seconds in (0, " + std::to_string(int64_t(highest)) +
+               "], got '" + Printable(value) + "'";
+      },
+      "SECONDS in (0, " + std::to_string(int64_t(highest)) + "]");
 }
 
 // Runs `body`; whatever escapes it (a bug, or memory running out) is one line
@@ -317,7 +348,7 @@ int Main(int argc, char** argv) {
   app.add_option("--collective-timeout", launch.collective_timeout,
                  "seconds a collective may take before every rank stops with an error naming "
                  "it and the ranks that did not arrive (default 300)")
-      ->check(CLI::Range(0.001, 1e6));
+      ->check(Seconds(1e6));
   std::string plan_path;
   std::string device = "none";
   bool no_buffers = false, no_commands = false;
@@ -357,8 +388,13 @@ int Main(int argc, char** argv) {
     if (launch.nodes == 0 && (launch.ranks_per_node != 1 || !launch.hostfile.empty()))
       return Fail(Status(ErrorCode::kInvalidArgument,
                          "--ranks-per-node and --hostfile go with --nodes"));
-    if (launch.nodes * launch.ranks_per_node > 1 && !InsideMpiJob())
+    if (launch.nodes * launch.ranks_per_node > 1 && !InsideMpiJob()) {
+      if (std::getenv("GRAPHC_RELAUNCHED") != nullptr)
+        return Fail(Status(ErrorCode::kUnavailable,
+                           "started by mpirun, but this process sees no Open MPI job: is the "
+                           "mpirun on PATH Open MPI's? (graphrun is built against Open MPI)"));
       return Relaunch(argc, argv, launch, device_options);
+    }
     return RunTraining(train, device_options, launch);
   }
   StatusOr<std::unique_ptr<Plan>> plan = Plan::FromFile(plan_path);

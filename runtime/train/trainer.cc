@@ -25,6 +25,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <set>
 #include <sstream>
 #include <utility>
 #include <vector>
@@ -330,9 +331,19 @@ Status CheckSameStateOnEveryRank(const Executor& exec, Communicator& comm) {
 Status BroadcastPlainState(Executor& exec, Communicator& comm) {
   const fb::Plan& root = exec.plan().root();
   if (root.states() == nullptr) return Status::Ok();
+  // A model's own plain states (batch-norm statistics): not graphc's
+  // (graphc.*) and not an optimizer's (named after their parameter).
+  std::set<std::string> parameters;
+  for (const fb::State* state : *root.states())
+    if (state->trainable()) parameters.insert(StringOf(exec.buffer(state->buffer()).name()));
+  auto optimizer_state = [&](const std::string& name) {
+    const size_t dot = name.rfind('.');
+    return dot != std::string::npos && parameters.count(name.substr(0, dot));
+  };
   std::vector<uint8_t> bytes;
   for (const fb::State* state : *root.states()) {
-    if (state->trainable()) continue;
+    const std::string name = StringOf(exec.buffer(state->buffer()).name());
+    if (state->trainable() || name.rfind("graphc.", 0) == 0 || optimizer_state(name)) continue;
     const fb::Buffer& b = exec.buffer(state->buffer());
     bytes.resize(b.size());
     Status status = exec.Read(state->buffer(), bytes.data(), bytes.size());
@@ -407,6 +418,12 @@ nlohmann::json TraceJson(const Executor& exec, const Plan& plan, int rank, int r
 
 }  // namespace
 
+TrainOptions RankOutputs(const TrainOptions& o, int rank) {
+  TrainOptions mine = o;
+  if (rank != 0) mine.save.clear(), mine.report.clear();
+  return mine;
+}
+
 Status CheckOutputs(const TrainOptions& o) {
   std::vector<std::pair<std::string, std::string>> inputs = {{"the plan", o.plan_path},
                                                              {"--resume", o.resume}};
@@ -429,11 +446,14 @@ Status CheckOutputs(const TrainOptions& o) {
                           (what == "the plan" ? "the plan" : "the file " + what + " reads") +
                           "; refusing to overwrite it");
   }
-  for (const auto& [a, b] : {std::pair{&o.save, &o.report}, std::pair{&o.save, &o.trace},
-                             std::pair{&o.report, &o.trace}})
-    if (!a->empty() && !b->empty() && (*a == *b || FileIdentity(*a) == FileIdentity(*b)))
-      return Status(ErrorCode::kInvalidArgument,
-                    "two of --save, --report and --trace name the same file, " + Printable(*a));
+  for (size_t a = 0; a < std::size(outputs); ++a)
+    for (size_t b = a + 1; b < std::size(outputs); ++b) {
+      const std::string &x = *outputs[a].second, &y = *outputs[b].second;
+      if (!x.empty() && !y.empty() && (x == y || FileIdentity(x) == FileIdentity(y)))
+        return Status(ErrorCode::kInvalidArgument,
+                      std::string(outputs[a].first) + " and " + outputs[b].first +
+                          " name the same file, " + Printable(x));
+    }
   if (!o.save.empty()) {
     // Fail now, not after the first K steps.
     const std::string dir = DirectoryOf(o.save);
@@ -454,7 +474,7 @@ Status Train(const Plan& plan, Backend& backend, const TrainOptions& o, std::ost
   NullBuffer null_buffer;
   std::ostream null_out(&null_buffer);
   std::ostream& out = rank == 0 ? rank_out : null_out;
-  Status status = CheckOutputs(o);
+  Status status = CheckOutputs(RankOutputs(o, rank));
   if (!status.ok()) return status;
   StatusOr<std::unique_ptr<Executor>> created = Executor::Create(plan, backend);
   if (!created.ok()) return created.status();
@@ -650,6 +670,20 @@ Status Train(const Plan& plan, Backend& backend, const TrainOptions& o, std::ost
       // A parameter or batch-norm statistic gone NaN stops the run here,
       // named, before it can reach a checkpoint or a report.
       status = exec.CheckStateFinite();
+      if (ranks > 1) {
+        // Decided together: one rank's non-finite batch-norm statistic
+        // stops every rank here, not just its own (the others would wait
+        // for it in the next collective).
+        std::vector<double> failed = {status.ok() ? 0.0 : double(rank + 1)};
+        Status agreed = comm.AllreduceDoubles(
+            "the state check of step " + std::to_string(start_step + done), failed,
+            ScalarReduction::kMax);
+        if (!agreed.ok()) return agreed;
+        if (status.ok() && failed[0] > 0)
+          return Diverged(start_step + done,
+                          "rank " + std::to_string(int(failed[0]) - 1) +
+                              "'s state holds NaN or infinity (that rank names the tensor)");
+      }
       if (!status.ok()) return Diverged(start_step + done, status.message());
     }
     if (display) {

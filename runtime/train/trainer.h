@@ -58,6 +58,10 @@ struct TrainOptions {
 // data, keys) or the other output (--save may be --resume's file).
 Status CheckOutputs(const TrainOptions& options);
 
+// The options with only what rank `rank` writes: rank 0 writes --save and
+// --report, every rank its own --trace.
+TrainOptions RankOutputs(const TrainOptions& options, int rank);
+
 class Communicator;
 
 // Trains `plan` on `backend` as `options` say, printing to `out`. With `comm`

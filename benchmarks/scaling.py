@@ -1,0 +1,288 @@
+#!/usr/bin/python3
+"""Data-parallel scaling: 1 rank vs 2 ranks, on one machine and across two
+"nodes" joined by a shaped link, the way the distributed ResNet-50 reference
+tables report it (total images/sec, speedup, scaling efficiency).
+
+  sudo benchmarks/scaling.py [--model resnet50] [--batch 8] [--repeats 3]
+                             [--out benchmarks/results] [--no-netns]
+
+Every rank gets the same cores (--threads: the machine's cores / 2), so the
+one-rank baseline and each of the two ranks compute alike, and what the
+efficiency loses is communication that compute did not hide. Configurations:
+
+  - 1 rank;
+  - 2 independent 1-rank runs at once (no communication at all): what sharing
+    the machine costs two ranks by itself, the ceiling for the rows below;
+  - 2 ranks on this machine (`graphrun --nodes 2`: Open MPI over shared
+    memory), overlap on and off;
+  - 2 "nodes": two network namespaces joined by a veth pair, one rank in each,
+    Open MPI over TCP (mpirun's remote shell is `ip netns exec`), the link
+    shaped with `tc ... tbf` to 10 Gbit/s and 1 Gbit/s; at each speed FP32 vs
+    FP16 gradients on the wire (graphc --allreduce-dtype) and overlap on vs
+    off (graphc --no-allreduce-overlap); at 1 Gbit/s also bucket sizes
+    (--bucket-mb 5 and 100 next to the default 25).
+
+The configurations run in rounds (each once per round) so that drifts in
+machine speed hit all alike; each run reports the median images/sec of its
+timed steps (warmup excluded), and the table gives the median over the rounds.
+Writes scaling.json and scaling.png into --out. The namespaces need root and
+iproute2 (`ip`, `tc`); without them (or with --no-netns) only the one-machine
+rows are measured, and the JSON says why.
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fusion import ROOT, machine, save_summary, tool  # noqa: E402
+
+NAMESPACES = ("graphc-scale0", "graphc-scale1")
+DEVICES = ("gcs-veth0", "gcs-veth1")
+ADDRESSES = ("10.77.91.1", "10.77.91.2")
+SUBNET = "10.77.91.0/24"
+# tbf needs a bucket of at least rate / HZ; these leave room at both speeds.
+LINKS = {"10gbit": ("10 Gbit/s", "4mb"), "1gbit": ("1 Gbit/s", "512kb")}
+
+
+def sh(*cmd, check=True):
+    return subprocess.run(list(cmd), check=check, capture_output=True, text=True)
+
+
+class TwoNodes:
+    """Two network namespaces joined by a veth pair, and what mpirun needs to
+    start one rank in each: a hostfile and a remote shell that enters the
+    namespace of the host it is given."""
+
+    def __init__(self, workdir):
+        self.workdir = workdir
+        self.teardown()
+        sh("ip", "netns", "add", NAMESPACES[0])
+        sh("ip", "netns", "add", NAMESPACES[1])
+        sh("ip", "link", "add", DEVICES[0], "type", "veth", "peer", "name", DEVICES[1])
+        for ns, dev, addr in zip(NAMESPACES, DEVICES, ADDRESSES):
+            sh("ip", "link", "set", dev, "netns", ns)
+            sh("ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", dev)
+            sh("ip", "-n", ns, "link", "set", dev, "up")
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+        self.hostfile = os.path.join(workdir, "hosts")
+        with open(self.hostfile, "w") as f:
+            f.write("".join(f"{a} slots=1\n" for a in ADDRESSES))
+        self.agent = os.path.join(workdir, "netns-rsh")
+        cases = "".join(f"  {a}) ns={n} ;;\n" for a, n in zip(ADDRESSES, NAMESPACES))
+        with open(self.agent, "w") as f:
+            f.write("#!/bin/sh\n# mpirun's remote shell: HOST COMMAND... run in HOST's namespace\n"
+                    f"host=$1; shift\ncase $host in\n{cases}"
+                    "  *) echo \"netns-rsh: unknown host $host\" >&2; exit 1 ;;\nesac\n"
+                    "exec ip netns exec \"$ns\" sh -c \"$*\"\n")
+        os.chmod(self.agent, 0o755)
+
+    def shape(self, link):
+        for ns, dev in zip(NAMESPACES, DEVICES):
+            sh("ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", dev, "root", check=False)
+            if link:
+                rate, burst = link, LINKS[link][1]
+                sh("ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", "tbf",
+                   "rate", rate, "burst", burst, "latency", "50ms")
+
+    def launch(self):
+        return ["ip", "netns", "exec", NAMESPACES[0], "mpirun", "--hostfile", self.hostfile,
+                "-np", "2", "--map-by", "ppr:1:node", "--bind-to", "none",
+                "--mca", "plm_rsh_agent", self.agent, "--mca", "btl", "self,tcp",
+                "--mca", "btl_tcp_if_include", SUBNET, "--mca", "oob_tcp_if_include", SUBNET]
+
+    @staticmethod
+    def teardown():
+        for ns in NAMESPACES:
+            sh("ip", "netns", "del", ns, check=False)
+
+
+def netns_unavailable():
+    if os.geteuid() != 0:
+        return "not root (network namespaces need CAP_NET_ADMIN)"
+    for binary in ("ip", "tc", "mpirun"):
+        if not shutil.which(binary):
+            return f"no {binary} on this machine"
+    probe = sh("ip", "netns", "add", "graphc-scale-probe", check=False)
+    if probe.returncode != 0:
+        return "cannot create a network namespace: " + probe.stderr.strip()
+    sh("ip", "netns", "del", "graphc-scale-probe", check=False)
+    return None
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="resnet50")
+    parser.add_argument("--batch", type=int, default=8, help="batch per rank")
+    parser.add_argument("--steps", type=int, default=4, help="timed steps per run")
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=3, help="rounds (median)")
+    parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
+    parser.add_argument("--build", default=os.environ.get("GRAPHC_BUILD_DIR",
+                                                          os.path.join(ROOT, "build")))
+    parser.add_argument("--no-netns", action="store_true", help="one machine only")
+    args = parser.parse_args()
+    if args.repeats < 1 or args.steps < 1:
+        sys.exit("scaling.py: --repeats and --steps must be at least 1")
+    graphc, graphrun = tool("graphc", args.build), tool("graphrun", args.build)
+    model = os.path.join(ROOT, "models", f"{args.model}.mlir")
+    if not os.path.exists(model):
+        sys.exit(f"scaling.py: no model {model}")
+    os.makedirs(args.out, exist_ok=True)
+    work = tempfile.mkdtemp(prefix="graphc-scaling-")
+    threads = max(1, (os.cpu_count() or 2) // 2)
+    os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+    os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+
+    # One plan per compile-time variant: (wire, overlap, bucket MiB).
+    variants = [("fp32", True, 25), ("fp32", False, 25), ("fp16", True, 25),
+                ("fp16", False, 25), ("fp32", True, 5), ("fp32", True, 100)]
+    plans = {}
+    for wire, overlap, bucket in variants:
+        plan = os.path.join(work, f"{wire}-{'overlap' if overlap else 'after'}-{bucket}.plan")
+        cmd = [graphc, "compile", model, "--batch-size", str(args.batch), "--lr", "0.01",
+               "--allreduce-dtype", wire, "--bucket-mb", str(bucket), "-o", plan]
+        if not overlap:
+            cmd.append("--no-allreduce-overlap")
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        plans[(wire, overlap, bucket)] = plan
+        summary_line = [l for l in out.splitlines() if l.startswith("data-parallel:")]
+        print(f"compiled {args.model} batch {args.batch}: {summary_line[0] if summary_line else ''}",
+              flush=True)
+
+    why_not = "--no-netns" if args.no_netns else netns_unavailable()
+    configs = [
+        {"name": "1 rank", "link": None, "ranks": 1, "variant": ("fp32", True, 25)},
+        {"name": "2 separate runs", "link": "none", "ranks": 2,
+         "variant": ("fp32", True, 25)},
+        {"name": "2 ranks, one machine", "link": "shm", "ranks": 2,
+         "variant": ("fp32", True, 25)},
+        {"name": "2 ranks, one machine", "link": "shm", "ranks": 2,
+         "variant": ("fp32", False, 25)},
+    ]
+    if why_not is None:
+        for link in LINKS:
+            for wire in ("fp32", "fp16"):
+                for overlap in (True, False):
+                    configs.append({"name": f"2 nodes, {LINKS[link][0]}", "link": link,
+                                    "ranks": 2, "variant": (wire, overlap, 25)})
+        for bucket in (5, 100):
+            configs.append({"name": "2 nodes, 1 Gbit/s", "link": "1gbit", "ranks": 2,
+                            "variant": ("fp32", True, bucket)})
+    else:
+        print(f"two-node rows skipped: {why_not}", flush=True)
+
+    nodes = TwoNodes(work) if why_not is None else None
+    try:
+        for r in range(args.repeats):
+            for i, c in enumerate(configs):
+                plan = plans[c["variant"]]
+                report = os.path.join(work, f"run-{i}.json")
+                run = [graphrun, plan, "--steps", str(args.steps + args.warmup), "--warmup",
+                       str(args.warmup), "--threads", str(threads), "--report", report]
+                if c["link"] == "none":
+                    # Two plain one-rank runs side by side: their rates add up.
+                    second = os.path.join(work, f"run-{i}-b.json")
+                    procs = [subprocess.Popen(run[:-1] + [path], stdout=subprocess.DEVNULL)
+                             for path in (report, second)]
+                    if any(p.wait() != 0 for p in procs):
+                        sys.exit("scaling.py: a separate run failed")
+                    with open(report) as f, open(second) as g:
+                        a, b = json.load(f), json.load(g)
+                    c.setdefault("runs", []).append(a["total_images_per_sec"] +
+                                                    b["total_images_per_sec"])
+                    c.setdefault("wait_s", []).append(0.0)
+                    print(f"round {r + 1}/{args.repeats} {c['name']}: "
+                          f"{c['runs'][-1]:.2f} images/sec", flush=True)
+                    continue
+                if c["ranks"] == 1:
+                    cmd = run
+                elif c["link"] == "shm":
+                    cmd = run + ["--nodes", "2"]
+                else:
+                    nodes.shape(c["link"])
+                    cmd = nodes.launch() + run
+                subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+                with open(report) as f:
+                    j = json.load(f)
+                c.setdefault("runs", []).append(j["total_images_per_sec"])
+                c.setdefault("wait_s", []).append(max(j.get("per_rank_collective_wait_seconds",
+                                                            [0])))
+                wire, overlap, bucket = c["variant"]
+                print(f"round {r + 1}/{args.repeats} {c['name']} ({wire}, "
+                      f"{'overlap' if overlap else 'no overlap'}, {bucket} MiB buckets): "
+                      f"{j['total_images_per_sec']:.2f} images/sec", flush=True)
+    finally:
+        if nodes:
+            nodes.teardown()
+        shutil.rmtree(work, ignore_errors=True)
+
+    base = statistics.median(configs[0]["runs"])
+    table = []
+    for c in configs:
+        wire, overlap, bucket = c["variant"]
+        total = statistics.median(c["runs"])
+        speedup = total / base
+        table.append({
+            "configuration": c["name"], "link": c["link"] or "-", "ranks": c["ranks"],
+            "allreduce_dtype": wire, "overlap": overlap, "bucket_mb": bucket,
+            "total_images_per_sec": total, "speedup": speedup,
+            "scaling_efficiency": speedup / c["ranks"], "runs": c["runs"],
+            "collective_wait_seconds_max_rank": c["wait_s"],
+        })
+    summary = {"machine": machine(), "date": time.strftime("%Y-%m-%d"), "model": args.model,
+               "batch_per_rank": args.batch, "threads_per_rank": threads,
+               "steps": args.steps, "warmup": args.warmup, "repeats": args.repeats,
+               "two_nodes": "measured" if why_not is None else f"skipped: {why_not}",
+               "results": table}
+
+    print()
+    print(f"machine: {summary['machine']}; {args.model}, batch {args.batch} per rank, "
+          f"{threads} thread(s) per rank, FP32 compute; median of {args.repeats} rounds")
+    print(f"{'configuration':<22} {'wire':>5} {'overlap':>8} {'bucket':>7} "
+          f"{'total img/s':>12} {'speedup':>8} {'efficiency':>11}")
+    for row in table:
+        collective = row["ranks"] > 1 and row["link"] != "none"
+        wire = row["allreduce_dtype"] if collective else "-"
+        overlap = ("yes" if row["overlap"] else "no") if collective else "-"
+        bucket = f"{row['bucket_mb']} MiB" if collective else "-"
+        print(f"{row['configuration']:<22} {wire:>5} {overlap:>8} {bucket:>7} "
+              f"{row['total_images_per_sec']:>12.2f} {row['speedup']:>7.2f}x "
+              f"{row['scaling_efficiency']:>11.2f}")
+
+    plt = save_summary(summary, args.out, "scaling")
+    labels, values, colors = [], [], []
+    for row in table[1:]:
+        label = row["configuration"].replace("2 nodes, ", "").replace(", one machine", "\nshared memory")
+        if row["link"] != "none":
+            label += f"\n{row['allreduce_dtype']}, {'overlap' if row['overlap'] else 'after bwd'}"
+            if row["bucket_mb"] != 25:
+                label += f", {row['bucket_mb']} MiB"
+        labels.append(label)
+        values.append(row["scaling_efficiency"])
+        colors.append("#2ca02c" if row["link"] == "none" else
+                      "#1f77b4" if row["overlap"] else "#9e9e9e")
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(labels)), 4))
+    bars = ax.bar(range(len(labels)), values, color=colors)
+    for bar, v in zip(bars, values):
+        ax.text(bar.get_x() + bar.get_width() / 2, v, f"{v:.2f}", ha="center", va="bottom",
+                fontsize=8)
+    ax.set_xticks(range(len(labels)))
+    ax.set_xticklabels(labels, fontsize=7)
+    ax.axhline(1.0, color="black", linewidth=0.5)
+    ax.set_ylabel("scaling efficiency (2 ranks vs 1)")
+    ax.set_ylim(0, 1.15)
+    ax.set_title(f"{args.model}, batch {args.batch}/rank, {threads} thread(s)/rank: "
+                 f"{summary['machine']}", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(args.out, "scaling.png"), dpi=120)
+    print(f"\nwrote {os.path.join(args.out, 'scaling.json')} and scaling.png")
+
+
+if __name__ == "__main__":
+    main()
