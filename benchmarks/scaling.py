@@ -5,6 +5,7 @@ tables report it (total images/sec, speedup, scaling efficiency).
 
   sudo benchmarks/scaling.py [--model resnet50] [--batch 8] [--repeats 3]
                              [--out benchmarks/results] [--no-netns]
+  benchmarks/scaling.py --replot benchmarks/results/scaling.json   (redraw only)
 
 Every rank gets the same cores (--threads: the machine's cores / 2), so the
 one-rank baseline and each of the two ranks compute alike, and what the
@@ -115,6 +116,37 @@ def netns_unavailable():
     return None
 
 
+def plot(summary, out):
+    """Writes OUT/scaling.json and OUT/scaling.png (efficiency per configuration)."""
+    plt = save_summary(summary, out, "scaling")
+    table = summary["results"]
+    labels, values, colors = [], [], []
+    for row in table[1:]:
+        label = row["configuration"].replace("2 nodes, ", "").replace(", one machine", "\nshared memory")
+        if row["link"] != "none":
+            label += f"\n{row['allreduce_dtype']}, {'overlap' if row['overlap'] else 'after bwd'}"
+            if row["bucket_mb"] != 25:
+                label += f"\n{row['bucket_mb']} MiB buckets"
+        labels.append(label)
+        values.append(row["scaling_efficiency"])
+        colors.append("#2ca02c" if row["link"] == "none" else
+                      "#1f77b4" if row["overlap"] else "#9e9e9e")
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(labels)), 4))
+    bars = ax.bar(range(len(labels)), values, color=colors)
+    for bar, v in zip(bars, values):
+        ax.text(bar.get_x() + bar.get_width() / 2, v, f"{v:.2f}", ha="center", va="bottom",
+                fontsize=8)
+    ax.set_xticks(range(len(labels)))
+    ax.set_xticklabels(labels, fontsize=7)
+    ax.axhline(1.0, color="black", linewidth=0.5)
+    ax.set_ylabel("scaling efficiency (2 ranks vs 1)")
+    ax.set_ylim(0, 1.15)
+    ax.set_title(f"{summary['model']}, batch {summary['batch_per_rank']}/rank, "
+                 f"{summary['threads_per_rank']} thread(s)/rank: {summary['machine']}", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "scaling.png"), dpi=120)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="resnet50")
@@ -126,7 +158,14 @@ def main():
     parser.add_argument("--build", default=os.environ.get("GRAPHC_BUILD_DIR",
                                                           os.path.join(ROOT, "build")))
     parser.add_argument("--no-netns", action="store_true", help="one machine only")
+    parser.add_argument("--replot", metavar="JSON",
+                        help="redraw the chart of an earlier run's scaling.json, measuring nothing")
     args = parser.parse_args()
+    if args.replot:
+        with open(args.replot) as f:
+            plot(json.load(f), args.out)
+        print(f"wrote {os.path.join(args.out, 'scaling.png')}")
+        return
     if args.repeats < 1 or args.steps < 1:
         sys.exit("scaling.py: --repeats and --steps must be at least 1")
     graphc, graphrun = tool("graphc", args.build), tool("graphrun", args.build)
@@ -255,32 +294,7 @@ def main():
               f"{row['total_images_per_sec']:>12.2f} {row['speedup']:>7.2f}x "
               f"{row['scaling_efficiency']:>11.2f}")
 
-    plt = save_summary(summary, args.out, "scaling")
-    labels, values, colors = [], [], []
-    for row in table[1:]:
-        label = row["configuration"].replace("2 nodes, ", "").replace(", one machine", "\nshared memory")
-        if row["link"] != "none":
-            label += f"\n{row['allreduce_dtype']}, {'overlap' if row['overlap'] else 'after bwd'}"
-            if row["bucket_mb"] != 25:
-                label += f", {row['bucket_mb']} MiB"
-        labels.append(label)
-        values.append(row["scaling_efficiency"])
-        colors.append("#2ca02c" if row["link"] == "none" else
-                      "#1f77b4" if row["overlap"] else "#9e9e9e")
-    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(labels)), 4))
-    bars = ax.bar(range(len(labels)), values, color=colors)
-    for bar, v in zip(bars, values):
-        ax.text(bar.get_x() + bar.get_width() / 2, v, f"{v:.2f}", ha="center", va="bottom",
-                fontsize=8)
-    ax.set_xticks(range(len(labels)))
-    ax.set_xticklabels(labels, fontsize=7)
-    ax.axhline(1.0, color="black", linewidth=0.5)
-    ax.set_ylabel("scaling efficiency (2 ranks vs 1)")
-    ax.set_ylim(0, 1.15)
-    ax.set_title(f"{args.model}, batch {args.batch}/rank, {threads} thread(s)/rank: "
-                 f"{summary['machine']}", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.path.join(args.out, "scaling.png"), dpi=120)
+    plot(summary, args.out)
     print(f"\nwrote {os.path.join(args.out, 'scaling.json')} and scaling.png")
 
 
