@@ -85,6 +85,8 @@ class Executor {
   // host buffers), and programs with collectives are not replayed as graphs.
   void set_communicator(Communicator* comm) { comm_ = comm; }
   bool distributed() const;
+  // Whether `program` has collectives (a data-parallel plan's train_step).
+  bool has_collectives(int program) const { return has_collectives_[program]; }
 
   // While on, every command of a run is recorded as a span (graphrun
   // --trace): kernels and library calls on the compute track, and each

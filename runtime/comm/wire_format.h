@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "runtime/comm/communicator.h"
+#include "runtime/half_float.h"
 #include "runtime/status.h"
 
 namespace graphc::runtime::comm {
@@ -29,51 +30,12 @@ inline float BitsFloat(uint32_t u) {
   return f;
 }
 
-// IEEE binary16, round to nearest even; overflow gives infinity, a NaN stays a
-// (quiet) NaN with its top payload bits, as the F16C instructions do, so that
-// the vector and the scalar paths agree bit for bit.
-inline uint16_t FloatToHalf(float f) {
-  uint32_t u = FloatBits(f);
-  const uint32_t sign = (u >> 16) & 0x8000u;
-  u &= 0x7fffffffu;
-  if (u >= 0x47800000u) {  // >= 2^16: infinity, or a NaN
-    if (u > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u | ((u >> 13) & 0x3ffu));
-    return static_cast<uint16_t>(sign | 0x7c00u);
-  }
-  if (u < 0x38800000u) {  // below 2^-14: a subnormal half or zero
-    // Adding 0.5 puts the value's subnormal-half bits at the bottom of the
-    // float mantissa; the float addition rounds them to nearest even.
-    const float magic = BitsFloat(126u << 23);  // 0.5
-    return static_cast<uint16_t>(sign | (FloatBits(BitsFloat(u) + magic) - (126u << 23)));
-  }
-  const uint32_t odd = (u >> 13) & 1u;
-  u += 0xc8000fffu + odd;  // rebias the exponent (-112 << 23), round half to even
-  return static_cast<uint16_t>(sign | (u >> 13));
-}
-
-inline float HalfToFloat(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  uint32_t bits = static_cast<uint32_t>(h & 0x7fffu) << 13;
-  const uint32_t exponent = bits & (0x7c00u << 13);
-  if (exponent == (0x7c00u << 13)) {
-    bits += (255u - 31u) << 23;  // infinity or NaN
-  } else if (exponent == 0) {
-    // Zero or subnormal: scale through the float unit, exact.
-    bits = FloatBits(BitsFloat(bits + (113u << 23)) - BitsFloat(113u << 23));
-  } else {
-    bits += (127u - 15u) << 23;
-  }
-  return BitsFloat(bits | sign);
-}
-
-// bfloat16, round to nearest even; a NaN stays a quiet NaN.
-inline uint16_t FloatToBf16(float f) {
-  uint32_t u = FloatBits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-inline float Bf16ToFloat(uint16_t b) { return BitsFloat(static_cast<uint32_t>(b) << 16); }
+// The scalar conversions are the runtime's one set (runtime/half_float.h),
+// which the F16C loops agree with bit for bit.
+inline uint16_t FloatToHalf(float f) { return F32ToF16Bits(FloatBits(f)); }
+inline float HalfToFloat(uint16_t h) { return BitsFloat(F16ToF32Bits(h)); }
+inline uint16_t FloatToBf16(float f) { return F32ToBf16Bits(FloatBits(f)); }
+inline float Bf16ToFloat(uint16_t b) { return BitsFloat(Bf16ToF32Bits(b)); }
 
 // dst[i] = round(src[i] * scale) to the half type (scale 1 for a plain copy).
 void FloatsToHalves(const float* src, uint16_t* dst, uint64_t n, float scale);

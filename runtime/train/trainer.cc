@@ -487,11 +487,7 @@ Status Train(const Plan& plan, Backend& backend, const TrainOptions& o, std::ost
   StatusOr<Programs> found = FindPrograms(exec);
   if (!found.ok()) return found.status();
   const Programs& p = *found;
-  const fb::Program& train_program = exec.program(p.train);
-  const bool reduces = std::any_of(train_program.commands()->begin(),
-                                   train_program.commands()->end(),
-                                   [](const fb::Command* c) { return IsCollective(c->op()); });
-  if (ranks > 1 && !reduces)
+  if (ranks > 1 && !exec.has_collectives(p.train))
     return Status(ErrorCode::kInvalidArgument,
                   "the plan averages no gradients across ranks (graphc compile "
                   "--no-data-parallel): " + std::to_string(ranks) +
