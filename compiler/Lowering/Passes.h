@@ -34,6 +34,18 @@ constexpr llvm::StringLiteral kArenaSizeAttr = "plan.arena_size";
 constexpr llvm::StringLiteral kTensorBytesAttr = "plan.tensor_bytes";
 constexpr llvm::StringLiteral kStateSizeAttr = "plan.state_size";
 constexpr llvm::StringLiteral kConstantSizeAttr = "plan.constant_size";
+/// Module attribute graphc-plan-memory leaves for `graphc compile
+/// --memory-report`: per program, array<i64: ...> indexed by MemoryProfile.
+constexpr llvm::StringLiteral kMemoryProfileAttr = "graphc.memory_profile";
+enum MemoryProfile : int64_t {
+  kPeakLiveBytes,   // the most bytes live at once (the arena is at least this)
+  kPeakCommand,     // the first command where they are
+  kCommands,        // commands in the program
+  kLossCommand,     // the command writing the first output (-1: an input)
+  kKeptBytes,       // bytes live across it: forward's values kept for backward
+  kKeptBuffers,     // how many buffers those are
+  kMemoryProfileSize
+};
 /// Name of the nested module holding kernel bodies until codegen.
 constexpr llvm::StringLiteral kKernelsModuleName = "kernels";
 

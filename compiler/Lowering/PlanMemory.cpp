@@ -49,6 +49,13 @@ private:
     }
   }
   int64_t planProgram(plan::ProgramOp program, SymbolTable &symbols);
+  /// Where the program's live bytes peak and what lives across the command
+  /// that writes its first output (for a training step: the loss).
+  SmallVector<int64_t> profile(plan::ProgramOp program,
+                               const llvm::MapVector<StringRef, Interval> &intervals);
+
+  /// Per program, the MemoryProfile array.
+  SmallVector<NamedAttribute> profiles;
 
   llvm::StringMap<plan::BufferOp> buffers;
   llvm::StringMap<StringRef> parent;
@@ -174,13 +181,67 @@ int64_t PlanMemoryPass::planProgram(plan::ProgramOp program, SymbolTable &symbol
   for (auto &[name, interval] : intervals)
     if (!interval.merged)
       buffers.lookup(name).setOffset(interval.offset);
+  Builder b(program.getContext());
+  profiles.push_back(b.getNamedAttr(program.getSymName(),
+                                    b.getDenseI64ArrayAttr(profile(program, intervals))));
   return llvm::alignTo(arenaSize, kAlignment);
+}
+
+SmallVector<int64_t>
+PlanMemoryPass::profile(plan::ProgramOp program,
+                        const llvm::MapVector<StringRef, Interval> &intervals) {
+  Block &body = program.getBody().front();
+  const int64_t numCommands = std::distance(body.begin(), body.end());
+  // Live bytes at each point from -1 (inputs) to numCommands (outputs), as a
+  // difference array over the intervals' [begin, end].
+  SmallVector<int64_t> delta(numCommands + 3, 0);
+  for (const auto &entry : intervals) {
+    const Interval &interval = entry.second;
+    if (interval.merged)
+      continue;
+    delta[interval.begin + 1] += interval.size;
+    delta[interval.end + 2] -= interval.size;
+  }
+  SmallVector<int64_t> result(kMemoryProfileSize, 0);
+  int64_t live = 0;
+  for (int64_t at = -1; at <= numCommands; ++at) {
+    live += delta[at + 1];
+    if (live > result[kPeakLiveBytes]) {
+      result[kPeakLiveBytes] = live;
+      result[kPeakCommand] = at;
+    }
+  }
+  result[kCommands] = numCommands;
+  result[kLossCommand] = -1;
+  if (program.getOutputs().empty())
+    return result;
+  StringRef loss =
+      rootOf(llvm::cast<FlatSymbolRefAttr>(program.getOutputs()[0]).getValue());
+  int64_t index = 0;
+  for (Operation &command : body) {
+    for (Attribute ref : command.getAttrOfType<ArrayAttr>("outputs"))
+      if (rootOf(llvm::cast<FlatSymbolRefAttr>(ref).getValue()) == loss)
+        result[kLossCommand] = index;
+    if (result[kLossCommand] >= 0)
+      break;
+    ++index;
+  }
+  const int64_t at = result[kLossCommand];
+  for (const auto &entry : intervals) {
+    const Interval &interval = entry.second;
+    if (interval.merged || entry.first == loss || interval.begin > at || interval.end <= at)
+      continue;
+    result[kKeptBytes] += interval.size;
+    result[kKeptBuffers] += 1;
+  }
+  return result;
 }
 
 void PlanMemoryPass::runOnOperation() {
   ModuleOp module = getOperation();
   buffers.clear();
   parent.clear();
+  profiles.clear();
   int64_t tensorBytes = 0, stateSize = 0, constantSize = 0;
   for (auto buffer : module.getOps<plan::BufferOp>()) {
     buffers[buffer.getSymName()] = buffer;
@@ -226,6 +287,7 @@ void PlanMemoryPass::runOnOperation() {
   module->setAttr(kTensorBytesAttr, b.getI64IntegerAttr(tensorBytes));
   module->setAttr(kStateSizeAttr, b.getI64IntegerAttr(stateSize));
   module->setAttr(kConstantSizeAttr, b.getI64IntegerAttr(constantSize));
+  module->setAttr(kMemoryProfileAttr, b.getDictionaryAttr(profiles));
 }
 
 } // namespace

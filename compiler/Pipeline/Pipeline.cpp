@@ -25,6 +25,10 @@
 //    so every rank skips the same steps. Before the optimizer, whose updates
 //    then read the reduced values, and before fusion, which must not group
 //    ops across a collective (dist ops are never fused).
+//  - graphc-rematerialize after the optimizer, when the step is complete (so
+//    it knows every reader of a forward value and every nn.assign a
+//    recomputation must not cross), and before fusion, which folds the
+//    recomputed ops into the backward kernels that read them.
 //  - graphc-fuse-elementwise last at the nn level: it sees the whole step
 //    (forward, backward, update) as written, and its groups become kernels.
 //
@@ -57,6 +61,8 @@ void buildCompilePipeline(mlir::OpPassManager &pm, const PipelineOptions &option
   pm.addPass(createOptimizer(options.optimizer));
   if (options.stopAfter == Phase::Autodiff)
     return;
+  if (options.remat)
+    pm.addPass(createRematerialize(options.rematerialize));
   // Fusion after the optimizer, so the update's elementwise ops are visible,
   // and before bufferization, which turns each nn.fusion into one kernel.
   if (options.fuse)

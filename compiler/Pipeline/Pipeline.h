@@ -52,6 +52,10 @@ struct PipelineOptions {
   /// Group elementwise chains into one kernel each (graphc-fuse-elementwise);
   /// false gives the unfused baseline, one kernel per op.
   bool fuse = true;
+  /// Recompute cheap forward values in backward instead of keeping them
+  /// (graphc-rematerialize); false keeps every value backward reads.
+  bool remat = true;
+  RematerializeOptions rematerialize;
   /// Mixed precision (graphc-mixed-precision's options); an empty precision
   /// trains in fp32 and skips the pass.
   MixedPrecisionOptions mixedPrecision{/*precision=*/""};

@@ -26,6 +26,11 @@ inline constexpr llvm::StringLiteral kHalfStorageAttr = "graphc.half_storage";
 /// of each allreduce bucket of @train_step, in start order.
 inline constexpr llvm::StringLiteral kAllreduceBucketsAttr = "graphc.allreduce_buckets";
 
+/// Module attribute graphc-rematerialize leaves for graphc's summary:
+/// @train_step's array<i64: values recomputed in backward, bytes forward kept
+/// for backward before, bytes it keeps after>.
+inline constexpr llvm::StringLiteral kRematerializedAttr = "graphc.rematerialized";
+
 #define GEN_PASS_DECL
 #include "compiler/Transforms/Passes.h.inc"
 

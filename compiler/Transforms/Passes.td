@@ -333,6 +333,51 @@ def Optimizer : Pass<"graphc-optimizer", "::mlir::ModuleOp"> {
   let dependentDialects = ["::graphc::nn::NNDialect"];
 }
 
+def Rematerialize : Pass<"graphc-rematerialize", "::mlir::ModuleOp"> {
+  let summary = "Recomputes cheap forward values in backward instead of keeping them";
+  let description = [{
+    Whatever forward computes and backward reads stays in memory from forward
+    to backward: for batch norm followed by ReLU, the centred activation, the
+    normalized one and ReLU's output, three activations per layer where one
+    would do. This pass makes backward recompute such values from what it
+    keeps anyway, with the same ops on the same operands, so every bit is the
+    same and fusion folds the recomputation into the kernel that reads it.
+
+    In `@train_step`, forward ends at the op computing the returned loss. In
+    forward order, each value forward keeps for backward that an elementwise
+    op or a broadcast computes is recomputed when its cone is cheap: walking
+    its operands back through elementwise ops and broadcasts whose values are
+    not kept (values chosen earlier are walked through, never kept again),
+    stopping at kept values, states and constants, values at most 1/8 of its
+    size and any other op, the cone has at most `max-ops` ops, and its
+    leaves that are not kept yet take fewer bytes than the value (they are
+    kept from then on). A state read in the cone must not be overwritten by an
+    `nn.assign` before backward's first read. The cone is cloned just before
+    that read, and every backward use takes the clone; a cloned broadcast
+    measures a same-shaped leaf instead of its forward `shape_of`.
+
+    ```mlir
+    // before: %n and %r live from forward to backward
+    %n = nn.mul %c, %s : tensor<8x64x56x56xf32>       // %c: centred, kept anyway
+    %r = nn.relu %n : tensor<8x64x56x56xf32>
+    ...                                               // the loss, then backward
+    %dw = nn.conv2d_backward_filter %r, %dy ...
+    // after: forward keeps %c only
+    %n2 = nn.mul %c, %s2 : tensor<8x64x56x56xf32>
+    %r2 = nn.relu %n2 : tensor<8x64x56x56xf32>
+    %dw = nn.conv2d_backward_filter %r2, %dy ...
+    ```
+  }];
+  let options = [
+    Option<"maxOps", "max-ops", "int64_t", /*default=*/"16",
+           "Most ops one recomputed value may clone">,
+    Option<"libraryInputs", "library-inputs", "bool", /*default=*/"true",
+           "Also recompute values a library op (convolution, pool, gemm) reads in "
+           "backward, which must then be written to memory again">,
+  ];
+  let dependentDialects = ["::graphc::nn::NNDialect"];
+}
+
 def SetBatchSize : Pass<"graphc-set-batch-size", "::mlir::ModuleOp"> {
   let summary = "Sets the batch dimension of the model inputs and re-infers shapes";
   let description = [{

@@ -3,8 +3,9 @@
 // Tests liveness-based placement: an elementwise kernel writes over an input
 // that dies at it (declared in_place), values alive at the same time get
 // disjoint offsets, a view keeps what it views alive and shares its offset,
-// and state / constants are packed in their own regions.
-// CHECK-LABEL: module attributes {plan.arena_size = 8192 : i64, plan.constant_size = 64 : i64, plan.state_size = 4096 : i64, plan.tensor_bytes = 16388 : i64}
+// and state / constants are packed in their own regions. The memory profile
+// (graphc compile --memory-report) gives the peak of live bytes and where.
+// CHECK-LABEL: module attributes {graphc.memory_profile = {p = array<i64: 8192, 1, 4, 3, 0, 0>}, plan.arena_size = 8192 : i64, plan.constant_size = 64 : i64, plan.state_size = 4096 : i64, plan.tensor_bytes = 16388 : i64}
 // CHECK: plan.buffer @in : memref<1024xf32> in arena at 0
 // CHECK: plan.buffer @a : memref<1024xf32> in arena at 0
 // CHECK: plan.buffer @b : memref<1024xf32> in arena at 0

@@ -110,6 +110,21 @@ cl::opt<bool> noFuse("no-fuse",
                               "baseline; numerically the same)"),
                      cl::sub(compileCommand), cl::cat(codegenCategory));
 
+cl::opt<std::string> rematMode(
+    "remat",
+    cl::desc("What backward recomputes instead of forward keeping it: all (every cheap "
+             "elementwise value, those convolutions read included: least memory), fused "
+             "(only values the backward kernels that read them can recompute: no extra "
+             "memory traffic) or off (keep everything backward reads; numerically the "
+             "same)"),
+    cl::value_desc("all|fused|off"), cl::init("all"), cl::sub(compileCommand),
+    cl::cat(codegenCategory));
+
+cl::opt<bool> memoryReport("memory-report",
+                           cl::desc("Print where train_step's memory peaks and what forward "
+                                    "keeps for backward"),
+                           cl::sub(compileCommand), cl::cat(codegenCategory));
+
 cl::opt<std::string> signKey("sign-key",
                             cl::desc("Sign the plan with this secret key (graphc keygen); "
                                      "graphrun --trusted-keys then runs it only if it trusts "
@@ -377,6 +392,51 @@ void printAllreduceSummary(ModuleOp module, bool fp16Wire, bool overlap) {
   os << "\n";
 }
 
+/// What graphc-rematerialize did to train_step's memory.
+void printRematerializeSummary(ModuleOp module, bool remat) {
+  llvm::raw_ostream &os = llvm::outs();
+  if (!remat) {
+    os << "rematerialize: off (--remat=off): backward reads every value forward kept\n";
+    return;
+  }
+  auto stats = module->getAttrOfType<DenseI64ArrayAttr>(graphc::kRematerializedAttr);
+  if (!stats || stats.size() != 3) {
+    os << "rematerialize: nothing to recompute\n";
+    return;
+  }
+  os << "rematerialize: backward recomputes " << stats[0] << " elementwise value"
+     << (stats[0] == 1 ? "" : "s") << ", so forward keeps " << mebibytes(stats[2])
+     << " for it instead of " << mebibytes(stats[1]) << " (summed without reuse)\n";
+}
+
+/// Per program: where live tensors peak and what forward keeps for backward.
+void printMemoryReport(ModuleOp module) {
+  llvm::raw_ostream &os = llvm::outs();
+  auto profiles = module->getAttrOfType<DictionaryAttr>(graphc::kMemoryProfileAttr);
+  os << "memory report (arena: the tensors' placement; live: the bytes in use at once):\n";
+  for (auto program : module.getOps<graphc::plan::ProgramOp>()) {
+    auto profile = profiles ? profiles.getAs<DenseI64ArrayAttr>(program.getSymName())
+                            : DenseI64ArrayAttr();
+    if (!profile || profile.size() != graphc::kMemoryProfileSize)
+      continue;
+    int64_t arena = program.getArenaSize().value_or(0);
+    int64_t peak = profile[graphc::kPeakLiveBytes], at = profile[graphc::kPeakCommand];
+    int64_t loss = profile[graphc::kLossCommand];
+    os << llvm::formatv("  {0}: arena {1}; live peak {2} at command {3} of {4}", program.getSymName(),
+                        mebibytes(arena), mebibytes(peak), at, profile[graphc::kCommands]);
+    if (loss >= 0 && program.getSymName() == "train_step")
+      os << (at <= loss ? " (forward)" : " (backward)");
+    if (peak > 0)
+      os << llvm::formatv(", placement {0:f1}% over it", 100.0 * (arena - peak) / peak);
+    os << "\n";
+    if (loss >= 0 && program.getSymName() == "train_step")
+      os << llvm::formatv("    kept from forward for backward (live across the loss, command "
+                          "{0}): {1} in {2} tensors\n",
+                          loss, mebibytes(profile[graphc::kKeptBytes]),
+                          profile[graphc::kKeptBuffers]);
+  }
+}
+
 /// Per program: kernel launches and bytes per run, fused vs unfused.
 void printFusionReport(ModuleOp module, bool fused) {
   llvm::raw_ostream &os = llvm::outs();
@@ -459,6 +519,8 @@ int main(int argc, char **argv) {
                                      static_cast<const cl::Option *>(&noAllreduceOverlap)})
       if (option->getNumOccurrences())
         return fail("--" + option->ArgStr + " does not apply to --no-data-parallel");
+  if (rematMode != "all" && rematMode != "fused" && rematMode != "off")
+    return fail("--remat must be all, fused or off, got '" + rematMode + "'");
   if (targetKind != "cpu" && targetKind != "cuda" && targetKind != "all")
     return fail("--target must be cpu, cuda or all, got '" + targetKind + "'");
   if (!llvm::is_contained({"x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4"},
@@ -575,6 +637,8 @@ int main(int argc, char **argv) {
   opt.decayStepSize = decayStepSize;
   opt.decayGamma = decayGamma;
   options.fuse = !noFuse;
+  options.remat = rematMode != "off";
+  options.rematerialize.libraryInputs = rematMode == "all";
   options.dataParallel = !noDataParallel;
   options.syncBn = syncBn;
   options.distributed.bucketMb = bucketMb;
@@ -652,6 +716,9 @@ int main(int argc, char **argv) {
                      << metadata.precision << ", " << mebibytes(train[1])
                      << " summed without reuse (fp32: " << mebibytes(2 * train[1]) << ")\n";
     printAllreduceSummary(*module, allreduceDtype == "fp16", !noAllreduceOverlap);
+    printRematerializeSummary(*module, options.remat);
+    if (memoryReport)
+      printMemoryReport(*module);
     if (fusionReport)
       printFusionReport(*module, options.fuse);
     return 0;
