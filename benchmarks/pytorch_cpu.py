@@ -1,69 +1,365 @@
-"""PyTorch's CPU training throughput on the same models and batch as graphrun,
-for the README's side-by-side figure (not part of the tests).
+#!/usr/bin/python3
+"""graphrun beside PyTorch on the CPU: throughput, peak memory, and contention.
 
-  python3 benchmarks/pytorch_cpu.py --model resnet50 --batch-size 32 --steps 6 --warmup 2
+  benchmarks/pytorch_cpu.py [--rounds 3] [--cases resnet50:8,resnet50:32,vgg16:8]
+                            [--torch-python PY] [--out benchmarks/results]
 
-Needs `pip install torch torchvision`. Trains on random data (like graphrun's
-synthetic), NCHW float32 in channels_last memory format (oneDNN's preferred
-layout), SGD with momentum 0.9 and weight decay 1e-4, and prints the median
-images/sec over the timed steps, as graphrun reports it.
+For each case (model, batch) it trains ResNet-50 v1.5 or VGG16 (224 px, FP32,
+random data, SGD with momentum 0.9 and weight decay 1e-4) four ways:
+
+  fused     graphrun on graphc's default plan (fusion, recomputation)
+  unfused   graphrun on `graphc compile --no-fuse`
+  eager     PyTorch eager, channels_last (oneDNN's preferred layout)
+  compile   torch.compile of the same, channels_last
+
+in alternating rounds (fused, unfused, eager, compile, fused, ...) so that a
+drift in the machine's speed hits all alike. Each PyTorch variant lives in one
+worker process for the whole benchmark (torch.compile compiles once) and times
+a few steps per round after one warmup step; graphrun runs once per round.
+The table gives the median images/sec over the rounds and their spread, the
+peak resident memory of each while training (graphrun: its whole run;
+PyTorch: from the first timed step, after /proc/self/clear_refs resets the
+high-water mark, so torch.compile's compiler is not counted), graphc's arena,
+and the slowdown of each with one competing CPU-bound process (a busy loop)
+running beside it. The CPU model is recorded. Writes pytorch_cpu.json and
+pytorch_cpu.png into --out.
+
+Needs a build (`./setup.sh build`), Debian's python3-matplotlib (this script
+runs under /usr/bin/python3) and a Python with torch and torchvision for the
+workers (`pip install torch torchvision`; --torch-python names it).
 """
 import argparse
 import json
+import os
+import platform
+import re
+import select
 import statistics
+import subprocess
+import sys
 import time
 
-import torch
-import torchvision
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODELS = {"resnet50": "models/resnet50.mlir", "vgg16": "models/vgg16.mlir"}
+SYSTEMS = ["fused", "unfused", "eager", "compile"]
+COLORS = {"fused": "#1f77b4", "unfused": "#9e9e9e", "eager": "#ff7f0e", "compile": "#d62728"}
+
+
+def machine():
+    """The CPU model, its family/model numbers and widest vector ISA."""
+    cpu = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as f:
+            info = f.read()
+        cpu = re.search(r"model name\s*:\s*(.*)", info).group(1)
+        family = re.search(r"cpu family\s*:\s*(\d+)", info).group(1)
+        model = re.search(r"^model\s*:\s*(\d+)", info, re.M).group(1)
+        flags = set(re.search(r"flags\s*:\s*(.*)", info).group(1).split())
+        isa = next((f for f in ("amx_tile", "avx512_bf16", "avx512f", "avx2") if f in flags),
+                   "sse")
+        cpu += f" (family {family} model {model}, {isa})"
+    except (OSError, AttributeError):
+        pass
+    return f"{cpu}, {os.cpu_count()} cores"
+
+
+# ---------------------------------------------------------------- the worker
+
+def worker(model_name, batch, mode, threads):
+    """One PyTorch variant: builds it, answers `run STEPS` lines on stdin with
+    a JSON line of step times and the peak RSS since the timed steps began."""
+    import torch
+    import torchvision
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    model = getattr(torchvision.models, model_name)(num_classes=1000)
+    model = model.to(memory_format=torch.channels_last).train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
+    images = torch.randn(batch, 3, 224, 224).to(memory_format=torch.channels_last)
+    labels = torch.randint(0, 1000, (batch,))
+    loss_fn = torch.nn.CrossEntropyLoss()
+    run_model = torch.compile(model) if mode == "compile" else model
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(run_model(images), labels)
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    started = time.perf_counter()
+    step()  # torch.compile compiles here
+    print(json.dumps({"ready": True, "first_step_s": time.perf_counter() - started}),
+          flush=True)
+    for line in sys.stdin:
+        words = line.split()
+        if not words or words[0] != "run":
+            break
+        steps = int(words[1])
+        step()  # one warmup step after whatever ran in between
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # resets VmHWM to the current RSS
+        times = []
+        for _ in range(steps):
+            t = time.perf_counter()
+            step()
+            times.append(time.perf_counter() - t)
+        with open("/proc/self/status") as f:
+            hwm = int(re.search(r"VmHWM:\s*(\d+) kB", f.read()).group(1))
+        print(json.dumps({"step_s": times, "peak_rss_kib": hwm}), flush=True)
+
+
+class Worker:
+    def __init__(self, python, model, batch, mode, threads):
+        self.proc = subprocess.Popen(
+            [python, os.path.abspath(__file__), "--worker", model, str(batch), mode,
+             str(threads)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.ready = self._read(timeout=3600)
+        self.peak = 0
+
+    def _read(self, timeout):
+        # The worker's answers are JSON lines; anything else it prints is not.
+        while True:
+            ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+            line = self.proc.stdout.readline() if ready else ""
+            if not line:
+                self.proc.kill()
+                sys.exit(f"pytorch_cpu.py: a PyTorch worker ({self.proc.args[3:6]}) stopped "
+                         "without answering (is torch installed for --torch-python?)")
+            if line.startswith("{"):
+                return json.loads(line)
+
+    def run(self, steps, batch):
+        self.proc.stdin.write(f"run {steps}\n")
+        self.proc.stdin.flush()
+        answer = self._read(timeout=3600)
+        self.peak = max(self.peak, answer["peak_rss_kib"])
+        return batch / statistics.median(answer["step_s"])
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=60)
+
+
+# ---------------------------------------------------------------- the harness
+
+def graphrun(binary, plan, steps, threads, report):
+    """One graphrun run: images/sec and its peak RSS (KiB)."""
+    proc = subprocess.Popen([binary, plan, "--steps", str(steps), "--warmup", "1",
+                             "--threads", str(threads), "--report", report],
+                            stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    if status != 0:
+        sys.exit(f"pytorch_cpu.py: graphrun {plan} failed ({status})")
+    with open(report) as f:
+        return json.load(f)["images_per_sec"], usage.ru_maxrss
+
+
+def competitor():
+    """One CPU-bound process beside the measured one."""
+    return subprocess.Popen([sys.executable, "-c", "while True: pass"])
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--model", default="resnet50", choices=["resnet50", "vgg16"])
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--steps", type=int, default=6)
-    parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=True)
-    parser.add_argument("--report", default="")
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        model, batch, mode, threads = sys.argv[2:6]
+        return worker(model, int(batch), mode, int(threads))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3, help="quiet rounds (median)")
+    parser.add_argument("--contended-rounds", type=int, default=1,
+                        help="rounds with one competing CPU-bound process")
+    parser.add_argument("--cases", default="resnet50:8,resnet50:32,vgg16:8",
+                        help="MODEL:BATCH,... (models: resnet50, vgg16)")
+    parser.add_argument("--steps", type=int, default=0,
+                        help="timed steps per run (default: 4 at batch 8, 3 above)")
+    parser.add_argument("--systems", default=",".join(SYSTEMS))
+    parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--torch-python", default=os.environ.get("GRAPHC_TORCH_PYTHON",
+                                                                 "python3"))
+    parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
+    parser.add_argument("--build", default=os.environ.get("GRAPHC_BUILD_DIR",
+                                                          os.path.join(ROOT, "build")))
     args = parser.parse_args()
+    if args.rounds < 1 or args.contended_rounds < 0:
+        sys.exit("pytorch_cpu.py: --rounds must be at least 1, --contended-rounds at least 0")
+    systems = args.systems.split(",")
+    if not systems or any(s not in SYSTEMS for s in systems):
+        sys.exit(f"pytorch_cpu.py: --systems must name some of {SYSTEMS}")
+    cases = []
+    for item in args.cases.split(","):
+        model, _, batch = item.partition(":")
+        if model not in MODELS or not batch.isdigit() or int(batch) < 1:
+            sys.exit(f"pytorch_cpu.py: bad case '{item}' (MODEL:BATCH, MODEL one of "
+                     f"{sorted(MODELS)})")
+        cases.append((model, int(batch)))
+    graphc = os.path.join(args.build, "bin", "graphc")
+    graphrun_bin = os.path.join(args.build, "bin", "graphrun")
+    for path in (graphc, graphrun_bin):
+        if not os.path.exists(path):
+            sys.exit(f"pytorch_cpu.py: {path} not found; run ./setup.sh build first")
+    plans = os.path.join(args.out, "plans")
+    os.makedirs(plans, exist_ok=True)
 
-    torch.manual_seed(0)
-    model = getattr(torchvision.models, args.model)(num_classes=1000)
-    fmt = torch.channels_last if args.channels_last else torch.contiguous_format
-    model = model.to(memory_format=fmt).train()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
-    images = torch.randn(args.batch_size, 3, 224, 224).to(memory_format=fmt)
-    labels = torch.randint(0, 1000, (args.batch_size,))
-    loss_fn = torch.nn.CrossEntropyLoss()
-    times = []
-    for step in range(args.warmup + args.steps):
-        start = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(images), labels)
-        loss.backward()
-        opt.step()
-        elapsed = time.perf_counter() - start
-        if step >= args.warmup:
-            times.append(elapsed)
-        print(f"step {step + 1}: {elapsed * 1000:.0f} ms, loss {loss.item():.3f}", flush=True)
-    median = statistics.median(times)
-    result = {
-        "framework": f"pytorch {torch.__version__}",
-        "model": args.model,
-        "batch_size": args.batch_size,
-        "threads": torch.get_num_threads(),
-        "channels_last": args.channels_last,
-        "steps": args.steps,
-        "warmup": args.warmup,
-        "step_ms_median": median * 1000,
-        "images_per_sec": args.batch_size / median,
-    }
-    print(f"pytorch {torch.__version__}, {args.model}, batch {args.batch_size}, "
-          f"{torch.get_num_threads()} threads: {result['images_per_sec']:.2f} images/sec "
-          f"(median step {median * 1000:.0f} ms)")
-    if args.report:
-        with open(args.report, "w") as f:
-            json.dump(result, f, indent=2)
+    results = {}
+    for model, batch in cases:
+        steps = args.steps or (4 if batch <= 8 else 3)
+        key = f"{model}:{batch}"
+        entry = results[key] = {"model": model, "batch_size": batch, "steps": steps,
+                                "systems": {s: {"quiet": [], "contended": [], "peak_rss_mib": 0}
+                                            for s in systems}}
+        # graphc's memory plan at each recomputation setting (compile only).
+        entry["arena_mib"] = {}
+        for remat in ("all", "fused", "off"):
+            plan = os.path.join(plans, f"{model}-b{batch}-remat-{remat}.plan")
+            out = subprocess.run([graphc, "compile", os.path.join(ROOT, MODELS[model]),
+                                  "--batch-size", str(batch), "--remat", remat,
+                                  "--memory-report", "-o", plan],
+                                 check=True, capture_output=True, text=True).stdout
+            arena = re.search(r"train_step: arena ([\d.]+) MiB", out).group(1)
+            entry["arena_mib"][remat] = float(arena)
+        for s in ("fused", "unfused"):
+            if s in systems:
+                plan = os.path.join(plans, f"{model}-b{batch}-{s}.plan")
+                subprocess.run([graphc, "compile", os.path.join(ROOT, MODELS[model]),
+                                "--batch-size", str(batch), "-o", plan]
+                               + (["--no-fuse"] if s == "unfused" else []),
+                               check=True, stdout=subprocess.DEVNULL)
+                entry["systems"][s]["plan"] = plan
+        print(f"compiled {key}: arena {entry['arena_mib']} MiB (recompute all / fused / off)",
+              flush=True)
+
+    workers = {}
+
+    def measure(key, system, contended):
+        entry = results[key]
+        runs = entry["systems"][system]
+        busy = competitor() if contended else None
+        try:
+            if system in ("fused", "unfused"):
+                report = os.path.join(plans, "report.json")
+                rate, rss = graphrun(graphrun_bin, runs["plan"], entry["steps"], args.threads,
+                                     report)
+                if not contended:
+                    runs["peak_rss_mib"] = max(runs["peak_rss_mib"], rss / 1024)
+            else:
+                if (key, system) not in workers:
+                    workers[(key, system)] = Worker(args.torch_python, entry["model"],
+                                                    entry["batch_size"], system, args.threads)
+                w = workers[(key, system)]
+                w.peak = 0
+                rate = w.run(entry["steps"], entry["batch_size"])
+                if not contended:
+                    runs["peak_rss_mib"] = max(runs["peak_rss_mib"], w.peak / 1024)
+        finally:
+            if busy:
+                busy.kill()
+                busy.wait()
+        runs["contended" if contended else "quiet"].append(rate)
+        return rate
+
+    try:
+        for key in results:
+            # Start (and compile) the PyTorch workers before the timed rounds.
+            for system in ("eager", "compile"):
+                if system in systems:
+                    workers[(key, system)] = Worker(args.torch_python, results[key]["model"],
+                                                    results[key]["batch_size"], system,
+                                                    args.threads)
+            for r in range(args.rounds + args.contended_rounds):
+                contended = r >= args.rounds
+                rates = [f"{s} {measure(key, s, contended):.2f}" for s in systems]
+                label = "contended" if contended else f"round {r + 1}/{args.rounds}"
+                print(f"{key} {label}: " + ", ".join(rates) + " images/sec", flush=True)
+            for system in ("eager", "compile"):
+                if (key, system) in workers:
+                    workers.pop((key, system)).close()
+    finally:
+        for w in workers.values():
+            w.proc.kill()
+
+    table = []
+    for key, entry in results.items():
+        row = {"model": entry["model"], "batch_size": entry["batch_size"],
+               "steps": entry["steps"], "arena_mib": entry["arena_mib"], "systems": {}}
+        for s, runs in entry["systems"].items():
+            quiet = statistics.median(runs["quiet"])
+            row["systems"][s] = {
+                "images_per_sec": quiet,
+                "spread": [min(runs["quiet"]), max(runs["quiet"])],
+                "rounds": runs["quiet"],
+                "peak_rss_mib": runs["peak_rss_mib"],
+                "contended_images_per_sec": (statistics.median(runs["contended"])
+                                             if runs["contended"] else None),
+            }
+            if runs["contended"]:
+                row["systems"][s]["slowdown"] = quiet / row["systems"][s]["contended_images_per_sec"]
+        table.append(row)
+    summary = {"machine": machine(), "date": time.strftime("%Y-%m-%d"), "precision": "fp32",
+               "device": "cpu", "threads": args.threads, "rounds": args.rounds,
+               "contended_rounds": args.contended_rounds, "results": table}
+    probe = subprocess.run([args.torch_python, "-c", "import torch; print(torch.__version__)"],
+                           capture_output=True, text=True)
+    summary["pytorch"] = probe.stdout.strip()
+
+    print()
+    print(f"machine: {summary['machine']}; FP32 training, {args.threads} threads, "
+          f"PyTorch {summary['pytorch']}; median of {args.rounds} rounds [min, max]")
+    for row in table:
+        print(f"{row['model']} batch {row['batch_size']} (graphc arena: recompute all "
+              f"{row['arena_mib']['all']:.0f} MiB, fused {row['arena_mib']['fused']:.0f}, "
+              f"off {row['arena_mib']['off']:.0f}):")
+        base = row["systems"].get("eager")
+        for s, v in row["systems"].items():
+            line = (f"  {s:<8} {v['images_per_sec']:6.2f} img/s "
+                    f"[{v['spread'][0]:.2f}, {v['spread'][1]:.2f}]")
+            if base and s != "eager":
+                line += f"  {v['images_per_sec'] / base['images_per_sec']:.2f}x eager"
+            line += f"  peak RSS {v['peak_rss_mib']:.0f} MiB"
+            if base and s != "eager" and base["peak_rss_mib"]:
+                line += f" ({v['peak_rss_mib'] / base['peak_rss_mib']:.2f}x eager)"
+            if v.get("slowdown"):
+                line += f"  slowdown beside a busy process {v['slowdown']:.2f}x"
+            print(line)
+
+    with open(os.path.join(args.out, "pytorch_cpu.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        sys.exit("pytorch_cpu.py: matplotlib is missing (apt-get install python3-matplotlib); "
+                 "the JSON is written")
+    panels = [("images_per_sec", "images/sec (median)"), ("peak_rss_mib", "peak RSS (MiB)"),
+              ("slowdown", "slowdown beside a busy process")]
+    fig, axes = plt.subplots(len(panels), len(table), figsize=(4 * len(table), 8.5),
+                             squeeze=False)
+    for c, row in enumerate(table):
+        for r, (field, label) in enumerate(panels):
+            ax = axes[r][c]
+            names = [s for s in row["systems"] if row["systems"][s].get(field)]
+            values = [row["systems"][s][field] for s in names]
+            bars = ax.bar(names, values, color=[COLORS[s] for s in names])
+            for bar, v in zip(bars, values):
+                ax.text(bar.get_x() + bar.get_width() / 2, v,
+                        f"{v:.0f}" if field == "peak_rss_mib" else f"{v:.2f}",
+                        ha="center", va="bottom", fontsize=8)
+            if field == "images_per_sec":
+                for i, s in enumerate(names):
+                    lo, hi = row["systems"][s]["spread"]
+                    ax.plot([i, i], [lo, hi], color="black", linewidth=1)
+                ax.set_title(f"{row['model']}, batch {row['batch_size']}")
+            ax.set_ylabel(label, fontsize=8)
+            if values:
+                ax.set_ylim(0, max(values) * 1.2)
+            ax.tick_params(labelsize=8)
+    fig.suptitle(f"graphrun vs PyTorch, FP32 training on the CPU:\n{summary['machine']}, "
+                 f"{args.threads} threads, PyTorch {summary['pytorch']}", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(args.out, "pytorch_cpu.png"), dpi=120)
+    print(f"\nwrote {os.path.join(args.out, 'pytorch_cpu.json')} and pytorch_cpu.png")
 
 
 if __name__ == "__main__":

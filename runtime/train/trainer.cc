@@ -16,6 +16,7 @@
 
 #include "runtime/train/trainer.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -40,6 +41,13 @@
 
 namespace graphc::runtime {
 namespace {
+
+// This process's peak resident memory so far, MiB (getrusage: KiB on Linux).
+double PeakRssMib() {
+  rusage usage{};
+  if (getrusage(RUSAGE_SELF, &usage) != 0) return 0;
+  return usage.ru_maxrss / 1024.0;
+}
 
 // Moves each batch into the program's input buffers (see the algorithm above).
 class InputFeeder {
@@ -752,6 +760,10 @@ Status Train(const Plan& plan, Backend& backend, const TrainOptions& o, std::ost
   out << "\n"
       << "step time: median " << median_ms << " ms, p90 " << p90_ms << " ms over "
       << times.ms.size() << " timed steps" << (ranks > 1 ? " (rank 0)" : "") << "\n"
+      << "peak memory: " << std::setprecision(1) << PeakRssMib() << " MiB resident on the host"
+      << (ranks > 1 ? " (rank 0)" : "") << "; the plan's arena " << root.arena_size() / 1048576.0
+      << " MiB, state " << root.state_size() / 1048576.0 << " MiB"
+      << (std::string(backend.name()) == "cpu" ? "" : " (on the device)") << "\n"
       << "final loss: ";
   if (steps == 0)
     out << "none (no step run)\n";
@@ -801,6 +813,8 @@ Status Train(const Plan& plan, Backend& backend, const TrainOptions& o, std::ost
       {"total_images_per_sec", total_rate},
       {"step_ms_median", median_ms},
       {"step_ms_p90", p90_ms},
+      {"peak_rss_mib", PeakRssMib()},
+      {"arena_mib", root.arena_size() / 1048576.0},
       {"final_loss", steps == 0 ? nlohmann::json() : nlohmann::json(loss)},
       {"seed", o.seed},
       {"cuda_graphs", exec.replays_graph(p.train)},
