@@ -116,19 +116,21 @@ void ForEachProduct(const std::vector<int64_t>& x, const std::vector<int64_t>& w
               }
 }
 
-// What the library command `c` computes from `in` (its inputs as floats).
-std::vector<double> Reference(const fb::Plan& plan, const fb::Command& c,
-                              const std::vector<std::vector<float>>& in) {
+// What the library command `c` computes from `in` (its inputs as floats) in
+// NCHW, whatever its layout; `shapes` are its inputs' then its output's.
+std::vector<double> ReferenceNchw(const fb::Command& c,
+                                  const std::vector<std::vector<int64_t>>& shapes,
+                                  const std::vector<std::vector<float>>& in) {
   auto idx4 = [](const std::vector<int64_t>& s, int64_t a, int64_t b, int64_t h, int64_t w) {
     return ((a * s[1] + b) * s[2] + h) * s[3] + w;
   };
-  const std::vector<int64_t> out = Shape(plan, c.outputs()->Get(0));
+  const std::vector<int64_t>& out = shapes.back();
   int64_t count = 1;
   for (int64_t d : out) count *= d;
   std::vector<double> r(count, 0.0);
   switch (c.op()) {
     case fb::Opcode::Conv2d: {
-      auto x = Shape(plan, c.inputs()->Get(0)), w = Shape(plan, c.inputs()->Get(1));
+      const auto &x = shapes[0], &w = shapes[1];
       ForEachProduct(x, w, out, ConvOf(c),
                      [&](int64_t n, int64_t o, int64_t oh, int64_t ow, int64_t ch, int64_t ci,
                          int64_t i, int64_t j, int64_t ih, int64_t iw) {
@@ -140,7 +142,7 @@ std::vector<double> Reference(const fb::Plan& plan, const fb::Command& c,
       return r;
     }
     case fb::Opcode::Conv2dBackwardData: {  // dy, w -> dx
-      auto dy = Shape(plan, c.inputs()->Get(0)), w = Shape(plan, c.inputs()->Get(1));
+      const auto &dy = shapes[0], &w = shapes[1];
       ForEachProduct(out, w, dy, ConvOf(c),
                      [&](int64_t n, int64_t o, int64_t oh, int64_t ow, int64_t ch, int64_t ci,
                          int64_t i, int64_t j, int64_t ih, int64_t iw) {
@@ -150,7 +152,7 @@ std::vector<double> Reference(const fb::Plan& plan, const fb::Command& c,
       return r;
     }
     case fb::Opcode::Conv2dBackwardFilter: {  // x, dy -> dw
-      auto x = Shape(plan, c.inputs()->Get(0)), dy = Shape(plan, c.inputs()->Get(1));
+      const auto &x = shapes[0], &dy = shapes[1];
       ForEachProduct(x, out, dy, ConvOf(c),
                      [&](int64_t n, int64_t o, int64_t oh, int64_t ow, int64_t ch, int64_t ci,
                          int64_t i, int64_t j, int64_t ih, int64_t iw) {
@@ -160,13 +162,13 @@ std::vector<double> Reference(const fb::Plan& plan, const fb::Command& c,
       return r;
     }
     case fb::Opcode::Gemm: {
-      auto a = Shape(plan, c.inputs()->Get(0));
+      const auto& a = shapes[0];
       const size_t rank = out.size();
       const bool ta = c.gemm() && c.gemm()->transpose_a(), tb = c.gemm() && c.gemm()->transpose_b();
       const int64_t m = out[rank - 2], n = out[rank - 1], k = ta ? a[rank - 2] : a[rank - 1];
       const int64_t batch = rank == 3 ? out[0] : 1;
       const bool a_batched = rank == 3 && a[0] != 1;
-      const bool b_batched = rank == 3 && Shape(plan, c.inputs()->Get(1))[0] != 1;
+      const bool b_batched = rank == 3 && shapes[1][0] != 1;
       for (int64_t bi = 0; bi < batch; ++bi)
         for (int64_t i = 0; i < m; ++i)
           for (int64_t j = 0; j < n; ++j) {
@@ -190,8 +192,8 @@ std::vector<double> Reference(const fb::Plan& plan, const fb::Command& c,
   const int64_t bottom = p.padding()->Get(1), right = p.padding()->Get(3);
   const bool max = c.op() == fb::Opcode::MaxPool2d || c.op() == fb::Opcode::MaxPool2dBackward;
   const bool forward = c.op() == fb::Opcode::MaxPool2d || c.op() == fb::Opcode::AvgPool2d;
-  const std::vector<int64_t> x = forward ? Shape(plan, c.inputs()->Get(0)) : out;
-  const std::vector<int64_t> y = forward ? out : Shape(plan, c.inputs()->Get(max ? 1 : 0));
+  const std::vector<int64_t>& x = forward ? shapes[0] : out;
+  const std::vector<int64_t>& y = forward ? out : shapes[max ? 1 : 0];
   const std::vector<float>& dy = forward ? in[0] : in[max ? 1 : 0];
   for (int64_t n = 0; n < y[0]; ++n)
     for (int64_t ch = 0; ch < y[1]; ++ch)
@@ -233,6 +235,55 @@ std::vector<double> Reference(const fb::Plan& plan, const fb::Command& c,
             }
         }
   return r;
+}
+
+// The layout of a convolution's or pooling's activations; NCHW otherwise.
+fb::Layout LayoutOf(const fb::Command& c) {
+  if (c.conv()) return c.conv()->layout();
+  if (c.pool()) return c.pool()->layout();
+  return fb::Layout::NCHW;
+}
+
+// An [N, H, W, C] tensor as [N, C, H, W] (`to_nchw`), or back; `nchw` is its
+// NCHW shape.
+template <typename T>
+std::vector<T> Transpose(const std::vector<T>& v, const std::vector<int64_t>& nchw, bool to_nchw) {
+  const int64_t n = nchw[0], c = nchw[1], h = nchw[2], w = nchw[3];
+  std::vector<T> r(v.size());
+  for (int64_t a = 0; a < n; ++a)
+    for (int64_t b = 0; b < c; ++b)
+      for (int64_t i = 0; i < h; ++i)
+        for (int64_t j = 0; j < w; ++j) {
+          const int64_t planar = ((a * c + b) * h + i) * w + j;
+          const int64_t last = ((a * h + i) * w + j) * c + b;
+          r[to_nchw ? planar : last] = v[to_nchw ? last : planar];
+        }
+  return r;
+}
+
+// What the library command `c` of `plan` computes from `in`: an NHWC
+// command's activations are transposed to NCHW, computed there, and its
+// result transposed back (filters are OIHW in both layouts).
+std::vector<double> Reference(const fb::Plan& plan, const fb::Command& c,
+                              const std::vector<std::vector<float>>& in) {
+  std::vector<std::vector<int64_t>> shapes;
+  for (int32_t index : *c.inputs()) shapes.push_back(Shape(plan, index));
+  shapes.push_back(Shape(plan, c.outputs()->Get(0)));
+  if (LayoutOf(c) != fb::Layout::NHWC) return ReferenceNchw(c, shapes, in);
+  // Which operands (inputs, then the output) are activations.
+  std::vector<bool> activation(shapes.size(), true);
+  if (c.op() == fb::Opcode::Conv2d || c.op() == fb::Opcode::Conv2dBackwardData)
+    for (size_t i = 1; i < c.inputs()->size(); ++i) activation[i] = false;  // w, bias
+  if (c.op() == fb::Opcode::Conv2dBackwardFilter) activation.back() = false;  // dw
+  std::vector<std::vector<float>> planar = in;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    if (!activation[i]) continue;
+    std::vector<int64_t>& s = shapes[i];
+    s = {s[0], s[3], s[1], s[2]};
+    if (i < in.size()) planar[i] = Transpose(in[i], s, /*to_nchw=*/true);
+  }
+  std::vector<double> r = ReferenceNchw(c, shapes, planar);
+  return activation.back() ? Transpose(r, shapes.back(), /*to_nchw=*/false) : r;
 }
 
 bool IsLibraryCommand(fb::Opcode op) {
@@ -309,6 +360,7 @@ struct LibraryCommand {
   bool transpose_a = false, transpose_b = false;
   std::vector<int64_t> window;  // pooling
   bool exclude_padding = false;
+  fb::Layout layout = fb::Layout::NCHW;  // convolution or pooling
 };
 
 // One program running `commands` on `dtype` buffers of their own (its inputs
@@ -339,11 +391,13 @@ std::unique_ptr<Plan> LibraryPlan(fb::DType dtype, const std::vector<LibraryComm
                       c.op == fb::Opcode::Conv2dBackwardFilter;
     auto conv_attrs = conv ? fb::CreateConvAttrs(fbb, fbb.CreateVector(c.strides),
                                                  fbb.CreateVector(c.padding),
-                                                 fbb.CreateVector(c.dilations), c.groups)
+                                                 fbb.CreateVector(c.dilations), c.groups,
+                                                 c.layout)
                            : 0;
     auto pool_attrs = pool ? fb::CreatePoolAttrs(fbb, fbb.CreateVector(c.window),
                                                  fbb.CreateVector(c.strides),
-                                                 fbb.CreateVector(c.padding), c.exclude_padding)
+                                                 fbb.CreateVector(c.padding), c.exclude_padding,
+                                                 c.layout)
                            : 0;
     offsets.push_back(fb::CreateCommand(
         fbb, c.op, fbb.CreateVector(in), fbb.CreateVector(out), 0, -1, conv_attrs,
@@ -395,6 +449,52 @@ std::vector<LibraryCommand> HalfCommands() {
   c[11] = {Opcode::AvgPool2dBackward, {pooled}, x, {2, 2}, {1, 1, 1, 1}};
   for (int i = 7; i < 12; ++i) c[i].window = {3, 3};
   return c;
+}
+
+// The convolutions and poolings of HalfCommands with NHWC activations, and
+// convolutions with channels in multiples of 8, where oneDNN's fast kernels
+// take the filter in a blocked layout of their own (reordered from and to
+// the plan's OIHW): a strided 3x3, a grouped one, a 1x1 with a bias and a
+// depthwise one.
+std::vector<LibraryCommand> NhwcCommands() {
+  using fb::Opcode;
+  auto nhwc = [](const std::vector<int64_t>& s) {
+    return std::vector<int64_t>{s[0], s[2], s[3], s[1]};
+  };
+  std::vector<LibraryCommand> commands;
+  for (LibraryCommand c : HalfCommands()) {
+    if (c.op == Opcode::Gemm) continue;
+    const bool conv = c.window.empty();
+    // Filters and biases keep their shapes; every other operand is an activation.
+    for (size_t i = 0; i < c.inputs.size(); ++i)
+      if (!conv || i == 0 || (i == 1 && c.op == Opcode::Conv2dBackwardFilter))
+        c.inputs[i] = nhwc(c.inputs[i]);
+    if (c.op != Opcode::Conv2dBackwardFilter) c.output = nhwc(c.output);
+    c.layout = fb::Layout::NHWC;
+    commands.push_back(c);
+  }
+  const std::vector<int64_t> x = {2, 7, 7, 16}, w = {16, 16, 3, 3}, y = {2, 4, 4, 16};
+  const std::vector<int64_t> strides = {2, 2}, padding = {1, 1, 1, 1};
+  const std::vector<int64_t> dx = {1, 6, 6, 16}, dw = {16, 1, 3, 3};  // depthwise
+  std::vector<LibraryCommand> wide(10);
+  wide[0] = {Opcode::Conv2d, {x, w}, y, strides, padding};
+  wide[1] = {Opcode::Conv2dBackwardData, {y, w}, x, strides, padding};
+  wide[2] = {Opcode::Conv2dBackwardFilter, {x, y}, w, strides, padding};
+  wide[3] = {Opcode::Conv2d, {{1, 6, 6, 16}, {16, 8, 3, 3}}, {1, 6, 6, 16}, {1, 1},
+             {1, 1, 1, 1}, {1, 1}, 2};
+  wide[4] = {Opcode::Conv2dBackwardFilter, {{1, 6, 6, 16}, {1, 6, 6, 16}}, {16, 8, 3, 3},
+             {1, 1}, {1, 1, 1, 1}, {1, 1}, 2};
+  wide[5] = {Opcode::Conv2dBackwardData, {{1, 6, 6, 16}, {16, 8, 3, 3}}, {1, 6, 6, 16},
+             {1, 1}, {1, 1, 1, 1}, {1, 1}, 2};
+  wide[6] = {Opcode::Conv2d, {{2, 5, 5, 16}, {32, 16, 1, 1}, {32}}, {2, 5, 5, 32}};
+  wide[7] = {Opcode::Conv2d, {dx, dw}, dx, {1, 1}, {1, 1, 1, 1}, {1, 1}, 16};
+  wide[8] = {Opcode::Conv2dBackwardData, {dx, dw}, dx, {1, 1}, {1, 1, 1, 1}, {1, 1}, 16};
+  wide[9] = {Opcode::Conv2dBackwardFilter, {dx, dx}, dw, {1, 1}, {1, 1, 1, 1}, {1, 1}, 16};
+  for (LibraryCommand& c : wide) {
+    c.layout = fb::Layout::NHWC;
+    commands.push_back(c);
+  }
+  return commands;
 }
 
 // ------------------------------------------------------------------- fixture
@@ -590,7 +690,8 @@ TEST_P(BackendConformance, LoadsARealPlanAndRefusesOneWithoutItsBinary) {
   Status status = backend_->LoadKernels(*all);
   ASSERT_TRUE(status.ok()) << status.ToString();
   const bool is_cpu = backend_->name() == std::string("cpu");
-  EXPECT_TRUE(backend_->LoadKernels(is_cpu ? *cpu_only : *cuda_only).ok());
+  status = backend_->LoadKernels(is_cpu ? *cpu_only : *cuda_only);
+  EXPECT_TRUE(status.ok()) << status.ToString();
   status = backend_->LoadKernels(is_cpu ? *cuda_only : *cpu_only);
   EXPECT_EQ(status.code(), ErrorCode::kPlanMissingKernel) << status.ToString();
   EXPECT_NE(status.message().find("has no kernels for this device"), std::string::npos)
@@ -648,16 +749,52 @@ TEST_P(BackendConformance, LibraryMathNamesEachFloatType) {
   EXPECT_EQ(backend_->LibraryMath(fb::DType::I32), "i32: not supported");
 }
 
-// Each library command on F16 and on BF16 buffers, from inputs on the half
-// type's grid, against float64: within 2 ulps of the half type at the
-// output's scale; and exactly the float64 result rounded to nearest wherever
-// that result lies farther from a rounding midpoint than FP32 accumulation
-// could move it (a half accumulation, a truncation or a second rounding
-// fails there), which must hold for at least half of each output.
+// Convolutions and poolings on NHWC activations (FP32) against float64, as
+// the plan's own commands are: the strided, unevenly padded, grouped and
+// dilated ones of HalfCommands and the wider ones whose filters oneDNN
+// reorders.
+TEST_P(BackendConformance, NhwcLibraryCommandsMatchFloat64References) {
+  std::unique_ptr<Plan> plan = LibraryPlan(fb::DType::F32, NhwcCommands());
+  ASSERT_NE(plan, nullptr);
+  Status status = backend_->LoadKernels(*plan);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  const fb::Plan& root = plan->root();
+  uint32_t state = 5;
+  for (const fb::Command* c : *root.programs()->Get(0)->commands()) {
+    const std::string what =
+        std::string(fb::EnumNameOpcode(c->op())) + " (" + StringOf(c->location()) + ")";
+    std::vector<Bytes> inputs;
+    std::vector<std::vector<float>> floats;
+    for (int32_t index : *c->inputs()) {
+      inputs.push_back(TestData(*root.buffers()->Get(index), state));
+      floats.push_back(Floats(inputs.back()));
+    }
+    std::vector<Bytes> outputs = RunCommand(*backend_, root, *c, inputs);
+    ASSERT_EQ(outputs.size(), 1u);
+    std::vector<float> got = Floats(outputs[0]);
+    std::vector<double> want = Reference(root, *c, floats);
+    ASSERT_EQ(got.size(), want.size()) << what;
+    double scale = 0;
+    for (double v : want) scale = std::max(scale, std::fabs(v));
+    for (size_t e = 0; e < want.size(); ++e)
+      ASSERT_NEAR(got[e], want[e], 1e-5 * (1 + scale)) << what << " element " << e;
+  }
+}
+
+// Each library command on F16 and on BF16 buffers, NCHW and NHWC, from
+// inputs on the half type's grid, against float64: within 2 ulps of the half
+// type at the output's scale; and exactly the float64 result rounded to
+// nearest wherever that result lies farther from a rounding midpoint than
+// FP32 accumulation could move it (a half accumulation, a truncation or a
+// second rounding fails there), which must hold for at least half of each
+// output.
 TEST_P(BackendConformance, HalfLibraryCommandsRoundOnceFromFp32Accumulation) {
-  for (const HalfType& type : {kF16, kBF16}) {
+  std::vector<std::pair<HalfType, std::vector<LibraryCommand>>> cases;
+  for (const HalfType& type : {kF16, kBF16})
+    for (const auto& commands : {HalfCommands(), NhwcCommands()}) cases.emplace_back(type, commands);
+  for (const auto& [type, commands] : cases) {
     const std::string dtype = fb::EnumNameDType(type.dtype);
-    std::unique_ptr<Plan> plan = LibraryPlan(type.dtype, HalfCommands());
+    std::unique_ptr<Plan> plan = LibraryPlan(type.dtype, commands);
     ASSERT_NE(plan, nullptr);
     Status status = backend_->LoadKernels(*plan);
     ASSERT_TRUE(status.ok()) << dtype << ": " << status.ToString();

@@ -217,11 +217,13 @@ LogicalResult graphc::exportPlan(ModuleOp module, const PlanMetadata &metadata,
       flatbuffers::Offset<fb::CollectiveAttrs> collective;
       auto convAttrs = [&](auto c) {
         return fb::CreateConvAttrs(fbb, i64s(c.getStrides()), i64s(c.getPadding()),
-                                   i64s(c.getDilations()), c.getGroups());
+                                   i64s(c.getDilations()), c.getGroups(),
+                                   c.getChannelsLast() ? fb::Layout::NHWC : fb::Layout::NCHW);
       };
       auto poolAttrs = [&](auto p) {
         return fb::CreatePoolAttrs(fbb, i64s(p.getWindow()), i64s(p.getStrides()),
-                                   i64s(p.getPadding()), p.getExcludePadding());
+                                   i64s(p.getPadding()), p.getExcludePadding(),
+                                   p.getChannelsLast() ? fb::Layout::NHWC : fb::Layout::NCHW);
       };
       if (auto launch = llvm::dyn_cast<plan::LaunchOp>(op)) {
         opcode = fb::Opcode::Kernel;

@@ -208,6 +208,31 @@ KernelSignature emitBroadcast(nn::BroadcastOp op, ModuleOp kernels, StringRef na
   return {{op.getInput()}, false};
 }
 
+/// A transpose: one loop per result dim, the input read through the inverse
+/// permutation (result dim i is input dim permutation[i]).
+KernelSignature emitTranspose(nn::TransposeOp op, ModuleOp kernels, StringRef name) {
+  OpBuilder b(op->getContext());
+  Location loc = op.getLoc();
+  auto inType = llvm::cast<RankedTensorType>(op.getInput().getType());
+  auto outType = llvm::cast<RankedTensorType>(op.getType());
+  func::FuncOp func = createKernelFunc(
+      b, kernels, name, loc, {naturalType(inType), naturalType(outType)});
+  MLIRContext *ctx = b.getContext();
+  unsigned rank = outType.getRank();
+  SmallVector<AffineExpr> inExprs(rank);
+  for (auto [i, p] : llvm::enumerate(op.getPermutation()))
+    inExprs[p] = getAffineDimExpr(static_cast<unsigned>(i), ctx);
+  SmallVector<AffineMap> maps = {AffineMap::get(rank, 0, inExprs, ctx),
+                                 AffineMap::getMultiDimIdentityMap(rank, ctx)};
+  SmallVector<IteratorType> iterators(rank, IteratorType::parallel);
+  buildGeneric(b, loc, func.getArgument(0), func.getArgument(1), maps, iterators,
+               [](OpBuilder &, Location, ValueRange s) {
+                 return SmallVector<Value>{s[0]};
+               });
+  b.create<func::ReturnOp>(loc);
+  return {{op.getInput()}, false};
+}
+
 /// An nn.fusion: one linalg.generic over the iteration space, every op's
 /// scalar function composed in its body, intermediates in registers.
 ///
@@ -1396,12 +1421,13 @@ bool isKernelOp(Operation *op) {
                    nn::SoftmaxCrossEntropyOp, nn::SoftmaxCrossEntropyBackwardOp,
                    nn::LrScheduleOp, nn::SgdOp, nn::SgdMomentumOp, nn::LarsOp, nn::AdamOp,
                    nn::DropoutMaskOp, nn::NonfiniteFlagsOp, nn::FusionOp,
-                   nn::MultiTensorOp>(op);
+                   nn::MultiTensorOp, nn::TransposeOp>(op);
 }
 
 FailureOr<KernelSignature> emitKernel(Operation *op, ModuleOp kernels, StringRef name) {
   return llvm::TypeSwitch<Operation *, FailureOr<KernelSignature>>(op)
       .Case([&](nn::BroadcastOp o) { return emitBroadcast(o, kernels, name); })
+      .Case([&](nn::TransposeOp o) { return emitTranspose(o, kernels, name); })
       .Case([&](nn::FusionOp o) { return emitFusion(o, kernels, name); })
       .Case([&](nn::MultiTensorOp o) { return emitMultiTensor(o, kernels, name); })
       .Case([&](nn::ReduceSumOp o) { return emitReduce(o, kernels, name, false, false); })

@@ -350,7 +350,8 @@ LogicalResult LowerToPlanPass::lowerOp(Operation *op) {
     b.create<OpT>(loc, ins, libraryOutput(), DenseI64ArrayAttr(),
                   i64Array(b, op, "strides", {1, 1}),
                   i64Array(b, op, "padding", {0, 0, 0, 0}),
-                  i64Array(b, op, "dilations", {1, 1}), b.getI64IntegerAttr(groups));
+                  i64Array(b, op, "dilations", {1, 1}), b.getI64IntegerAttr(groups),
+                  op->hasAttr("channels_last") ? b.getUnitAttr() : UnitAttr());
     return success();
   };
   auto pool = [&](auto opTag, ValueRange inputs) {
@@ -360,7 +361,8 @@ LogicalResult LowerToPlanPass::lowerOp(Operation *op) {
     b.create<OpT>(loc, ins, libraryOutput(), DenseI64ArrayAttr(), window,
                   i64Array(b, op, "strides", window.asArrayRef()),
                   i64Array(b, op, "padding", {0, 0, 0, 0}),
-                  op->hasAttr("exclude_padding") ? b.getUnitAttr() : UnitAttr());
+                  op->hasAttr("exclude_padding") ? b.getUnitAttr() : UnitAttr(),
+                  op->hasAttr("channels_last") ? b.getUnitAttr() : UnitAttr());
     return success();
   };
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)

@@ -25,8 +25,8 @@
 
 #include "compiler/Lowering/ReductionNest.h"
 
-#include "mlir/Dialect/Affine/IR/AffineOps.h"
 #include "compiler/Lowering/KernelLoops.h"
+#include "mlir/Dialect/Affine/IR/AffineOps.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
@@ -35,6 +35,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <limits>
 
 using namespace mlir;
@@ -57,6 +58,7 @@ public:
   }
 
   void build(OpBuilder &b, ArrayRef<utils::IteratorType> iterators);
+  void buildColumns(OpBuilder &b, ArrayRef<utils::IteratorType> iterators);
   void buildGpu(OpBuilder &b, ArrayRef<utils::IteratorType> iterators);
   void buildGpuTwoStage(OpBuilder &b, ArrayRef<unsigned> parallelDims, int64_t outputsCount,
                         int64_t count, int64_t parts, int64_t block, ArrayRef<Type> types);
@@ -93,6 +95,8 @@ private:
   SmallVector<Value> lanesOfGroup(OpBuilder &b, Value base, ValueRange lanes);
   SmallVector<Value> innermost(OpBuilder &b);
   SmallVector<Value> outerLevels(OpBuilder &b, size_t level, ValueRange accumulators);
+  SmallVector<Value> columnLevels(OpBuilder &b, size_t level, unsigned column, Value base,
+                                  int64_t lanes, ValueRange accumulators);
   void storeResults(OpBuilder &b, ValueRange finals);
 
   Location loc;
@@ -311,6 +315,76 @@ void NestBuilder::build(OpBuilder &b, ArrayRef<utils::IteratorType> iterators) {
                                 ivs[d] = iv;
                               perElement(nb);
                             });
+}
+
+// The reduced dims as loops, outermost first, around `lanes` iterations of
+// the innermost (parallel) dim `column` from `base`, lane l accumulating
+// element base + l. `accumulators` holds `lanes` values per reduced output.
+SmallVector<Value> NestBuilder::columnLevels(OpBuilder &b, size_t level, unsigned column,
+                                             Value base, int64_t lanes,
+                                             ValueRange accumulators) {
+  if (level == reducedDims.size()) {
+    SmallVector<Value> out(accumulators.begin(), accumulators.end());
+    for (int64_t l = 0; l < lanes; ++l) {
+      ivs[column] = b.create<arith::AddIOp>(loc, base, constIndex(b, l));
+      SmallVector<Value> current;
+      for (size_t a = 0; a < reduced.size(); ++a)
+        current.push_back(out[a * lanes + l]);
+      SmallVector<Value> updated = iterate(b, current);
+      for (size_t a = 0; a < reduced.size(); ++a)
+        out[a * lanes + l] = updated[a];
+    }
+    return out;
+  }
+  const unsigned dim = reducedDims[level];
+  auto loop = b.create<scf::ForOp>(
+      loc, constIndex(b, 0), constIndex(b, extents[dim]), constIndex(b, 1), accumulators,
+      [&](OpBuilder &nb, Location, Value iv, ValueRange current) {
+        ivs[dim] = iv;
+        nb.create<scf::YieldOp>(loc, columnLevels(nb, level + 1, column, base, lanes, current));
+      });
+  return SmallVector<Value>(loop.getResults().begin(), loop.getResults().end());
+}
+
+// A reduction that keeps the innermost dim (channels-last batch-norm
+// statistics: [N, H, W, C] summed over N, H, W) would, one output per
+// iteration, read its values a row apart: a cache line for every element.
+// Instead each parallel iteration takes `lanes` consecutive outputs and walks
+// the reduced dims once, every step reading `lanes` consecutive elements into
+// `lanes` accumulators (a vector on the CPU). Each output is one chain in the
+// reduced dims' order, float32 sums in float64 as above: the order depends
+// only on the shapes.
+void NestBuilder::buildColumns(OpBuilder &b, ArrayRef<utils::IteratorType> iterators) {
+  SmallVector<unsigned> parallelDims;
+  for (auto [d, kind] : llvm::enumerate(iterators))
+    (kind == utils::IteratorType::parallel ? parallelDims : reducedDims).push_back(d);
+  const unsigned column = parallelDims.back();
+  const int64_t lanes = std::gcd(extents[column], kColumnLanes);
+  setUndefined(b);
+  SmallVector<Value> lower, upper, steps;
+  for (unsigned d : parallelDims) {
+    lower.push_back(constIndex(b, 0));
+    upper.push_back(constIndex(b, d == column ? extents[d] / lanes : extents[d]));
+    steps.push_back(constIndex(b, 1));
+  }
+  b.create<scf::ParallelOp>(
+      loc, lower, upper, steps, [&](OpBuilder &nb, Location, ValueRange parallelIvs) {
+        for (auto [d, iv] : llvm::zip(parallelDims, parallelIvs))
+          ivs[d] = iv;
+        Value base = nb.create<arith::MulIOp>(loc, ivs[column], constIndex(nb, lanes));
+        SmallVector<Value> start;
+        for (unsigned output : reduced)
+          for (int64_t l = 0; l < lanes; ++l)
+            start.push_back(identity(nb, output));
+        SmallVector<Value> totals = columnLevels(nb, 0, column, base, lanes, start);
+        for (int64_t l = 0; l < lanes; ++l) {
+          ivs[column] = nb.create<arith::AddIOp>(loc, base, constIndex(nb, l));
+          SmallVector<Value> finals;
+          for (size_t a = 0; a < reduced.size(); ++a)
+            finals.push_back(totals[a * lanes + l]);
+          storeResults(nb, finals);
+        }
+      });
 }
 
 // Decomposes `flat` into the ivs of `dims` (the last fastest).
@@ -573,14 +647,25 @@ void buildReductionNest(OpBuilder &b, Location loc, ValueRange inputs, ValueRang
   int64_t outputsCount = 1, count = 1;
   for (auto [extent, kind] : llvm::zip(extents, iterators))
     (kind == utils::IteratorType::parallel ? outputsCount : count) *= extent;
-  auto cpu = [&](OpBuilder &nb) {
+  auto nest = [&](OpBuilder &nb) {
     NestBuilder(loc, inputs, outputs, maps, extents, accumulate, scales, body)
         .build(nb, iterators);
+  };
+  // On the CPU a reduction keeping the innermost dim walks it in lanes of
+  // consecutive outputs (buildColumns); on CUDA consecutive threads already
+  // read consecutive elements there.
+  const bool columns = count > 1 && !iterators.empty() &&
+                       iterators.back() == utils::IteratorType::parallel;
+  auto cpu = [&](OpBuilder &nb) {
+    if (!columns)
+      return nest(nb);
+    NestBuilder(loc, inputs, outputs, maps, extents, accumulate, scales, body)
+        .buildColumns(nb, iterators);
   };
   // A thread per output is plenty on CUDA when there are that many outputs
   // (or that little to do): the same nest for both targets.
   if (count <= 1 || outputsCount >= kGpuMinThreads || outputsCount * count < kGpuMinThreads)
-    return cpu(b);
+    return columns ? buildPerTarget(b, loc, cpu, nest) : cpu(b);
   buildPerTarget(b, loc, cpu, [&](OpBuilder &nb) {
     NestBuilder(loc, inputs, outputs, maps, extents, accumulate, scales, body)
         .buildGpu(nb, iterators);

@@ -13,6 +13,10 @@
 //  - graphc-decompose-training-ops before autodiff: batch norm and dropout
 //    become reductions and elementwise ops, whose gradient rules autodiff
 //    already has, and whose elementwise parts fusion can later group.
+//  - graphc-layout after batch norm is decomposed (its statistics are then
+//    reductions whose dims the pass moves like any other) and before
+//    autodiff, so that backward is derived in the same layout: the gradient
+//    of a channels-last convolution is a channels-last convolution.
 //  - graphc-autodiff, then graphc-mixed-precision, then graphc-optimizer:
 //    gradients end in nn.apply_gradient, the seam where mixed precision
 //    (unscale, skip on overflow) and data-parallel (allreduce) act
@@ -49,6 +53,8 @@ void buildCompilePipeline(mlir::OpPassManager &pm, const PipelineOptions &option
 
   pm.addPass(createBuildEvalStep());
   pm.addPass(createDecomposeTrainingOps(DecomposeTrainingOpsOptions{options.syncBn}));
+  if (options.layout != "nchw")
+    pm.addPass(createLayout(LayoutOptions{options.layout}));
   pm.addPass(createAutodiff());
   if (!options.mixedPrecision.precision.empty())
     pm.addPass(createMixedPrecision(options.mixedPrecision));

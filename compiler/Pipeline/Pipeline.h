@@ -55,6 +55,8 @@ struct PipelineOptions {
   /// Recompute cheap forward values in backward instead of keeping them
   /// (graphc-rematerialize); false keeps every value backward reads.
   bool remat = true;
+  /// Activation layout (graphc-layout): "nhwc" (channels last) or "nchw".
+  std::string layout = "nchw";
   RematerializeOptions rematerialize;
   /// Mixed precision (graphc-mixed-precision's options); an empty precision
   /// trains in fp32 and skips the pass.

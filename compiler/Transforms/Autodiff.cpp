@@ -239,41 +239,61 @@ LogicalResult Differentiator::backprop(Operation *op) {
       })
       .Case([&](nn::Conv2DOp conv) {
         RankedTensorType x = typeOf(conv.getInput()), w = typeOf(conv.getFilter());
+        // Channels-last activations are [N, H, W, C]; the filter is OIHW.
+        const bool nhwc = conv.getChannelsLast();
+        auto spatial = [&](RankedTensorType t) {
+          return nhwc ? t.getShape().slice(1, 2) : t.getShape().drop_front(2);
+        };
         accumulate(conv.getInput(), [&] {
           return b.create<nn::Conv2DBackwardDataOp>(
-              loc, dy, conv.getFilter(),
-              b.getDenseI64ArrayAttr(x.getShape().drop_front(2)), conv.getStridesAttr(),
-              conv.getPaddingAttr(), conv.getDilationsAttr(), conv.getGroupsAttr());
+              loc, dy, conv.getFilter(), b.getDenseI64ArrayAttr(spatial(x)),
+              conv.getStridesAttr(), conv.getPaddingAttr(), conv.getDilationsAttr(),
+              conv.getGroupsAttr(), conv.getChannelsLastAttr());
         });
         accumulate(conv.getFilter(), [&] {
           return b.create<nn::Conv2DBackwardFilterOp>(
               loc, conv.getInput(), dy,
               b.getDenseI64ArrayAttr(w.getShape().drop_front(2)), conv.getStridesAttr(),
-              conv.getPaddingAttr(), conv.getDilationsAttr(), conv.getGroupsAttr());
+              conv.getPaddingAttr(), conv.getDilationsAttr(), conv.getGroupsAttr(),
+              conv.getChannelsLastAttr());
         });
         if (conv.getBias())
           accumulate(conv.getBias(), [&] {
-            return b.create<nn::ReduceSumOp>(loc, dy, b.getDenseI64ArrayAttr({0, 2, 3}),
-                                             UnitAttr());
+            return b.create<nn::ReduceSumOp>(
+                loc, dy,
+                b.getDenseI64ArrayAttr(nhwc ? ArrayRef<int64_t>{0, 1, 2}
+                                            : ArrayRef<int64_t>{0, 2, 3}),
+                UnitAttr());
           });
         return success();
       })
       .Case([&](nn::MaxPool2DOp pool) {
         accumulate(pool.getInput(), [&] {
-          return b.create<nn::MaxPool2DBackwardOp>(loc, pool.getInput(), dy,
-                                                   pool.getWindowAttr(),
-                                                   pool.getStridesAttr(),
-                                                   pool.getPaddingAttr());
+          return b.create<nn::MaxPool2DBackwardOp>(
+              loc, pool.getInput(), dy, pool.getWindowAttr(), pool.getStridesAttr(),
+              pool.getPaddingAttr(), pool.getChannelsLastAttr());
         });
         return success();
       })
       .Case([&](nn::AvgPool2DOp pool) {
         accumulate(pool.getInput(), [&] {
+          ArrayRef<int64_t> x = typeOf(pool.getInput()).getShape();
           return b.create<nn::AvgPool2DBackwardOp>(
               loc, dy,
-              b.getDenseI64ArrayAttr(typeOf(pool.getInput()).getShape().drop_front(2)),
+              b.getDenseI64ArrayAttr(pool.getChannelsLast() ? x.slice(1, 2)
+                                                            : x.drop_front(2)),
               pool.getWindowAttr(), pool.getStridesAttr(), pool.getPaddingAttr(),
-              pool.getExcludePaddingAttr());
+              pool.getExcludePaddingAttr(), pool.getChannelsLastAttr());
+        });
+        return success();
+      })
+      .Case([&](nn::TransposeOp transpose) {
+        accumulate(transpose.getInput(), [&] {
+          ArrayRef<int64_t> perm = transpose.getPermutation();
+          SmallVector<int64_t> inverse(perm.size());
+          for (auto [i, p] : llvm::enumerate(perm))
+            inverse[p] = static_cast<int64_t>(i);
+          return b.create<nn::TransposeOp>(loc, dy, b.getDenseI64ArrayAttr(inverse));
         });
         return success();
       })

@@ -57,7 +57,7 @@ bool isHalfCompute(Operation *op) {
 /// pooling picks or averages values, reshape and flatten move none.
 bool followsOperand(Operation *op) {
   return isa<nn::MaxPool2DOp, nn::AvgPool2DOp, nn::MaxPool2DBackwardOp,
-             nn::AvgPool2DBackwardOp, nn::ReshapeOp, nn::FlattenOp>(op);
+             nn::AvgPool2DBackwardOp, nn::ReshapeOp, nn::FlattenOp, nn::TransposeOp>(op);
 }
 
 bool isFloatTensor(Value v, Type element) {
@@ -97,6 +97,9 @@ bool carriesBatch(Operation *op, const llvm::DenseSet<Value> &batched) {
   if (isa<nn::ReshapeOp, nn::FlattenOp>(op))
     return has(0) && llvm::cast<RankedTensorType>(op->getOperand(0).getType()).getDimSize(0) ==
                          type.getDimSize(0);
+  if (auto transpose = dyn_cast<nn::TransposeOp>(op))
+    return has(0) && !transpose.getPermutation().empty() &&
+           transpose.getPermutation()[0] == 0;
   if (isa<nn::ReduceSumOp, nn::ReduceMeanOp, nn::ReduceMaxOp>(op)) {
     ArrayRef<int64_t> dims = isa<nn::ReduceSumOp>(op)    ? cast<nn::ReduceSumOp>(op).getDims()
                              : isa<nn::ReduceMeanOp>(op) ? cast<nn::ReduceMeanOp>(op).getDims()

@@ -212,6 +212,39 @@ def FuseElementwise : Pass<"graphc-fuse-elementwise", "::mlir::ModuleOp"> {
   let dependentDialects = ["::graphc::nn::NNDialect"];
 }
 
+def Layout : Pass<"graphc-layout", "::mlir::ModuleOp"> {
+  let summary = "Puts activations channels-last (NHWC) through convolutions and pooling";
+  let description = [{
+    With `layout=nhwc`, in `@forward` and `@eval_step` (after batch norm and
+    dropout are decomposed, before autodiff, so backward inherits the layout):
+    every convolution computes on NHWC activations (`channels_last`), and so
+    does every pool, elementwise op, broadcast and reduction whose activation
+    operand is NHWC already. Broadcast and reduction dims move with their
+    dims (a per-channel scale broadcasts along dim 3, batch-norm statistics
+    reduce dims [0, 1, 2]), and a global average pool becomes the mean over
+    dims [1, 2], whose [N, C] result is the NCHW op's. A transpose is inserted
+    only where an NCHW value enters the region (the images) and where an op
+    that reads NCHW (a flatten, a reshape) takes a value from it; filters stay
+    OIHW. The numbers are the NCHW step's, up to the order of sums in the
+    library convolutions and the reductions. `layout=nchw` changes nothing.
+
+    ```mlir
+    // before
+    %c = nn.conv2d %x, %w : tensor<8x3x32x32xf32>, tensor<16x3x3x3xf32>
+    %r = nn.relu %c : tensor<8x16x30x30xf32>
+    // after
+    %t = nn.transpose %x permutation [0, 2, 3, 1] : tensor<8x3x32x32xf32>
+    %c = nn.conv2d %t, %w channels_last : tensor<8x32x32x3xf32>, tensor<16x3x3x3xf32>
+    %r = nn.relu %c : tensor<8x30x30x16xf32>
+    ```
+  }];
+  let options = [
+    Option<"layout", "layout", "std::string", /*default=*/"\"nhwc\"",
+           "Activation layout: nhwc (channels last) or nchw (as written)">,
+  ];
+  let dependentDialects = ["::graphc::nn::NNDialect"];
+}
+
 def MixedPrecision : Pass<"graphc-mixed-precision", "::mlir::ModuleOp"> {
   let summary = "FP16 or BF16 training: half-precision math and storage, loss scaling";
   let description = [{

@@ -194,13 +194,17 @@ Status CpuBackend::LoadGeneratedKernels(const Plan& plan) {
     data += written;
     left -= static_cast<size_t>(written);
   }
+  // The previous plan's library goes first: the dynamic loader knows a
+  // library by its path, and "/proc/self/fd/N" may well be the path the
+  // previous one was loaded from, which dlopen would hand back instead.
+  if (library_ != nullptr) dlclose(library_);
+  library_ = nullptr;
   std::string path = "/proc/self/fd/" + std::to_string(fd);
   void* library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   close(fd);
   if (library == nullptr)
     return Status(ErrorCode::kPlanMissingKernel,
                   std::string("cannot load the kernel library: ") + dlerror());
-  if (library_ != nullptr) dlclose(library_);
   library_ = library;
   StatusOr<std::vector<const fb::GpuKernel*>> lists =
       LaunchListsOf(plan, *binary, "the x86-64 library");

@@ -325,14 +325,19 @@ struct OneDnnOps::Impl {
   memory::desc Input(const fb::Command& c, int i, DataType type) const {
     return Plain(ShapeOf(Buffer(c.inputs()->Get(i))), type);
   }
-  memory::desc Output(const fb::Command& c, int i, DataType type) const {
-    return Plain(ShapeOf(Buffer(c.outputs()->Get(i))), type);
-  }
   // The shape of operand `operand` (inputs, then outputs).
   Dims OperandShape(const fb::Command& c, int operand) const {
     const int inputs = static_cast<int>(c.inputs()->size());
     return ShapeOf(Buffer(operand < inputs ? c.inputs()->Get(operand)
                                            : c.outputs()->Get(operand - inputs)));
+  }
+  // An activation operand of a convolution or pooling. oneDNN takes logical
+  // NCHW dims and a layout; the plan's shape is the dims in memory order, so
+  // an NHWC operand's [N, H, W, C] is permuted back to [N, C, H, W].
+  memory::desc Activation(const fb::Command& c, int operand, DataType type, bool nhwc) const {
+    const Dims s = OperandShape(c, operand);
+    if (!nhwc) return Plain(s, type);
+    return memory::desc({s[0], s[3], s[1], s[2]}, type, memory::format_tag::nhwc);
   }
   dnnl::primitive_attr Attr() const {
     dnnl::primitive_attr attr;
@@ -357,11 +362,26 @@ struct OneDnnOps::Impl {
     return step;
   }
 
-  // A buffer the command owns (workspace, recomputed forward output).
+  // A buffer the command owns (workspace, recomputed forward output, weights
+  // in the layout a primitive chose).
   memory Owned(Prepared& p, const memory::desc& desc) {
     void* buffer = std::aligned_alloc(64, Aligned(desc.get_size()));
     p.owned.push_back(buffer);
     return memory(desc, engine, buffer);
+  }
+
+  // Adds a reorder step between operand `operand` (described by `desc`, the
+  // plan's layout) and the owned buffer `owned`: from the operand into it, or
+  // with `to_operand` from it into the operand. Either way the operand side
+  // is a kOperand argument, which Widen can point at an FP32 copy.
+  void AddReorder(Prepared& p, const memory::desc& desc, int operand, const memory& owned,
+                  bool to_operand) {
+    const memory::desc owned_desc = owned.get_desc();
+    dnnl::reorder::primitive_desc pd(engine, to_operand ? owned_desc : desc, engine,
+                                     to_operand ? desc : owned_desc, Attr());
+    Step& step = AddStep<dnnl::reorder>(
+        p, pd, {{to_operand ? DNNL_ARG_TO : DNNL_ARG_FROM, {desc, operand}}});
+    step.args.push_back({to_operand ? DNNL_ARG_FROM : DNNL_ARG_TO, owned, Where::kOwned});
   }
 
   dnnl::convolution_forward::primitive_desc ForwardHint(const memory::desc& x,
@@ -391,10 +411,38 @@ dnnl::convolution_forward::primitive_desc OneDnnOps::Impl::ForwardHint(
 Status OneDnnOps::Impl::PrepareConv(const fb::Command& c, Prepared& p, DataType type) {
   const ConvGeometry g = Geometry(*c.conv());
   const int out = static_cast<int>(c.inputs()->size());  // the first output's operand index
+  const bool nhwc = c.conv()->layout() == fb::Layout::NHWC;
   auto attr = Attr();
+  // The filter operand (OIHW, GOIHW when grouped, in every layout) and what
+  // the primitive is created with. With NHWC activations and a plain filter
+  // oneDNN 2.6 has only its reference kernel (two orders of magnitude slower
+  // on AVX2), so NHWC commands let it choose the filter's layout and reorder
+  // between that and the plan's.
+  const int filter = c.op() == fb::Opcode::Conv2dBackwardFilter ? out : 1;
+  const memory::desc w_plan = Weights(OperandShape(c, filter), g.groups, type);
+  const memory::desc w =
+      nhwc ? memory::desc(w_plan.dims(), type, memory::format_tag::any) : w_plan;
+  // Adds the convolution step of `pd` with `args` and the filter argument
+  // `filter_arg`: the operand itself where the primitive chose the plan's
+  // layout, else a buffer of the command's own, reordered from the operand
+  // before the step or, for the filter's gradient, into it after.
+  using Args = std::vector<std::pair<int, std::pair<memory::desc, int>>>;
+  auto add = [&](auto primitive, const auto& pd, Args args, int filter_arg,
+                 const memory::desc& chosen) {
+    using Primitive = decltype(primitive);
+    if (!nhwc || chosen == w_plan) {
+      args.push_back({filter_arg, {w_plan, filter}});
+      AddStep<Primitive>(p, pd, args);
+      return;
+    }
+    memory owned = Owned(p, chosen);
+    const bool gradient = filter == out;
+    if (!gradient) AddReorder(p, w_plan, filter, owned, /*to_operand=*/false);
+    AddStep<Primitive>(p, pd, args).args.push_back({filter_arg, owned, Where::kOwned});
+    if (gradient) AddReorder(p, w_plan, filter, owned, /*to_operand=*/true);
+  };
   if (c.op() == fb::Opcode::Conv2d) {
-    memory::desc x = Input(c, 0, type), y = Output(c, 0, type);
-    memory::desc w = Weights(ShapeOf(Buffer(c.inputs()->Get(1))), g.groups, type);
+    memory::desc x = Activation(c, 0, type, nhwc), y = Activation(c, out, type, nhwc);
     bool bias = c.inputs()->size() == 3;
     auto desc = bias ? dnnl::convolution_forward::desc(
                            prop_kind::forward_training, algorithm::convolution_direct, x, w,
@@ -403,37 +451,34 @@ Status OneDnnOps::Impl::PrepareConv(const fb::Command& c, Prepared& p, DataType 
                            prop_kind::forward_training, algorithm::convolution_direct, x, w,
                            y, g.strides, g.dilates, g.padding_l, g.padding_r);
     dnnl::convolution_forward::primitive_desc pd(desc, attr, engine);
-    std::vector<std::pair<int, std::pair<memory::desc, int>>> args = {
-        {DNNL_ARG_SRC, {x, 0}}, {DNNL_ARG_WEIGHTS, {w, 1}}, {DNNL_ARG_DST, {y, out}}};
+    Args args = {{DNNL_ARG_SRC, {x, 0}}, {DNNL_ARG_DST, {y, out}}};
     if (bias) args.push_back({DNNL_ARG_BIAS, {Input(c, 2, type), 2}});
-    AddStep<dnnl::convolution_forward>(p, pd, args);
+    add(dnnl::convolution_forward(), pd, args, DNNL_ARG_WEIGHTS, pd.weights_desc());
     return Status::Ok();
   }
   if (c.op() == fb::Opcode::Conv2dBackwardData) {
-    memory::desc dy = Input(c, 0, type), dx = Output(c, 0, type);
-    memory::desc w = Weights(ShapeOf(Buffer(c.inputs()->Get(1))), g.groups, type);
+    memory::desc dy = Activation(c, 0, type, nhwc), dx = Activation(c, out, type, nhwc);
     auto hint = ForwardHint(dx, w, dy, g);
     dnnl::convolution_backward_data::primitive_desc pd(
         dnnl::convolution_backward_data::desc(algorithm::convolution_direct, dx, w, dy,
                                               g.strides, g.dilates, g.padding_l, g.padding_r),
         attr, engine, hint);
-    AddStep<dnnl::convolution_backward_data>(p, pd,
-            {{DNNL_ARG_DIFF_DST, {dy, 0}}, {DNNL_ARG_WEIGHTS, {w, 1}},
-             {DNNL_ARG_DIFF_SRC, {dx, out}}});
+    add(dnnl::convolution_backward_data(), pd,
+        {{DNNL_ARG_DIFF_DST, {dy, 0}}, {DNNL_ARG_DIFF_SRC, {dx, out}}}, DNNL_ARG_WEIGHTS,
+        pd.weights_desc());
     return Status::Ok();
   }
   // Conv2dBackwardFilter: inputs x, dy; output dw.
-  memory::desc x = Input(c, 0, type), dy = Input(c, 1, type);
-  memory::desc dw = Weights(ShapeOf(Buffer(c.outputs()->Get(0))), g.groups, type);
-  auto hint = ForwardHint(x, dw, dy, g);
+  memory::desc x = Activation(c, 0, type, nhwc), dy = Activation(c, 1, type, nhwc);
+  auto hint = ForwardHint(x, w, dy, g);
   dnnl::convolution_backward_weights::primitive_desc pd(
-      dnnl::convolution_backward_weights::desc(algorithm::convolution_direct, x, dw, dy,
+      dnnl::convolution_backward_weights::desc(algorithm::convolution_direct, x, w, dy,
                                                g.strides, g.dilates, g.padding_l,
                                                g.padding_r),
       attr, engine, hint);
-  AddStep<dnnl::convolution_backward_weights>(p, pd,
-          {{DNNL_ARG_SRC, {x, 0}}, {DNNL_ARG_DIFF_DST, {dy, 1}},
-           {DNNL_ARG_DIFF_WEIGHTS, {dw, out}}});
+  add(dnnl::convolution_backward_weights(), pd,
+      {{DNNL_ARG_SRC, {x, 0}}, {DNNL_ARG_DIFF_DST, {dy, 1}}}, DNNL_ARG_DIFF_WEIGHTS,
+      pd.diff_weights_desc());
   return Status::Ok();
 }
 
@@ -481,9 +526,10 @@ Status OneDnnOps::Impl::PreparePool(const fb::Command& c, Prepared& p, DataType 
                    : attrs.exclude_padding() ? algorithm::pooling_avg_exclude_padding
                                              : algorithm::pooling_avg_include_padding;
   const int out = static_cast<int>(c.inputs()->size());
+  const bool nhwc = attrs.layout() == fb::Layout::NHWC;
   auto attr = Attr();
   if (c.op() == fb::Opcode::MaxPool2d || c.op() == fb::Opcode::AvgPool2d) {
-    memory::desc x = Input(c, 0, type), y = Output(c, 0, type);
+    memory::desc x = Activation(c, 0, type, nhwc), y = Activation(c, out, type, nhwc);
     dnnl::pooling_forward::primitive_desc pd(
         dnnl::pooling_forward::desc(prop_kind::forward_inference, kind, x, y, strides, window,
                                     padding_l, padding_r),
@@ -493,7 +539,7 @@ Status OneDnnOps::Impl::PreparePool(const fb::Command& c, Prepared& p, DataType 
   }
   // Backward: max pooling recomputes the forward pass for its workspace (the
   // argmax positions), since the plan keeps x rather than oneDNN's workspace.
-  memory::desc dy = Input(c, max ? 1 : 0, type), dx = Output(c, 0, type);
+  memory::desc dy = Activation(c, max ? 1 : 0, type, nhwc), dx = Activation(c, out, type, nhwc);
   dnnl::pooling_forward::primitive_desc forward(
       dnnl::pooling_forward::desc(prop_kind::forward_training, kind, dx, dy, strides, window,
                                   padding_l, padding_r),
@@ -539,7 +585,8 @@ Status OneDnnOps::Impl::PrepareCommand(const fb::Command& c, Prepared& p, DataTy
 // input to its copy before (exact), each copy of an output to the half
 // output after (rounded once, to nearest even). A copy keeps its operand's
 // row-major layout, whole: a transposed gemm operand stays a strided view,
-// now of the copy.
+// now of the copy, and an NHWC convolution's filter reorders read the copy
+// of the filter (or write the copy of its gradient), in FP32 like the rest.
 void OneDnnOps::Impl::Widen(const fb::Command& c, Prepared& p) {
   const int inputs = static_cast<int>(c.inputs()->size());
   // The loader proved every operand of a library command the same dtype.

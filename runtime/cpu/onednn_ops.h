@@ -1,6 +1,10 @@
 // The CPU backend's library calls through oneDNN: convolution forward,
 // backward-data and backward-weights, matmul (Gemm) and max/average pooling
-// forward and backward, on the plan's plain layouts (NCHW, OIHW, row-major).
+// forward and backward, on the plan's plain layouts (activations NCHW or
+// NHWC, filters OIHW, row-major). An NHWC convolution's filter is reordered
+// into the layout oneDNN chooses for it (its gradient back into OIHW) in
+// memory of the command's own: with a plain filter oneDNN 2.6 has only its
+// reference kernel for NHWC.
 //
 // Every primitive, its memory objects and the scratchpad are created once, in
 // Prepare; Run only points the memory objects at the operands and executes, so

@@ -1,8 +1,8 @@
 // cuDNN convolutions and pooling (see cudnn_ops.h). cuDNN 9 still ships the
 // descriptor API this file uses and marks it deprecated in favour of its
-// graph API; it is the shortest correct path for plain NCHW calls (FP32, and
-// FP16 or BF16 with FP32 compute), so the warnings are silenced for this file
-// only.
+// graph API; it is the shortest correct path for plain NCHW and NHWC calls
+// (FP32, and FP16 or BF16 with FP32 compute), so the warnings are silenced for
+// this file only.
 
 #include "runtime/cuda/cudnn_ops.h"
 
@@ -71,10 +71,19 @@ struct Descriptors {
   }
 };
 
+// cuDNN takes an activation's logical dims [N, C, H, W] and its layout; the
+// plan's shape is its dims in memory order ([N, H, W, C] for NHWC).
+std::vector<int64_t> Logical(const std::vector<int64_t>& shape, bool nhwc) {
+  if (!nhwc || shape.size() != 4) return shape;
+  return {shape[0], shape[3], shape[1], shape[2]};
+}
+
+// `dims` are logical (NCHW order) whatever the layout.
 Status Tensor4d(cudnnTensorDescriptor_t* desc, const std::vector<int64_t>& dims,
-                cudnnDataType_t type) {
+                cudnnDataType_t type, bool nhwc = false) {
   GRAPHC_CUDNN(cudnnCreateTensorDescriptor(desc), "tensor descriptor");
-  GRAPHC_CUDNN(cudnnSetTensor4dDescriptor(*desc, CUDNN_TENSOR_NCHW, type,
+  const cudnnTensorFormat_t format = nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+  GRAPHC_CUDNN(cudnnSetTensor4dDescriptor(*desc, format, type,
                                           static_cast<int>(dims[0]), static_cast<int>(dims[1]),
                                           static_cast<int>(dims[2]), static_cast<int>(dims[3])),
                "tensor descriptor");
@@ -129,20 +138,24 @@ struct Call {
   size_t xp = 0, y = 0, dxp = 0;  // scratch offsets
 };
 
-// Sets up `call` for explicit padding of x (dims) by `pad` [t, b, l, r].
-std::vector<int64_t> Pad(Call& call, const std::vector<int64_t>& x, const fb::Plan& plan,
+// Sets up `call` for explicit padding of x (logical dims) by `pad` [t, b,
+// l, r]; returns the padded input's logical dims. NCHW pads N*C planes of
+// [H, W]; NHWC pads N planes of [H, W*C], a column being C elements, so the
+// same kernels serve both.
+std::vector<int64_t> Pad(Call& call, const std::vector<int64_t>& x, bool nhwc,
                          const flatbuffers::Vector<int64_t>& pad, float value) {
-  (void)plan;
+  const int64_t channels = nhwc ? x[1] : 1;
+  const int64_t hp = x[2] + pad.Get(0) + pad.Get(1), wp = x[3] + pad.Get(2) + pad.Get(3);
   call.padded = true;
-  call.planes = x[0] * x[1];
+  call.planes = nhwc ? x[0] : x[0] * x[1];
   call.h = x[2];
-  call.w = x[3];
+  call.w = x[3] * channels;
   call.top = pad.Get(0);
-  call.left = pad.Get(2);
-  call.hp = x[2] + pad.Get(0) + pad.Get(1);
-  call.wp = x[3] + pad.Get(2) + pad.Get(3);
+  call.left = pad.Get(2) * channels;
+  call.hp = hp;
+  call.wp = wp * channels;
   call.pad_value = value;
-  return {x[0], x[1], call.hp, call.wp};
+  return {x[0], x[1], hp, wp};
 }
 
 }  // namespace
@@ -176,6 +189,7 @@ struct CudnnOps::Impl {
 
 Status CudnnOps::Impl::PrepareConv(const fb::Command& c, Call& call) {
   const fb::ConvAttrs& attrs = *c.conv();
+  const bool nhwc = attrs.layout() == fb::Layout::NHWC;
   // x, w and y as the forward convolution sees them, whichever direction.
   std::vector<int64_t> x, w, y;
   if (c.op() == fb::Opcode::Conv2d) {
@@ -194,13 +208,16 @@ Status CudnnOps::Impl::PrepareConv(const fb::Command& c, Call& call) {
   if (x.size() != 4 || w.size() != 4 || y.size() != 4 || !FitsInt(x) || !FitsInt(w) ||
       !FitsInt(y))
     return Status(ErrorCode::kUnsupported, "cuDNN takes 4-d convolutions below 2^31 per dimension");
+  // From here x and y are logical (NCHW order); filters are OIHW in every layout.
+  x = Logical(x, nhwc);
+  y = Logical(y, nhwc);
   const int64_t sh = attrs.strides()->Get(0), sw = attrs.strides()->Get(1);
   const int64_t dh = attrs.dilations()->Get(0), dw = attrs.dilations()->Get(1);
   int64_t top = attrs.padding()->Get(0), left = attrs.padding()->Get(2);
   std::vector<int64_t> a = x;
   if (!SymmetricEnough(x[2], w[2], sh, dh, top, y[2]) ||
       !SymmetricEnough(x[3], w[3], sw, dw, left, y[3])) {
-    a = Pad(call, x, *plan, *attrs.padding(), 0.0f);
+    a = Pad(call, x, nhwc, *attrs.padding(), 0.0f);
     top = left = 0;
     if (c.op() == fb::Opcode::Conv2dBackwardData)
       call.dxp = 0;  // dx padded, then cropped
@@ -209,8 +226,8 @@ Status CudnnOps::Impl::PrepareConv(const fb::Command& c, Call& call) {
     scratch_bytes = std::max(scratch_bytes, Bytes(a, call.type.bytes));
   }
   Descriptors& d = call.d;
-  Status status = Tensor4d(&d.a, a, call.type.cudnn);
-  if (status.ok()) status = Tensor4d(&d.b, y, call.type.cudnn);
+  Status status = Tensor4d(&d.a, a, call.type.cudnn, nhwc);
+  if (status.ok()) status = Tensor4d(&d.b, y, call.type.cudnn, nhwc);
   if (!status.ok()) return status;
   GRAPHC_CUDNN(cudnnCreateFilterDescriptor(&d.filter), "filter descriptor");
   GRAPHC_CUDNN(cudnnSetFilter4dDescriptor(d.filter, call.type.cudnn, CUDNN_TENSOR_NCHW,
@@ -228,11 +245,12 @@ Status CudnnOps::Impl::PrepareConv(const fb::Command& c, Call& call) {
   GRAPHC_CUDNN(cudnnSetConvolutionGroupCount(d.conv, static_cast<int>(attrs.groups())),
                "convolution groups");
   if (c.op() == fb::Opcode::Conv2d && c.inputs()->size() == 3) {
+    // [1, C, 1, 1] lies alike in both layouts.
     status = Tensor4d(&d.bias, {1, y[1], 1, 1}, call.type.cudnn);
     if (!status.ok()) return status;
   }
   std::string key = std::to_string(static_cast<int>(c.op())) + ":" +
-                    std::to_string(static_cast<int>(call.type.cudnn));
+                    std::to_string(static_cast<int>(call.type.cudnn)) + (nhwc ? ":nhwc" : "");
   for (const auto* dims : {&a, &w, &y})
     for (int64_t v : *dims) key += "," + std::to_string(v);
   for (int64_t v : {sh, sw, dh, dw, top, left, static_cast<int64_t>(attrs.groups())})
@@ -329,6 +347,7 @@ Status CudnnOps::Impl::PreparePool(const fb::Command& c, Call& call) {
   const fb::PoolAttrs& attrs = *c.pool();
   const bool max = c.op() == fb::Opcode::MaxPool2d || c.op() == fb::Opcode::MaxPool2dBackward;
   const bool forward = c.op() == fb::Opcode::MaxPool2d || c.op() == fb::Opcode::AvgPool2d;
+  const bool nhwc = attrs.layout() == fb::Layout::NHWC;
   // x and y as the forward pooling sees them.
   std::vector<int64_t> x, y;
   if (forward) {
@@ -340,6 +359,8 @@ Status CudnnOps::Impl::PreparePool(const fb::Command& c, Call& call) {
   }
   if (x.size() != 4 || y.size() != 4 || !FitsInt(x) || !FitsInt(y))
     return Status(ErrorCode::kUnsupported, "cuDNN takes 4-d pooling below 2^31 per dimension");
+  x = Logical(x, nhwc);
+  y = Logical(y, nhwc);
   const int64_t wh = attrs.window()->Get(0), ww = attrs.window()->Get(1);
   const int64_t sh = attrs.strides()->Get(0), sw = attrs.strides()->Get(1);
   int64_t top = attrs.padding()->Get(0), left = attrs.padding()->Get(2);
@@ -353,7 +374,7 @@ Status CudnnOps::Impl::PreparePool(const fb::Command& c, Call& call) {
       return Status(ErrorCode::kUnsupported,
                     "average pooling that excludes padding differing between sides has no "
                     "cuDNN form");
-    a = Pad(call, x, *plan, *attrs.padding(),
+    a = Pad(call, x, nhwc, *attrs.padding(),
             max ? -std::numeric_limits<float>::infinity() : 0.0f);
     top = left = 0;
   }
@@ -376,8 +397,8 @@ Status CudnnOps::Impl::PreparePool(const fb::Command& c, Call& call) {
   }
   scratch_bytes = std::max(scratch_bytes, need);
   Descriptors& d = call.d;
-  Status status = Tensor4d(&d.a, a, call.type.cudnn);
-  if (status.ok()) status = Tensor4d(&d.b, y, call.type.cudnn);
+  Status status = Tensor4d(&d.a, a, call.type.cudnn, nhwc);
+  if (status.ok()) status = Tensor4d(&d.b, y, call.type.cudnn, nhwc);
   if (!status.ok()) return status;
   const cudnnPoolingMode_t mode = max ? CUDNN_POOLING_MAX_DETERMINISTIC
                                   : attrs.exclude_padding()

@@ -1,8 +1,8 @@
 // The CUDA backend's library calls through cuDNN: convolution forward,
 // backward-data and backward-filter, and max/average pooling forward and
-// backward, on the plan's plain layouts (NCHW, OIHW), in FP32 or, for
-// mixed precision, on FP16 or BF16 tensors with FP32 compute (accumulated in
-// FP32, rounded once to the half type).
+// backward, on the plan's plain layouts (activations NCHW or NHWC, filters
+// OIHW), in FP32 or, for mixed precision, on FP16 or BF16 tensors with FP32
+// compute (accumulated in FP32, rounded once to the half type).
 //
 // Descriptors and algorithms are chosen once, in Prepare: each distinct
 // convolution is benchmarked once (cudnnFind*), restricted to FMA math

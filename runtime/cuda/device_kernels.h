@@ -1,9 +1,10 @@
 // The few kernels the CUDA backend needs of its own (compiled by nvcc into
 // the backend; the plan's kernels come as PTX): counting non-finite values,
 // broadcasting a gemm's bias over the rows of its output, and padding and
-// cropping NCHW planes for the convolutions and poolings whose padding
-// differs between sides (cuDNN pads both sides alike). All but the count take
-// the elements' type: CUDA_R_32F, CUDA_R_16F or CUDA_R_16BF.
+// cropping planes (NCHW's [H, W], NHWC's [H, W*C]) for the convolutions and
+// poolings whose padding differs between sides (cuDNN pads both sides
+// alike). All but the count take the elements' type: CUDA_R_32F, CUDA_R_16F
+// or CUDA_R_16BF.
 
 #ifndef GRAPHC_RUNTIME_CUDA_DEVICE_KERNELS_H_
 #define GRAPHC_RUNTIME_CUDA_DEVICE_KERNELS_H_

@@ -270,6 +270,39 @@ std::string ShapeStr(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
+// Where an activation's channel and spatial dims lie in its shape (the
+// batch is dim 0 in every layout).
+struct ActivationDims {
+  int c, h, w;
+};
+
+// The dims of `layout` for a command of `what` (convolution, pooling). The
+// library reads activations by these dims, so a layout the schema does not
+// define (FlatBuffers checks no enum's range) or a plan older than layouts is
+// refused, never read as NCHW.
+Status LayoutDims(fb::Layout layout, uint32_t version, const std::string& what,
+                  const std::string& where, ActivationDims* dims) {
+  switch (layout) {
+    case fb::Layout::NCHW:
+      *dims = {1, 2, 3};
+      return Status::Ok();
+    case fb::Layout::NHWC:
+      if (version < 5)
+        return Fail(ErrorCode::kPlanBadValue,
+                    where + ": an NHWC " + what + " in a plan of schema version " +
+                        Str(version) + " (layouts are version 5)");
+      *dims = {3, 1, 2};
+      return Status::Ok();
+  }
+  return Fail(ErrorCode::kPlanBadValue,
+              where + ": " + what + " with unknown layout " + Str(static_cast<int>(layout)));
+}
+
+// " (NHWC)" after the shapes of a message about an NHWC command; nothing for NCHW.
+std::string LayoutSuffix(fb::Layout layout) {
+  return layout == fb::Layout::NCHW ? "" : std::string(" (") + fb::EnumNameLayout(layout) + ")";
+}
+
 Status CommandChecker::CheckShapes(const fb::Command& command, const std::string& where) {
   const auto& in = *command.inputs();
   const auto& out = *command.outputs();
@@ -299,6 +332,8 @@ Status CommandChecker::CheckShapes(const fb::Command& command, const std::string
       if (groups < 1 || groups > (int64_t{1} << 24))
         return Fail(ErrorCode::kPlanBadValue,
                     where + ": groups " + Str(groups) + " is not positive");
+      ActivationDims a;
+      RETURN_IF_ERROR(LayoutDims(attrs->layout(), plan_.version(), "convolution", where, &a));
       // Name the three tensors of the forward relation x * w -> y.
       std::vector<int64_t> x, w, y;
       if (command.op() == fb::Opcode::Conv2d) {
@@ -310,19 +345,23 @@ Status CommandChecker::CheckShapes(const fb::Command& command, const std::string
       }
       if (x.size() != 4 || w.size() != 4 || y.size() != 4)
         return ShapeError(where, "convolution operands must be rank 4");
-      if (x[1] % groups != 0 || w[0] % groups != 0 || w[1] * groups != x[1])
+      // Filters are OIHW in every layout; only x and y follow it.
+      if (x[a.c] % groups != 0 || w[0] % groups != 0 || w[1] * groups != x[a.c])
         return ShapeError(where, "filter " + ShapeStr(w) + " does not match " +
-                                     Str(x[1]) + " input channels in " + Str(groups) +
-                                     " groups");
+                                     Str(x[a.c]) + " input channels in " + Str(groups) +
+                                     " groups" + LayoutSuffix(attrs->layout()));
       const auto& s = *attrs->strides();
       const auto& d = *attrs->dilations();
       const auto& p = *attrs->padding();
-      int64_t oh = WindowOutput(x[2], w[2], s[0], p[0], p[1], d[0]);
-      int64_t ow = WindowOutput(x[3], w[3], s[1], p[2], p[3], d[1]);
-      if (y[0] != x[0] || y[1] != w[0] || y[2] != oh || y[3] != ow)
+      std::vector<int64_t> want(4);
+      want[0] = x[0];
+      want[a.c] = w[0];
+      want[a.h] = WindowOutput(x[a.h], w[2], s[0], p[0], p[1], d[0]);
+      want[a.w] = WindowOutput(x[a.w], w[3], s[1], p[2], p[3], d[1]);
+      if (y != want)
         return ShapeError(where, "convolution of " + ShapeStr(x) + " by " + ShapeStr(w) +
-                                     " gives [" + Str(x[0]) + "x" + Str(w[0]) + "x" +
-                                     Str(oh) + "x" + Str(ow) + "], not " + ShapeStr(y));
+                                     " gives " + ShapeStr(want) + ", not " + ShapeStr(y) +
+                                     LayoutSuffix(attrs->layout()));
       if (in.size() == 3) {
         std::vector<int64_t> bias = Shape(in.Get(2));
         if (bias.size() != 1 || bias[0] != w[0])
@@ -371,6 +410,8 @@ Status CommandChecker::CheckShapes(const fb::Command& command, const std::string
       const auto& p = *attrs->padding();
       if (p[0] >= k[0] || p[1] >= k[0] || p[2] >= k[1] || p[3] >= k[1])
         return Fail(ErrorCode::kPlanBadValue, where + ": padding must be below the window");
+      ActivationDims a;
+      RETURN_IF_ERROR(LayoutDims(attrs->layout(), plan_.version(), "pooling", where, &a));
       std::vector<int64_t> x, y;
       if (command.op() == fb::Opcode::MaxPool2d || command.op() == fb::Opcode::AvgPool2d) {
         x = Shape(in.Get(0)), y = Shape(out.Get(0));
@@ -383,10 +424,12 @@ Status CommandChecker::CheckShapes(const fb::Command& command, const std::string
       }
       if (x.size() != 4 || y.size() != 4)
         return ShapeError(where, "pooling operands must be rank 4");
-      int64_t oh = WindowOutput(x[2], k[0], s[0], p[0], p[1], 1);
-      int64_t ow = WindowOutput(x[3], k[1], s[1], p[2], p[3], 1);
-      if (y[0] != x[0] || y[1] != x[1] || y[2] != oh || y[3] != ow)
-        return ShapeError(where, "pooling " + ShapeStr(x) + " cannot give " + ShapeStr(y));
+      std::vector<int64_t> want = x;
+      want[a.h] = WindowOutput(x[a.h], k[0], s[0], p[0], p[1], 1);
+      want[a.w] = WindowOutput(x[a.w], k[1], s[1], p[2], p[3], 1);
+      if (y != want)
+        return ShapeError(where, "pooling " + ShapeStr(x) + " cannot give " + ShapeStr(y) +
+                                     LayoutSuffix(attrs->layout()));
       return Status::Ok();
     }
     case fb::Opcode::Copy:

@@ -35,10 +35,11 @@ namespace graphc::runtime {
 
 // The schema version this runtime reads; graphc's copy is in
 // compiler/Export/PlanExport.h. Newer plans are refused.
-inline constexpr uint32_t kPlanSchemaVersion = 4;
+inline constexpr uint32_t kPlanSchemaVersion = 5;
 // Version 1 plans have no CPU launches, version 2 plans no digests and no
 // launch signatures; they are refused, not guessed at. Version 3 plans are
-// version 4 plans without collectives (they train on one rank).
+// version 4 plans without collectives (they train on one rank), version 4
+// plans version 5 plans without NHWC convolutions and pools.
 inline constexpr uint32_t kOldestPlanSchemaVersion = 3;
 
 // Collective commands are run by the executor's communicator, never by a

@@ -13,11 +13,13 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "runtime/backend.h"
 #include "runtime/cpu/cpu_backend.h"
+#include "runtime/plan/plan_printer.h"
 #include "runtime/plan/testing/elf_builder.h"
 
 namespace graphc::runtime {
@@ -45,6 +47,10 @@ struct CommandSpec {
     fb::DType wire = fb::DType::F32;
   };
   std::optional<Collective> collective;
+  // Convolutions and poolings: the activations' layout; a pooling's window
+  // (empty: no pooling attributes).
+  fb::Layout layout = fb::Layout::NCHW;
+  std::vector<int64_t> window;
 };
 
 // A small valid plan: x[2x3x4x4] conv w[5x3x3x3] -> y[2x5x2x2] (arena and
@@ -145,14 +151,18 @@ struct PlanSpec {
     for (const CommandSpec& c : commands) {
       auto conv = fb::CreateConvAttrs(fbb, fbb.CreateVector(c.strides),
                                       fbb.CreateVector(c.padding),
-                                      fbb.CreateVector(c.dilations), c.groups);
+                                      fbb.CreateVector(c.dilations), c.groups, c.layout);
+      flatbuffers::Offset<fb::PoolAttrs> pool;
+      if (!c.window.empty())
+        pool = fb::CreatePoolAttrs(fbb, fbb.CreateVector(c.window), fbb.CreateVector(c.strides),
+                                   fbb.CreateVector(c.padding), false, c.layout);
       flatbuffers::Offset<fb::CollectiveAttrs> collective;
       if (c.collective)
         collective = fb::CreateCollectiveAttrs(fbb, c.collective->bucket,
                                                c.collective->reduction, c.collective->wire);
       command_offsets.push_back(fb::CreateCommand(
           fbb, c.op, fbb.CreateVector(c.inputs), fbb.CreateVector(c.outputs),
-          fbb.CreateVector(c.in_place), c.kernel, conv, fb::CreateGemmAttrs(fbb), 0,
+          fbb.CreateVector(c.in_place), c.kernel, conv, fb::CreateGemmAttrs(fbb), pool,
           fbb.CreateString("test.mlir:1:1"), collective));
     }
     std::vector<flatbuffers::Offset<fb::Program>> programs = {fb::CreateProgram(
@@ -415,6 +425,89 @@ TEST(PlanLoaderTest, ShapesInconsistentWithTheOp) {
   PlanSpec kernel;
   kernel.kernel_arg_bytes = {160, 320};  // the kernel would write past y
   EXPECT_EQ(LoadError(kernel), ErrorCode::kPlanBadShape);
+}
+
+// The plan's convolution with NHWC activations: x [2x4x4x3] by w [5x3x3x3]
+// (OIHW in every layout) gives y [2x2x2x5]; then a 2x2 max pooling of y.
+PlanSpec NhwcSpec() {
+  PlanSpec spec;
+  spec.buffers[0].shape = {2, 4, 4, 3};
+  spec.buffers[2].shape = {2, 2, 2, 5};
+  spec.buffers.push_back({"p", {2, 1, 1, 5}, fb::Region::Arena, 3072});  // 7
+  spec.commands[0].layout = fb::Layout::NHWC;
+  CommandSpec pool{fb::Opcode::MaxPool2d, {2}, {7}, {}, -1, {2, 2}, {0, 0, 0, 0}};
+  pool.window = {2, 2};
+  pool.layout = fb::Layout::NHWC;
+  spec.commands.insert(spec.commands.begin() + 1, pool);
+  return spec;
+}
+
+TEST(PlanLoaderTest, NhwcCommandsLoadWithShapesInTheirLayout) {
+  StatusOr<std::unique_ptr<Plan>> plan = Plan::FromBytes(NhwcSpec().Build());
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  // Version 5's field is absent from older plans: they are NCHW and load.
+  PlanSpec old;
+  old.version = 4;
+  EXPECT_EQ(LoadError(old), ErrorCode::kOk);
+}
+
+// The libraries read activations by the dims the layout names: shapes that
+// fit only another layout are refused, as is a layout the schema lacks.
+TEST(PlanLoaderTest, ShapesMustFitTheLayoutTheCommandNames) {
+  auto message = [](const PlanSpec& spec) {
+    StatusOr<std::unique_ptr<Plan>> plan = Plan::FromBytes(spec.Build());
+    return plan.ok() ? std::string("loaded") : plan.status().ToString();
+  };
+  PlanSpec nchw_shapes;  // the NCHW plan's shapes, read as NHWC
+  nchw_shapes.commands[0].layout = fb::Layout::NHWC;
+  EXPECT_EQ(message(nchw_shapes),
+            "error[plan-bad-shape]: program 'train_step' command 0 (test.mlir:1:1): filter "
+            "[5x3x3x3] does not match 4 input channels in 1 groups (NHWC)");
+  PlanSpec nhwc_shapes = NhwcSpec();  // NHWC shapes, read as NCHW
+  nhwc_shapes.commands[0].layout = fb::Layout::NCHW;
+  EXPECT_EQ(LoadError(nhwc_shapes), ErrorCode::kPlanBadShape);
+  PlanSpec output = NhwcSpec();  // y as NCHW would have it
+  output.buffers[2].shape = {2, 5, 2, 2};
+  output.buffers[7].shape = {2, 5, 1, 1};
+  EXPECT_EQ(message(output),
+            "error[plan-bad-shape]: program 'train_step' command 0 (test.mlir:1:1): "
+            "convolution of [2x4x4x3] by [5x3x3x3] gives [2x2x2x5], not [2x5x2x2] (NHWC)");
+  PlanSpec pool = NhwcSpec();  // the pooling read as NCHW
+  pool.commands[1].layout = fb::Layout::NCHW;
+  EXPECT_EQ(message(pool),
+            "error[plan-bad-shape]: program 'train_step' command 1 (test.mlir:1:1): "
+            "pooling [2x2x2x5] cannot give [2x1x1x5]");
+  PlanSpec unknown = NhwcSpec();
+  unknown.commands[0].layout = static_cast<fb::Layout>(7);
+  EXPECT_EQ(message(unknown),
+            "error[plan-bad-value]: program 'train_step' command 0 (test.mlir:1:1): "
+            "convolution with unknown layout 7");
+  PlanSpec unknown_pool = NhwcSpec();
+  unknown_pool.commands[1].layout = static_cast<fb::Layout>(-1);
+  EXPECT_EQ(LoadError(unknown_pool), ErrorCode::kPlanBadValue);
+  // A version 4 runtime would read an NHWC command as NCHW: such a plan is
+  // no plan graphc writes.
+  PlanSpec old = NhwcSpec();
+  old.version = 4;
+  EXPECT_EQ(message(old),
+            "error[plan-bad-value]: program 'train_step' command 0 (test.mlir:1:1): an NHWC "
+            "convolution in a plan of schema version 4 (layouts are version 5)");
+}
+
+TEST(PlanLoaderTest, InspectNamesNhwcCommandsOnly) {
+  for (bool nhwc : {false, true}) {
+    StatusOr<std::unique_ptr<Plan>> plan =
+        Plan::FromBytes(nhwc ? NhwcSpec().Build() : PlanSpec().Build());
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    std::ostringstream os;
+    PrintPlan(**plan, PrintOptions(), os);
+    const std::string text = os.str();
+    EXPECT_NE(text.find(nhwc ? "0 Conv2d layout nhwc [x, w] -> [y]" : "0 Conv2d [x, w] -> [y]"),
+              std::string::npos)
+        << text;
+    EXPECT_EQ(text.find("layout nhwc") != std::string::npos, nhwc) << text;
+    if (nhwc) EXPECT_NE(text.find("1 MaxPool2d layout nhwc [y] -> [p]"), std::string::npos);
+  }
 }
 
 TEST(PlanLoaderTest, KernelMissingForTheDevice) {

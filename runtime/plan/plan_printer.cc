@@ -37,6 +37,23 @@ std::string List(const fb::Plan& plan, const flatbuffers::Vector<int32_t>& indic
   return s;
 }
 
+// The activation layout of a convolution or pooling command; NCHW for others.
+fb::Layout LayoutOf(const fb::Command& c) {
+  switch (c.op()) {
+    case fb::Opcode::Conv2d:
+    case fb::Opcode::Conv2dBackwardData:
+    case fb::Opcode::Conv2dBackwardFilter:
+      return c.conv() ? c.conv()->layout() : fb::Layout::NCHW;
+    case fb::Opcode::MaxPool2d:
+    case fb::Opcode::AvgPool2d:
+    case fb::Opcode::MaxPool2dBackward:
+    case fb::Opcode::AvgPool2dBackward:
+      return c.pool() ? c.pool()->layout() : fb::Layout::NCHW;
+    default:
+      return fb::Layout::NCHW;
+  }
+}
+
 // ", N launches, M of one thread" for a PTX binary (one-thread launches run
 // what the GPU mapping could not parallelize, such as full reductions).
 std::string LaunchSummary(const fb::KernelBinary& binary) {
@@ -224,6 +241,8 @@ void PrintPlan(const Plan& loaded, const PrintOptions& options, std::ostream& os
             os << " " << fb::EnumNameReduction(c->collective()->reduction())
                << (c->collective()->wire() == fb::DType::F16 ? " wire F16" : "");
         }
+        // NCHW, the default, goes unsaid: plans before layouts print as they did.
+        if (LayoutOf(*c) == fb::Layout::NHWC) os << " layout nhwc";
         os << " [" << List(plan, *c->inputs()) << "] -> [" << List(plan, *c->outputs())
            << "]";
         if (c->in_place() && c->in_place()->size()) os << " in place";

@@ -120,6 +120,15 @@ cl::opt<std::string> rematMode(
     cl::value_desc("all|fused|off"), cl::init("all"), cl::sub(compileCommand),
     cl::cat(codegenCategory));
 
+cl::opt<std::string> layoutChoice(
+    "layout",
+    cl::desc("Activation layout through convolutions, pooling and batch norm: nhwc "
+             "(channels last: a transpose where the images enter and before a flatten; "
+             "the default for --target=cpu, where oneDNN's NHWC kernels are faster) or "
+             "nchw (as written; the default with a CUDA target until NHWC has been "
+             "measured on a GPU)"),
+    cl::value_desc("nhwc|nchw"), cl::sub(compileCommand), cl::cat(codegenCategory));
+
 cl::opt<bool> memoryReport("memory-report",
                            cl::desc("Print where train_step's memory peaks and what forward "
                                     "keeps for backward"),
@@ -519,6 +528,8 @@ int main(int argc, char **argv) {
                                      static_cast<const cl::Option *>(&noAllreduceOverlap)})
       if (option->getNumOccurrences())
         return fail("--" + option->ArgStr + " does not apply to --no-data-parallel");
+  if (layoutChoice.getNumOccurrences() && layoutChoice != "nchw" && layoutChoice != "nhwc")
+    return fail("--layout must be nchw or nhwc, got '" + layoutChoice + "'");
   if (rematMode != "all" && rematMode != "fused" && rematMode != "off")
     return fail("--remat must be all, fused or off, got '" + rematMode + "'");
   if (targetKind != "cpu" && targetKind != "cuda" && targetKind != "all")
@@ -638,6 +649,8 @@ int main(int argc, char **argv) {
   opt.decayGamma = decayGamma;
   options.fuse = !noFuse;
   options.remat = rematMode != "off";
+  options.layout = layoutChoice.getNumOccurrences() ? layoutChoice.getValue()
+                                                    : targetKind == "cpu" ? "nhwc" : "nchw";
   options.rematerialize.libraryInputs = rematMode == "all";
   options.dataParallel = !noDataParallel;
   options.syncBn = syncBn;

@@ -44,6 +44,24 @@ RankedTensorType rankedOf(Value value) {
 
 bool isStatic(int64_t size) { return !ShapedType::isDynamic(size); }
 
+/// A channels-last op's rank-4 activation [N, H, W, C] as the NCHW type its
+/// shape rules are written for (other types as they are).
+RankedTensorType nchwOf(RankedTensorType type, bool channelsLast) {
+  if (!type || !channelsLast || type.getRank() != 4)
+    return type;
+  ArrayRef<int64_t> s = type.getShape();
+  return type.clone({s[0], s[3], s[1], s[2]});
+}
+
+/// The inverse of nchwOf: an NCHW result as the op stores it.
+RankedTensorType storedOf(RankedTensorType type, bool channelsLast) {
+  if (!type || !channelsLast || type.getRank() != 4)
+    return type;
+  ArrayRef<int64_t> s = type.getShape();
+  return type.clone({s[0], s[2], s[3], s[1]});
+}
+
+
 /// The largest extent or element count an nn op may produce: sizes are
 /// multiplied in int64 everywhere (element counts, costs, arena offsets), and
 /// 2^40 keeps every such product far from overflow.
@@ -534,7 +552,7 @@ LogicalResult Conv2DOp::inferReturnTypes(MLIRContext *, std::optional<Location> 
                                          Adaptor adaptor,
                                          SmallVectorImpl<Type> &types) {
   using Op = Conv2DOp;
-  auto input = rankedOf(adaptor.getInput());
+  auto input = nchwOf(rankedOf(adaptor.getInput()), adaptor.getChannelsLast());
   auto filter = rankedOf(adaptor.getFilter());
   if (!input || !filter)
     return inferError<Op>(loc, "expects ranked tensor operands");
@@ -578,9 +596,10 @@ LogicalResult Conv2DOp::inferReturnTypes(MLIRContext *, std::optional<Location> 
       loc, input.getShape().drop_front(2), filter.getShape().drop_front(2), *geometry);
   if (failed(spatial))
     return failure();
-  types.push_back(RankedTensorType::get(
-      {input.getDimSize(0), outChannels, (*spatial)[0], (*spatial)[1]},
-      input.getElementType()));
+  types.push_back(storedOf(
+      RankedTensorType::get({input.getDimSize(0), outChannels, (*spatial)[0], (*spatial)[1]},
+                            input.getElementType()),
+      adaptor.getChannelsLast()));
   return success();
 }
 
@@ -588,7 +607,7 @@ LogicalResult Conv2DBackwardDataOp::inferReturnTypes(
     MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
     SmallVectorImpl<Type> &types) {
   using Op = Conv2DBackwardDataOp;
-  auto dy = rankedOf(adaptor.getGradOutput());
+  auto dy = nchwOf(rankedOf(adaptor.getGradOutput()), adaptor.getChannelsLast());
   auto filter = rankedOf(adaptor.getFilter());
   if (!dy || !filter || dy.getRank() != 4 || filter.getRank() != 4)
     return inferError<Op>(loc, "expects a rank-4 grad_output and a rank-4 filter");
@@ -614,8 +633,10 @@ LogicalResult Conv2DBackwardDataOp::inferReturnTypes(
   int64_t channels = isStatic(filter.getDimSize(1))
                          ? filter.getDimSize(1) * g->groups
                          : kDynamic;
-  types.push_back(RankedTensorType::get(
-      {dy.getDimSize(0), channels, inputHW[0], inputHW[1]}, dy.getElementType()));
+  types.push_back(storedOf(RankedTensorType::get({dy.getDimSize(0), channels, inputHW[0],
+                                                   inputHW[1]},
+                                                  dy.getElementType()),
+                           adaptor.getChannelsLast()));
   return success();
 }
 
@@ -623,8 +644,8 @@ LogicalResult Conv2DBackwardFilterOp::inferReturnTypes(
     MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
     SmallVectorImpl<Type> &types) {
   using Op = Conv2DBackwardFilterOp;
-  auto input = rankedOf(adaptor.getInput());
-  auto dy = rankedOf(adaptor.getGradOutput());
+  auto input = nchwOf(rankedOf(adaptor.getInput()), adaptor.getChannelsLast());
+  auto dy = nchwOf(rankedOf(adaptor.getGradOutput()), adaptor.getChannelsLast());
   if (!input || !dy || input.getRank() != 4 || dy.getRank() != 4)
     return inferError<Op>(loc, "expects a rank-4 input and a rank-4 grad_output");
   if (input.getElementType() != dy.getElementType())
@@ -738,12 +759,13 @@ template <typename OpT>
 static LogicalResult inferPool2D(std::optional<Location> loc,
                                  typename OpT::Adaptor adaptor,
                                  SmallVectorImpl<Type> &types) {
+  const bool nhwc = adaptor.getChannelsLast();
   FailureOr<RankedTensorType> type =
-      inferPoolType<OpT>(loc, rankedOf(adaptor.getInput()), adaptor.getWindow(),
+      inferPoolType<OpT>(loc, nchwOf(rankedOf(adaptor.getInput()), nhwc), adaptor.getWindow(),
                          adaptor.getStrides(), adaptor.getPadding());
   if (failed(type))
     return failure();
-  types.push_back(*type);
+  types.push_back(storedOf(*type, nhwc));
   return success();
 }
 
@@ -769,9 +791,11 @@ static LogicalResult checkPoolGradient(std::optional<Location> loc,
 LogicalResult MaxPool2DBackwardOp::inferReturnTypes(
     MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
     SmallVectorImpl<Type> &types) {
+  const bool nhwc = adaptor.getChannelsLast();
   auto input = rankedOf(adaptor.getInput());
   if (failed(checkPoolGradient<MaxPool2DBackwardOp>(
-          loc, input, rankedOf(adaptor.getGradOutput()), adaptor)))
+          loc, nchwOf(input, nhwc), nchwOf(rankedOf(adaptor.getGradOutput()), nhwc),
+          adaptor)))
     return failure();
   types.push_back(input);
   return success();
@@ -781,7 +805,8 @@ LogicalResult AvgPool2DBackwardOp::inferReturnTypes(
     MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
     SmallVectorImpl<Type> &types) {
   using Op = AvgPool2DBackwardOp;
-  auto dy = rankedOf(adaptor.getGradOutput());
+  const bool nhwc = adaptor.getChannelsLast();
+  auto dy = nchwOf(rankedOf(adaptor.getGradOutput()), nhwc);
   ArrayRef<int64_t> inputHW = adaptor.getInputSize();
   if (!dy || dy.getRank() != 4)
     return inferError<Op>(loc, "expects a rank-4 grad_output");
@@ -792,7 +817,7 @@ LogicalResult AvgPool2DBackwardOp::inferReturnTypes(
       dy.getElementType());
   if (failed(checkPoolGradient<Op>(loc, input, dy, adaptor)))
     return failure();
-  types.push_back(input);
+  types.push_back(storedOf(input, nhwc));
   return success();
 }
 
@@ -825,6 +850,29 @@ LogicalResult GlobalAvgPoolOp::inferReturnTypes(MLIRContext *,
 //===----------------------------------------------------------------------===//
 // Shape ops
 //===----------------------------------------------------------------------===//
+
+LogicalResult TransposeOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &types) {
+  auto input = rankedOf(adaptor.getInput());
+  if (!input)
+    return inferError<TransposeOp>(loc, "expects a ranked tensor operand");
+  ArrayRef<int64_t> perm = adaptor.getPermutation();
+  if (static_cast<int64_t>(perm.size()) != input.getRank())
+    return inferError<TransposeOp>(loc, "permutation has ", perm.size(),
+                                   " entries for a rank-", input.getRank(), " input");
+  SmallVector<bool> seen(perm.size(), false);
+  SmallVector<int64_t> shape;
+  for (int64_t p : perm) {
+    if (p < 0 || p >= input.getRank() || seen[p])
+      return inferError<TransposeOp>(loc, "permutation ", shapeString(perm),
+                                     " is not a permutation of [0, ", input.getRank(), ")");
+    seen[p] = true;
+    shape.push_back(input.getDimSize(p));
+  }
+  types.push_back(input.clone(shape));
+  return success();
+}
 
 LogicalResult ReshapeOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                                           Adaptor adaptor,

@@ -273,7 +273,9 @@ def NN_Conv2DOp : NN_Op<"conv2d", [Pure, InferTypeOpAdaptor]> {
     `strides` and `dilations` are `[h, w]` (default 1), `padding` is
     `[top, bottom, left, right]` (default 0), `groups` divides both C and O.
     Output size per spatial dim: `(in + pads - dilation * (k - 1) - 1) / stride + 1`,
-    which must be at least 1.
+    which must be at least 1. With `channels_last` the input and result are
+    stored NHWC (`[N, H, W, C]`, the layout the fast CPU and GPU kernels want;
+    graphc-layout chooses it); the filter stays OIHW.
 
     ```mlir
     %y = nn.conv2d %x, %w strides [2, 2] padding [3, 3, 3, 3]
@@ -285,11 +287,13 @@ def NN_Conv2DOp : NN_Op<"conv2d", [Pure, InferTypeOpAdaptor]> {
                        OptionalAttr<DenseI64ArrayAttr>:$strides,
                        OptionalAttr<DenseI64ArrayAttr>:$padding,
                        OptionalAttr<DenseI64ArrayAttr>:$dilations,
-                       OptionalAttr<I64Attr>:$groups);
+                       OptionalAttr<I64Attr>:$groups,
+                       UnitAttr:$channels_last);
   let results = (outs NN_FloatTensor:$result);
   let assemblyFormat = [{
     $input `,` $filter (`,` $bias^)? (`strides` $strides^)? (`padding` $padding^)?
-    (`dilations` $dilations^)? (`groups` $groups^)? attr-dict `:`
+    (`dilations` $dilations^)? (`groups` $groups^)? (`channels_last` $channels_last^)?
+    attr-dict `:`
     type($input) `,` type($filter) (`,` type($bias)^)?
   }];
 }
@@ -333,7 +337,8 @@ def NN_MaxPool2DOp : NN_Pool2DOp<"max_pool2d"> {
   let description = [{
     `window` and `strides` are `[h, w]` (strides default to the window),
     `padding` is `[top, bottom, left, right]`; each pad is at most half the
-    window, and padded cells never win the max.
+    window, and padded cells never win the max. With `channels_last` the
+    input and result are NHWC.
 
     ```mlir
     %y = nn.max_pool2d %x window [3, 3] strides [2, 2] padding [1, 1, 1, 1]
@@ -342,10 +347,11 @@ def NN_MaxPool2DOp : NN_Pool2DOp<"max_pool2d"> {
   }];
   let arguments = (ins NN_FloatTensor:$input, DenseI64ArrayAttr:$window,
                        OptionalAttr<DenseI64ArrayAttr>:$strides,
-                       OptionalAttr<DenseI64ArrayAttr>:$padding);
+                       OptionalAttr<DenseI64ArrayAttr>:$padding,
+                       UnitAttr:$channels_last);
   let assemblyFormat = [{
     $input `window` $window (`strides` $strides^)? (`padding` $padding^)?
-    attr-dict `:` type($input)
+    (`channels_last` $channels_last^)? attr-dict `:` type($input)
   }];
 }
 
@@ -362,10 +368,11 @@ def NN_AvgPool2DOp : NN_Pool2DOp<"avg_pool2d"> {
   let arguments = (ins NN_FloatTensor:$input, DenseI64ArrayAttr:$window,
                        OptionalAttr<DenseI64ArrayAttr>:$strides,
                        OptionalAttr<DenseI64ArrayAttr>:$padding,
-                       UnitAttr:$exclude_padding);
+                       UnitAttr:$exclude_padding, UnitAttr:$channels_last);
   let assemblyFormat = [{
     $input `window` $window (`strides` $strides^)? (`padding` $padding^)?
-    (`exclude_padding` $exclude_padding^)? attr-dict `:` type($input)
+    (`exclude_padding` $exclude_padding^)? (`channels_last` $channels_last^)?
+    attr-dict `:` type($input)
   }];
 }
 
@@ -414,6 +421,22 @@ def NN_FlattenOp : NN_Op<"flatten", [Pure, InferTypeOpAdaptor]> {
   let results = (outs NN_AnyTensor:$result);
   let assemblyFormat = "$input `start_dim` $start_dim attr-dict `:` type($input)";
   let hasFolder = 1;
+}
+
+def NN_TransposeOp : NN_Op<"transpose", [Pure, InferTypeOpAdaptor]> {
+  let summary = "permutes dims: result dim i is input dim permutation[i]";
+  let description = [{
+    graphc-layout puts one at each edge of a channels-last region: the images
+    from NCHW to NHWC (`[0, 2, 3, 1]`) where they enter, and back
+    (`[0, 3, 1, 2]`) before an op that reads NCHW (a flatten before a linear).
+
+    ```mlir
+    %y = nn.transpose %x permutation [0, 2, 3, 1] : tensor<8x3x224x224xf32>
+    ```
+  }];
+  let arguments = (ins NN_AnyTensor:$input, DenseI64ArrayAttr:$permutation);
+  let results = (outs NN_AnyTensor:$result);
+  let assemblyFormat = "$input `permutation` $permutation attr-dict `:` type($input)";
 }
 
 //===----------------------------------------------------------------------===//
@@ -556,10 +579,11 @@ class NN_ConvGeometryArgs {
   dag geometry = (ins OptionalAttr<DenseI64ArrayAttr>:$strides,
                       OptionalAttr<DenseI64ArrayAttr>:$padding,
                       OptionalAttr<DenseI64ArrayAttr>:$dilations,
-                      OptionalAttr<I64Attr>:$groups);
+                      OptionalAttr<I64Attr>:$groups,
+                      UnitAttr:$channels_last);
   string geometryFormat = [{
     (`strides` $strides^)? (`padding` $padding^)? (`dilations` $dilations^)?
-    (`groups` $groups^)?
+    (`groups` $groups^)? (`channels_last` $channels_last^)?
   }];
 }
 
@@ -617,11 +641,13 @@ def NN_MaxPool2DBackwardOp : NN_Op<"max_pool2d_backward",
   let arguments = (ins NN_FloatTensor:$input, NN_FloatTensor:$grad_output,
                        DenseI64ArrayAttr:$window,
                        OptionalAttr<DenseI64ArrayAttr>:$strides,
-                       OptionalAttr<DenseI64ArrayAttr>:$padding);
+                       OptionalAttr<DenseI64ArrayAttr>:$padding,
+                       UnitAttr:$channels_last);
   let results = (outs NN_FloatTensor:$result);
   let assemblyFormat = [{
     $input `,` $grad_output `window` $window (`strides` $strides^)?
-    (`padding` $padding^)? attr-dict `:` type($input) `,` type($grad_output)
+    (`padding` $padding^)? (`channels_last` $channels_last^)? attr-dict `:`
+    type($input) `,` type($grad_output)
   }];
 }
 
@@ -641,12 +667,12 @@ def NN_AvgPool2DBackwardOp : NN_Op<"avg_pool2d_backward",
                        DenseI64ArrayAttr:$window,
                        OptionalAttr<DenseI64ArrayAttr>:$strides,
                        OptionalAttr<DenseI64ArrayAttr>:$padding,
-                       UnitAttr:$exclude_padding);
+                       UnitAttr:$exclude_padding, UnitAttr:$channels_last);
   let results = (outs NN_FloatTensor:$result);
   let assemblyFormat = [{
     $grad_output `input_size` $input_size `window` $window (`strides` $strides^)?
-    (`padding` $padding^)? (`exclude_padding` $exclude_padding^)? attr-dict `:`
-    type($grad_output)
+    (`padding` $padding^)? (`exclude_padding` $exclude_padding^)?
+    (`channels_last` $channels_last^)? attr-dict `:` type($grad_output)
   }];
 }
 

@@ -1202,3 +1202,29 @@ func.func @multi_tensor_order(%p: tensor<4xf32>, %q: tensor<8xf32>, %lr: tensor<
   }
   return %r#0, %r#1 : tensor<8xf32>, tensor<4xf32>
 }
+
+// -----
+
+// Tests that a transpose's permutation permutes the input's dims.
+func.func @transpose_not_a_permutation(%x: tensor<2x3x4x5xf32>) {
+  // expected-error@+1 {{is not a permutation of [0, 4)}}
+  %0 = nn.transpose %x permutation [0, 2, 2, 1] : tensor<2x3x4x5xf32>
+  return
+}
+
+// -----
+
+func.func @transpose_rank(%x: tensor<2x3x4x5xf32>) {
+  // expected-error@+1 {{permutation has 3 entries for a rank-4 input}}
+  %0 = nn.transpose %x permutation [0, 2, 1] : tensor<2x3x4x5xf32>
+  return
+}
+
+// -----
+
+// Tests that a channels-last convolution reads its channels from dim 3.
+func.func @channels_last_channels(%x: tensor<8x16x16x4xf32>, %w: tensor<8x3x3x3xf32>) {
+  // expected-error@+1 {{filter expects 3 input channels per group but the input has 4 channels}}
+  %0 = nn.conv2d %x, %w channels_last : tensor<8x16x16x4xf32>, tensor<8x3x3x3xf32>
+  return
+}

@@ -154,3 +154,33 @@ func.func @state_updates(%g: tensor<8x4x3x3xf32>, %v: tensor<8xf32>) {
   nn.assign @bn.running_var, %v : tensor<8xf32>
   return
 }
+
+// Channels-last ops keep their activations [N, H, W, C] and the filter OIHW;
+// the result types below are inferred (the second run re-parses them).
+// CHECK-LABEL: func.func @channels_last
+func.func @channels_last(%x: tensor<8x16x16x4xf32>, %w: tensor<8x4x3x3xf32>,
+                         %dy: tensor<8x8x8x8xf32>) -> (tensor<8x8x8x8xf32>,
+    tensor<8x16x16x4xf32>, tensor<8x4x3x3xf32>, tensor<8x8x8x4xf32>,
+    tensor<8x16x16x4xf32>, tensor<8x16x16x4xf32>, tensor<8x4x16x16xf32>) {
+  // CHECK: nn.conv2d %{{.+}}, %{{.+}} strides [2, 2] padding [1, 1, 1, 1] channels_last : tensor<8x16x16x4xf32>, tensor<8x4x3x3xf32>
+  %y = nn.conv2d %x, %w strides [2, 2] padding [1, 1, 1, 1] channels_last
+      : tensor<8x16x16x4xf32>, tensor<8x4x3x3xf32>
+  // CHECK: nn.conv2d_backward_data %{{.+}}, %{{.+}} input_size [16, 16] strides [2, 2] padding [1, 1, 1, 1] channels_last : tensor<8x8x8x8xf32>, tensor<8x4x3x3xf32>
+  %dx = nn.conv2d_backward_data %dy, %w input_size [16, 16] strides [2, 2] padding [1, 1, 1, 1]
+      channels_last : tensor<8x8x8x8xf32>, tensor<8x4x3x3xf32>
+  // CHECK: nn.conv2d_backward_filter %{{.+}}, %{{.+}} kernel_size [3, 3] strides [2, 2] padding [1, 1, 1, 1] channels_last : tensor<8x16x16x4xf32>, tensor<8x8x8x8xf32>
+  %dw = nn.conv2d_backward_filter %x, %dy kernel_size [3, 3] strides [2, 2] padding [1, 1, 1, 1]
+      channels_last : tensor<8x16x16x4xf32>, tensor<8x8x8x8xf32>
+  // CHECK: nn.max_pool2d %{{.+}} window [2, 2] channels_last : tensor<8x16x16x4xf32>
+  %p = nn.max_pool2d %x window [2, 2] channels_last : tensor<8x16x16x4xf32>
+  %dmax = nn.max_pool2d_backward %x, %p window [2, 2] channels_last
+      : tensor<8x16x16x4xf32>, tensor<8x8x8x4xf32>
+  // CHECK: nn.avg_pool2d_backward %{{.+}} input_size [16, 16] window [2, 2] channels_last : tensor<8x8x8x4xf32>
+  %davg = nn.avg_pool2d_backward %p input_size [16, 16] window [2, 2] channels_last
+      : tensor<8x8x8x4xf32>
+  // CHECK: nn.transpose %{{.+}} permutation [0, 3, 1, 2] : tensor<8x16x16x4xf32>
+  %t = nn.transpose %x permutation [0, 3, 1, 2] : tensor<8x16x16x4xf32>
+  return %y, %dx, %dw, %p, %dmax, %davg, %t : tensor<8x8x8x8xf32>, tensor<8x16x16x4xf32>,
+      tensor<8x4x3x3xf32>, tensor<8x8x8x4xf32>, tensor<8x16x16x4xf32>, tensor<8x16x16x4xf32>,
+      tensor<8x4x16x16xf32>
+}
