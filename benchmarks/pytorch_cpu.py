@@ -7,12 +7,13 @@
 For each case (model, batch) it trains ResNet-50 v1.5 or VGG16 (224 px, FP32,
 random data, SGD with momentum 0.9 and weight decay 1e-4) four ways:
 
-  fused     graphrun on graphc's default plan (fusion, recomputation)
+  fused     graphrun on graphc's default plan (fusion, recomputation, NHWC)
+  nchw      the same with `--layout=nchw` (what channels-last gains)
   unfused   graphrun on `graphc compile --no-fuse`
   eager     PyTorch eager, channels_last (oneDNN's preferred layout)
   compile   torch.compile of the same, channels_last
 
-in alternating rounds (fused, unfused, eager, compile, fused, ...) so that a
+in alternating rounds (fused, nchw, unfused, eager, compile, fused, ...) so that a
 drift in the machine's speed hits all alike. Each PyTorch variant lives in one
 worker process for the whole benchmark (torch.compile compiles once) and times
 a few steps per round after one warmup step; graphrun runs once per round.
@@ -41,8 +42,10 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = {"resnet50": "models/resnet50.mlir", "vgg16": "models/vgg16.mlir"}
-SYSTEMS = ["fused", "unfused", "eager", "compile"]
-COLORS = {"fused": "#1f77b4", "unfused": "#9e9e9e", "eager": "#ff7f0e", "compile": "#d62728"}
+SYSTEMS = ["fused", "nchw", "unfused", "eager", "compile"]
+GRAPHRUN = {"fused": [], "nchw": ["--layout=nchw"], "unfused": ["--no-fuse"]}
+COLORS = {"fused": "#1f77b4", "nchw": "#6baed6", "unfused": "#9e9e9e", "eager": "#ff7f0e",
+          "compile": "#d62728"}
 
 
 def machine():
@@ -219,12 +222,11 @@ def main():
                                  check=True, capture_output=True, text=True).stdout
             arena = re.search(r"train_step: arena ([\d.]+) MiB", out).group(1)
             entry["arena_mib"][remat] = float(arena)
-        for s in ("fused", "unfused"):
+        for s, flags in GRAPHRUN.items():
             if s in systems:
                 plan = os.path.join(plans, f"{model}-b{batch}-{s}.plan")
                 subprocess.run([graphc, "compile", os.path.join(ROOT, MODELS[model]),
-                                "--batch-size", str(batch), "-o", plan]
-                               + (["--no-fuse"] if s == "unfused" else []),
+                                "--batch-size", str(batch), "-o", plan] + flags,
                                check=True, stdout=subprocess.DEVNULL)
                 entry["systems"][s]["plan"] = plan
         print(f"compiled {key}: arena {entry['arena_mib']} MiB (recompute all / fused / off)",
@@ -237,7 +239,7 @@ def main():
         runs = entry["systems"][system]
         busy = competitor() if contended else None
         try:
-            if system in ("fused", "unfused"):
+            if system in GRAPHRUN:
                 report = os.path.join(plans, "report.json")
                 rate, rss = graphrun(graphrun_bin, runs["plan"], entry["steps"], args.threads,
                                      report)

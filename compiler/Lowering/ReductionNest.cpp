@@ -359,7 +359,17 @@ void NestBuilder::buildColumns(OpBuilder &b, ArrayRef<utils::IteratorType> itera
   for (auto [d, kind] : llvm::enumerate(iterators))
     (kind == utils::IteratorType::parallel ? parallelDims : reducedDims).push_back(d);
   const unsigned column = parallelDims.back();
-  const int64_t lanes = std::gcd(extents[column], kColumnLanes);
+  // Up to kColumnLanes outputs per iteration, as many as divide the dim, but
+  // fewer where that would leave fewer than kColumnMinIterations iterations
+  // for the cores (the lanes group outputs; each output's sum is the same
+  // chain whatever their number).
+  int64_t outer = 1;
+  for (unsigned d : parallelDims)
+    if (d != column)
+      outer *= extents[d];
+  int64_t lanes = std::gcd(extents[column], kColumnLanes);
+  while (lanes > kLanes && outer * (extents[column] / lanes) < kColumnMinIterations)
+    lanes /= 2;
   setUndefined(b);
   SmallVector<Value> lower, upper, steps;
   for (unsigned d : parallelDims) {

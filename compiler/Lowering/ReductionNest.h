@@ -70,6 +70,8 @@ constexpr int64_t kBlockGroups = 16;
 /// Consecutive outputs per iteration of a reduction that keeps the innermost
 /// dim (each reduced row then gives 128 contiguous bytes of float32).
 constexpr int64_t kColumnLanes = 32;
+/// The parallel iterations such a reduction keeps before using fewer lanes.
+constexpr int64_t kColumnMinIterations = 16;
 
 /// The fewest threads a reduction's CUDA launch should have (when its
 /// iteration space has that many elements), and the largest thread block.

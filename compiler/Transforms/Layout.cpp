@@ -104,6 +104,9 @@ bool Converter::convert(Operation *op) {
     return clone;
   };
 
+  // Already channels-last (a model written NHWC): nothing to convert.
+  if (op->hasAttr("channels_last"))
+    return false;
   if (isa<nn::Conv2DOp>(op) || (isa<nn::MaxPool2DOp, nn::AvgPool2DOp>(op) && anyTwin())) {
     if (!isRank4(op->getOperand(0)))
       return false;

@@ -223,9 +223,10 @@ def Layout : Pass<"graphc-layout", "::mlir::ModuleOp"> {
     dims (a per-channel scale broadcasts along dim 3, batch-norm statistics
     reduce dims [0, 1, 2]), and a global average pool becomes the mean over
     dims [1, 2], whose [N, C] result is the NCHW op's. A transpose is inserted
-    only where an NCHW value enters the region (the images) and where an op
-    that reads NCHW (a flatten, a reshape) takes a value from it; filters stay
-    OIHW. The numbers are the NCHW step's, up to the order of sums in the
+    where an NCHW value enters the region (the images) and where an op the
+    pass leaves in NCHW (a flatten, a reshape, a reduction whose remaining
+    dims would change order) reads a value from it; filters stay OIHW. Ops
+    already `channels_last` are left alone. The numbers are the NCHW step's, up to the order of sums in the
     library convolutions and the reductions. `layout=nchw` changes nothing.
 
     ```mlir

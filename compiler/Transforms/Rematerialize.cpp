@@ -248,7 +248,8 @@ void RematerializePass::rematerialize(func::FuncOp step) {
       // A broadcast measures a value of its result's shape that backward
       // already has, rather than keeping its forward shape_of alive.
       if (auto broadcast = dyn_cast<nn::BroadcastOp>(clone)) {
-        Value measured = broadcast.getShapeOf();
+        // Measuring a recomputed or kept value costs nothing more.
+        Value measured = cast<nn::BroadcastOp>(op).getShapeOf();
         if (mapping.contains(measured) || kept.contains(measured))
           continue;
         auto shape = llvm::cast<RankedTensorType>(measured.getType()).getShape();

@@ -64,6 +64,7 @@ class CpuBackend final : public Backend {
   }
   ~CpuBackend() override {
     if (library_ != nullptr) dlclose(library_);
+    if (library_fd_ >= 0) close(library_fd_);
   }
   const char* name() const override { return "cpu"; }
   std::string Describe() const override {
@@ -154,6 +155,10 @@ class CpuBackend final : public Backend {
 
   int threads_ = 1;
   void* library_ = nullptr;
+  // The memfd the library was loaded from, open while it is loaded: the
+  // dynamic loader knows a library by its path, "/proc/self/fd/N", so no
+  // later library may get the same N while this one is loaded.
+  int library_fd_ = -1;
   std::vector<std::vector<Launch>> kernels_;  // per plan kernel
   OneDnnOps library_ops_;
 };
@@ -194,18 +199,20 @@ Status CpuBackend::LoadGeneratedKernels(const Plan& plan) {
     data += written;
     left -= static_cast<size_t>(written);
   }
-  // The previous plan's library goes first: the dynamic loader knows a
-  // library by its path, and "/proc/self/fd/N" may well be the path the
-  // previous one was loaded from, which dlopen would hand back instead.
-  if (library_ != nullptr) dlclose(library_);
-  library_ = nullptr;
+  // The previous plan's library stays loaded (and its memfd open) until this
+  // one is: "/proc/self/fd/N" names only this library meanwhile, so dlopen
+  // cannot hand back the previous one, which it would for a path it knows.
   std::string path = "/proc/self/fd/" + std::to_string(fd);
   void* library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  close(fd);
-  if (library == nullptr)
+  if (library == nullptr) {
+    close(fd);
     return Status(ErrorCode::kPlanMissingKernel,
                   std::string("cannot load the kernel library: ") + dlerror());
+  }
+  if (library_ != nullptr) dlclose(library_);
+  if (library_fd_ >= 0) close(library_fd_);
   library_ = library;
+  library_fd_ = fd;
   StatusOr<std::vector<const fb::GpuKernel*>> lists =
       LaunchListsOf(plan, *binary, "the x86-64 library");
   if (!lists.ok()) return lists.status();
