@@ -39,6 +39,9 @@ mkdir -p "$out/corpus" "$out/artifacts"
 cp "$out/cpu_x86_64.so" "$out/corpus/fmnist_cnn_kernels.so"
 "$build/bin/graphc" compile "$src/models/resnet_tiny.mlir" --batch-size 1 --no-fuse \
   --optimizer adam -o "$out/corpus/resnet_tiny_unfused_adam.plan" > /dev/null
+# The CPU's default layout is NHWC; the convolutions and pools of NCHW too.
+"$build/bin/graphc" compile "$src/models/resnet_tiny.mlir" --batch-size 1 --layout=nchw \
+  -o "$out/corpus/resnet_tiny_nchw.plan" > /dev/null
 # Collectives: many small gradient buckets in flight at once, fp16 on the
 # wire, and synchronized batch norm's blocking allreduces between them.
 "$build/bin/graphc" compile "$src/models/resnet_tiny.mlir" --batch-size 2 --sync-bn \
