@@ -182,55 +182,48 @@ KernelSignature emitElementwise(Operation *op, ModuleOp kernels, StringRef name)
   return {llvm::to_vector(op->getOperands()), /*elementwise=*/true};
 }
 
-KernelSignature emitBroadcast(nn::BroadcastOp op, ModuleOp kernels, StringRef name) {
+/// A kernel that copies `op`'s one input into its result, one loop per result
+/// dim, reading the input at `inExprs` of the result's indices.
+KernelSignature emitIndexedCopy(Operation *op, ArrayRef<AffineExpr> inExprs,
+                                ModuleOp kernels, StringRef name) {
   OpBuilder b(op->getContext());
-  Location loc = op.getLoc();
-  auto inType = llvm::cast<RankedTensorType>(op.getInput().getType());
-  auto outType = llvm::cast<RankedTensorType>(op.getType());
+  Location loc = op->getLoc();
+  auto inType = llvm::cast<RankedTensorType>(op->getOperand(0).getType());
+  auto outType = llvm::cast<RankedTensorType>(op->getResult(0).getType());
   func::FuncOp func = createKernelFunc(
       b, kernels, name, loc, {naturalType(inType), naturalType(outType)});
-  MLIRContext *ctx = b.getContext();
+  unsigned rank = outType.getRank();
+  SmallVector<AffineMap> maps = {AffineMap::get(rank, 0, inExprs, b.getContext()),
+                                 AffineMap::getMultiDimIdentityMap(rank, b.getContext())};
+  SmallVector<IteratorType> iterators(rank, IteratorType::parallel);
+  buildGeneric(b, loc, func.getArgument(0), func.getArgument(1), maps, iterators,
+               [](OpBuilder &, Location, ValueRange s) {
+                 return SmallVector<Value>{s[0]};
+               });
+  b.create<func::ReturnOp>(loc);
+  return {{op->getOperand(0)}, false};
+}
+
+KernelSignature emitBroadcast(nn::BroadcastOp op, ModuleOp kernels, StringRef name) {
+  auto inType = llvm::cast<RankedTensorType>(op.getInput().getType());
+  auto outType = llvm::cast<RankedTensorType>(op.getType());
+  MLIRContext *ctx = op->getContext();
   SmallVector<AffineExpr> inExprs;
   for (auto [i, dim] : llvm::enumerate(op.getDims())) {
     bool stretched = inType.getDimSize(i) == 1 && outType.getDimSize(dim) != 1;
     inExprs.push_back(stretched ? getAffineConstantExpr(0, ctx)
                                 : getAffineDimExpr(dim, ctx));
   }
-  unsigned rank = outType.getRank();
-  SmallVector<AffineMap> maps = {AffineMap::get(rank, 0, inExprs, ctx),
-                                 AffineMap::getMultiDimIdentityMap(rank, ctx)};
-  SmallVector<IteratorType> iterators(rank, IteratorType::parallel);
-  buildGeneric(b, loc, func.getArgument(0), func.getArgument(1), maps, iterators,
-               [](OpBuilder &, Location, ValueRange s) {
-                 return SmallVector<Value>{s[0]};
-               });
-  b.create<func::ReturnOp>(loc);
-  return {{op.getInput()}, false};
+  return emitIndexedCopy(op, inExprs, kernels, name);
 }
 
-/// A transpose: one loop per result dim, the input read through the inverse
-/// permutation (result dim i is input dim permutation[i]).
+/// A transpose: the input read through the inverse permutation (result dim i
+/// is input dim permutation[i]).
 KernelSignature emitTranspose(nn::TransposeOp op, ModuleOp kernels, StringRef name) {
-  OpBuilder b(op->getContext());
-  Location loc = op.getLoc();
-  auto inType = llvm::cast<RankedTensorType>(op.getInput().getType());
-  auto outType = llvm::cast<RankedTensorType>(op.getType());
-  func::FuncOp func = createKernelFunc(
-      b, kernels, name, loc, {naturalType(inType), naturalType(outType)});
-  MLIRContext *ctx = b.getContext();
-  unsigned rank = outType.getRank();
-  SmallVector<AffineExpr> inExprs(rank);
+  SmallVector<AffineExpr> inExprs(op.getPermutation().size());
   for (auto [i, p] : llvm::enumerate(op.getPermutation()))
-    inExprs[p] = getAffineDimExpr(static_cast<unsigned>(i), ctx);
-  SmallVector<AffineMap> maps = {AffineMap::get(rank, 0, inExprs, ctx),
-                                 AffineMap::getMultiDimIdentityMap(rank, ctx)};
-  SmallVector<IteratorType> iterators(rank, IteratorType::parallel);
-  buildGeneric(b, loc, func.getArgument(0), func.getArgument(1), maps, iterators,
-               [](OpBuilder &, Location, ValueRange s) {
-                 return SmallVector<Value>{s[0]};
-               });
-  b.create<func::ReturnOp>(loc);
-  return {{op.getInput()}, false};
+    inExprs[p] = getAffineDimExpr(static_cast<unsigned>(i), op->getContext());
+  return emitIndexedCopy(op, inExprs, kernels, name);
 }
 
 /// An nn.fusion: one linalg.generic over the iteration space, every op's
