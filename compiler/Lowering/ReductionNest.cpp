@@ -59,6 +59,7 @@ public:
 
   void build(OpBuilder &b, ArrayRef<utils::IteratorType> iterators);
   void buildColumns(OpBuilder &b, ArrayRef<utils::IteratorType> iterators);
+  void buildColumnChunks(OpBuilder &b, ArrayRef<utils::IteratorType> iterators, int64_t parts);
   void buildGpu(OpBuilder &b, ArrayRef<utils::IteratorType> iterators);
   void buildGpuTwoStage(OpBuilder &b, ArrayRef<unsigned> parallelDims, int64_t outputsCount,
                         int64_t count, int64_t parts, int64_t block, ArrayRef<Type> types);
@@ -408,6 +409,121 @@ void setIvs(OpBuilder &b, Location loc, Value flat, ArrayRef<unsigned> dims,
   }
 }
 
+// A reduction keeping only the innermost dim, [rows..., C] -> [C], read
+// column-wise (buildColumns) takes a cache line from every row per lane
+// group: at a row stride of C * 4 bytes the hardware prefetchers lose the
+// stream at every page, and each group's loads wait on memory (ResNet-50's
+// channels-last statistics ran at half the bandwidth of the elementwise
+// kernels). Here the rows are read as they lie instead, in two launches:
+//  1) `parts` fixed chunks of rows, a parallel iteration each: the chunk's
+//     partials (one row of C accumulators per reduced output, in a module
+//     global; a few KiB, so they stay in the L1 cache) set to the identity,
+//     then every element of every row of the chunk in memory order, its
+//     contribution combined into its column's partial (a loop over C the
+//     vectorizer turns into vector loads, converts and adds);
+//  2) per output, its `parts` partials combined in chunk order, scaled and
+//     stored.
+// The chunks depend only on the shapes, so the sums are the same bits on any
+// thread count (each output: chunk sums in row order, then the chunks in
+// order; float32 sums in float64 as everywhere).
+void NestBuilder::buildColumnChunks(OpBuilder &b, ArrayRef<utils::IteratorType> iterators,
+                                    int64_t parts) {
+  SmallVector<unsigned> parallelDims;
+  for (auto [d, kind] : llvm::enumerate(iterators))
+    (kind == utils::IteratorType::parallel ? parallelDims : reducedDims).push_back(d);
+  const unsigned column = parallelDims.back();
+  int64_t rows = 1;
+  for (unsigned d : reducedDims)
+    rows *= extents[d];
+  const int64_t columns = extents[column];
+  const int64_t chunk = (rows + parts - 1) / parts;
+  const int64_t chunks = (rows + chunk - 1) / chunk;  // none of them empty
+  setUndefined(b);
+  SmallVector<Type> types;
+  SmallVector<std::string> names;
+  for (unsigned output : reduced) {
+    types.push_back(accumulatorType(output));
+    names.push_back(declareCpuPartials(b, loc, types.back()));
+  }
+  auto partials = [&](OpBuilder &nb, size_t a) -> Value {
+    return nb.create<memref::GetGlobalOp>(loc, MemRefType::get({kCpuPartialsCapacity}, types[a]),
+                                          names[a]);
+  };
+  // Output a's partial of chunk p for column c.
+  auto slot = [&](OpBuilder &nb, size_t a, Value p, Value c) -> Value {
+    Value row = nb.create<arith::AddIOp>(loc, constIndex(nb, static_cast<int64_t>(a) * chunks), p);
+    return nb.create<arith::AddIOp>(
+        loc, nb.create<arith::MulIOp>(loc, row, constIndex(nb, columns)), c);
+  };
+  auto setParallelIvs = [&](OpBuilder &nb, Value c) {
+    for (unsigned d : parallelDims)
+      ivs[d] = d == column ? c : constIndex(nb, 0);
+  };
+  auto forLoop = [&](OpBuilder &nb, Value lower, Value upper,
+                     llvm::function_ref<void(OpBuilder &, Value)> body) {
+    nb.create<scf::ForOp>(loc, lower, upper, constIndex(nb, 1), ValueRange{},
+                          [&](OpBuilder &fb, Location, Value iv, ValueRange) {
+                            body(fb, iv);
+                            fb.create<scf::YieldOp>(loc);
+                          });
+  };
+  // Stage 1: chunk p's rows into partials[a][p].
+  b.create<scf::ParallelOp>(
+      loc, ValueRange{constIndex(b, 0)}, ValueRange{constIndex(b, chunks)},
+      ValueRange{constIndex(b, 1)}, [&](OpBuilder &nb, Location, ValueRange chunkIvs) {
+        Value p = chunkIvs.front();
+        SmallVector<Value> globals;
+        for (size_t a = 0; a < reduced.size(); ++a)
+          globals.push_back(partials(nb, a));
+        forLoop(nb, constIndex(nb, 0), constIndex(nb, columns), [&](OpBuilder &fb, Value c) {
+          for (size_t a = 0; a < reduced.size(); ++a)
+            fb.create<memref::StoreOp>(loc, identity(fb, reduced[a]), globals[a],
+                                       slot(fb, a, p, c));
+        });
+        Value begin = nb.create<arith::MulIOp>(loc, p, constIndex(nb, chunk));
+        Value end = nb.create<arith::MinSIOp>(
+            loc, nb.create<arith::AddIOp>(loc, begin, constIndex(nb, chunk)),
+            constIndex(nb, rows));
+        forLoop(nb, begin, end, [&](OpBuilder &rb, Value r) {
+          setIvs(rb, loc, r, reducedDims, extents, ivs);
+          forLoop(rb, constIndex(rb, 0), constIndex(rb, columns), [&](OpBuilder &cb, Value c) {
+            setParallelIvs(cb, c);
+            SmallVector<Value> slots, current;
+            for (size_t a = 0; a < reduced.size(); ++a) {
+              slots.push_back(slot(cb, a, p, c));
+              current.push_back(cb.create<memref::LoadOp>(loc, globals[a], slots.back()));
+            }
+            SmallVector<Value> updated = iterate(cb, current);
+            for (size_t a = 0; a < reduced.size(); ++a)
+              cb.create<memref::StoreOp>(loc, updated[a], globals[a], slots[a]);
+          });
+        });
+      });
+  // Stage 2: each output's partials in chunk order.
+  b.create<scf::ParallelOp>(
+      loc, ValueRange{constIndex(b, 0)}, ValueRange{constIndex(b, columns)},
+      ValueRange{constIndex(b, 1)}, [&](OpBuilder &nb, Location, ValueRange columnIvs) {
+        Value c = columnIvs.front();
+        SmallVector<Value> globals, start;
+        for (size_t a = 0; a < reduced.size(); ++a) {
+          globals.push_back(partials(nb, a));
+          start.push_back(identity(nb, reduced[a]));
+        }
+        auto loop = nb.create<scf::ForOp>(
+            loc, constIndex(nb, 0), constIndex(nb, chunks), constIndex(nb, 1), start,
+            [&](OpBuilder &fb, Location, Value p, ValueRange totals) {
+              SmallVector<Value> updated;
+              for (size_t a = 0; a < reduced.size(); ++a)
+                updated.push_back(combine(
+                    fb, reduced[a], totals[a],
+                    fb.create<memref::LoadOp>(loc, globals[a], slot(fb, a, p, c))));
+              fb.create<scf::YieldOp>(loc, updated);
+            });
+        setParallelIvs(nb, c);
+        storeResults(nb, loop.getResults());
+      });
+}
+
 void NestBuilder::buildGpu(OpBuilder &b, ArrayRef<utils::IteratorType> iterators) {
   SmallVector<unsigned> parallelDims;
   reducedDims.clear();
@@ -534,18 +650,32 @@ void NestBuilder::buildGpuTwoStage(OpBuilder &b, ArrayRef<unsigned> parallelDims
 // accumulator type, shared by every kernel of the module (commands run one at
 // a time on the compute stream). Declared from `b` while its insertion point
 // is attached to the module (not inside an op being built).
-std::string declarePartials(OpBuilder &b, Location loc, Type type) {
+namespace {
+std::string declareGlobal(OpBuilder &b, Location loc, Type type, StringRef prefix,
+                          int64_t capacity, IntegerAttr alignment) {
   ModuleOp module = b.getInsertionBlock()->getParentOp()->getParentOfType<ModuleOp>();
   std::string name;
   llvm::raw_string_ostream os(name);
-  os << "graphc_partials_" << type;
+  os << prefix << type;
   if (!SymbolTable::lookupSymbolIn(module, name)) {
     OpBuilder mb = OpBuilder::atBlockBegin(module.getBody());
     mb.create<memref::GlobalOp>(loc, name, mb.getStringAttr("private"),
-                                MemRefType::get({kGpuPartialsCapacity}, type), mb.getUnitAttr(),
-                                /*constant=*/false, /*alignment=*/nullptr);
+                                MemRefType::get({capacity}, type), mb.getUnitAttr(),
+                                /*constant=*/false, alignment);
   }
   return name;
+}
+} // namespace
+
+std::string declarePartials(OpBuilder &b, Location loc, Type type) {
+  return declareGlobal(b, loc, type, "graphc_partials_", kGpuPartialsCapacity, nullptr);
+}
+
+std::string declareCpuPartials(OpBuilder &b, Location loc, Type type) {
+  // Cache-line aligned, so each chunk's row of partials starts where its
+  // vectors do (C is a multiple of 16 in every layer that matters).
+  return declareGlobal(b, loc, type, "graphc_cpu_partials_", kCpuPartialsCapacity,
+                       b.getI64IntegerAttr(64));
 }
 
 int64_t largestBlock(TypeRange types) {
@@ -650,6 +780,32 @@ void buildBlockReduction(
       });
 }
 
+namespace {
+// The chunks of buildColumnChunks for a reduction keeping the innermost dim,
+// or 0 where it does not apply: another parallel dim longer than 1 (each
+// output then has few rows: buildColumns), fewer than two chunks' worth of
+// elements, or more partials than the global holds. The count depends only on
+// the extents, so a fused kernel and the unfused reduction sum alike.
+int64_t columnChunks(ArrayRef<int64_t> extents, ArrayRef<utils::IteratorType> iterators,
+                     ArrayRef<Accumulate> accumulate) {
+  const size_t last = extents.size() - 1;
+  int64_t rows = 1;
+  for (size_t d = 0; d < last; ++d) {
+    if (iterators[d] == utils::IteratorType::reduction)
+      rows *= extents[d];
+    else if (extents[d] != 1)
+      return 0;
+  }
+  const int64_t columns = extents[last];
+  const int64_t parts = std::min({rows * columns / kColumnChunkElements, kColumnMaxChunks, rows});
+  const int64_t reducedOutputs =
+      llvm::count_if(accumulate, [](Accumulate kind) { return kind != Accumulate::None; });
+  if (parts < 2 || reducedOutputs * parts * columns > kCpuPartialsCapacity)
+    return 0;
+  return parts;
+}
+} // namespace
+
 void buildReductionNest(OpBuilder &b, Location loc, ValueRange inputs, ValueRange outputs,
                         ArrayRef<AffineMap> maps, ArrayRef<utils::IteratorType> iterators,
                         ArrayRef<int64_t> extents, ArrayRef<Accumulate> accumulate,
@@ -669,8 +825,10 @@ void buildReductionNest(OpBuilder &b, Location loc, ValueRange inputs, ValueRang
   auto cpu = [&](OpBuilder &nb) {
     if (!columns)
       return nest(nb);
-    NestBuilder(loc, inputs, outputs, maps, extents, accumulate, scales, body)
-        .buildColumns(nb, iterators);
+    NestBuilder builder(loc, inputs, outputs, maps, extents, accumulate, scales, body);
+    if (int64_t parts = columnChunks(extents, iterators, accumulate))
+      return builder.buildColumnChunks(nb, iterators, parts);
+    builder.buildColumns(nb, iterators);
   };
   // A thread per output is plenty on CUDA when there are that many outputs
   // (or that little to do): the same nest for both targets.

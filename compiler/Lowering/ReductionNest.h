@@ -72,6 +72,16 @@ constexpr int64_t kBlockGroups = 16;
 constexpr int64_t kColumnLanes = 32;
 /// The parallel iterations such a reduction keeps before using fewer lanes.
 constexpr int64_t kColumnMinIterations = 16;
+/// A reduction that keeps only the innermost dim (channels-last batch-norm
+/// statistics) runs in two stages on the CPU: its rows in fixed chunks of at
+/// least kColumnChunkElements elements (at most kColumnMaxChunks chunks), each
+/// summed into its own row of partials, then the partials per output in
+/// chunk order. The partials live in one module global per accumulator type
+/// of kCpuPartialsCapacity elements (zero-filled .bss: only the pages a
+/// kernel uses are ever touched).
+constexpr int64_t kColumnChunkElements = 16384;
+constexpr int64_t kColumnMaxChunks = 64;
+constexpr int64_t kCpuPartialsCapacity = int64_t{1} << 22;
 
 /// The fewest threads a reduction's CUDA launch should have (when its
 /// iteration space has that many elements), and the largest thread block.
@@ -150,6 +160,11 @@ int64_t gpuBlockSize(int64_t outputs, int64_t count);
 /// inside an op being built). Kernels run one at a time on one stream, so one
 /// global per type serves them all.
 std::string declarePartials(mlir::OpBuilder &b, mlir::Location loc, mlir::Type type);
+
+/// The same for the CPU's two-stage column reductions: a global of
+/// kCpuPartialsCapacity elements (a plan's commands run one at a time, each
+/// launch joined before the next starts).
+std::string declareCpuPartials(mlir::OpBuilder &b, mlir::Location loc, mlir::Type type);
 
 /// The largest power-of-two block whose shared buffers (one element of each
 /// of `types` per thread) fit kGpuSharedBytes.
