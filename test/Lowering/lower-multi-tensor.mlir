@@ -1,4 +1,5 @@
 // RUN: graphc-opt %s --graphc-lower-to-plan | FileCheck %s
+// RUN: graphc-opt %s --graphc-lower-to-plan | FileCheck %s --check-prefix=CPU
 
 // Tests that an nn.multi_tensor becomes one kernel and one launch:
 //  - each update writes its parameter and momentum buffer in place, over its
@@ -9,6 +10,19 @@
 //  - a compare against the first block of the second member picks the member;
 //  - the weight's last block is partial (a guard), the bias's is not;
 //  - weight decay 0 multiplies nothing.
+// The CPU variant (CPU) searches once per block instead: a 1-D parallel loop
+// over the blocks, then each block's elements a loop of their own, up to the
+// member's end (no guard per element).
+// CPU: scf.execute_region {
+// CPU: scf.parallel (%[[I:.*]]) = (%{{.*}}) to (%c5)
+// CPU: arith.cmpi ult, %[[I]], %c3 : index
+// CPU: %[[END:.*]] = arith.minsi %{{.*}}, %c3000 : index
+// CPU: scf.for %[[E:.*]] = %{{.*}} to %[[END]]
+// CPU-NEXT: memref.load %{{.*}}[%[[E]]] : memref<3000xf32>
+// CPU: } else {
+// CPU: %[[END2:.*]] = arith.minsi %{{.*}}, %c2048 : index
+// CPU: scf.for %{{.*}} = %{{.*}} to %[[END2]]
+// CPU: } {graphc.target = "cpu"}
 // CHECK: plan.launch @[[K:k[0-9]+]] [@w, @train_step.input0, @w.momentum_buffer, @train_step.input2, @b, @train_step.input1, @b.momentum_buffer] -> [@w, @w.momentum_buffer, @b, @b.momentum_buffer] in_place [0, 2, 4, 6]
 // CHECK-NOT: plan.copy
 // CHECK: plan.kernel @[[K]] ops ["nn.sgd_momentum", "nn.sgd_momentum"] inputs 7 outputs 4 bytes [12000, 12000, 12000, 4, 8192, 8192, 8192, 12000, 12000, 8192, 8192] elementwise groups [0, 0, 0, -1, 1, 1, 1, 0, 0, 1, 1]
