@@ -1250,12 +1250,13 @@ KernelSignature emitMultiTensor(nn::MultiTensorOp op, ModuleOp kernels, StringRe
                        Value end = lb.create<arith::MinSIOp>(
                            l, lb.create<arith::AddIOp>(l, begin, constIndex(lb, l, kBlock)),
                            constIndex(lb, l, numElements(j)));
-                       lb.create<scf::ForOp>(l, begin, end, constIndex(lb, l, 1), ValueRange{},
-                                             [&](OpBuilder &fb, Location fl, Value index,
-                                                 ValueRange) {
-                                               compute(fb, fl, j, index);
-                                               fb.create<scf::YieldOp>(fl);
-                                             });
+                       auto elements = lb.create<scf::ForOp>(
+                           l, begin, end, constIndex(lb, l, 1), ValueRange{},
+                           [&](OpBuilder &fb, Location fl, Value index, ValueRange) {
+                             compute(fb, fl, j, index);
+                             fb.create<scf::YieldOp>(fl);
+                           });
+                       elements->setAttr(kParallelLoopAttrName, lb.getUnitAttr());
                      });
         });
   };

@@ -48,6 +48,11 @@ struct KernelLaunch {
 /// would splice both variants in).
 constexpr llvm::StringLiteral kTargetAttrName = "graphc.target";
 
+/// A unit attribute on an scf.for whose iterations touch disjoint memory (an
+/// elementwise loop written as a sequential one): the CPU codegen tells LLVM
+/// so, as it does for every scf.parallel (see CodegenKernels.cpp).
+constexpr llvm::StringLiteral kParallelLoopAttrName = "graphc.parallel_loop";
+
 /// Emits `cpu` and `cuda` as the two variants of one piece of kernel code at
 /// `b`'s insertion point.
 void buildPerTarget(mlir::OpBuilder &b, mlir::Location loc,

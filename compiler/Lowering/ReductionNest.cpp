@@ -461,11 +461,11 @@ void NestBuilder::buildColumnChunks(OpBuilder &b, ArrayRef<utils::IteratorType> 
   };
   auto forLoop = [&](OpBuilder &nb, Value lower, Value upper,
                      llvm::function_ref<void(OpBuilder &, Value)> body) {
-    nb.create<scf::ForOp>(loc, lower, upper, constIndex(nb, 1), ValueRange{},
-                          [&](OpBuilder &fb, Location, Value iv, ValueRange) {
-                            body(fb, iv);
-                            fb.create<scf::YieldOp>(loc);
-                          });
+    return nb.create<scf::ForOp>(loc, lower, upper, constIndex(nb, 1), ValueRange{},
+                                 [&](OpBuilder &fb, Location, Value iv, ValueRange) {
+                                   body(fb, iv);
+                                   fb.create<scf::YieldOp>(loc);
+                                 });
   };
   // Stage 1: chunk p's rows into partials[a][p].
   b.create<scf::ParallelOp>(
@@ -486,7 +486,8 @@ void NestBuilder::buildColumnChunks(OpBuilder &b, ArrayRef<utils::IteratorType> 
             constIndex(nb, rows));
         forLoop(nb, begin, end, [&](OpBuilder &rb, Value r) {
           setIvs(rb, loc, r, reducedDims, extents, ivs);
-          forLoop(rb, constIndex(rb, 0), constIndex(rb, columns), [&](OpBuilder &cb, Value c) {
+          // Each column its own partial: the iterations touch disjoint memory.
+          auto columnLoop = forLoop(rb, constIndex(rb, 0), constIndex(rb, columns), [&](OpBuilder &cb, Value c) {
             setParallelIvs(cb, c);
             SmallVector<Value> slots, current;
             for (size_t a = 0; a < reduced.size(); ++a) {
@@ -497,6 +498,7 @@ void NestBuilder::buildColumnChunks(OpBuilder &b, ArrayRef<utils::IteratorType> 
             for (size_t a = 0; a < reduced.size(); ++a)
               cb.create<memref::StoreOp>(loc, updated[a], globals[a], slots[a]);
           });
+          columnLoop->setAttr(kParallelLoopAttrName, rb.getUnitAttr());
         });
       });
   // Stage 2: each output's partials in chunk order.

@@ -23,6 +23,10 @@
 //    before the update consumes them. Mixed precision sees backward whole, so
 //    it decides what backward keeps in half, and it runs before fusion, which
 //    folds its casts into the neighbouring kernels.
+//  - graphc-simplify-reductions right after autodiff, while backward is as
+//    derived: the batch-norm sums it recognizes are plain float32 chains
+//    there (no casts yet), and it only ever removes work the later passes
+//    would otherwise plan, cast and fuse.
 //  - graphc-data-parallel after mixed precision: it reduces the gradients in
 //    the type they are computed in (half ones travel as half), and the
 //    overflow check that mixed precision added must read reduced gradients,
@@ -56,6 +60,7 @@ void buildCompilePipeline(mlir::OpPassManager &pm, const PipelineOptions &option
   if (options.layout != "nchw")
     pm.addPass(createLayout(LayoutOptions{options.layout}));
   pm.addPass(createAutodiff());
+  pm.addPass(createSimplifyReductions());
   if (!options.mixedPrecision.precision.empty())
     pm.addPass(createMixedPrecision(options.mixedPrecision));
   if (options.stopAfter == Phase::MixedPrecision)

@@ -51,6 +51,16 @@ StringRef stateOf(Value v) {
   return {};
 }
 
+/// The value whose buffer `v` is: through reshape and flatten views.
+Value viewRoot(Value v) {
+  while (Operation *def = v.getDefiningOp()) {
+    if (!isa<nn::ReshapeOp, nn::FlattenOp>(def))
+      break;
+    v = def->getOperand(0);
+  }
+  return v;
+}
+
 /// A block's ops and their positions.
 struct ProgramOrder {
   explicit ProgramOrder(Block &block) {
@@ -104,6 +114,7 @@ public:
       splitBroadcasts(func.getBody().front());
       fuseBlock(func.getBody().front());
       absorbReductions(func.getBody().front());
+      mergeReductionPasses(func.getBody().front());
       batchUpdates(func.getBody().front());
       savings.push_back(b.getNamedAttr(
           func.getSymName(), b.getDenseI64ArrayAttr({launchesSaved, bytesSaved})));
@@ -118,6 +129,7 @@ private:
   void fuseBlock(Block &block);
   void emitFusion(ArrayRef<Operation *> members);
   void absorbReductions(Block &block);
+  void mergeReductionPasses(Block &block);
   void batchUpdates(Block &block);
   void emitBatch(ArrayRef<Operation *> members);
 
@@ -243,7 +255,8 @@ namespace {
 struct GroupSummary {
   ArrayRef<int64_t> shape;
   unsigned last = 0;                          // position of the latest member
-  unsigned stateDeadline = ~0u;               // first assign to a state a member reads, after it
+  unsigned stateDeadline = ~0u;               // first assign to a state a member reads, or
+                                              // allreduce of a buffer one reads, after it
   bool frozen = false;                        // a member is read by a non-fusible op already
   SmallVector<Operation *, 2> blockers;       // fusible ops seen that read a member, outside
   llvm::SmallMapVector<Value, unsigned, 8> inputs; // outside value -> uses by members
@@ -300,6 +313,22 @@ void FuseElementwisePass::fuseBlock(Block &block) {
     auto pos = llvm::upper_bound(it->second, after);
     return pos == it->second.end() ? ~0u : *pos;
   };
+  // Per buffer (the root of its reshape / flatten views), the positions of
+  // the allreduces that reduce it in place (ascending). Like an nn.assign,
+  // one ends the groups that read the buffer: a group is emitted at its last
+  // member, which must not read a gradient whose allreduce has started.
+  DenseMap<Value, SmallVector<unsigned>> allreduces;
+  for (auto [i, op] : llvm::enumerate(order.ops))
+    if (isa<dist::AllreduceStartOp>(op))
+      for (Value operand : op->getOperands())
+        allreduces[viewRoot(operand)].push_back(i);
+  auto nextAllreduce = [&](Value v, unsigned after) -> unsigned {
+    auto it = allreduces.find(viewRoot(v));
+    if (it == allreduces.end())
+      return ~0u;
+    auto pos = llvm::upper_bound(it->second, after);
+    return pos == it->second.end() ? ~0u : *pos;
+  };
 
   std::vector<GroupSummary> groups;
   SmallVector<int> parent;                    // union-find over group indices
@@ -347,6 +376,7 @@ void FuseElementwisePass::fuseBlock(Block &block) {
       ++self.inputs[operand];
       if (StringRef state = stateOf(operand); !state.empty())
         self.stateDeadline = std::min(self.stateDeadline, nextAssign(state, at));
+      self.stateDeadline = std::min(self.stateDeadline, nextAllreduce(operand, at));
     }
     if (isa<nn::BroadcastOp>(op))
       if (Operation *src = op.getOperand(0).getDefiningOp())
@@ -601,6 +631,138 @@ void FuseElementwisePass::absorbReductions(Block &block) {
     // write and read too when it is no longer a result.
     launchesSaved += 1;
     bytesSaved += valueBytes * (dropped ? 2 : 1);
+  }
+}
+
+/// The keep_dims of every reduction in `fusion`'s body.
+SmallVector<bool> keepDimsOf(nn::FusionOp fusion) {
+  SmallVector<bool> keep;
+  for (Operation &op : fusion.getBody().front().without_terminator()) {
+    if (auto sum = dyn_cast<nn::ReduceSumOp>(op))
+      keep.push_back(sum.getKeepDims());
+    else if (auto mean = dyn_cast<nn::ReduceMeanOp>(op))
+      keep.push_back(mean.getKeepDims());
+  }
+  return keep;
+}
+
+/// A fusion whose results are all reductions (a second statistic of values
+/// an earlier fusion computes: batch norm's sum(g * d) after the ReLU mask g
+/// and sum(g)) joins the latest fusion `first` whose results it reads, when
+/// it can run there: the same iteration space and reduced dims, none of
+/// `first`'s reductions among what it reads, everything else it reads
+/// computed before `first`, and no nn.assign in between to a state it reads.
+/// The merged kernel computes both in one pass; the values the second read
+/// back from memory stay in registers (and are no result of `first` any more
+/// when nothing else reads them). Only reductions move earlier, so no large
+/// value lives longer.
+void FuseElementwisePass::mergeReductionPasses(Block &block) {
+  SmallVector<nn::FusionOp> fusions(block.getOps<nn::FusionOp>());
+  for (nn::FusionOp second : fusions) {
+    Block &secondBody = second.getBody().front();
+    auto secondYield = cast<nn::YieldOp>(secondBody.getTerminator());
+    auto isReduction = [](Value v) {
+      return isa_and_nonnull<nn::ReduceSumOp, nn::ReduceMeanOp>(v.getDefiningOp());
+    };
+    if (!llvm::all_of(secondYield.getValues(), isReduction))
+      continue;
+    nn::FusionOp first;
+    for (Value input : second.getInputs())
+      if (auto producer = input.getDefiningOp<nn::FusionOp>())
+        if (!first || first->isBeforeInBlock(producer))
+          first = producer;
+    if (!first || first.getIterationShape() != second.getIterationShape())
+      continue;
+    ArrayRef<int64_t> dims = first.getReducedDims();
+    if (!dims.empty() && dims != second.getReducedDims())
+      continue;
+    SmallVector<bool> keep = keepDimsOf(first);
+    llvm::append_range(keep, keepDimsOf(second));
+    if (!llvm::all_equal(keep))
+      continue;
+    auto firstYield = cast<nn::YieldOp>(first.getBody().front().getTerminator());
+    bool legal = true;
+    for (Value input : second.getInputs()) {
+      if (input.getDefiningOp() == first.getOperation()) {
+        legal &= !isReduction(firstYield.getValues()[cast<OpResult>(input).getResultNumber()]);
+        continue;
+      }
+      Operation *def = input.getDefiningOp();
+      legal &= !def || def->isBeforeInBlock(first);
+      if (StringRef state = stateOf(input); !state.empty())
+        for (Operation *op = first->getNextNode(); op && op != second; op = op->getNextNode())
+          if (auto assign = dyn_cast<nn::AssignOp>(op))
+            legal &= assign.getVariable() != state;
+    }
+    if (!legal)
+      continue;
+    // The merged boundary: first's inputs, then second's others; first's
+    // results still read elsewhere, then second's.
+    llvm::SetVector<Value> inputs(first.getInputs().begin(), first.getInputs().end());
+    for (Value input : second.getInputs())
+      if (input.getDefiningOp() != first.getOperation())
+        inputs.insert(input);
+    SmallVector<Value> kept;
+    int64_t droppedBytes = 0;
+    for (Value r : first.getResults()) {
+      if (llvm::any_of(r.getUsers(), [&](Operation *u) { return u != second; }))
+        kept.push_back(r);
+      else
+        droppedBytes += bytesOf(r);
+    }
+    if (static_cast<int64_t>(inputs.size() + kept.size() + second.getNumResults()) >
+        maxOperands)
+      continue;
+
+    OpBuilder b(first);
+    SmallVector<Type> types;
+    for (Value r : kept)
+      types.push_back(r.getType());
+    for (Value r : second.getResults())
+      types.push_back(r.getType());
+    auto merged = b.create<nn::FusionOp>(b.getFusedLoc({first.getLoc(), second.getLoc()}),
+                                         types, inputs.getArrayRef());
+    Block *body = b.createBlock(&merged.getBody());
+    IRMapping mapping;
+    for (Value input : inputs)
+      body->addArgument(input.getType(), input.getLoc());
+    auto argOf = [&](Value input) {
+      return body->getArgument(llvm::find(inputs, input) - inputs.begin());
+    };
+    for (auto [arg, input] : llvm::zip(first.getBody().front().getArguments(), first.getInputs()))
+      mapping.map(arg, argOf(input));
+    for (Operation &op : first.getBody().front().without_terminator())
+      b.clone(op, mapping);
+    for (auto [arg, input] : llvm::zip(secondBody.getArguments(), second.getInputs()))
+      mapping.map(arg, input.getDefiningOp() == first.getOperation()
+                           ? mapping.lookup(firstYield.getValues()[cast<OpResult>(input)
+                                                                       .getResultNumber()])
+                           : Value(argOf(input)));
+    for (Operation &op : secondBody.without_terminator())
+      b.clone(op, mapping);
+    SmallVector<Value> yielded;
+    for (Value r : kept)
+      yielded.push_back(mapping.lookup(firstYield.getValues()[cast<OpResult>(r).getResultNumber()]));
+    for (Value v : secondYield.getValues())
+      yielded.push_back(mapping.lookup(v));
+    b.create<nn::YieldOp>(merged.getLoc(), yielded);
+
+    // Second's launch, its reads of first's results (and of inputs both
+    // read), and the writes of first's results nothing else reads.
+    int64_t reread = 0;
+    for (Value input : second.getInputs())
+      if (input.getDefiningOp() == first.getOperation() ||
+          llvm::is_contained(first.getInputs(), input))
+        reread += bytesOf(input);
+    launchesSaved += 1;
+    bytesSaved += reread + droppedBytes;
+
+    for (auto [r, m] : llvm::zip(kept, merged.getResults().take_front(kept.size())))
+      r.replaceAllUsesWith(m);
+    for (auto [r, m] : llvm::zip(second.getResults(), merged.getResults().drop_front(kept.size())))
+      r.replaceAllUsesWith(m);
+    second.erase();
+    first.erase();
   }
 }
 

@@ -31,6 +31,10 @@ inline constexpr llvm::StringLiteral kAllreduceBucketsAttr = "graphc.allreduce_b
 /// for backward before, bytes it keeps after>.
 inline constexpr llvm::StringLiteral kRematerializedAttr = "graphc.rematerialized";
 
+/// Module attribute graphc-simplify-reductions leaves for graphc's summary:
+/// the number of sums it replaced (an i64).
+inline constexpr llvm::StringLiteral kSimplifiedReductionsAttr = "graphc.simplified_reductions";
+
 #define GEN_PASS_DECL
 #include "compiler/Transforms/Passes.h.inc"
 

@@ -378,8 +378,9 @@ def Rematerialize : Pass<"graphc-rematerialize", "::mlir::ModuleOp"> {
     same and fusion folds the recomputation into the kernel that reads it.
 
     In `@train_step`, forward ends at the op computing the returned loss. In
-    forward order, each value forward keeps for backward that an elementwise
-    op or a broadcast computes is recomputed when its cone is cheap: walking
+    forward order, each value of at least `min-bytes` forward keeps for
+    backward that an elementwise op or a broadcast computes is recomputed
+    when its cone is cheap: walking
     its operands back through elementwise ops and broadcasts whose values are
     not kept (values chosen earlier are walked through, never kept again),
     stopping at kept values, states and constants, values at most 1/8 of its
@@ -408,6 +409,12 @@ def Rematerialize : Pass<"graphc-rematerialize", "::mlir::ModuleOp"> {
     Option<"libraryInputs", "library-inputs", "bool", /*default=*/"true",
            "Also recompute values a library op (convolution, pool, gemm) reads in "
            "backward, which must then be written to memory again">,
+    Option<"minBytes", "min-bytes", "int64_t", /*default=*/"65536",
+           "Values smaller than this are kept, not recomputed: they hold next to "
+           "no memory, and each clone of a value smaller than the activations it "
+           "meets is a kernel launch of its own (batch norm's per-channel scale, "
+           "cloned into every cone that reads it, was 250 launches per "
+           "ResNet-50 step)">,
   ];
   let dependentDialects = ["::graphc::nn::NNDialect"];
 }
@@ -434,6 +441,48 @@ def SetBatchSize : Pass<"graphc-set-batch-size", "::mlir::ModuleOp"> {
     Option<"batchSize", "batch-size", "int64_t", /*default=*/"0",
            "The batch size (must be positive)">
   ];
+  let dependentDialects = ["::graphc::nn::NNDialect"];
+}
+
+def SimplifyReductions : Pass<"graphc-simplify-reductions", "::mlir::ModuleOp"> {
+  let summary = "Replaces sums that are known without a pass over memory";
+  let description = [{
+    Autodiff of batch norm's centring `d = x - mean(x)` sends the mean the
+    negated sum of d's gradient, `g * s + 2c * d` (s, c per channel): one more
+    reduction over the activation, after which the input's gradient takes one
+    more pass too. The sum is `s * sum(g) + 2c * sum(d)`, backward computes
+    `sum(g)` anyway (the bias gradient), and `sum(d)` is exactly zero. So:
+
+    Each `nn.reduce_sum` of a float value is written as a linear combination
+    of atoms, through `nn.add`, `nn.sub`, `nn.neg` and multiplications by
+    values constant along the reduced dims (broadcasts that map no operand
+    dim onto one, and products of them), at most 8 terms. When every atom
+    either sums to zero (`x - broadcast(reduce_mean(x))`, the mean over the
+    same dims) or is already summed over the same dims earlier in the block,
+    the sum becomes the combination of those sums (the factors broadcast at
+    the sum's shape), or a zero constant. Ops left without readers are
+    erased. The result is exact where the original rounds: the sum of
+    deviations from a mean is zero only up to rounding in float32.
+
+    Sums of values centred on another mean (a synchronized batch norm's
+    global one, which the local deviations do not sum to zero about) are left
+    alone.
+
+    ```mlir
+    // before
+    %g = ...                                        // d(loss)/d(normalized)
+    %sg = nn.reduce_sum %g dims [0, 1, 2] keep_dims : tensor<8x56x56x64xf32>
+    %t = nn.mul %g, %scale : tensor<8x56x56x64xf32>   // %scale = broadcast(%s) dims [3]
+    %u = nn.mul %coef, %d : tensor<8x56x56x64xf32>    // %d = %x - broadcast(mean(%x))
+    %dd = nn.add %t, %u : tensor<8x56x56x64xf32>
+    %n = nn.neg %dd : tensor<8x56x56x64xf32>
+    %dmean = nn.reduce_sum %n dims [0, 1, 2] keep_dims : tensor<8x56x56x64xf32>
+    // after: %dmean = -(s * %sg), no pass over the activation
+    %s1 = nn.broadcast %s to %sg dims [3] : tensor<64xf32>, tensor<1x1x1x64xf32>
+    %p = nn.mul %s1, %sg : tensor<1x1x1x64xf32>
+    %dmean = nn.neg %p : tensor<1x1x1x64xf32>
+    ```
+  }];
   let dependentDialects = ["::graphc::nn::NNDialect"];
 }
 

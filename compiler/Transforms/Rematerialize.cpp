@@ -84,7 +84,8 @@ struct Recompute {
 ///  1) Forward is everything up to the op that computes the returned loss;
 ///     the values forward computes and backward reads (other than to measure
 ///     them) are what the step keeps across the loss: `kept`.
-///  2) In forward order, for each kept value computed by a cheap op, collect
+///  2) In forward order, for each kept value of at least min-bytes computed
+///     by a cheap op, collect
 ///     its cone: walk its operands back through cheap ops whose values are
 ///     not kept (or were already chosen for recomputation), stopping at kept,
 ///     free (state, constant) and small values (at most 1/8 of its size),
@@ -153,6 +154,8 @@ void RematerializePass::rematerialize(func::FuncOp step) {
     if (!isCheap(&op) || !kept.contains(op.getResult(0)))
       continue;
     Value value = op.getResult(0);
+    if (bytesOf(value) < minBytes)
+      continue;
     // A value a library op (a convolution, a pool, a gemm) reads in backward
     // must be written to memory there: recomputing it moves more bytes than
     // keeping it, so only a value whose every backward reader takes it into a

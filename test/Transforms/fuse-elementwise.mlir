@@ -196,3 +196,69 @@ func.func @wide(%a: tensor<4xf32>, %b: tensor<4xf32>, %c: tensor<4xf32>, %d: ten
 }
 
 
+
+// -----
+
+// Tests that a group never reads a buffer past the start of its allreduce:
+// %n reads %g, whose reshape %gr is reduced in place from
+// dist.allreduce_start on. Fused with %s, %n would be emitted at %s, after
+// the start; so the two stay apart (a group of one op stays that op).
+// CHECK-LABEL: func.func @allreduce_ends_group
+// LIMIT-LABEL: func.func @allreduce_ends_group
+// CHECK-NOT: nn.fusion
+// CHECK: nn.neg
+// CHECK-NEXT: dist.allreduce_start mean
+// CHECK-NEXT: nn.mul
+func.func @allreduce_ends_group(%g: tensor<1x4xf32>, %c: tensor<1x4xf32>) -> (tensor<1x4xf32>, tensor<4xf32>) {
+  %gr = nn.reshape %g shape [4] : tensor<1x4xf32>
+  %n = nn.neg %g : tensor<1x4xf32>
+  %started = dist.allreduce_start mean %gr bucket 0 : tensor<4xf32>
+  %s = nn.mul %n, %c : tensor<1x4xf32>
+  %reduced = dist.allreduce_wait %started : tensor<4xf32>
+  return %s, %reduced : tensor<1x4xf32>, tensor<4xf32>
+}
+
+// -----
+
+// Tests that the same two ops fuse when the allreduce reduces another buffer.
+// CHECK-LABEL: func.func @allreduce_of_another
+// CHECK: nn.fusion
+// CHECK: nn.neg
+// CHECK-NEXT: nn.mul
+func.func @allreduce_of_another(%g: tensor<1x4xf32>, %c: tensor<1x4xf32>, %h: tensor<4xf32>) -> (tensor<1x4xf32>, tensor<4xf32>) {
+  %n = nn.neg %g : tensor<1x4xf32>
+  %started = dist.allreduce_start mean %h bucket 0 : tensor<4xf32>
+  %s = nn.mul %n, %c : tensor<1x4xf32>
+  %reduced = dist.allreduce_wait %started : tensor<4xf32>
+  return %s, %reduced : tensor<1x4xf32>, tensor<4xf32>
+}
+
+// -----
+
+// Tests batch norm's two backward statistics in one pass: the ReLU-masked
+// gradient %g and its sum come first (the sum reads %g before %gd does, so
+// %gd cannot join that group); the fusion of %gd and its sum, whose results
+// are all reductions, then joins %g's fusion: one kernel, %g never read back.
+// %g stays a result for its later reader.
+// CHECK-LABEL: func.func @two_statistics
+// CHECK: %[[F:.*]]:3 = nn.fusion
+// CHECK: nn.select
+// CHECK: nn.reduce_sum
+// CHECK: nn.mul
+// CHECK: nn.reduce_sum
+// CHECK: nn.yield
+// CHECK-NOT: nn.fusion
+// CHECK: nn.conv2d_backward_data %[[F]]#0
+// LIMIT-LABEL: func.func @two_statistics
+func.func @two_statistics(%y: tensor<2x4x4x8xf32>, %dy: tensor<2x4x4x8xf32>, %d: tensor<2x4x4x8xf32>, %w: tensor<8x8x1x1xf32>)
+    -> (tensor<8xf32>, tensor<8xf32>, tensor<2x4x4x8xf32>) {
+  %zero = nn.constant dense<0.0> : tensor<f32>
+  %z = nn.broadcast %zero to %y dims [] : tensor<f32>, tensor<2x4x4x8xf32>
+  %pos = nn.cmp gt, %y, %z : tensor<2x4x4x8xf32>
+  %g = nn.select %pos, %dy, %z : tensor<2x4x4x8xi1>, tensor<2x4x4x8xf32>
+  %sg = nn.reduce_sum %g dims [0, 1, 2] : tensor<2x4x4x8xf32>
+  %gd = nn.mul %g, %d : tensor<2x4x4x8xf32>
+  %sgd = nn.reduce_sum %gd dims [0, 1, 2] : tensor<2x4x4x8xf32>
+  %dx = nn.conv2d_backward_data %g, %w input_size [4, 4] channels_last : tensor<2x4x4x8xf32>, tensor<8x8x1x1xf32>
+  return %sg, %sgd, %dx : tensor<8xf32>, tensor<8xf32>, tensor<2x4x4x8xf32>
+}

@@ -1,6 +1,9 @@
-// RUN: graphc-opt %s -split-input-file -graphc-rematerialize | FileCheck %s
-// RUN: graphc-opt %s -split-input-file -graphc-rematerialize="library-inputs=false" | FileCheck %s --check-prefix=FUSED
-// RUN: graphc-opt %s -split-input-file -graphc-rematerialize="max-ops=1" | FileCheck %s --check-prefix=BUDGET
+// The tensors here are small: min-bytes=0 lets them be recomputed, and the
+// default's run shows that values under 64 KiB are kept.
+// RUN: graphc-opt %s -split-input-file -graphc-rematerialize="min-bytes=0" | FileCheck %s
+// RUN: graphc-opt %s -split-input-file -graphc-rematerialize="min-bytes=0 library-inputs=false" | FileCheck %s --check-prefix=FUSED
+// RUN: graphc-opt %s -split-input-file -graphc-rematerialize="min-bytes=0 max-ops=1" | FileCheck %s --check-prefix=BUDGET
+// RUN: graphc-opt %s -split-input-file -graphc-rematerialize | FileCheck %s --check-prefix=SMALL
 
 // A conv + batch-norm + ReLU + conv step as graphc-autodiff writes it
 // (shortened). Backward reads the centred activation %d (to be kept: its
@@ -47,6 +50,11 @@ func.func @train_step(%x: tensor<2x3x8x8xf32>, %y: tensor<2xi32>) -> tensor<f32>
 }
 
 // Forward is unchanged; %d stays (recomputing it would keep %c instead).
+// With the default min-bytes, nothing here is large enough to recompute.
+// SMALL-LABEL: func.func @train_step
+// SMALL-NOT: graphc.rematerialized
+// SMALL: %[[R:.*]] = nn.max
+// SMALL: nn.conv2d_backward_filter %[[R]]
 // CHECK-LABEL: func.func @train_step
 // CHECK: %[[C:.*]] = nn.conv2d
 // CHECK: %[[D:.*]] = nn.sub %[[C]]

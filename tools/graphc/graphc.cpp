@@ -102,7 +102,8 @@ cl::opt<std::string> kernelCpu("kernel-cpu",
                                cl::cat(codegenCategory));
 cl::opt<std::string> dumpKernels("dump-kernels",
                                  cl::desc("Also write the kernel binaries into this "
-                                          "directory (e.g. to disassemble them)"),
+                                          "directory (e.g. to disassemble them), and the "
+                                          "CPU kernels' optimized LLVM IR (cpu_x86_64.ll)"),
                                  cl::sub(compileCommand), cl::cat(codegenCategory));
 
 cl::opt<bool> noFuse("no-fuse",
@@ -729,6 +730,13 @@ int main(int argc, char **argv) {
                      << metadata.precision << ", " << mebibytes(train[1])
                      << " summed without reuse (fp32: " << mebibytes(2 * train[1]) << ")\n";
     printAllreduceSummary(*module, allreduceDtype == "fp16", !noAllreduceOverlap);
+    if (auto sums = (*module)->getAttrOfType<IntegerAttr>(graphc::kSimplifiedReductionsAttr);
+        sums && sums.getInt() > 0)
+      llvm::outs() << "reductions: " << sums.getInt() << " sum"
+                   << (sums.getInt() == 1 ? "" : "s")
+                   << " in backward taken from sums already computed, without a pass over "
+                      "memory (batch norm's mean gradients: deviations from a mean sum to "
+                      "zero)\n";
     printRematerializeSummary(*module, options.remat);
     if (memoryReport)
       printMemoryReport(*module);
