@@ -1132,10 +1132,6 @@ KernelSignature emitOptimizer(Operation *op, ModuleOp kernels, StringRef name) {
   return {llvm::to_vector(op->getOperands()), /*elementwise=*/true};
 }
 
-/// The multi-tensor loop: one 2-D scf.parallel over (block, lane) with
-/// `firstBlock.back()` blocks of `lanes` lanes, where part j owns blocks
-/// [firstBlock[j], firstBlock[j + 1]); a binary search on the block index
-/// (compares against constants) calls `leaf(j, block, lane)` for its part.
 /// Calls `leaf(j, ...)` for the part j whose blocks [firstBlock[j],
 /// firstBlock[j + 1]) hold `block`: a binary search of compares against
 /// constants.
@@ -1153,6 +1149,10 @@ void searchPart(OpBuilder &b, Location loc, ArrayRef<int64_t> firstBlock, unsign
   searchPart(eb, loc, firstBlock, mid, hi, block, leaf);
 }
 
+/// The multi-tensor loop: one 2-D scf.parallel over (block, lane) with
+/// `firstBlock.back()` blocks of `lanes` lanes, where part j owns blocks
+/// [firstBlock[j], firstBlock[j + 1]); searchPart on the block index calls
+/// `leaf(j, block, lane)` for its part.
 void buildMultiTensorLoop(
     OpBuilder &b, Location loc, ArrayRef<int64_t> firstBlock, int64_t lanes,
     llvm::function_ref<void(OpBuilder &, Location, unsigned, Value, Value)> leaf) {

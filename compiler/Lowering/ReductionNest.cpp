@@ -417,7 +417,8 @@ void setIvs(OpBuilder &b, Location loc, Value flat, ArrayRef<unsigned> dims,
 // kernels). Here the rows are read as they lie instead, in two launches:
 //  1) `parts` fixed chunks of rows, a parallel iteration each: the chunk's
 //     partials (one row of C accumulators per reduced output, in a module
-//     global; a few KiB, so they stay in the L1 cache) set to the identity,
+//     global; 2 KiB per sum at 256 channels, so they stay in the L1 cache)
+//     set to the identity,
 //     then every element of every row of the chunk in memory order, its
 //     contribution combined into its column's partial (a loop over C the
 //     vectorizer turns into vector loads, converts and adds);
@@ -787,7 +788,9 @@ namespace {
 // or 0 where it does not apply: another parallel dim longer than 1 (each
 // output then has few rows: buildColumns), fewer than two chunks' worth of
 // elements, or more partials than the global holds. The count depends only on
-// the extents, so a fused kernel and the unfused reduction sum alike.
+// the extents, so a fused kernel and the unfused reduction sum alike (the
+// capacity check also counts the kernel's sums, but only refuses beyond 64K
+// channel-sums, far past any model here).
 int64_t columnChunks(ArrayRef<int64_t> extents, ArrayRef<utils::IteratorType> iterators,
                      ArrayRef<Accumulate> accumulate) {
   const size_t last = extents.size() - 1;

@@ -456,11 +456,13 @@ def SimplifyReductions : Pass<"graphc-simplify-reductions", "::mlir::ModuleOp"> 
     Each `nn.reduce_sum` of a float value is written as a linear combination
     of atoms, through `nn.add`, `nn.sub`, `nn.neg` and multiplications by
     values constant along the reduced dims (broadcasts that map no operand
-    dim onto one, and products of them), at most 8 terms. When every atom
-    either sums to zero (`x - broadcast(reduce_mean(x))`, the mean over the
-    same dims) or is already summed over the same dims earlier in the block,
-    the sum becomes the combination of those sums (the factors broadcast at
-    the sum's shape), or a zero constant. Ops left without readers are
+    dim onto one, and products of them), at most 8 terms. When some atom
+    sums to zero (`x - broadcast(reduce_mean(x))`, the mean over the same
+    dims) and every other one is already summed over the same dims earlier in
+    the block, the sum becomes the combination of those sums (each term its
+    signed factors, broadcast at the sum's shape, times the sum), or a zero
+    constant; not when that would make it one earlier sum as it is (two
+    values one buffer). Afterwards the function's trivially dead ops are
     erased. The result is exact where the original rounds: the sum of
     deviations from a mean is zero only up to rounding in float32.
 
@@ -477,10 +479,10 @@ def SimplifyReductions : Pass<"graphc-simplify-reductions", "::mlir::ModuleOp"> 
     %dd = nn.add %t, %u : tensor<8x56x56x64xf32>
     %n = nn.neg %dd : tensor<8x56x56x64xf32>
     %dmean = nn.reduce_sum %n dims [0, 1, 2] keep_dims : tensor<8x56x56x64xf32>
-    // after: %dmean = -(s * %sg), no pass over the activation
+    // after: %dmean = (-s) * %sg, no pass over the activation
     %s1 = nn.broadcast %s to %sg dims [3] : tensor<64xf32>, tensor<1x1x1x64xf32>
-    %p = nn.mul %s1, %sg : tensor<1x1x1x64xf32>
-    %dmean = nn.neg %p : tensor<1x1x1x64xf32>
+    %n1 = nn.neg %s1 : tensor<1x1x1x64xf32>
+    %dmean = nn.mul %n1, %sg : tensor<1x1x1x64xf32>
     ```
   }];
   let dependentDialects = ["::graphc::nn::NNDialect"];

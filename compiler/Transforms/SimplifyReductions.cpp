@@ -141,9 +141,12 @@ public:
   /// The invariant `factor` at the reduction's result shape; `like` has that
   /// shape.
   Value reduced(OpBuilder &b, Location loc, Value factor, Value like) const {
-    if (auto mul = factor.getDefiningOp<nn::MulOp>())
-      return b.create<nn::MulOp>(loc, reduced(b, loc, mul.getLhs(), like),
-                                 reduced(b, loc, mul.getRhs(), like));
+    if (auto mul = factor.getDefiningOp<nn::MulOp>()) {
+      // In this order (a call's arguments are evaluated in any).
+      Value lhs = reduced(b, loc, mul.getLhs(), like);
+      Value rhs = reduced(b, loc, mul.getRhs(), like);
+      return b.create<nn::MulOp>(loc, lhs, rhs);
+    }
     auto broadcast = factor.getDefiningOp<nn::BroadcastOp>();
     SmallVector<int64_t> mapped;
     for (int64_t d : broadcast.getDims()) {
@@ -186,9 +189,17 @@ public:
     }
     if (!zero)
       return false;
+    // One plain sum left would make this sum that value itself: two results
+    // one buffer (two gradients one buffer, which data-parallel would reduce
+    // twice). Fusion computes both sums in one pass anyway.
+    if (kept.size() == 1 && kept.front().first->factors.empty() &&
+        !kept.front().first->negative)
+      return false;
+    auto type = llvm::cast<RankedTensorType>(sum.getResult().getType());
+    if (!type.hasStaticShape())
+      return false;
     OpBuilder b(sum);
     Location loc = sum.getLoc();
-    auto type = llvm::cast<RankedTensorType>(sum.getResult().getType());
     // Each term as (its signed factors) * sum: the sum is read last, so the
     // ops reading it end where it is read (data-parallel starts a gradient's
     // allreduce right after its last reader, and the factors' ops, fused with

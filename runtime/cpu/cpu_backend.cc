@@ -7,7 +7,10 @@
 // Each kernel is a sequence of launches; a launch's iterations are split into
 // a few contiguous chunks per OpenMP thread, which the threads take as they
 // finish. oneDNN runs on the same OpenMP (libgomp) thread pool, so the two
-// never compete for the cores.
+// never compete for the cores. Commands run one at a time and each launch
+// returns only when all its iterations have: the generated kernels rely on it
+// (a reduction's two launches share partial sums in a global of the library;
+// each backend loads its own copy of the library).
 
 #include <dlfcn.h>
 #include <omp.h>

@@ -109,6 +109,9 @@ int Relaunch(int argc, char** argv, const LaunchOptions& l, const DeviceOptions&
     return Fail(Status(ErrorCode::kIo, "--hostfile " + Printable(l.hostfile) + ": " +
                                            std::strerror(errno)));
   std::vector<std::string> args = {"mpirun", "-np", std::to_string(ranks), "--bind-to", "none"};
+  // The ranks on other machines get the OpenMP waiting policy too (local ones
+  // inherit it).
+  if (std::getenv("OMP_WAIT_POLICY") != nullptr) args.insert(args.end(), {"-x", "OMP_WAIT_POLICY"});
   if (l.hostfile.empty()) {
     args.push_back("--oversubscribe");
   } else {
@@ -272,12 +275,23 @@ int Main(int argc, char** argv);
 // images/sec spinning, 2.7 waiting passively, and no difference on a quiet
 // machine. So unless the environment already chooses (OMP_WAIT_POLICY or
 // GOMP_SPINCOUNT set), graphrun asks for passive waiting and executes itself
-// again, once; if that fails it runs as it is.
+// again, once (GRAPHC_REEXECUTED marks the second start); if that cannot be
+// done (no /proc, graphrun started through the dynamic loader) it runs as it
+// is, and says nothing it does not do.
 void PreferPassiveWaiting(char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("GOMP_SPINCOUNT") != nullptr)
+  if (std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("GOMP_SPINCOUNT") != nullptr ||
+      std::getenv("GRAPHC_REEXECUTED") != nullptr)
     return;
-  setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-  execv("/proc/self/exe", argv);
+  char self[4096];
+  const ssize_t length = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (length <= 0) return;
+  self[length] = '\0';
+  const char* name = std::strrchr(self, '/');
+  if (std::strncmp(name != nullptr ? name + 1 : self, "ld-", 3) == 0) return;
+  if (setenv("GRAPHC_REEXECUTED", "1", 1) != 0) return;
+  if (setenv("OMP_WAIT_POLICY", "PASSIVE", 1) != 0) return;
+  execv(self, argv);
+  unsetenv("OMP_WAIT_POLICY");
 }
 
 int main(int argc, char** argv) {

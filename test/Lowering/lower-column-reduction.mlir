@@ -7,7 +7,8 @@
 //  - the first over 8 fixed chunks of 256 rows (131072 elements, at least
 //    16384 a chunk): each sets its row of 64 float64 partials in the module
 //    global to zero, then reads its rows in memory order, each element
-//    widened and added into its channel's partial;
+//    widened and added into its channel's partial (the loop over channels
+//    marked parallel: each channel its own partial);
 //  - the second over the 64 channels: the 8 partials in chunk order, then
 //    truncated and stored once.
 // CHECK: memref.global "private" @graphc_cpu_partials_f64 : memref<4194304xf64> = uninitialized {alignment = 64 : i64}
@@ -26,6 +27,7 @@
 // CHECK-NEXT: %[[W:.*]] = arith.extf %[[V]] : f32 to f64
 // CHECK-NEXT: %[[NEW:.*]] = arith.addf %[[OLD]], %[[W]] : f64
 // CHECK-NEXT: memref.store %[[NEW]], %[[G]][%[[SLOT]]]
+// CHECK-NEXT: } {graphc.parallel_loop}
 // CHECK: scf.parallel (%[[CH:.*]]) = (%{{.*}}) to (%c64)
 // CHECK: %[[SUM:.*]] = scf.for %{{.*}} = %{{.*}} to %c8{{.*}} iter_args(%[[ACC:.*]] = %{{.*}}) -> (f64)
 // CHECK: %[[PART:.*]] = memref.load

@@ -103,3 +103,53 @@ func.func @left_alone(%x: tensor<2x4xf32>, %y: tensor<2x4xf32>, %g: tensor<2x4xf
   %again = nn.reduce_sum %g dims [0] : tensor<2x4xf32>
   return %r1, %r2, %r3, %sg, %again : tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>
 }
+
+// -----
+
+// Tests a product factor without keep_dims (the coefficient is c * 0.5, both
+// broadcast along the channel): it becomes the product of the two at the
+// sum's shape.
+// CHECK-LABEL: func.func @product_factor
+// CHECK-SAME: (%[[X:[^:]*]]: tensor<2x4xf32>, %[[G:[^:]*]]: tensor<2x4xf32>, %[[C:[^:]*]]: tensor<4xf32>, %[[H:[^:]*]]: tensor<f32>)
+// CHECK: %[[SG:.*]] = nn.reduce_sum %[[G]] dims [0] : tensor<2x4xf32>
+// CHECK-NOT: nn.reduce_sum
+// CHECK: %[[HR:.*]] = nn.broadcast %[[H]] to %[[SG]] dims [] : tensor<f32>, tensor<4xf32>
+// CHECK-NEXT: %[[CH:.*]] = nn.mul %[[C]], %[[HR]] : tensor<4xf32>
+// CHECK-NEXT: %[[T:.*]] = nn.mul %[[CH]], %[[SG]] : tensor<4xf32>
+// CHECK-NEXT: return %[[SG]], %[[T]]
+func.func @product_factor(%x: tensor<2x4xf32>, %g: tensor<2x4xf32>, %c: tensor<4xf32>, %h: tensor<f32>) -> (tensor<4xf32>, tensor<4xf32>) {
+  %mean = nn.reduce_mean %x dims [0] : tensor<2x4xf32>
+  %m = nn.broadcast %mean to %x dims [1] : tensor<4xf32>, tensor<2x4xf32>
+  %d = nn.sub %x, %m : tensor<2x4xf32>
+  %sg = nn.reduce_sum %g dims [0] : tensor<2x4xf32>
+  %cb = nn.broadcast %c to %x dims [1] : tensor<4xf32>, tensor<2x4xf32>
+  %hb = nn.broadcast %h to %x dims [] : tensor<f32>, tensor<2x4xf32>
+  %coef = nn.mul %cb, %hb : tensor<2x4xf32>
+  %t = nn.mul %coef, %g : tensor<2x4xf32>
+  %e = nn.add %t, %d : tensor<2x4xf32>
+  %r = nn.reduce_sum %e dims [0] : tensor<2x4xf32>
+  return %sg, %r : tensor<4xf32>, tensor<4xf32>
+}
+
+// -----
+
+// Tests two more cases left alone: a sum that would become an earlier sum as
+// it is (sum(g + d) = sum(g): two results one buffer), and an earlier sum of
+// another form (keep_dims).
+// CHECK-LABEL: func.func @alias_or_form
+// CHECK-COUNT-4: nn.reduce_sum
+func.func @alias_or_form(%x: tensor<2x4xf32>, %g: tensor<2x4xf32>, %k: tensor<2x4xf32>, %s: tensor<4xf32>)
+    -> (tensor<4xf32>, tensor<4xf32>, tensor<1x4xf32>, tensor<4xf32>) {
+  %mean = nn.reduce_mean %x dims [0] : tensor<2x4xf32>
+  %m = nn.broadcast %mean to %x dims [1] : tensor<4xf32>, tensor<2x4xf32>
+  %d = nn.sub %x, %m : tensor<2x4xf32>
+  %sg = nn.reduce_sum %g dims [0] : tensor<2x4xf32>
+  %e = nn.add %g, %d : tensor<2x4xf32>
+  %r = nn.reduce_sum %e dims [0] : tensor<2x4xf32>
+  %sk = nn.reduce_sum %k dims [0] keep_dims : tensor<2x4xf32>
+  %sb = nn.broadcast %s to %x dims [1] : tensor<4xf32>, tensor<2x4xf32>
+  %t = nn.mul %k, %sb : tensor<2x4xf32>
+  %f = nn.sub %t, %d : tensor<2x4xf32>
+  %q = nn.reduce_sum %f dims [0] : tensor<2x4xf32>
+  return %sg, %r, %sk, %q : tensor<4xf32>, tensor<4xf32>, tensor<1x4xf32>, tensor<4xf32>
+}
