@@ -59,6 +59,14 @@ public:
 
   void build(OpBuilder &b, ArrayRef<utils::IteratorType> iterators);
   void buildColumns(OpBuilder &b, ArrayRef<utils::IteratorType> iterators);
+  /// The parallel dims, in order; the reduced ones go to `reducedDims`.
+  SmallVector<unsigned> splitDims(ArrayRef<utils::IteratorType> iterators) {
+    SmallVector<unsigned> parallelDims;
+    reducedDims.clear();
+    for (auto [d, kind] : llvm::enumerate(iterators))
+      (kind == utils::IteratorType::parallel ? parallelDims : reducedDims).push_back(d);
+    return parallelDims;
+  }
   void buildColumnChunks(OpBuilder &b, ArrayRef<utils::IteratorType> iterators, int64_t parts);
   void buildGpu(OpBuilder &b, ArrayRef<utils::IteratorType> iterators);
   void buildGpuTwoStage(OpBuilder &b, ArrayRef<unsigned> parallelDims, int64_t outputsCount,
@@ -290,9 +298,7 @@ void NestBuilder::storeResults(OpBuilder &b, ValueRange finals) {
 }
 
 void NestBuilder::build(OpBuilder &b, ArrayRef<utils::IteratorType> iterators) {
-  SmallVector<unsigned> parallelDims;
-  for (auto [d, kind] : llvm::enumerate(iterators))
-    (kind == utils::IteratorType::parallel ? parallelDims : reducedDims).push_back(d);
+  SmallVector<unsigned> parallelDims = splitDims(iterators);
   setUndefined(b);
   auto perElement = [&](OpBuilder &nb) {
     SmallVector<Value> start;
@@ -356,9 +362,7 @@ SmallVector<Value> NestBuilder::columnLevels(OpBuilder &b, size_t level, unsigne
 // reduced dims' order, float32 sums in float64 as above: the order depends
 // only on the shapes.
 void NestBuilder::buildColumns(OpBuilder &b, ArrayRef<utils::IteratorType> iterators) {
-  SmallVector<unsigned> parallelDims;
-  for (auto [d, kind] : llvm::enumerate(iterators))
-    (kind == utils::IteratorType::parallel ? parallelDims : reducedDims).push_back(d);
+  SmallVector<unsigned> parallelDims = splitDims(iterators);
   const unsigned column = parallelDims.back();
   // Up to kColumnLanes outputs per iteration, as many as divide the dim, but
   // fewer where that would leave fewer than kColumnMinIterations iterations
@@ -429,9 +433,7 @@ void setIvs(OpBuilder &b, Location loc, Value flat, ArrayRef<unsigned> dims,
 // order; float32 sums in float64 as everywhere).
 void NestBuilder::buildColumnChunks(OpBuilder &b, ArrayRef<utils::IteratorType> iterators,
                                     int64_t parts) {
-  SmallVector<unsigned> parallelDims;
-  for (auto [d, kind] : llvm::enumerate(iterators))
-    (kind == utils::IteratorType::parallel ? parallelDims : reducedDims).push_back(d);
+  SmallVector<unsigned> parallelDims = splitDims(iterators);
   const unsigned column = parallelDims.back();
   int64_t rows = 1;
   for (unsigned d : reducedDims)
@@ -528,10 +530,7 @@ void NestBuilder::buildColumnChunks(OpBuilder &b, ArrayRef<utils::IteratorType> 
 }
 
 void NestBuilder::buildGpu(OpBuilder &b, ArrayRef<utils::IteratorType> iterators) {
-  SmallVector<unsigned> parallelDims;
-  reducedDims.clear();
-  for (auto [d, kind] : llvm::enumerate(iterators))
-    (kind == utils::IteratorType::parallel ? parallelDims : reducedDims).push_back(d);
+  SmallVector<unsigned> parallelDims = splitDims(iterators);
   int64_t outputsCount = 1, count = 1;
   for (unsigned d : parallelDims)
     outputsCount *= extents[d];
