@@ -1,12 +1,14 @@
 # Finds what the CUDA backend builds with: nvcc, the CUDA toolkit (cudart,
-# cuBLAS) and cuDNN, in /usr/local/cuda where these machines have them.
+# cuBLAS), cuDNN and (optional) NCCL, in /usr/local/cuda where these machines
+# have them.
 # GRAPHC_CUDA=AUTO (default) builds the backend when all are found and says
 # which one is missing otherwise; ON makes a missing one an error; OFF skips it.
-# Sets GRAPHC_HAVE_CUDA.
+# Sets GRAPHC_HAVE_CUDA and GRAPHC_HAVE_NCCL.
 
 set(GRAPHC_CUDA AUTO CACHE STRING "Build the CUDA backend: AUTO, ON or OFF")
 set_property(CACHE GRAPHC_CUDA PROPERTY STRINGS AUTO ON OFF)
 set(GRAPHC_HAVE_CUDA OFF)
+set(GRAPHC_HAVE_NCCL OFF)
 
 function(_graphc_cuda_missing what)
   if(GRAPHC_CUDA STREQUAL "ON")
@@ -40,5 +42,16 @@ if(NOT GRAPHC_CUDA STREQUAL "OFF")
     enable_language(CUDA)
     set(GRAPHC_HAVE_CUDA ON)
     message(STATUS "graphc: CUDA backend with CUDA ${CUDAToolkit_VERSION}, cuDNN ${GRAPHC_CUDNN_LIBRARY}")
+    # NCCL for allreduces of device buffers: built against nccl.h, loaded
+    # (libnccl.so.2) when a job uses it. Without the header a multi-rank
+    # CUDA job stages its buckets through host memory and MPI.
+    find_path(GRAPHC_NCCL_INCLUDE nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+    if(GRAPHC_NCCL_INCLUDE)
+      set(GRAPHC_HAVE_NCCL ON)
+      message(STATUS "graphc: NCCL device collectives (${GRAPHC_NCCL_INCLUDE}/nccl.h)")
+    else()
+      set(GRAPHC_HAVE_NCCL OFF)
+      message(STATUS "graphc: no nccl.h: multi-rank CUDA jobs stage through MPI")
+    endif()
   endif()
 endif()

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/comm/communicator.h"
 #include "runtime/plan/plan_loader.h"
 #include "runtime/status.h"
 
@@ -50,6 +51,44 @@ struct Event {
 // (a CUDA Graph): a program's commands without a host call per command.
 struct Graph {
   void* handle = nullptr;
+};
+
+// Allreduces that a device runs on its own memory (NCCL on CUDA), ordered
+// with its compute stream, so that a gradient bucket never goes through host
+// memory. Made by Backend::NewCollectives on every rank, then joined (a
+// collective over the communicator); the executor uses it in place of the
+// communicator's host allreduces.
+class DeviceCollectives {
+ public:
+  // Without Finalize, the device's communicator is aborted (the error path).
+  virtual ~DeviceCollectives() = default;
+
+  // "nccl 2.28.9", for the user and the report.
+  virtual std::string Describe() const = 0;
+
+  // Every rank calls it, after every rank's NewCollectives succeeded: sets up
+  // the device communicator, bootstrapped through `comm` (which must outlive
+  // this object), within the options' timeout. Fails on every rank alike
+  // (they agree through `comm`), so that the caller may fall back to host
+  // allreduces everywhere; kUnavailable says which ranks failed and why.
+  virtual Status Join(Communicator& comm) = 0;
+
+  // Enqueues an allreduce of `tensors` (device memory, in place; as for
+  // Communicator::StartAllreduce, with the same reductions, wire types and
+  // rounding) that starts once the compute stream has done everything
+  // enqueued on it so far, and runs beside the work enqueued after it. The
+  // tensors must not be touched until Wait(handle). The communicator
+  // checks the ranks' buckets against each other and names ranks that never
+  // start it (Communicator::StartArrival); a transfer that does not finish
+  // within the timeout ends the process with a line naming `what`.
+  virtual StatusOr<int64_t> StartAllreduce(std::string what, std::vector<CommTensor> tensors,
+                                           Reduction reduction, fb::DType wire) = 0;
+  // Work enqueued on the compute stream from now on starts after the
+  // allreduce. The host blocks only until every rank has started it.
+  virtual Status Wait(int64_t handle) = 0;
+
+  // Waits for every allreduce started and releases the device communicator.
+  virtual Status Finalize() = 0;
 };
 
 class Backend {
@@ -147,6 +186,20 @@ class Backend {
     return Status(ErrorCode::kUnsupported, std::string(name()) + " has no graphs");
   }
   virtual void DestroyGraph(Graph graph) { (void)graph; }
+
+  // Device collectives for this device (not yet joined; see
+  // DeviceCollectives), or why there are none: kUnsupported where the device
+  // has no collectives of its own (the CPU: its buffers are host memory
+  // already) or this build lacks them, kUnavailable where they cannot run
+  // (`shared_device`: another rank of the job uses the same device, which
+  // NCCL refuses). Local: no collective happens here.
+  virtual StatusOr<std::unique_ptr<DeviceCollectives>> NewCollectives(const CommOptions& options,
+                                                                      bool shared_device) {
+    (void)options;
+    (void)shared_device;
+    return Status(ErrorCode::kUnsupported,
+                  std::string(name()) + " has no device collectives (its buffers are host memory)");
+  }
 };
 
 // The target of `plan` a backend loads: the first of `targets` the plan has a

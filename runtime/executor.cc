@@ -288,9 +288,11 @@ Status Executor::EnqueueCommands(int index) {
 }
 
 // A bucket's buffers, in the command's order, go to the communicator as
-// they are (host memory: the CPU) or through one host staging area (an
-// asynchronous device: copied out after the compute stream has produced
-// them, and back in once reduced).
+// they are (host memory: the CPU), to the device collectives where they lie
+// (NCCL: ordered with the compute stream, the host never waits for the
+// device), or through one host staging area (an asynchronous device without
+// device collectives: copied out after the compute stream has produced them,
+// and back in once reduced).
 Status Executor::RunCollective(int index, uint32_t c) {
   if (!distributed()) return Status::Ok();
   const fb::Command& command = *program(index).commands()->Get(c);
@@ -298,7 +300,10 @@ Status Executor::RunCollective(int index, uint32_t c) {
   const uint32_t count = command.inputs()->size();
   const int32_t bucket = command.collective()->bucket();  // the loader proved both
   std::map<int32_t, InFlight>& in_flight = in_flight_[index];
-  const bool staged = backend_.asynchronous();
+  const bool on_device = device_collectives_ != nullptr;
+  const bool staged = backend_.asynchronous() && !on_device;
+  const Reduction reduction =
+      command.collective()->reduction() == fb::Reduction::Mean ? Reduction::kMean : Reduction::kSum;
   if (command.op() == fb::Opcode::AllreduceStart) {
     std::vector<uint8_t>* staging = nullptr;
     if (staged) {
@@ -323,13 +328,14 @@ Status Executor::RunCollective(int index, uint32_t c) {
     const std::string what = "allreduce of bucket " + std::to_string(bucket) + " (" +
                              PrintableOf(program(index).name()) + " command " +
                              std::to_string(c) + ")";
-    StatusOr<int64_t> handle = comm_->StartAllreduce(
-        what, std::move(tensors),
-        command.collective()->reduction() == fb::Reduction::Mean ? Reduction::kMean
-                                                                 : Reduction::kSum,
-        command.collective()->wire());
+    StatusOr<int64_t> handle =
+        on_device ? device_collectives_->StartAllreduce(what, std::move(tensors), reduction,
+                                                        command.collective()->wire())
+                  : comm_->StartAllreduce(what, std::move(tensors), reduction,
+                                          command.collective()->wire());
     if (!handle.ok()) return handle.status();
-    in_flight[bucket] = InFlight{*handle, c, tracing_ ? MicrosecondsSinceCreation() : 0, staging};
+    in_flight[bucket] =
+        InFlight{*handle, c, tracing_ ? MicrosecondsSinceCreation() : 0, staging, on_device};
     return Status::Ok();
   }
   auto it = in_flight.find(bucket);
@@ -338,7 +344,8 @@ Status Executor::RunCollective(int index, uint32_t c) {
                                             " that was never started");
   const InFlight flight = it->second;
   in_flight.erase(it);
-  Status status = comm_->Wait(flight.handle);
+  Status status =
+      flight.on_device ? device_collectives_->Wait(flight.handle) : comm_->Wait(flight.handle);
   if (tracing_ && status.ok()) {
     uint64_t bytes = 0;
     for (uint32_t i = 0; i < count; ++i) bytes += operands[i].bytes;

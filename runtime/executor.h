@@ -84,6 +84,10 @@ class Executor {
   // device a bucket is staged through host memory (the communicator reduces
   // host buffers), and programs with collectives are not replayed as graphs.
   void set_communicator(Communicator* comm) { comm_ = comm; }
+  // Device collectives (joined; not owned; they must outlive the runs): with
+  // them an asynchronous device reduces its buckets in place on the device,
+  // ordered with its compute stream, instead of through host memory.
+  void set_device_collectives(DeviceCollectives* collectives) { device_collectives_ = collectives; }
   bool distributed() const;
   // Whether `program` has collectives (a data-parallel plan's train_step).
   bool has_collectives(int program) const { return has_collectives_[program]; }
@@ -134,12 +138,14 @@ class Executor {
   std::vector<TraceSpan> trace_;
   std::chrono::steady_clock::time_point created_ = std::chrono::steady_clock::now();
   Communicator* comm_ = nullptr;
+  DeviceCollectives* device_collectives_ = nullptr;
   std::vector<bool> has_collectives_;  // per program
   struct InFlight {
     int64_t handle = -1;
     uint32_t start = 0;                 // the start command
     double started_us = 0;              // when it started (for the trace)
     std::vector<uint8_t>* staging = nullptr;  // host copy on an asynchronous device
+    bool on_device = false;                   // a DeviceCollectives handle
   };
   // Per program, per bucket in flight.
   std::vector<std::map<int32_t, InFlight>> in_flight_;

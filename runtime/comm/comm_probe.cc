@@ -7,6 +7,9 @@
 //   mpirun -np 2 graphc-comm-probe stop TIMEOUT   rank 1 stops before collective #2
 //   mpirun -np 2 graphc-comm-probe kill           rank 1 dies before collective #2
 //   mpirun -np 2 graphc-comm-probe mismatch       the ranks' buckets differ in size
+//   mpirun -np 2 graphc-comm-probe device-mismatch rank 1 announces the bucket for a
+//                                                  device transport (StartArrival)
+//                                                  where rank 0 allreduces it
 //   mpirun -np 2 graphc-comm-probe bench          25 MiB through the communicator
 //   mpirun -np 2 graphc-comm-probe bench-mpi      25 MiB through MPI_Allreduce
 
@@ -120,9 +123,11 @@ int Bench(Communicator& comm) {
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "bench-mpi") return BenchMpi();
-  if (mode != "stop" && mode != "kill" && mode != "mismatch" && mode != "bench") {
+  if (mode != "stop" && mode != "kill" && mode != "mismatch" && mode != "device-mismatch" &&
+      mode != "bench") {
     std::fprintf(stderr,
-                 "usage: graphc-comm-probe stop [TIMEOUT] | kill | mismatch | bench | bench-mpi\n");
+                 "usage: graphc-comm-probe stop [TIMEOUT] | kill | mismatch | device-mismatch | "
+                 "bench | bench-mpi\n");
     return 2;
   }
   CommOptions options;
@@ -139,7 +144,8 @@ int main(int argc, char** argv) {
   }
 
   if (Status s = comm.Barrier("warm-up"); !s.ok()) return Fail(s);  // collective #1
-  if (comm.rank() == 1 && mode != "mismatch") {
+  const bool mismatch = mode == "mismatch" || mode == "device-mismatch";
+  if (comm.rank() == 1 && !mismatch) {
     // Late enough that rank 0 is waiting in collective #2.
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     raise(mode == "stop" ? SIGSTOP : SIGKILL);
@@ -147,10 +153,13 @@ int main(int argc, char** argv) {
   // A bucket of another size on rank 1 breaks the contract (MPI reports a
   // truncated message, or the collective never completes).
   std::vector<float> bucket(mode == "mismatch" && comm.rank() == 1 ? 300000 : 1000, 1.0f);
+  std::vector<CommTensor> tensors = {{bucket.data(), fb::DType::F32, bucket.size()}};
   StatusOr<int64_t> handle =
-      comm.StartAllreduce("allreduce of bucket 0 (probe)",
-                          {{bucket.data(), fb::DType::F32, bucket.size()}}, Reduction::kMean,
-                          fb::DType::F32);
+      mode == "device-mismatch" && comm.rank() == 1
+          ? comm.StartArrival("allreduce of bucket 0 (probe)", tensors, Reduction::kMean,
+                              fb::DType::F32)
+          : comm.StartAllreduce("allreduce of bucket 0 (probe)", tensors, Reduction::kMean,
+                                fb::DType::F32);
   if (!handle.ok()) return Fail(handle.status());
   if (Status s = comm.Wait(*handle); !s.ok()) return Fail(s);
   std::fprintf(stderr, "graphc-comm-probe: rank %d: collective #2 finished, unexpectedly\n",

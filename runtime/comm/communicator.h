@@ -102,8 +102,18 @@ class Communicator {
   // arguments; a collective that fails later ends the process (see above).
   virtual StatusOr<int64_t> StartAllreduce(std::string what, std::vector<CommTensor> tensors,
                                            Reduction reduction, fb::DType wire) = 0;
-  // Blocks until the allreduce is done. Each handle is waited for once; an
-  // unknown or already-waited handle is kInvalidArgument.
+  // Starts the host half of an allreduce that another transport moves (NCCL,
+  // on the device): a collective that moves no data, in which every rank says
+  // it has reached the bucket `tensors` describes (their data pointers are
+  // never read; the arguments are checked as StartAllreduce checks them). It
+  // takes its place in the order of collectives and has their signature
+  // check, timeout and termination line, so that ranks that disagree on the
+  // bucket, or never reach it, are named where the device transport would
+  // only hang. Wait(handle) returns once every rank has arrived.
+  virtual StatusOr<int64_t> StartArrival(std::string what, const std::vector<CommTensor>& tensors,
+                                         Reduction reduction, fb::DType wire) = 0;
+  // Blocks until the allreduce (or arrival) is done. Each handle is waited
+  // for once; an unknown or already-waited handle is kInvalidArgument.
   virtual Status Wait(int64_t handle) = 0;
 
   // Blocking collectives for the trainer; they queue behind the allreduces

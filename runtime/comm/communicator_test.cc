@@ -148,6 +148,14 @@ TEST(SingleRankTest, CollectivesLeaveTheDataAsItIs) {
   EXPECT_EQ(f, f0);
   EXPECT_EQ(h, h0);
   EXPECT_EQ(c->Wait(12345).code(), ErrorCode::kInvalidArgument);
+  // The host half of a device allreduce: the arguments checked, nothing moved.
+  StatusOr<int64_t> arrival =
+      c->StartArrival("device bucket", {{f.data(), fb::DType::F32, f.size()}}, Reduction::kMean,
+                      fb::DType::F16);
+  ASSERT_TRUE(arrival.ok()) << arrival.status().message();
+  EXPECT_TRUE(c->Wait(*arrival).ok());
+  EXPECT_EQ(c->Wait(*arrival).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(f, f0);
 
   std::vector<double> d = {1.5, -2};
   for (ScalarReduction r : {ScalarReduction::kSum, ScalarReduction::kMean, ScalarReduction::kMax,
@@ -189,6 +197,11 @@ void ExpectBadArgumentsRejected(Communicator& c) {
   EXPECT_EQ(code({{&f, static_cast<fb::DType>(42), 1}}, Reduction::kSum, fb::DType::F32),
             ErrorCode::kInvalidArgument);
   EXPECT_EQ(c.Broadcast("bad broadcast", nullptr, 4).code(), ErrorCode::kInvalidArgument);
+  // An arrival is checked as the allreduce it stands for.
+  StatusOr<int64_t> arrival =
+      c.StartArrival("bad arrival", {{&i, fb::DType::I32, 1}}, Reduction::kMean, fb::DType::F32);
+  EXPECT_EQ(arrival.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(arrival.status().message().find("bad arrival"), std::string::npos);
 }
 
 TEST(SingleRankTest, RejectsBadArguments) {
@@ -521,6 +534,30 @@ TEST_F(MpiTest, OverlapsCompute) {
   EXPECT_GE(counted, waited * 0.5 - 1e-3);
   const float expected = static_cast<float>(size() * (size() - 1) / 2);
   for (size_t i = 0; i < data.size(); i += 4099) ASSERT_EQ(data[i], expected) << i;
+}
+
+// An arrival moves nothing, completes once every rank has started it, and
+// keeps its place in the order of collectives between real allreduces.
+TEST_F(MpiTest, ArrivalsMoveNothing) {
+  const int r = rank();
+  std::vector<float> device_bucket(1000, r + 1.0f), host_bucket(10, r + 1.0f);
+  for (int step = 0; step < 3; ++step) {
+    StatusOr<int64_t> arrival =
+        c().StartArrival("device bucket", {{device_bucket.data(), fb::DType::F32, 1000}},
+                         Reduction::kMean, fb::DType::F32);
+    ASSERT_TRUE(arrival.ok()) << arrival.status().message();
+    StatusOr<int64_t> host = c().StartAllreduce(
+        "host bucket", {{host_bucket.data(), fb::DType::F32, 10}}, Reduction::kSum, fb::DType::F32);
+    ASSERT_TRUE(host.ok()) << host.status().message();
+    EXPECT_TRUE(c().Wait(*host).ok());
+    EXPECT_TRUE(c().Wait(*arrival).ok());
+    EXPECT_EQ(c().Wait(*arrival).code(), ErrorCode::kInvalidArgument);
+  }
+  for (float v : device_bucket) ASSERT_EQ(v, r + 1.0f);
+  const float sum = static_cast<float>(size() * (size() + 1) / 2);
+  float expected = r + 1.0f;
+  for (int step = 0; step < 3; ++step) expected = step == 0 ? sum : expected * size();
+  for (float v : host_bucket) ASSERT_EQ(v, expected);
 }
 
 TEST_F(MpiTest, DoublesBroadcastAndBarrier) {

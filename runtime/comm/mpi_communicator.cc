@@ -67,7 +67,7 @@ constexpr auto kCallerGrace = std::chrono::seconds(1);
 // bucket took longer than its transfer (measured: 9 ms in place, 19 ms packed).
 constexpr uint64_t kInPlaceBytes = uint64_t{1} << 20;
 
-enum class JobKind { kAllreduce, kDoubles, kAllgather, kBroadcast, kBarrier, kFinalize };
+enum class JobKind { kAllreduce, kDoubles, kAllgather, kBroadcast, kBarrier, kFinalize, kArrival };
 
 const char* KindName(int64_t kind) {
   switch (static_cast<JobKind>(kind)) {
@@ -77,6 +77,7 @@ const char* KindName(int64_t kind) {
     case JobKind::kBroadcast: return "broadcast";
     case JobKind::kBarrier: return "barrier";
     case JobKind::kFinalize: return "finalize";
+    case JobKind::kArrival: return "device allreduce";
   }
   return "unknown collective";
 }
@@ -176,6 +177,7 @@ Arrival SignatureOf(const Job& job) {
   Hash hash;
   switch (job.kind) {
     case JobKind::kAllreduce:
+    case JobKind::kArrival:
       hash.Add(static_cast<uint64_t>(job.reduction)).Add(static_cast<uint64_t>(job.wire));
       for (const CommTensor& t : job.tensors) {
         hash.Add(static_cast<uint64_t>(t.dtype)).Add(t.elements);
@@ -203,7 +205,8 @@ Arrival SignatureOf(const Job& job) {
 std::string ArrivalText(const Arrival& a) {
   std::string text = KindName(a.kind);
   switch (static_cast<JobKind>(a.kind)) {
-    case JobKind::kAllreduce: return text + " of " + std::to_string(a.elements) + " elements";
+    case JobKind::kAllreduce:
+    case JobKind::kArrival: return text + " of " + std::to_string(a.elements) + " elements";
     case JobKind::kDoubles:
     case JobKind::kAllgather: return text + " of " + std::to_string(a.elements) + " values";
     case JobKind::kBroadcast: return text + " of " + std::to_string(a.elements) + " bytes";
@@ -250,6 +253,8 @@ class MpiCommunicator final : public Communicator {
 
   StatusOr<int64_t> StartAllreduce(std::string what, std::vector<CommTensor> tensors,
                                    Reduction reduction, fb::DType wire) override;
+  StatusOr<int64_t> StartArrival(std::string what, const std::vector<CommTensor>& tensors,
+                                 Reduction reduction, fb::DType wire) override;
   Status Wait(int64_t handle) override;
   Status AllreduceDoubles(std::string what, std::vector<double>& values,
                           ScalarReduction reduction) override;
@@ -373,7 +378,9 @@ Status MpiCommunicator::Submit(const std::shared_ptr<Job>& job, bool finalizing)
     }
     job->seq = ++last_seq_;
     queue_.push_back(job);
-    if (job->kind == JobKind::kAllreduce) unwaited_.emplace(job->seq, job);
+    if (job->kind == JobKind::kAllreduce || job->kind == JobKind::kArrival) {
+      unwaited_.emplace(job->seq, job);
+    }
   }
   work_cv_.notify_one();
   return Status::Ok();
@@ -425,6 +432,20 @@ StatusOr<int64_t> MpiCommunicator::StartAllreduce(std::string what,
   job->kind = JobKind::kAllreduce;
   job->what = std::move(what);
   job->tensors = std::move(tensors);
+  job->reduction = reduction;
+  job->wire = wire;
+  if (Status s = Submit(job); !s.ok()) return s;
+  return job->seq;
+}
+
+StatusOr<int64_t> MpiCommunicator::StartArrival(std::string what,
+                                                const std::vector<CommTensor>& tensors,
+                                                Reduction reduction, fb::DType wire) {
+  if (Status s = CheckAllreduce(what, tensors, reduction, wire); !s.ok()) return s;
+  auto job = std::make_shared<Job>();
+  job->kind = JobKind::kArrival;
+  job->what = std::move(what);
+  job->tensors = tensors;  // for the signature only: never read or written
   job->reduction = reduction;
   job->wire = wire;
   if (Status s = Submit(job); !s.ok()) return s;
@@ -859,6 +880,8 @@ void MpiCommunicator::Issue(Job& job) {
     case JobKind::kFinalize:
       add(MPI_Ibarrier(comm_, &request), "MPI_Ibarrier");
       break;
+    case JobKind::kArrival:
+      break;  // every peer's matching signature is the whole collective
   }
 }
 

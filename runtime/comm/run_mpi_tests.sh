@@ -4,6 +4,8 @@
 #   run_mpi_tests.sh stalled TESTS PROBE [MPIRUN]  rank 1 stops (SIGSTOP) before collective #2
 #   run_mpi_tests.sh killed  TESTS PROBE [MPIRUN]  rank 1 dies (SIGKILL) before collective #2
 #   run_mpi_tests.sh mismatched TESTS PROBE [MPIRUN]  the ranks' collective #2 differ
+#   run_mpi_tests.sh device-mismatched TESTS PROBE [MPIRUN]  rank 1 announces collective
+#       #2 for a device transport (NCCL's arrival) where rank 0 allreduces it
 # Exits 77 (CTest's skip) when there is no mpirun.
 #
 # What mpirun (Open MPI 4.1.4, without --enable-recovery) does, measured:
@@ -74,8 +76,17 @@ case $mode in
     grep -q "^graphrun: rank 0: $name does not match rank 1's: allreduce of 1000 elements here, allreduce of 300000 elements there" "$log" ||
       fail "no line from rank 0 saying how collective #2 differs on rank 1"
     ;;
+  device-mismatched)
+    timeout -k 5 60 "${launch[@]}" "$probe" device-mismatch >"$log" 2>&1
+    rc=$?
+    echo "mpirun exited $rc"
+    [ $rc -ne 0 ] || fail "the job exited 0"
+    [ $rc -ne 124 ] || fail "the job hung (ended by timeout(1))"
+    grep -q "^graphrun: rank 0: $name does not match rank 1's: allreduce of 1000 elements here, device allreduce of 1000 elements there" "$log" ||
+      fail "no line from rank 0 saying that rank 1 announced a device allreduce"
+    ;;
   *)
-    echo "usage: $0 unit|stalled|killed|mismatched TESTS PROBE [MPIRUN]"
+    echo "usage: $0 unit|stalled|killed|mismatched|device-mismatched TESTS PROBE [MPIRUN]"
     exit 2
     ;;
 esac

@@ -18,6 +18,9 @@
 
 #include "runtime/cuda/cudnn_ops.h"
 #include "runtime/cuda/device_kernels.h"
+#ifdef GRAPHC_HAVE_NCCL
+#include "runtime/cuda/nccl_collectives.h"
+#endif
 
 namespace graphc::runtime {
 namespace {
@@ -211,6 +214,22 @@ class CudaBackend final : public Backend {
   }
   void DestroyGraph(Graph graph) override {
     if (graph.handle != nullptr) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph.handle));
+  }
+
+  StatusOr<std::unique_ptr<DeviceCollectives>> NewCollectives(const CommOptions& options,
+                                                              bool shared_device) override {
+#ifdef GRAPHC_HAVE_NCCL
+    if (shared_device)
+      return Status(ErrorCode::kUnavailable,
+                    "cuda:" + std::to_string(options_.device) +
+                        " also runs another rank of the job, and NCCL needs a GPU per rank");
+    return NewNcclCollectives(options_.device, compute_, options);
+#else
+    (void)options;
+    (void)shared_device;
+    return Status(ErrorCode::kUnsupported,
+                  "this graphrun was built without NCCL (nccl.h was not found)");
+#endif
   }
 
  private:

@@ -53,6 +53,27 @@ __global__ void CropKernel(const T* xp, T* x, int64_t total, int64_t h, int64_t 
   }
 }
 
+template <typename T>
+__global__ void ToWireKernel(const float* src, T* dst, int64_t n, float scale) {
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride)
+    dst[i] = T(src[i] * scale);  // __half(float) and __nv_bfloat16(float) round to nearest even
+}
+
+template <typename T>
+__global__ void FromWireKernel(const T* src, float* dst, int64_t n) {
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride)
+    dst[i] = static_cast<float>(src[i]);
+}
+
+template <typename T>
+__global__ void ScaleKernel(T* x, int64_t n, float scale) {
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride)
+    x[i] = T(static_cast<float>(x[i]) * scale);
+}
+
 // cudaGetLastError after a <<<>>> launch returns the last error of any call
 // on this thread; one already reported elsewhere is cleared first, so that a
 // launch reports only its own.
@@ -131,6 +152,41 @@ cudaError_t CropPlanes(const void* xp, void* x, cudaDataType_t type, int64_t pla
     CropKernel<<<Blocks(total), kThreads, 0, stream>>>(static_cast<const T*>(xp),
                                                        static_cast<T*>(x), total, h, w, top,
                                                        left, hp, wp);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t FloatsToWire(const float* src, void* dst, cudaDataType_t to, int64_t n, float scale,
+                         cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  if (to != CUDA_R_16F && to != CUDA_R_16BF) return cudaErrorInvalidValue;
+  ClearReportedError();
+  return ForElementType(to, [&](auto element) {
+    using T = decltype(element);
+    ToWireKernel<<<Blocks(n), kThreads, 0, stream>>>(src, static_cast<T*>(dst), n, scale);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t WireToFloats(const void* src, float* dst, cudaDataType_t from, int64_t n,
+                         cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  if (from != CUDA_R_16F && from != CUDA_R_16BF) return cudaErrorInvalidValue;
+  ClearReportedError();
+  return ForElementType(from, [&](auto element) {
+    using T = decltype(element);
+    FromWireKernel<<<Blocks(n), kThreads, 0, stream>>>(static_cast<const T*>(src), dst, n);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t ScaleInPlace(void* x, cudaDataType_t type, int64_t n, float scale,
+                         cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  ClearReportedError();
+  return ForElementType(type, [&](auto element) {
+    using T = decltype(element);
+    ScaleKernel<<<Blocks(n), kThreads, 0, stream>>>(static_cast<T*>(x), n, scale);
     return cudaGetLastError();
   });
 }

@@ -3,7 +3,8 @@
 // broadcasting a gemm's bias over the rows of its output, and padding and
 // cropping planes (NCHW's [H, W], NHWC's [H, W*C]) for the convolutions and
 // poolings whose padding differs between sides (cuDNN pads both sides
-// alike). All but the count take the elements' type: CUDA_R_32F, CUDA_R_16F
+// alike), and the device collectives' conversions to and from their wire
+// types. All but the count take the elements' type: CUDA_R_32F, CUDA_R_16F
 // or CUDA_R_16BF.
 
 #ifndef GRAPHC_RUNTIME_CUDA_DEVICE_KERNELS_H_
@@ -35,6 +36,19 @@ cudaError_t PadPlanes(const void* x, void* xp, cudaDataType_t type, int64_t plan
 cudaError_t CropPlanes(const void* xp, void* x, cudaDataType_t type, int64_t planes, int64_t h,
                        int64_t w, int64_t top, int64_t left, int64_t hp, int64_t wp,
                        cudaStream_t stream);
+
+// The device collectives' wire conversions and scaling, rounding as the
+// communicator's host arithmetic does (runtime/comm/wire_format.h): to
+// nearest even, after the product in float.
+// dst[i] = round(src[i] * scale) in `to` (CUDA_R_16F or CUDA_R_16BF).
+cudaError_t FloatsToWire(const float* src, void* dst, cudaDataType_t to, int64_t n, float scale,
+                         cudaStream_t stream);
+// dst[i] = float(src[i]), `from` CUDA_R_16F or CUDA_R_16BF (exact).
+cudaError_t WireToFloats(const void* src, float* dst, cudaDataType_t from, int64_t n,
+                         cudaStream_t stream);
+// x[i] = round(x[i] * scale) in x's type: CUDA_R_32F, CUDA_R_16F or CUDA_R_16BF.
+cudaError_t ScaleInPlace(void* x, cudaDataType_t type, int64_t n, float scale,
+                         cudaStream_t stream);
 
 }  // namespace graphc::runtime::cuda
 

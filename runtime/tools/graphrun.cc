@@ -149,6 +149,7 @@ int Relaunch(int argc, char** argv, const LaunchOptions& l, const DeviceOptions&
 int RunTraining(TrainOptions& o, const DeviceOptions& d, const LaunchOptions& l) {
   CommOptions comm_options;
   comm_options.timeout_seconds = l.collective_timeout;
+  o.collective_timeout = l.collective_timeout;
   StatusOr<std::unique_ptr<Communicator>> comm = Communicator::Create(comm_options);
   if (!comm.ok()) return Fail(comm.status());
   Communicator& c = **comm;
@@ -380,6 +381,11 @@ int Main(int argc, char** argv) {
                  "seconds a collective may take before every rank stops with an error naming "
                  "it and the ranks that did not arrive (default 300)")
       ->check(Seconds(1e6));
+  app.add_option("--collectives", train.collectives,
+                 "how several ranks allreduce gradients: auto (default: on GPUs, NCCL on the "
+                 "device buffers where every rank can use it, else through host memory and "
+                 "MPI; on the CPU, MPI), nccl (an error where NCCL cannot run) or mpi")
+      ->check(CLI::IsMember({"auto", "nccl", "mpi"}));
   std::string plan_path;
   std::string device = "none";
   bool no_buffers = false, no_commands = false;

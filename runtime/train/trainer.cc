@@ -314,6 +314,68 @@ StatusOr<std::vector<double>> StateChecksum(const Executor& exec) {
   return std::vector<double>{double(hash >> 32), double(hash & 0xffffffffu)};
 }
 
+// The ranks' numbers for "the same device": a hash of the host's name (52
+// bits, exact in a double) and the device's index there.
+std::vector<double> DeviceKey(const Backend& backend) {
+  char host[256] = {0};
+  if (gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
+  uint64_t hash = 0xcbf29ce484222325ull;  // FNV-1a
+  for (const char* c = host; *c != '\0'; ++c) hash = (hash ^ static_cast<unsigned char>(*c)) * 0x100000001b3ull;
+  return {static_cast<double>(hash & ((uint64_t{1} << 52) - 1)),
+          static_cast<double>(backend.device_index())};
+}
+
+// The device collectives every rank of the job uses, or none (the
+// communicator's host allreduces; an asynchronous device stages its buckets
+// through host memory), decided by every rank alike. `how` says which, for
+// the user.
+StatusOr<std::unique_ptr<DeviceCollectives>> SetUpDeviceCollectives(Backend& backend,
+                                                                   Communicator& comm,
+                                                                   const TrainOptions& o,
+                                                                   std::string& how) {
+  const int rank = comm.rank(), ranks = comm.size();
+  how = "mpi";
+  if (ranks == 1 || o.collectives == "mpi") {
+    if (backend.asynchronous()) how += " (host-staged)";
+    return std::unique_ptr<DeviceCollectives>();
+  }
+  // NCCL refuses two ranks on one GPU (the lent machines have one each).
+  const std::vector<double> mine = DeviceKey(backend);
+  StatusOr<std::vector<double>> keys = comm.AllgatherDoubles("the ranks' devices", mine);
+  if (!keys.ok()) return keys.status();
+  bool shared = false;
+  for (int r = 0; r < ranks; ++r)
+    shared |= r != rank && (*keys)[2 * r] == mine[0] && (*keys)[2 * r + 1] == mine[1];
+  CommOptions options;
+  options.timeout_seconds = o.collective_timeout;
+  StatusOr<std::unique_ptr<DeviceCollectives>> made = backend.NewCollectives(options, shared);
+  StatusOr<std::vector<double>> votes =
+      comm.AllgatherDoubles("the device collectives", {made.ok() ? 1.0 : 0.0});
+  if (!votes.ok()) return votes.status();
+  std::vector<int> without;
+  for (int r = 0; r < ranks; ++r)
+    if ((*votes)[r] == 0) without.push_back(r);
+  Status fallback;
+  if (!without.empty()) {
+    std::string ranks_text;
+    for (int r : without) ranks_text += (ranks_text.empty() ? "" : ",") + std::to_string(r);
+    fallback = Status(made.ok() ? ErrorCode::kUnavailable : made.status().code(),
+                      "rank(s) " + ranks_text + " have no NCCL" +
+                          (made.ok() ? std::string() : " (here: " + made.status().message() + ")"));
+  } else {
+    fallback = (*made)->Join(comm);
+    if (fallback.ok()) {
+      how = (*made)->Describe() + " (device buffers)";
+      return std::move(*made);
+    }
+  }
+  if (o.collectives == "nccl")
+    return Status(fallback.code(), "--collectives nccl: " + fallback.message());
+  // A job of CPU ranks has nothing to fall back from.
+  if (backend.asynchronous()) how += " (host-staged: " + fallback.message() + ")";
+  return std::unique_ptr<DeviceCollectives>();
+}
+
 // Every rank must start from the same parameters and optimizer state (the same
 // seed, or the same checkpoint): checked once, by comparing checksums.
 Status CheckSameStateOnEveryRank(const Executor& exec, Communicator& comm) {
@@ -531,6 +593,11 @@ Status Train(const Plan& plan, Backend& backend, const TrainOptions& o, std::ost
     status = CheckSameStateOnEveryRank(exec, comm);
     if (!status.ok()) return status;
   }
+  std::string collectives_how;
+  StatusOr<std::unique_ptr<DeviceCollectives>> device_collectives =
+      SetUpDeviceCollectives(backend, comm, o, collectives_how);
+  if (!device_collectives.ok()) return device_collectives.status();
+  exec.set_device_collectives(device_collectives->get());
 
   // The sources make batches of the global batch; each rank takes its shard.
   std::vector<int64_t> global_shape = p.image_shape;
@@ -561,7 +628,7 @@ Status Train(const Plan& plan, Backend& backend, const TrainOptions& o, std::ost
   out << ", " << (root.fused() ? "fused" : "unfused") << ", " << PrintableOf(root.precision())
       << "; data: " << data->name << " (" << source.examples() << " examples); " << steps
       << " steps, " << warmup << " warmup\n";
-  if (ranks > 1) out << "ranks: " << comm.Describe() << "\n";
+  if (ranks > 1) out << "ranks: " << comm.Describe() << "; allreduces: " << collectives_how << "\n";
 
   InputFeeder feeder(backend, exec, p.images, p.labels);
   StepClock clock(backend);
@@ -708,7 +775,9 @@ Status Train(const Plan& plan, Backend& backend, const TrainOptions& o, std::ost
     if (saving) status = save(done);
     if (status.ok()) status = clock.Start();
   }
+  if (status.ok() && *device_collectives) status = (*device_collectives)->Finalize();
   if (!status.ok()) return status;
+  exec.set_device_collectives(nullptr);
   exec.set_tracing(false);
   if (!o.trace.empty()) {
     const std::string path = TracePathOf(o.trace, rank, ranks);
@@ -822,6 +891,7 @@ Status Train(const Plan& plan, Backend& backend, const TrainOptions& o, std::ost
   j["world_size"] = ranks;
   j["ranks_per_node"] = comm.local_size();
   j["communicator"] = comm.Describe();
+  j["allreduces"] = collectives_how;
   j["per_rank_images_per_sec"] = rank_median_rates;
   j["per_rank_total_images_per_sec"] = rank_rates;
   j["per_rank_collective_wait_seconds"] = rank_waits;

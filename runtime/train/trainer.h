@@ -49,6 +49,12 @@ struct TrainOptions {
   std::string trace;
   int64_t save_every = 0;
   std::string trusted_keys;  // comma-separated files the run reads
+  // How a job of several ranks reduces gradient buckets: "auto" (on a GPU,
+  // NCCL on the device buffers where every rank can, else host-staged MPI;
+  // the CPU's buffers go to MPI as they are), "nccl" (fail where it cannot)
+  // or "mpi".
+  std::string collectives = "auto";
+  double collective_timeout = 300;  // seconds, for the device collectives too
   // Added to the --report JSON as they are (e.g. how the device was chosen).
   nlohmann::json report_extra = nlohmann::json::object();
 };

@@ -31,7 +31,7 @@ def load(dirs, pattern):
 def main():
     out, dirs = sys.argv[1], sys.argv[1:]
     summary = {"stages": {}}
-    for name in ("environment", "conformance", "equivalence", "gradcheck"):
+    for name in ("environment", "conformance", "collectives", "equivalence", "gradcheck"):
         for d in dirs:
             path = os.path.join(d, f"{name}.json")
             if os.path.exists(path):
