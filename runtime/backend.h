@@ -75,7 +75,8 @@ class DeviceCollectives {
 
   // Enqueues an allreduce of `tensors` (device memory, in place; as for
   // Communicator::StartAllreduce, with the same reductions, wire types and
-  // rounding) that starts once the compute stream has done everything
+  // rounding, except that F32 tensors on a half wire are rounded through it
+  // even in a job of one rank, which the executor never reduces) that starts once the compute stream has done everything
   // enqueued on it so far, and runs beside the work enqueued after it. The
   // tensors must not be touched until Wait(handle). The communicator
   // checks the ranks' buckets against each other and names ranks that never
@@ -105,6 +106,10 @@ class Backend {
   virtual std::vector<fb::Target> targets() const = 0;
   // The device's index among its kind (the CUDA ordinal; 0 on the CPU).
   virtual int device_index() const { return 0; }
+  // What tells this device from the others of its machine whatever the
+  // process sees of them (CUDA: the GPU's UUID; CUDA_VISIBLE_DEVICES renumbers
+  // ordinals): two ranks with the same id share a device.
+  virtual std::string device_id() const { return std::string(name()) + ":" + std::to_string(device_index()); }
   // Whether work runs apart from the caller's thread: false when Run and the
   // *Async copies have finished by the time they return (the CPU), so that a
   // caller can skip staging that only pays off on an asynchronous device.

@@ -43,7 +43,8 @@ enum class ScalarReduction { kSum, kMean, kMax, kMin };
 
 // One tensor in host memory (the caller stages device memory). `data` may be
 // null when `elements` is 0. I1 tensors are one byte per element; their "sum"
-// is the logical or (1 where any rank holds a non-zero byte).
+// is the logical or (non-zero where any rank holds a non-zero byte: 1 here,
+// the largest byte on NCCL, the same for the plans' 0/1 bytes).
 struct CommTensor {
   void* data = nullptr;
   fb::DType dtype = fb::DType::F32;

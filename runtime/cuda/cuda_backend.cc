@@ -68,6 +68,7 @@ class CudaBackend final : public Backend {
   std::string Describe() const override { return description_; }
   std::vector<fb::Target> targets() const override { return targets_; }
   int device_index() const override { return options_.device; }
+  std::string device_id() const override { return uuid_; }
   bool asynchronous() const override { return true; }
   std::string LibraryMath(fb::DType dtype) const override {
     switch (dtype) {
@@ -242,6 +243,7 @@ class CudaBackend final : public Backend {
 
   CudaOptions options_;
   std::string description_;
+  std::string uuid_;  // "GPU-" and the UUID's 32 hex digits
   std::vector<fb::Target> targets_;
   cudaStream_t compute_ = nullptr, copy_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
@@ -283,6 +285,12 @@ Status CudaBackend::Initialize() {
   // PTX is forward-compatible: newer GPUs JIT the sm_90 module, else sm_80's.
   targets_ = sm >= 90 ? std::vector<fb::Target>{fb::Target::CudaSm90, fb::Target::CudaSm80}
                       : std::vector<fb::Target>{fb::Target::CudaSm80};
+  uuid_ = "GPU-";
+  for (unsigned char byte : props.uuid.bytes) {
+    char hex[3];
+    std::snprintf(hex, sizeof(hex), "%02x", byte);
+    uuid_ += hex;
+  }
   char memory[32];
   std::snprintf(memory, sizeof(memory), "%.1f GiB", props.totalGlobalMem / 1073741824.0);
   description_ = "cuda:" + std::to_string(options_.device) + " (" + props.name + ", sm_" +

@@ -24,6 +24,13 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// How long an abort may take before the communicator is left as it is: NCCL's
+// abort can wait for peers (and has hung in some versions), and the paths that
+// abort are on their way to reporting an error that must not wait for it.
+constexpr auto kAbortBound = std::chrono::seconds(3);
+// The longest NCCL's init may take (it connects the ranks).
+constexpr double kInitSecondsMax = 120;
+
 // NCCL is loaded when a job first asks for it, not linked: graphrun then
 // starts (and trains on one GPU, or stages through MPI) where libnccl is
 // absent, and a CPU run does not map its 200 MB. The functions used, by name.
@@ -64,6 +71,26 @@ const StatusOr<NcclApi>& Nccl() {
 }
 
 const NcclApi& nccl() { return Nccl().value(); }  // after NewNcclCollectives checked it
+
+// Aborts `comm` on a thread of its own and waits at most kAbortBound for it;
+// past that the thread is left to finish (or not) and the caller goes on.
+void AbortBounded(ncclComm_t comm) {
+  if (comm == nullptr) return;
+  struct Shared {
+    std::mutex mutex;
+    std::condition_variable done_cv;
+    bool done = false;
+  };
+  auto shared = std::make_shared<Shared>();
+  std::thread([comm, shared] {
+    nccl().ncclCommAbort(comm);
+    std::lock_guard<std::mutex> lock(shared->mutex);
+    shared->done = true;
+    shared->done_cv.notify_all();
+  }).detach();
+  std::unique_lock<std::mutex> lock(shared->mutex);
+  shared->done_cv.wait_for(lock, kAbortBound, [&] { return shared->done; });
+}
 
 // How often the watchdog looks at the transfers in flight.
 constexpr auto kWatchInterval = std::chrono::milliseconds(20);
@@ -171,9 +198,9 @@ class NcclCollectives final : public DeviceCollectives {
 
 NcclCollectives::~NcclCollectives() {
   StopWatchdog();
-  // Not finalized: the error path. Aborting frees whatever the device is
-  // stuck in; the process is on its way out.
-  if (nccl_ != nullptr) nccl().ncclCommAbort(nccl_);
+  // Not finalized: the error path, on the way to reporting an error. Aborting
+  // frees whatever the device is stuck in, if it does so in time.
+  AbortBounded(nccl_);
   if (staging_ != nullptr) cudaFree(staging_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
@@ -232,32 +259,43 @@ Status NcclCollectives::Join(Communicator& comm) {
                   rank_ == 0 ? why : std::string("rank 0 could not make NCCL's unique id"));
   if (Status s = comm.Broadcast("NCCL unique id", &id, sizeof(id)); !s.ok()) return s;
 
-  Status joined = Cuda(cudaSetDevice(device_), "selecting the device");
-  if (joined.ok()) {
-    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = 0;  // a rank that never joins costs the timeout, not a hang
-    const ncclResult_t started = nccl().ncclCommInitRankConfig(&nccl_, size_, id, rank_, &config);
-    if (started != ncclSuccess && started != ncclInProgress) {
-      joined = Status(ErrorCode::kUnavailable,
-                      "ncclCommInitRankConfig: " + NcclText(started, nccl_));
-    } else {
-      joined = Settle(started, "ncclCommInitRankConfig", options_.timeout_seconds);
+  // Every rank joins, or every rank gives up (the caller then falls back
+  // alike). The ranks vote twice: once the (non-blocking) init has started,
+  // so that a rank failing at once stops the others at once, and once it has
+  // finished. A rank that fails aborts its communicator before voting, which
+  // closes its bootstrap connections and so fails its peers' init fast; the
+  // init may take half the collective timeout, so that a rank waiting in the
+  // second vote for one still settling never times out first.
+  auto vote = [&](const char* what, Status& mine) -> Status {
+    if (!mine.ok()) {
+      AbortBounded(nccl_);
+      nccl_ = nullptr;
     }
-  }
-  // Every rank joined, or every rank gives up (the caller falls back alike).
-  StatusOr<std::vector<double>> votes =
-      comm.AllgatherDoubles("NCCL joined", {joined.ok() ? 1.0 : 0.0});
-  if (!votes.ok()) return votes.status();
-  std::vector<int> failed;
-  for (int r = 0; r < size_; ++r)
-    if ((*votes)[r] == 0) failed.push_back(r);
-  if (!failed.empty()) {
-    if (nccl_ != nullptr) nccl().ncclCommAbort(nccl_);
+    StatusOr<std::vector<double>> votes = comm.AllgatherDoubles(what, {mine.ok() ? 1.0 : 0.0});
+    if (!votes.ok()) return votes.status();
+    std::vector<int> failed;
+    for (int r = 0; r < size_; ++r)
+      if ((*votes)[r] == 0) failed.push_back(r);
+    if (failed.empty()) return Status::Ok();
+    AbortBounded(nccl_);
     nccl_ = nullptr;
     return Status(ErrorCode::kUnavailable,
                   "NCCL could not start on rank(s) " + comm::RankList(failed) +
-                      (joined.ok() ? std::string() : " (here: " + joined.message() + ")"));
+                      (mine.ok() ? std::string() : " (here: " + mine.message() + ")"));
+  };
+  Status started = Cuda(cudaSetDevice(device_), "selecting the device");
+  ncclResult_t init = ncclSuccess;
+  if (started.ok()) {
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;  // a rank that never joins costs a timeout, not a hang
+    init = nccl().ncclCommInitRankConfig(&nccl_, size_, id, rank_, &config);
+    if (init != ncclSuccess && init != ncclInProgress)
+      started = Status(ErrorCode::kUnavailable, "ncclCommInitRankConfig: " + NcclText(init, nccl_));
   }
+  if (Status s = vote("NCCL init started", started); !s.ok()) return s;
+  Status joined = Settle(init, "ncclCommInitRankConfig",
+                         std::min(options_.timeout_seconds / 2, kInitSecondsMax));
+  if (Status s = vote("NCCL joined", joined); !s.ok()) return s;
   watchdog_ = std::thread(&NcclCollectives::Watch, this);
   return Status::Ok();
 }
@@ -298,7 +336,16 @@ StatusOr<int64_t> NcclCollectives::StartAllreduce(std::string what,
   auto cleanup = [&] {
     if (ready != nullptr) cudaEventDestroy(ready);
   };
-  Status status = Cuda(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), name);
+  // F32 tensors on a half wire are packed into the staging buffer, grown
+  // here, before the stream waits for the compute stream (growing waits for
+  // the stream).
+  const bool half_wire = wire == fb::DType::F16 || wire == fb::DType::BF16;
+  uint64_t packed = 0;
+  for (const CommTensor& t : tensors)
+    if (half_wire && t.dtype == fb::DType::F32) packed += t.elements;
+  Status status = packed > 0 ? EnsureStaging(packed * 2) : Status::Ok();
+  if (status.ok())
+    status = Cuda(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), name);
   if (status.ok())
     status = Cuda(cudaEventCreateWithFlags(&transfer->begun, cudaEventDisableTiming), name);
   if (status.ok())
@@ -308,14 +355,8 @@ StatusOr<int64_t> NcclCollectives::StartAllreduce(std::string what,
   if (status.ok()) status = Cuda(cudaStreamWaitEvent(stream_, ready, 0), name);
   if (status.ok()) status = Cuda(cudaEventRecord(transfer->begun, stream_), name);
 
-  // F32 tensors on a half wire are packed into the staging buffer.
-  const bool half_wire = wire == fb::DType::F16 || wire == fb::DType::BF16;
   const bool mean = reduction == Reduction::kMean && size_ > 1;
   const float inverse = 1.0f / static_cast<float>(size_);
-  uint64_t packed = 0;
-  for (const CommTensor& t : tensors)
-    if (half_wire && t.dtype == fb::DType::F32) packed += t.elements;
-  if (status.ok() && packed > 0) status = EnsureStaging(packed * 2);
 
   // Before the sum: halves scaled (a mean), F32 tensors converted.
   uint64_t offset = 0;
@@ -421,9 +462,9 @@ void NcclCollectives::StopWatchdog() {
 }
 
 void NcclCollectives::Fatal(const std::string& line) {
-  // Aborting the communicator ends the device's NCCL kernels, so that no
-  // stream stays stuck while the process exits.
-  nccl().ncclCommAbort(nccl_);
+  // No ncclCommAbort here: the main thread may be inside an NCCL call on the
+  // same communicator (NCCL allows one thread per communicator at a time),
+  // and an abort may block. The process exit ends the device's kernels.
   comm::ExitWithReport(Prefix() + line, kCommFatalExitCode);
 }
 

@@ -314,15 +314,15 @@ StatusOr<std::vector<double>> StateChecksum(const Executor& exec) {
   return std::vector<double>{double(hash >> 32), double(hash & 0xffffffffu)};
 }
 
-// The ranks' numbers for "the same device": a hash of the host's name (52
-// bits, exact in a double) and the device's index there.
-std::vector<double> DeviceKey(const Backend& backend) {
+// The ranks' number for "the same device": a hash (52 bits, exact in a
+// double) of the host's name and the device's id there (a GPU's UUID).
+double DeviceKey(const Backend& backend) {
   char host[256] = {0};
   if (gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
+  const std::string key = std::string(host) + "/" + backend.device_id();
   uint64_t hash = 0xcbf29ce484222325ull;  // FNV-1a
-  for (const char* c = host; *c != '\0'; ++c) hash = (hash ^ static_cast<unsigned char>(*c)) * 0x100000001b3ull;
-  return {static_cast<double>(hash & ((uint64_t{1} << 52) - 1)),
-          static_cast<double>(backend.device_index())};
+  for (unsigned char c : key) hash = (hash ^ c) * 0x100000001b3ull;
+  return static_cast<double>(hash & ((uint64_t{1} << 52) - 1));
 }
 
 // The device collectives every rank of the job uses, or none (the
@@ -340,12 +340,11 @@ StatusOr<std::unique_ptr<DeviceCollectives>> SetUpDeviceCollectives(Backend& bac
     return std::unique_ptr<DeviceCollectives>();
   }
   // NCCL refuses two ranks on one GPU (the lent machines have one each).
-  const std::vector<double> mine = DeviceKey(backend);
-  StatusOr<std::vector<double>> keys = comm.AllgatherDoubles("the ranks' devices", mine);
+  const double mine = DeviceKey(backend);
+  StatusOr<std::vector<double>> keys = comm.AllgatherDoubles("the ranks' devices", {mine});
   if (!keys.ok()) return keys.status();
   bool shared = false;
-  for (int r = 0; r < ranks; ++r)
-    shared |= r != rank && (*keys)[2 * r] == mine[0] && (*keys)[2 * r + 1] == mine[1];
+  for (int r = 0; r < ranks; ++r) shared |= r != rank && (*keys)[r] == mine;
   CommOptions options;
   options.timeout_seconds = o.collective_timeout;
   StatusOr<std::unique_ptr<DeviceCollectives>> made = backend.NewCollectives(options, shared);
