@@ -22,7 +22,9 @@ peak resident memory of each while training (graphrun: its whole run;
 PyTorch: from the first timed step, after /proc/self/clear_refs resets the
 high-water mark, so torch.compile's compiler is not counted), graphc's arena,
 and the slowdown of each with one competing CPU-bound process (a busy loop)
-running beside it. The CPU model is recorded. Writes pytorch_cpu.json and
+running beside it: the median over the quiet rounds against the median over
+the contended ones, which are spread between the quiet ones. The CPU model
+is recorded. Writes pytorch_cpu.json and
 pytorch_cpu.png into --out.
 
 Needs a build (`./setup.sh build`), Debian's python3-matplotlib (this script
@@ -269,10 +271,22 @@ def main():
                     workers[(key, system)] = Worker(args.torch_python, results[key]["model"],
                                                     results[key]["batch_size"], system,
                                                     args.threads)
-            for r in range(args.rounds + args.contended_rounds):
-                contended = r >= args.rounds
+            # Contended rounds between the quiet ones, so that a slowdown
+            # compares rounds close in time (a shared host's speed drifts).
+            order = []
+            quiet, busy = args.rounds, args.contended_rounds
+            while quiet or busy:
+                if quiet and quiet * (args.contended_rounds + 1) >= busy * (args.rounds + 1):
+                    order.append(False)
+                    quiet -= 1
+                else:
+                    order.append(True)
+                    busy -= 1
+            done_quiet = 0
+            for contended in order:
                 rates = [f"{s} {measure(key, s, contended):.2f}" for s in systems]
-                label = "contended" if contended else f"round {r + 1}/{args.rounds}"
+                done_quiet += not contended
+                label = "contended" if contended else f"round {done_quiet}/{args.rounds}"
                 print(f"{key} {label}: " + ", ".join(rates) + " images/sec", flush=True)
             for system in ("eager", "compile"):
                 if (key, system) in workers:

@@ -233,6 +233,7 @@ enum class Where {
   kOwned,       // a buffer of the command's own (Prepared::owned)
   kScratchpad,  // the shared scratchpad
   kConversion,  // `offset` bytes into the shared conversion area
+  kPartials,    // a chunk's part of the shared partial-sums area (chunk_bytes apart)
 };
 
 // One step of a prepared command: a primitive and, per argument, its memory
@@ -252,9 +253,26 @@ struct Step {
     Where where;
     int operand = -1;   // kOperand: an input index, then the outputs
     size_t offset = 0;  // kConversion
+    size_t chunk_bytes = 0;  // a chunked step: how far apart the chunks' images lie
   };
   std::vector<Arg> args;
   std::unordered_map<int, memory> map;  // the same handles, as execute() takes them
+  // A chunked step (a convolution split along the batch): the primitive is
+  // for one chunk of `chunks`, executed once per chunk, the chunks handed out
+  // to the threads as they come free. Per thread: its own memory objects
+  // (each argument's, in `args` order) and map, its own part of the
+  // scratchpad.
+  int64_t chunks = 1;
+  std::vector<std::vector<memory>> thread_mems;
+  std::vector<std::unordered_map<int, memory>> thread_maps;
+  // A sum step (after a chunked backward-filter step, whose chunks each
+  // wrote their filter gradient into the partial-sums area): args[0] =
+  // the `sum_count` floats of the `chunks` partials, added in chunk order
+  // (so the result does not depend on which thread ran which chunk).
+  bool sum_partials = false;
+  int64_t sum_parts = 0;  // the chunks of the step before
+  int64_t sum_count = 0;
+  size_t partial_bytes = 0;
 };
 
 struct Prepared {
@@ -291,6 +309,29 @@ memory::desc Weights(const Dims& oihw, int64_t groups, DataType type) {
 
 size_t Aligned(size_t bytes) { return (std::max<size_t>(bytes, 64) + 63) / 64 * 64; }
 
+// Convolutions are split along the batch into about this many chunks per
+// thread, handed out as threads come free: oneDNN splits one convolution
+// statically, so a thread slowed by another process (a busy machine) would
+// hold up every convolution. Backward-filter chunks each write their part of
+// the gradient, summed in chunk order afterwards (deterministic whichever
+// thread ran which chunk). GRAPHC_CONV_CHUNKS (chunks per thread; 0: off)
+// overrides it.
+constexpr int kChunksPerThread = 4;
+// A backward-filter step whose chunks' gradients would take more than this
+// (many threads, a large filter) runs whole: the partials cost memory and a
+// pass over them.
+constexpr size_t kPartialsMaxBytes = size_t{128} << 20;
+
+// The chunks `batch` images go in: the fewest that gives each of `threads`
+// threads `per_thread` of them, of equal size (a divisor of the batch).
+int64_t ChunksOf(int64_t batch, int threads, int per_thread) {
+  if (threads < 2 || per_thread < 1 || batch < 2) return 1;
+  const int64_t wanted = std::min<int64_t>(batch, int64_t{threads} * per_thread);
+  for (int64_t chunks = wanted; chunks <= batch; ++chunks)
+    if (batch % chunks == 0) return chunks;
+  return 1;
+}
+
 }  // namespace
 
 struct OneDnnOps::Impl {
@@ -307,9 +348,17 @@ struct OneDnnOps::Impl {
   int bf16_widened = 0;
   const fb::Plan* plan = nullptr;
   std::unordered_map<const fb::Command*, Prepared> prepared;
-  // One scratchpad for all primitives (they run one at a time).
+  // One scratchpad for all primitives (they run one at a time); a chunked
+  // step gives each thread a part of it, scratchpad_bytes apart.
   void* scratchpad = nullptr;
   size_t scratchpad_bytes = 0;
+  // The threads Run may use, and a stream for each (chunked steps).
+  int threads = 1;
+  int chunks_per_thread = kChunksPerThread;
+  std::vector<dnnl::stream> thread_streams;
+  // Chunked backward-filter steps' per-chunk gradients, sized to the largest.
+  void* partials = nullptr;
+  size_t partials_bytes = 0;
   // The FP32 copies of widened commands' operands, likewise shared: each
   // command's copies lie at offsets from its start.
   void* conversion = nullptr;
@@ -319,6 +368,7 @@ struct OneDnnOps::Impl {
     for (auto& [command, p] : prepared) p.Release();
     std::free(scratchpad);
     std::free(conversion);
+    std::free(partials);
   }
 
   const fb::Buffer& Buffer(int32_t index) const { return *plan->buffers()->Get(index); }
@@ -334,8 +384,11 @@ struct OneDnnOps::Impl {
   // An activation operand of a convolution or pooling. oneDNN takes logical
   // NCHW dims and a layout; the plan's shape is the dims in memory order, so
   // an NHWC operand's [N, H, W, C] is permuted back to [N, C, H, W].
-  memory::desc Activation(const fb::Command& c, int operand, DataType type, bool nhwc) const {
-    const Dims s = OperandShape(c, operand);
+  // With `chunks`, the desc of one chunk of the batch (N / chunks images).
+  memory::desc Activation(const fb::Command& c, int operand, DataType type, bool nhwc,
+                          int64_t chunks = 1) const {
+    Dims s = OperandShape(c, operand);
+    s[0] /= chunks;
     if (!nhwc) return Plain(s, type);
     return memory::desc({s[0], s[3], s[1], s[2]}, type, memory::format_tag::nhwc);
   }
@@ -395,6 +448,61 @@ struct OneDnnOps::Impl {
   Status PrepareGemm(const fb::Command& c, Prepared& p, DataType type);
   Status PreparePool(const fb::Command& c, Prepared& p, DataType type);
   void Widen(const fb::Command& c, Prepared& p);
+
+  // out[i] = the sum of the previous chunked step's partials, in chunk order.
+  void SumPartials(const Step& sum, float* out) {
+    const int64_t chunks = sum.sum_parts;
+    const char* base = static_cast<const char*>(partials);
+    const int64_t n = sum.sum_count;
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int64_t block = 0; block < (n + 1023) / 1024; ++block) {
+      const int64_t begin = block * 1024, end = std::min(n, begin + 1024);
+      float* o = out + begin;
+      const float* first = reinterpret_cast<const float*>(base) + begin;
+      for (int64_t i = 0; i < end - begin; ++i) o[i] = first[i];
+      for (int64_t k = 1; k < chunks; ++k) {
+        const float* part = reinterpret_cast<const float*>(base + sum.partial_bytes * k) + begin;
+        for (int64_t i = 0; i < end - begin; ++i) o[i] += part[i];
+      }
+    }
+  }
+
+  // Executes a chunked step: every chunk once, on the threads, each thread
+  // taking the next chunk when it is done with one (oneDNN runs a primitive
+  // single-threaded inside a parallel region).
+  Status RunChunks(Step& step, const DeviceMemory* operands) {
+    std::string failure;
+#pragma omp parallel num_threads(static_cast<int>(std::min<int64_t>(threads, step.chunks)))
+    {
+      const int t = omp_get_thread_num();
+      std::vector<memory>& mems = step.thread_mems[t];
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t k = 0; k < step.chunks; ++k) {
+        try {
+          for (size_t i = 0; i < step.args.size(); ++i) {
+            const Step::Arg& arg = step.args[i];
+            char* base = nullptr;
+            if (arg.where == Where::kOperand)
+              base = static_cast<char*>(operands[arg.operand].address);
+            else if (arg.where == Where::kConversion)
+              base = static_cast<char*>(conversion) + arg.offset;
+            else if (arg.where == Where::kPartials)
+              base = static_cast<char*>(partials);
+            else
+              continue;
+            mems[i].set_data_handle(base + arg.chunk_bytes * k);
+          }
+          step.primitive.execute(thread_streams[t], step.thread_maps[t]);
+          thread_streams[t].wait();
+        } catch (const dnnl::error& e) {
+#pragma omp critical
+          failure = e.what();
+        }
+      }
+    }
+    if (!failure.empty()) return Status(ErrorCode::kBackend, "oneDNN: " + failure);
+    return Status::Ok();
+  }
 };
 
 
@@ -441,8 +549,42 @@ Status OneDnnOps::Impl::PrepareConv(const fb::Command& c, Prepared& p, DataType 
     AddStep<Primitive>(p, pd, args).args.push_back({filter_arg, owned, Where::kOwned});
     if (gradient) AddReorder(p, w_plan, filter, owned, /*to_operand=*/true);
   };
+  // Forward and backward-data: one primitive for a chunk of the batch, run
+  // per chunk (kChunksPerThread); the last step added is the convolution.
+  // A half-precision filter gradient would be summed from rounded partials:
+  // only FP32 (and widened) backward-filter steps are chunked.
+  int64_t chunks = ChunksOf(OperandShape(c, 0)[0], threads, chunks_per_thread);
+  if (c.op() == fb::Opcode::Conv2dBackwardFilter &&
+      (type != DataType::f32 ||
+       Aligned(w_plan.get_size()) * static_cast<size_t>(chunks) > kPartialsMaxBytes))
+    chunks = 1;
+  // A chunk runs on one thread (oneDNN runs a primitive single-threaded
+  // inside a parallel region), and oneDNN shapes a primitive's work for the
+  // threads there are when it is created: chunk primitives are created for
+  // one (else, measured, a backward-filter chunk computed only the first
+  // thread's share of the gradient).
+  struct OneThread {
+    int saved = 0;
+    explicit OneThread(bool on) {
+      if (!on) return;
+      saved = omp_get_max_threads();
+      omp_set_num_threads(1);
+    }
+    ~OneThread() {
+      if (saved > 0) omp_set_num_threads(saved);
+    }
+  } one_thread(chunks > 1);
+  auto chunk = [&](int image_in, int image_out) {
+    if (chunks == 1) return;
+    Step& step = p.steps.back();
+    step.chunks = chunks;
+    for (Step::Arg& arg : step.args)
+      if (arg.dnnl_arg == image_in || arg.dnnl_arg == image_out)
+        arg.chunk_bytes = arg.mem.get_desc().get_size();
+  };
   if (c.op() == fb::Opcode::Conv2d) {
-    memory::desc x = Activation(c, 0, type, nhwc), y = Activation(c, out, type, nhwc);
+    memory::desc x = Activation(c, 0, type, nhwc, chunks),
+                 y = Activation(c, out, type, nhwc, chunks);
     bool bias = c.inputs()->size() == 3;
     auto desc = bias ? dnnl::convolution_forward::desc(
                            prop_kind::forward_training, algorithm::convolution_direct, x, w,
@@ -454,10 +596,12 @@ Status OneDnnOps::Impl::PrepareConv(const fb::Command& c, Prepared& p, DataType 
     Args args = {{DNNL_ARG_SRC, {x, 0}}, {DNNL_ARG_DST, {y, out}}};
     if (bias) args.push_back({DNNL_ARG_BIAS, {Input(c, 2, type), 2}});
     add(dnnl::convolution_forward(), pd, args, DNNL_ARG_WEIGHTS, pd.weights_desc());
+    chunk(DNNL_ARG_SRC, DNNL_ARG_DST);
     return Status::Ok();
   }
   if (c.op() == fb::Opcode::Conv2dBackwardData) {
-    memory::desc dy = Activation(c, 0, type, nhwc), dx = Activation(c, out, type, nhwc);
+    memory::desc dy = Activation(c, 0, type, nhwc, chunks),
+                 dx = Activation(c, out, type, nhwc, chunks);
     auto hint = ForwardHint(dx, w, dy, g);
     dnnl::convolution_backward_data::primitive_desc pd(
         dnnl::convolution_backward_data::desc(algorithm::convolution_direct, dx, w, dy,
@@ -466,19 +610,46 @@ Status OneDnnOps::Impl::PrepareConv(const fb::Command& c, Prepared& p, DataType 
     add(dnnl::convolution_backward_data(), pd,
         {{DNNL_ARG_DIFF_DST, {dy, 0}}, {DNNL_ARG_DIFF_SRC, {dx, out}}}, DNNL_ARG_WEIGHTS,
         pd.weights_desc());
+    chunk(DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_SRC);
     return Status::Ok();
   }
   // Conv2dBackwardFilter: inputs x, dy; output dw.
-  memory::desc x = Activation(c, 0, type, nhwc), dy = Activation(c, 1, type, nhwc);
+  memory::desc x = Activation(c, 0, type, nhwc, chunks), dy = Activation(c, 1, type, nhwc, chunks);
   auto hint = ForwardHint(x, w, dy, g);
   dnnl::convolution_backward_weights::primitive_desc pd(
       dnnl::convolution_backward_weights::desc(algorithm::convolution_direct, x, w, dy,
                                                g.strides, g.dilates, g.padding_l,
                                                g.padding_r),
       attr, engine, hint);
-  add(dnnl::convolution_backward_weights(), pd,
-      {{DNNL_ARG_SRC, {x, 0}}, {DNNL_ARG_DIFF_DST, {dy, 1}}}, DNNL_ARG_DIFF_WEIGHTS,
-      pd.diff_weights_desc());
+  if (chunks == 1) {
+    add(dnnl::convolution_backward_weights(), pd,
+        {{DNNL_ARG_SRC, {x, 0}}, {DNNL_ARG_DIFF_DST, {dy, 1}}}, DNNL_ARG_DIFF_WEIGHTS,
+        pd.diff_weights_desc());
+    return Status::Ok();
+  }
+  // Chunked: each chunk's gradient into the partials, then their sum into the
+  // filter operand (the plan's layout) or into a buffer of the chosen layout
+  // that is reordered into it.
+  const memory::desc chosen = pd.diff_weights_desc();
+  const size_t partial = Aligned(chosen.get_size());
+  Step& conv = AddStep<dnnl::convolution_backward_weights>(
+      p, pd, {{DNNL_ARG_SRC, {x, 0}}, {DNNL_ARG_DIFF_DST, {dy, 1}}});
+  conv.args.push_back({DNNL_ARG_DIFF_WEIGHTS, memory(chosen, engine, DNNL_MEMORY_NONE),
+                       Where::kPartials, -1, 0, partial});
+  chunk(DNNL_ARG_SRC, DNNL_ARG_DIFF_DST);
+  partials_bytes = std::max(partials_bytes, partial * static_cast<size_t>(chunks));
+  const bool plain = !nhwc || chosen == w_plan;
+  memory owned = plain ? memory() : Owned(p, chosen);
+  Step& sum = p.steps.emplace_back();
+  sum.sum_partials = true;
+  sum.sum_parts = chunks;
+  sum.sum_count = static_cast<int64_t>(chosen.get_size() / sizeof(float));
+  sum.partial_bytes = partial;
+  sum.args.push_back(plain ? Step::Arg{DNNL_ARG_TO, memory(w_plan, engine, DNNL_MEMORY_NONE),
+                                       Where::kOperand, filter}
+                           : Step::Arg{DNNL_ARG_TO, owned, Where::kOwned});
+  // `sum` and `conv` may have moved: neither is used below.
+  if (!plain) AddReorder(p, w_plan, filter, owned, /*to_operand=*/true);
   return Status::Ok();
 }
 
@@ -630,8 +801,12 @@ Status OneDnnOps::Prepare(const Plan& plan) {
   impl.plan = &plan.root();
   for (auto& [command, p] : impl.prepared) p.Release();
   impl.prepared.clear();
-  impl.scratchpad_bytes = impl.conversion_bytes = 0;
+  impl.scratchpad_bytes = impl.conversion_bytes = impl.partials_bytes = 0;
   impl.bf16_widened = 0;
+  impl.threads = std::max(1, omp_get_max_threads());
+  impl.chunks_per_thread = kChunksPerThread;
+  if (const char* chunks = std::getenv("GRAPHC_CONV_CHUNKS"))
+    impl.chunks_per_thread = std::max(0, std::atoi(chunks));
   for (const fb::Program* program : *impl.plan->programs())
     for (const fb::Command* c : *program->commands()) {
       if (c->op() == fb::Opcode::Kernel || c->op() == fb::Opcode::Copy ||
@@ -671,14 +846,19 @@ Status OneDnnOps::Prepare(const Plan& plan) {
     }
   // Sized to the largest command, allocated once: a plan of hundreds of
   // widened commands needs only the biggest one's copies.
-  for (auto [area, bytes] : {std::pair{&impl.scratchpad, impl.scratchpad_bytes},
-                             std::pair{&impl.conversion, impl.conversion_bytes}}) {
+  // A part of the scratchpad per thread, for chunked steps.
+  const size_t scratch_part = Aligned(impl.scratchpad_bytes);
+  for (auto [area, bytes] : {std::pair{&impl.scratchpad, scratch_part * impl.threads},
+                             std::pair{&impl.conversion, impl.conversion_bytes},
+                             std::pair{&impl.partials, impl.partials_bytes}}) {
     std::free(*area);
     *area = std::aligned_alloc(64, Aligned(bytes));
     if (*area == nullptr)
       return Status(ErrorCode::kBackend,
                     "cannot allocate " + std::to_string(bytes) + " bytes for oneDNN's " +
-                        (area == &impl.scratchpad ? "scratchpad" : "fp32 conversions"));
+                        (area == &impl.scratchpad   ? "scratchpad"
+                         : area == &impl.conversion ? "fp32 conversions"
+                                                    : "filter-gradient partial sums"));
   }
   for (auto& [command, p] : impl.prepared)
     for (Step& step : p.steps)
@@ -688,6 +868,24 @@ Status OneDnnOps::Prepare(const Plan& plan) {
           arg.mem.set_data_handle(static_cast<char*>(impl.conversion) + arg.offset);
         step.map.emplace(arg.dnnl_arg, arg.mem);
       }
+  impl.thread_streams.clear();
+  for (int t = 0; t < impl.threads; ++t) impl.thread_streams.emplace_back(impl.engine);
+  for (auto& [command, p] : impl.prepared)
+    for (Step& step : p.steps) {
+      if (step.chunks == 1) continue;
+      step.thread_mems.assign(impl.threads, {});
+      step.thread_maps.assign(impl.threads, {});
+      for (int t = 0; t < impl.threads; ++t)
+        for (Step::Arg& arg : step.args) {
+          // Operands and conversion copies are pointed at per chunk in Run.
+          void* handle = arg.where == Where::kScratchpad
+                             ? static_cast<char*>(impl.scratchpad) + scratch_part * t
+                             : arg.mem.get_data_handle();
+          memory mem(arg.mem.get_desc(), impl.engine, handle);
+          step.thread_mems[t].push_back(mem);
+          step.thread_maps[t].emplace(arg.dnnl_arg, mem);
+        }
+    }
   return Status::Ok();
 }
 
@@ -704,6 +902,24 @@ Status OneDnnOps::Run(const fb::Command& command, const DeviceMemory* operands) 
         Convert(step.conversion, operands[step.copy.operand].address,
                 reinterpret_cast<float*>(static_cast<char*>(impl_->conversion) + step.copy.offset),
                 step.copy.count);
+        continue;
+      }
+      if (step.sum_partials) {
+        if (pending) impl_->stream.wait();
+        pending = false;
+        const Step::Arg& to = step.args[0];
+        void* destination = to.where == Where::kOperand ? operands[to.operand].address
+                            : to.where == Where::kConversion
+                                ? static_cast<char*>(impl_->conversion) + to.offset
+                                : to.mem.get_data_handle();
+        impl_->SumPartials(step, static_cast<float*>(destination));
+        continue;
+      }
+      if (step.chunks > 1) {
+        if (pending) impl_->stream.wait();
+        pending = false;
+        Status chunked = impl_->RunChunks(step, operands);
+        if (!chunked.ok()) return chunked;
         continue;
       }
       for (Step::Arg& arg : step.args)

@@ -10,6 +10,13 @@
 // Prepare; Run only points the memory objects at the operands and executes, so
 // a training step allocates nothing.
 //
+// Convolutions run in chunks of the batch (about four per thread), which the
+// threads take as they come free, each chunk a primitive created for one
+// thread: oneDNN splits a convolution statically between the threads, so one
+// thread slowed by another process would hold up all of them. The chunks of
+// a filter gradient write partial gradients, summed in chunk order, so the
+// result does not depend on which thread ran which chunk.
+//
 // Half-precision commands (every operand F16, or every operand BF16) compute
 // as cuDNN does with FP32 compute: products accumulated in FP32, the output
 // rounded once to the half type. BF16 runs as oneDNN's bf16 primitives where
