@@ -308,11 +308,15 @@ def main():
                 "peak_rss_mib": runs["peak_rss_mib"],
                 "contended_images_per_sec": (statistics.median(runs["contended"])
                                              if runs["contended"] else None),
+                "contended": runs["contended"],  # images/sec per contended round
             }
             if runs["contended"]:
                 row["systems"][s]["slowdown"] = quiet / row["systems"][s]["contended_images_per_sec"]
         table.append(row)
-    summary = {"machine": machine(), "date": time.strftime("%Y-%m-%d"), "precision": "fp32",
+    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip()
+    summary = {"machine": machine(), "date": time.strftime("%Y-%m-%d"), "commit": commit,
+               "precision": "fp32",
                "device": "cpu", "threads": args.threads, "rounds": args.rounds,
                "contended_rounds": args.contended_rounds, "results": table}
     probe = subprocess.run([args.torch_python, "-c", "import torch; print(torch.__version__)"],
