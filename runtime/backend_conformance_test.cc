@@ -497,6 +497,26 @@ std::vector<LibraryCommand> NhwcCommands() {
   return commands;
 }
 
+// The convolutions of `commands` with the batch `factor` times larger: on
+// the CPU a convolution runs in chunks of the batch once there are at least
+// two per thread, so these take the chunked path (several images per chunk,
+// partial filter gradients summed), where the originals (batch 1 and 2) run
+// whole.
+std::vector<LibraryCommand> Batched(std::vector<LibraryCommand> commands, int64_t factor) {
+  std::vector<LibraryCommand> batched;
+  for (LibraryCommand& c : commands) {
+    if (c.op != fb::Opcode::Conv2d && c.op != fb::Opcode::Conv2dBackwardData &&
+        c.op != fb::Opcode::Conv2dBackwardFilter)
+      continue;
+    const bool filter_out = c.op == fb::Opcode::Conv2dBackwardFilter;
+    for (size_t i = 0; i < c.inputs.size(); ++i)
+      if (i == 0 || (i == 1 && filter_out)) c.inputs[i][0] *= factor;
+    if (!filter_out) c.output[0] *= factor;
+    batched.push_back(std::move(c));
+  }
+  return batched;
+}
+
 // ------------------------------------------------------------------- fixture
 
 class BackendConformance : public ::testing::TestWithParam<std::string> {
@@ -752,32 +772,35 @@ TEST_P(BackendConformance, LibraryMathNamesEachFloatType) {
 // Convolutions and poolings on NHWC activations (FP32) against float64, as
 // the plan's own commands are: the strided, unevenly padded, grouped and
 // dilated ones of HalfCommands and the wider ones whose filters oneDNN
-// reorders.
+// reorders; then the convolutions, NHWC and NCHW, at 8 times the batch.
 TEST_P(BackendConformance, NhwcLibraryCommandsMatchFloat64References) {
-  std::unique_ptr<Plan> plan = LibraryPlan(fb::DType::F32, NhwcCommands());
-  ASSERT_NE(plan, nullptr);
-  Status status = backend_->LoadKernels(*plan);
-  ASSERT_TRUE(status.ok()) << status.ToString();
-  const fb::Plan& root = plan->root();
-  uint32_t state = 5;
-  for (const fb::Command* c : *root.programs()->Get(0)->commands()) {
-    const std::string what =
-        std::string(fb::EnumNameOpcode(c->op())) + " (" + StringOf(c->location()) + ")";
-    std::vector<Bytes> inputs;
-    std::vector<std::vector<float>> floats;
-    for (int32_t index : *c->inputs()) {
-      inputs.push_back(TestData(*root.buffers()->Get(index), state));
-      floats.push_back(Floats(inputs.back()));
+  for (const auto& commands :
+       {NhwcCommands(), Batched(NhwcCommands(), 8), Batched(HalfCommands(), 8)}) {
+    std::unique_ptr<Plan> plan = LibraryPlan(fb::DType::F32, commands);
+    ASSERT_NE(plan, nullptr);
+    Status status = backend_->LoadKernels(*plan);
+    ASSERT_TRUE(status.ok()) << status.ToString();
+    const fb::Plan& root = plan->root();
+    uint32_t state = 5;
+    for (const fb::Command* c : *root.programs()->Get(0)->commands()) {
+      const std::string what =
+          std::string(fb::EnumNameOpcode(c->op())) + " (" + StringOf(c->location()) + ")";
+      std::vector<Bytes> inputs;
+      std::vector<std::vector<float>> floats;
+      for (int32_t index : *c->inputs()) {
+        inputs.push_back(TestData(*root.buffers()->Get(index), state));
+        floats.push_back(Floats(inputs.back()));
+      }
+      std::vector<Bytes> outputs = RunCommand(*backend_, root, *c, inputs);
+      ASSERT_EQ(outputs.size(), 1u);
+      std::vector<float> got = Floats(outputs[0]);
+      std::vector<double> want = Reference(root, *c, floats);
+      ASSERT_EQ(got.size(), want.size()) << what;
+      double scale = 0;
+      for (double v : want) scale = std::max(scale, std::fabs(v));
+      for (size_t e = 0; e < want.size(); ++e)
+        ASSERT_NEAR(got[e], want[e], 1e-5 * (1 + scale)) << what << " element " << e;
     }
-    std::vector<Bytes> outputs = RunCommand(*backend_, root, *c, inputs);
-    ASSERT_EQ(outputs.size(), 1u);
-    std::vector<float> got = Floats(outputs[0]);
-    std::vector<double> want = Reference(root, *c, floats);
-    ASSERT_EQ(got.size(), want.size()) << what;
-    double scale = 0;
-    for (double v : want) scale = std::max(scale, std::fabs(v));
-    for (size_t e = 0; e < want.size(); ++e)
-      ASSERT_NEAR(got[e], want[e], 1e-5 * (1 + scale)) << what << " element " << e;
   }
 }
 
@@ -792,6 +815,7 @@ TEST_P(BackendConformance, HalfLibraryCommandsRoundOnceFromFp32Accumulation) {
   std::vector<std::pair<HalfType, std::vector<LibraryCommand>>> cases;
   for (const HalfType& type : {kF16, kBF16})
     for (const auto& commands : {HalfCommands(), NhwcCommands()}) cases.emplace_back(type, commands);
+  cases.emplace_back(kF16, Batched(NhwcCommands(), 8));  // widened, in chunks
   for (const auto& [type, commands] : cases) {
     const std::string dtype = fb::EnumNameDType(type.dtype);
     std::unique_ptr<Plan> plan = LibraryPlan(type.dtype, commands);

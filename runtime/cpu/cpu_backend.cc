@@ -177,7 +177,7 @@ Status CpuBackend::LoadKernels(const Plan& plan) {
   if (!target.ok()) return target.status();
   Status status = LoadGeneratedKernels(plan);
   if (!status.ok()) return status;
-  return library_ops_.Prepare(plan);
+  return library_ops_.Prepare(plan, threads_);
 }
 
 Status CpuBackend::LoadGeneratedKernels(const Plan& plan) {

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <map>
 #include <string>
 #include <unordered_map>
@@ -322,14 +323,48 @@ constexpr int kChunksPerThread = 4;
 // pass over them.
 constexpr size_t kPartialsMaxBytes = size_t{128} << 20;
 
-// The chunks `batch` images go in: the fewest that gives each of `threads`
-// threads `per_thread` of them, of equal size (a divisor of the batch).
+// While it lives (and `on`), OpenMP's thread count is 1, so that the oneDNN
+// primitives created meanwhile are shaped for one thread.
+class OneThread {
+ public:
+  explicit OneThread(bool on) {
+    if (!on) return;
+    saved_ = omp_get_max_threads();
+    omp_set_num_threads(1);
+  }
+  ~OneThread() { Release(); }
+  OneThread(const OneThread&) = delete;
+  OneThread& operator=(const OneThread&) = delete;
+  // The thread count back, for good.
+  void Release() {
+    if (saved_ > 0) omp_set_num_threads(saved_);
+    saved_ = 0;
+  }
+  // Calls f with the thread count back.
+  template <typename F>
+  void AllThreads(F f) {
+    if (saved_ > 0) omp_set_num_threads(saved_);
+    f();
+    if (saved_ > 0) omp_set_num_threads(1);
+  }
+
+ private:
+  int saved_ = 0;
+};
+
+// The chunks `batch` images go in: equal chunks (a divisor of the batch), the
+// fewest that give each of `threads` threads `per_thread` of them, or as many
+// as there are images. 1 (the convolution whole, oneDNN splitting it over
+// channels and space too) where that would leave threads idle: fewer than two
+// chunks per thread, or a last round of chunks less than 80% full.
 int64_t ChunksOf(int64_t batch, int threads, int per_thread) {
   if (threads < 2 || per_thread < 1 || batch < 2) return 1;
   const int64_t wanted = std::min<int64_t>(batch, int64_t{threads} * per_thread);
-  for (int64_t chunks = wanted; chunks <= batch; ++chunks)
-    if (batch % chunks == 0) return chunks;
-  return 1;
+  int64_t chunks = wanted;
+  while (batch % chunks != 0) ++chunks;
+  const int64_t rounds = (chunks + threads - 1) / threads;
+  if (chunks < 2 * int64_t{threads} || 5 * chunks < 4 * rounds * threads) return 1;
+  return chunks;
 }
 
 }  // namespace
@@ -349,9 +384,10 @@ struct OneDnnOps::Impl {
   const fb::Plan* plan = nullptr;
   std::unordered_map<const fb::Command*, Prepared> prepared;
   // One scratchpad for all primitives (they run one at a time); a chunked
-  // step gives each thread a part of it, scratchpad_bytes apart.
+  // step gives each thread a part of it, Aligned(chunk_scratchpad_bytes) apart.
   void* scratchpad = nullptr;
   size_t scratchpad_bytes = 0;
+  size_t chunk_scratchpad_bytes = 0;  // the largest of a chunk primitive's
   // The threads Run may use, and a stream for each (chunked steps).
   int threads = 1;
   int chunks_per_thread = kChunksPerThread;
@@ -454,7 +490,7 @@ struct OneDnnOps::Impl {
     const int64_t chunks = sum.sum_parts;
     const char* base = static_cast<const char*>(partials);
     const int64_t n = sum.sum_count;
-#pragma omp parallel for schedule(static) num_threads(threads)
+#pragma omp parallel for schedule(static) num_threads(threads) if (n * chunks >= 16384)
     for (int64_t block = 0; block < (n + 1023) / 1024; ++block) {
       const int64_t begin = block * 1024, end = std::min(n, begin + 1024);
       float* o = out + begin;
@@ -471,7 +507,7 @@ struct OneDnnOps::Impl {
   // taking the next chunk when it is done with one (oneDNN runs a primitive
   // single-threaded inside a parallel region).
   Status RunChunks(Step& step, const DeviceMemory* operands) {
-    std::string failure;
+    std::exception_ptr failure;  // nothing may leave the parallel region
 #pragma omp parallel num_threads(static_cast<int>(std::min<int64_t>(threads, step.chunks)))
     {
       const int t = omp_get_thread_num();
@@ -490,17 +526,25 @@ struct OneDnnOps::Impl {
               base = static_cast<char*>(partials);
             else
               continue;
-            mems[i].set_data_handle(base + arg.chunk_bytes * k);
+            mems[i].set_data_handle(base + arg.chunk_bytes * k, thread_streams[t]);
           }
           step.primitive.execute(thread_streams[t], step.thread_maps[t]);
           thread_streams[t].wait();
-        } catch (const dnnl::error& e) {
-#pragma omp critical
-          failure = e.what();
+        } catch (...) {
+#pragma omp critical(graphc_chunk_failure)
+          if (!failure) failure = std::current_exception();
         }
       }
     }
-    if (!failure.empty()) return Status(ErrorCode::kBackend, "oneDNN: " + failure);
+    if (failure) {
+      try {
+        std::rethrow_exception(failure);
+      } catch (const std::exception& e) {
+        return Status(ErrorCode::kBackend, std::string("oneDNN: ") + e.what());
+      } catch (...) {
+        return Status(ErrorCode::kBackend, "oneDNN: an unknown failure in a convolution chunk");
+      }
+    }
     return Status::Ok();
   }
 };
@@ -530,6 +574,18 @@ Status OneDnnOps::Impl::PrepareConv(const fb::Command& c, Prepared& p, DataType 
   const memory::desc w_plan = Weights(OperandShape(c, filter), g.groups, type);
   const memory::desc w =
       nhwc ? memory::desc(w_plan.dims(), type, memory::format_tag::any) : w_plan;
+  // One primitive for a chunk of the batch, run per chunk (ChunksOf). A
+  // half-precision filter gradient would be summed from rounded partials:
+  // only FP32 (and widened) backward-filter steps are chunked.
+  int64_t chunks = ChunksOf(OperandShape(c, 0)[0], threads, chunks_per_thread);
+  if (c.op() == fb::Opcode::Conv2dBackwardFilter && type != DataType::f32) chunks = 1;
+  // A chunk runs on one thread (oneDNN runs a primitive single-threaded
+  // inside a parallel region), and oneDNN shapes a primitive's work for the
+  // threads there are when it is created: chunk primitives are created for
+  // one (else, measured, a backward-filter chunk computed only the first
+  // thread's share of the gradient). The filter's reorders, which run
+  // outside the chunks, are created for all (AllThreads).
+  OneThread one_thread(chunks > 1);
   // Adds the convolution step of `pd` with `args` and the filter argument
   // `filter_arg`: the operand itself where the primitive chose the plan's
   // layout, else a buffer of the command's own, reordered from the operand
@@ -545,42 +601,22 @@ Status OneDnnOps::Impl::PrepareConv(const fb::Command& c, Prepared& p, DataType 
     }
     memory owned = Owned(p, chosen);
     const bool gradient = filter == out;
-    if (!gradient) AddReorder(p, w_plan, filter, owned, /*to_operand=*/false);
+    if (!gradient)
+      one_thread.AllThreads([&] { AddReorder(p, w_plan, filter, owned, /*to_operand=*/false); });
     AddStep<Primitive>(p, pd, args).args.push_back({filter_arg, owned, Where::kOwned});
-    if (gradient) AddReorder(p, w_plan, filter, owned, /*to_operand=*/true);
+    if (gradient)
+      one_thread.AllThreads([&] { AddReorder(p, w_plan, filter, owned, /*to_operand=*/true); });
   };
-  // Forward and backward-data: one primitive for a chunk of the batch, run
-  // per chunk (kChunksPerThread); the last step added is the convolution.
-  // A half-precision filter gradient would be summed from rounded partials:
-  // only FP32 (and widened) backward-filter steps are chunked.
-  int64_t chunks = ChunksOf(OperandShape(c, 0)[0], threads, chunks_per_thread);
-  if (c.op() == fb::Opcode::Conv2dBackwardFilter &&
-      (type != DataType::f32 ||
-       Aligned(w_plan.get_size()) * static_cast<size_t>(chunks) > kPartialsMaxBytes))
-    chunks = 1;
-  // A chunk runs on one thread (oneDNN runs a primitive single-threaded
-  // inside a parallel region), and oneDNN shapes a primitive's work for the
-  // threads there are when it is created: chunk primitives are created for
-  // one (else, measured, a backward-filter chunk computed only the first
-  // thread's share of the gradient).
-  struct OneThread {
-    int saved = 0;
-    explicit OneThread(bool on) {
-      if (!on) return;
-      saved = omp_get_max_threads();
-      omp_set_num_threads(1);
-    }
-    ~OneThread() {
-      if (saved > 0) omp_set_num_threads(saved);
-    }
-  } one_thread(chunks > 1);
   auto chunk = [&](int image_in, int image_out) {
     if (chunks == 1) return;
     Step& step = p.steps.back();
     step.chunks = chunks;
-    for (Step::Arg& arg : step.args)
+    for (Step::Arg& arg : step.args) {
       if (arg.dnnl_arg == image_in || arg.dnnl_arg == image_out)
         arg.chunk_bytes = arg.mem.get_desc().get_size();
+      if (arg.where == Where::kScratchpad)
+        chunk_scratchpad_bytes = std::max(chunk_scratchpad_bytes, arg.mem.get_desc().get_size());
+    }
   };
   if (c.op() == fb::Opcode::Conv2d) {
     memory::desc x = Activation(c, 0, type, nhwc, chunks),
@@ -614,13 +650,24 @@ Status OneDnnOps::Impl::PrepareConv(const fb::Command& c, Prepared& p, DataType 
     return Status::Ok();
   }
   // Conv2dBackwardFilter: inputs x, dy; output dw.
+  auto backward_filter = [&](int64_t k) {
+    memory::desc x = Activation(c, 0, type, nhwc, k), dy = Activation(c, 1, type, nhwc, k);
+    return dnnl::convolution_backward_weights::primitive_desc(
+        dnnl::convolution_backward_weights::desc(algorithm::convolution_direct, x, w, dy,
+                                                 g.strides, g.dilates, g.padding_l,
+                                                 g.padding_r),
+        attr, engine, ForwardHint(x, w, dy, g));
+  };
+  auto pd = backward_filter(chunks);
+  // The partials in the layout oneDNN chose (blocked layouts pad): past the
+  // bound, this one runs whole.
+  if (chunks > 1 &&
+      Aligned(pd.diff_weights_desc().get_size()) * static_cast<size_t>(chunks) > kPartialsMaxBytes) {
+    one_thread.Release();
+    chunks = 1;
+    pd = backward_filter(1);
+  }
   memory::desc x = Activation(c, 0, type, nhwc, chunks), dy = Activation(c, 1, type, nhwc, chunks);
-  auto hint = ForwardHint(x, w, dy, g);
-  dnnl::convolution_backward_weights::primitive_desc pd(
-      dnnl::convolution_backward_weights::desc(algorithm::convolution_direct, x, w, dy,
-                                               g.strides, g.dilates, g.padding_l,
-                                               g.padding_r),
-      attr, engine, hint);
   if (chunks == 1) {
     add(dnnl::convolution_backward_weights(), pd,
         {{DNNL_ARG_SRC, {x, 0}}, {DNNL_ARG_DIFF_DST, {dy, 1}}}, DNNL_ARG_DIFF_WEIGHTS,
@@ -649,7 +696,8 @@ Status OneDnnOps::Impl::PrepareConv(const fb::Command& c, Prepared& p, DataType 
                                        Where::kOperand, filter}
                            : Step::Arg{DNNL_ARG_TO, owned, Where::kOwned});
   // `sum` and `conv` may have moved: neither is used below.
-  if (!plain) AddReorder(p, w_plan, filter, owned, /*to_operand=*/true);
+  if (!plain)
+    one_thread.AllThreads([&] { AddReorder(p, w_plan, filter, owned, /*to_operand=*/true); });
   return Status::Ok();
 }
 
@@ -796,14 +844,15 @@ void OneDnnOps::Impl::Widen(const fb::Command& c, Prepared& p) {
 OneDnnOps::OneDnnOps() : impl_(std::make_unique<Impl>()) {}
 OneDnnOps::~OneDnnOps() = default;
 
-Status OneDnnOps::Prepare(const Plan& plan) {
+Status OneDnnOps::Prepare(const Plan& plan, int threads) {
   Impl& impl = *impl_;
   impl.plan = &plan.root();
   for (auto& [command, p] : impl.prepared) p.Release();
   impl.prepared.clear();
-  impl.scratchpad_bytes = impl.conversion_bytes = impl.partials_bytes = 0;
+  impl.scratchpad_bytes = impl.chunk_scratchpad_bytes = impl.conversion_bytes =
+      impl.partials_bytes = 0;
   impl.bf16_widened = 0;
-  impl.threads = std::max(1, omp_get_max_threads());
+  impl.threads = std::max(1, threads);
   impl.chunks_per_thread = kChunksPerThread;
   if (const char* chunks = std::getenv("GRAPHC_CONV_CHUNKS"))
     impl.chunks_per_thread = std::max(0, std::atoi(chunks));
@@ -847,8 +896,11 @@ Status OneDnnOps::Prepare(const Plan& plan) {
   // Sized to the largest command, allocated once: a plan of hundreds of
   // widened commands needs only the biggest one's copies.
   // A part of the scratchpad per thread, for chunked steps.
-  const size_t scratch_part = Aligned(impl.scratchpad_bytes);
-  for (auto [area, bytes] : {std::pair{&impl.scratchpad, scratch_part * impl.threads},
+  const size_t scratch_part = Aligned(impl.chunk_scratchpad_bytes);
+  const size_t scratch_bytes = std::max(
+      Aligned(impl.scratchpad_bytes),
+      impl.chunk_scratchpad_bytes > 0 ? scratch_part * impl.threads : size_t{0});
+  for (auto [area, bytes] : {std::pair{&impl.scratchpad, scratch_bytes},
                              std::pair{&impl.conversion, impl.conversion_bytes},
                              std::pair{&impl.partials, impl.partials_bytes}}) {
     std::free(*area);

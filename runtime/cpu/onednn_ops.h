@@ -46,8 +46,9 @@ class OneDnnOps {
   OneDnnOps(const OneDnnOps&) = delete;
   OneDnnOps& operator=(const OneDnnOps&) = delete;
 
-  // Creates the primitives of every library command of every program.
-  Status Prepare(const Plan& plan);
+  // Creates the primitives of every library command of every program, for
+  // `threads` OpenMP threads (the backend's).
+  Status Prepare(const Plan& plan, int threads);
   // Runs a library command of the prepared plan; operands as in Backend::Run.
   Status Run(const fb::Command& command, const DeviceMemory* operands);
   // Backend::LibraryMath for the float dtypes (F32, F16, BF16).
