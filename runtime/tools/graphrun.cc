@@ -303,6 +303,13 @@ int main(int argc, char** argv) {
 int Main(int argc, char** argv) {
   CLI::App app("graphrun: run graphc training plans");
   app.require_subcommand(0, 1);
+  {
+    std::string version = "graphrun " GRAPHC_VERSION " (runs plan schema versions " +
+                          std::to_string(kOldestPlanSchemaVersion) + " to " +
+                          std::to_string(kPlanSchemaVersion) + "; backends:";
+    for (const std::string& backend : BuiltBackends()) version += " " + backend;
+    app.set_version_flag("--version", version + ")");
+  }
   TrainOptions train;
   DeviceOptions device_options;
   app.add_option("plan", train.plan_path, "the plan file (graphc compile -o)");
@@ -409,6 +416,8 @@ int Main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::cerr << "graphrun: error[invalid-argument]: " << e.what() << "\n";

@@ -25,6 +25,7 @@
 #include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
+#include "llvm/Config/llvm-config.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
@@ -474,6 +475,15 @@ int main(int argc, char **argv) {
   // names the problem.
   std::string parseErrors;
   llvm::raw_string_ostream parseErrorStream(parseErrors);
+  // MLIR's libraries register LLVM's own options (code generation, profiling,
+  // debugging: about 130 of them) at the top level. None of them means anything
+  // to graphc, so `graphc --help` lists only the commands and --help itself;
+  // each command's options are in its own --help.
+  cl::HideUnrelatedOptions(llvm::ArrayRef<const cl::OptionCategory *>());
+  cl::SetVersionPrinter([](llvm::raw_ostream &os) {
+    os << "graphc " GRAPHC_VERSION " (writes plan schema version "
+       << graphc::kPlanSchemaVersion << "; MLIR " LLVM_VERSION_STRING ")\n";
+  });
   if (!cl::ParseCommandLineOptions(argc, argv,
                                    "graphc: a training-graph compiler\n\n"
                                    "  graphc info MODEL [--batch-size N] [--layers]\n"
