@@ -24,6 +24,7 @@
 #include "compiler/Lowering/CodegenPtx.h"
 #include "compiler/Lowering/KernelLoops.h"
 #include "compiler/Lowering/Passes.h"
+#include "runtime/files.h"
 #include "runtime/plan/launch_record.h"
 #include "mlir/Conversion/AffineToStandard/AffineToStandard.h"
 #include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
@@ -470,11 +471,12 @@ LogicalResult CodegenKernelsPass::dump(StringRef file, StringRef bytes) {
     return success();
   llvm::SmallString<128> path(dumpDir);
   llvm::sys::path::append(path, file);
-  std::error_code ec;
-  llvm::raw_fd_ostream out(path, ec);
-  if (ec)
-    return emitError(getOperation().getLoc(), "cannot write ") << path << ": " << ec.message();
-  out << bytes;
+  // Through a new file renamed over the old: never following a symlink
+  // planted at the name, never blocking on a FIFO.
+  graphc::runtime::Status written =
+      graphc::runtime::WriteFileAtomically(path.str().str(), bytes.str());
+  if (!written.ok())
+    return emitError(getOperation().getLoc(), "--dump-kernels: ") << written.message();
   return success();
 }
 

@@ -16,6 +16,7 @@
 #include "llvm/Support/FormatVariadic.h"
 
 #include <cmath>
+#include <limits>
 
 #define DEBUG_TYPE "graphc-optimizer"
 
@@ -65,8 +66,30 @@ struct OptimizerPass : impl::OptimizerBase<OptimizerPass> {
       decay = nn::LrDecay::step;
     else
       return bad("unknown lr-decay '" + lrDecay + "'; expected constant, cosine or step");
+    // The update kernels compute in f32: every rate, decay and epsilon is a
+    // finite f32, and one that is not 0 is a normal one (1e-50 would become
+    // 0, 1e39 infinity, and inf an update that only ever diverges).
+    auto f32 = [](double v) {
+      return v == 0.0 || (std::fabs(v) >= std::numeric_limits<float>::min() &&
+                          std::fabs(v) <= std::numeric_limits<float>::max());
+    };
+    for (auto [name, value] : {std::pair<const char *, double>{"lr", lr},
+                               {"final-lr", finalLr},
+                               {"weight-decay", weightDecay},
+                               {"adam-eps", epsilon},
+                               {"lars-eta", larsEta},
+                               {"momentum", momentum},
+                               {"adam-beta1", beta1},
+                               {"adam-beta2", beta2},
+                               {"decay-gamma", decayGamma}})
+      if (!std::isnan(value) && !f32(value))
+        return bad(std::string(name) + " must be 0 or a normal, finite f32 (magnitude in [" +
+                   num(std::numeric_limits<float>::min()) + ", " +
+                   num(std::numeric_limits<float>::max()) + "]), got " + num(value));
     if (!(lr > 0.0))
       return bad("lr must be > 0, got " + num(lr));
+    if (!(finalLr >= 0.0))
+      return bad("final-lr must be >= 0, got " + num(finalLr));
     bool adam = kind == Kind::Adam || kind == Kind::AdamW;
     if (!adam && kind != Kind::Sgd && !(momentum > 0.0 && momentum < 1.0))
       return bad("momentum must be in (0, 1), got " + num(momentum));

@@ -11,6 +11,8 @@
 #include "dialects/nn/IR/NNOps.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/StringSet.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/ConvertUTF.h"
 
 #define DEBUG_TYPE "graphc-verify-model"
 
@@ -127,6 +129,27 @@ struct VerifyModelPass : impl::VerifyModelBase<VerifyModelPass> {
       lossOp.emitError("the loss must compare the logits with %labels, "
                        "@forward's second argument");
       return signalPassFailure();
+    }
+
+    // Names become checkpoint tensor names (safetensors keys: UTF-8 JSON
+    // strings) and the plan's state names; graphc.* is graphc's own.
+    for (Operation &op : module.getBody()->getOperations()) {
+      if (!llvm::isa<nn::ParameterOp, nn::StateOp>(op))
+        continue;
+      StringRef name = SymbolTable::getSymbolName(&op).getValue();
+      const llvm::UTF8 *bytes = name.bytes_begin();
+      const bool printable =
+          llvm::none_of(name, [](char c) { return c >= 0 && c < 0x20; }) &&
+          llvm::isLegalUTF8String(&bytes, name.bytes_end());
+      if (name.empty() || !printable || name.starts_with("graphc.")) {
+        std::string shown;
+        llvm::raw_string_ostream os(shown);
+        llvm::printEscapedString(name, os);
+        op.emitError("a parameter or state needs a name in printable UTF-8 that does not "
+                     "start with 'graphc.' (graphc's own states), got '")
+            << shown << "'";
+        return signalPassFailure();
+      }
     }
 
     for (auto param : module.getOps<nn::ParameterOp>()) {

@@ -145,3 +145,31 @@ func.func @forward(%images: tensor<?x3x65536x65536xf32>, %labels: tensor<?xi32>)
   return %1 : tensor<f32>
 }
 
+// -----
+
+// Names become safetensors keys and plan state names: printable UTF-8, and
+// graphc.* is graphc's own.
+// expected-error@+1 {{a parameter or state needs a name in printable UTF-8 that does not start with 'graphc.' (graphc's own states), got ''}}
+nn.parameter @"" : tensor<4xf32> = zeros
+func.func @forward(%images: tensor<?x4xf32>, %labels: tensor<?xi32>) -> tensor<f32> {
+  %loss = nn.softmax_cross_entropy %images, %labels label_smoothing 0.0 : tensor<?x4xf32>, tensor<?xi32>
+  return %loss : tensor<f32>
+}
+
+// -----
+
+// expected-error@+1 {{got 'b\FF'}}
+nn.state @"b\ff" : tensor<4xf32> = zeros
+func.func @forward(%images: tensor<?x4xf32>, %labels: tensor<?xi32>) -> tensor<f32> {
+  %loss = nn.softmax_cross_entropy %images, %labels label_smoothing 0.0 : tensor<?x4xf32>, tensor<?xi32>
+  return %loss : tensor<f32>
+}
+
+// -----
+
+// expected-error@+1 {{got 'graphc.step'}}
+nn.state @graphc.step : tensor<i64> = zeros
+func.func @forward(%images: tensor<?x4xf32>, %labels: tensor<?xi32>) -> tensor<f32> {
+  %loss = nn.softmax_cross_entropy %images, %labels label_smoothing 0.0 : tensor<?x4xf32>, tensor<?xi32>
+  return %loss : tensor<f32>
+}

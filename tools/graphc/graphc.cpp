@@ -17,6 +17,8 @@
 #include "compiler/Pipeline/Pipeline.h"
 #include "EscapingStream.h"
 #include "NestingCheck.h"
+#include "runtime/files.h"
+#include "runtime/plan/printable.h"
 #include "dialects/nn/IR/NNDialect.h"
 #include "dialects/nn/IR/NNOps.h"
 #include "dialects/plan/IR/PlanDialect.h"
@@ -33,7 +35,6 @@
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/SourceMgr.h"
-#include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/WithColor.h"
 
 #include <fcntl.h>
@@ -259,6 +260,42 @@ llvm::raw_ostream &errorStream() {
 int fail(const llvm::Twine &message) {
   llvm::WithColor::error(errorStream(), "graphc") << message << "\n";
   return 1;
+}
+
+// Writes graphc's output (a plan, or IR) to `path`, only once all of it
+// exists: a regular file through a new file renamed over it, so that a
+// failed write (disk full) never leaves a truncated plan where a good one
+// was, a character device (/dev/null) directly; anything else (a FIFO, which
+// would block graphc until something reads it, a directory, a symlink) is
+// refused.
+bool writeOutput(const std::string &path, const std::string &bytes) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && S_ISCHR(st.st_mode)) {
+    errno = 0;
+    int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    bool ok = fd >= 0;
+    for (size_t done = 0; ok && done < bytes.size();) {
+      ssize_t written = ::write(fd, bytes.data() + done, bytes.size() - done);
+      if (written < 0 && errno == EINTR)
+        continue;
+      ok = written > 0;
+      if (ok)
+        done += static_cast<size_t>(written);
+    }
+    const int error = errno;
+    if (fd >= 0 && ::close(fd) != 0)
+      ok = false;
+    if (!ok)
+      fail("cannot write '" + path + "': " + std::strerror(error ? error : EIO));
+    return ok;
+  }
+  graphc::runtime::Status written = graphc::runtime::WriteFileAtomically(path, bytes);
+  if (!written.ok()) {
+    llvm::StringRef why = written.message();
+    why.consume_front(graphc::runtime::Printable(path) + ": ");
+    fail("cannot write '" + path + "': " + why);
+  }
+  return written.ok();
 }
 
 /// The model file: a regular file (a FIFO or a device such as /dev/zero is
@@ -503,6 +540,17 @@ int main(int argc, char **argv) {
   }
   if (!infoCommand && !compileCommand && !keygenCommand)
     return fail("expected a command, 'info', 'compile' or 'keygen' (see graphc --help)");
+  // An option given an empty value (an unset $VARIABLE) is an error, never
+  // the option left out: --sign-key '' would write an unsigned plan.
+  for (const cl::Option *option : {static_cast<const cl::Option *>(&signKey),
+                                   static_cast<const cl::Option *>(&outputPath),
+                                   static_cast<const cl::Option *>(&dumpKernels)})
+    if (option->getNumOccurrences() &&
+        static_cast<const cl::opt<std::string> *>(option)->getValue().empty())
+      return fail("-" + llvm::Twine(option->ArgStr.size() > 1 ? "-" : "") + option->ArgStr +
+                  " is empty");
+  if ((keygenCommand && keyName.empty()) || ((infoCommand || compileCommand) && modelPath.empty()))
+    return fail(keygenCommand ? "keygen: NAME is empty" : "the model path is empty");
   if (keygenCommand) {
     std::string secretPath = keyName + ".key", publicPath = keyName + ".pub";
     graphc::runtime::Status made = graphc::runtime::GenerateKeyPair(secretPath, publicPath);
@@ -682,6 +730,24 @@ int main(int argc, char **argv) {
   options.codegen.dumpDir = dumpKernels;
   if (!dumpKernels.empty() && !llvm::sys::fs::is_directory(dumpKernels))
     return fail("--dump-kernels: '" + dumpKernels + "' is not a directory");
+  // A plan is for graphrun, which feeds f32 NCHW images and i32 labels; the
+  // model contract also admits rank-2 images and i64 labels (for graphc-opt
+  // and the IR phases), so a plan checks it here, before the long work.
+  if (writePlan)
+    if (auto forward = (*module).lookupSymbol<func::FuncOp>("forward");
+        forward && forward.getFunctionType().getNumInputs() == 2) {
+      FunctionType type = forward.getFunctionType();
+      auto images = llvm::dyn_cast<RankedTensorType>(type.getInput(0));
+      auto labels = llvm::dyn_cast<RankedTensorType>(type.getInput(1));
+      if (!images || images.getRank() != 4 || !images.getElementType().isF32() || !labels ||
+          labels.getRank() != 1 || !labels.getElementType().isSignlessInteger(32)) {
+        forward.emitError("a plan trains on f32 NCHW images (rank 4) and i32 labels, as "
+                          "graphrun feeds them; @forward takes ")
+            << type.getInput(0) << " and " << type.getInput(1)
+            << " (--compile-to=PHASE prints the IR of such a model)";
+        return 1;
+      }
+    }
   PassManager pm(&context, ModuleOp::getOperationName());
   graphc::buildCompilePipeline(pm, options);
   if (failed(pm.run(*module)))
@@ -697,10 +763,6 @@ int main(int argc, char **argv) {
     return 0;
   }
 
-  std::unique_ptr<llvm::ToolOutputFile> output =
-      openOutputFile(outputPath, &errorMessage);
-  if (!output)
-    return fail("cannot write '" + outputPath + "': " + errorMessage);
   if (writePlan) {
     graphc::PlanMetadata metadata;
     metadata.signingKey = signingKey;
@@ -709,10 +771,13 @@ int main(int argc, char **argv) {
     metadata.fused = options.fuse;
     if (!ampPrecision.empty())
       metadata.precision = ampPrecision;
-    if (failed(graphc::exportPlan(*module, metadata, output->os())))
+    std::string plan;
+    llvm::raw_string_ostream planStream(plan);
+    if (failed(graphc::exportPlan(*module, metadata, planStream)))
       return 1;
-    output->keep();
-    printPlanSummary(*module, outputPath, output->os().tell());
+    if (!writeOutput(outputPath, plan))
+      return 1;
+    printPlanSummary(*module, outputPath, plan.size());
     if (defaultOutput)
       llvm::outs() << "wrote plan.fb in the current directory (no -o given); run it with "
                       "graphrun plan.fb\n";
@@ -754,8 +819,14 @@ int main(int argc, char **argv) {
       printFusionReport(*module, options.fuse);
     return 0;
   }
-  module->print(output->os());
-  output->os() << "\n";
-  output->keep();
-  return 0;
+  if (outputPath == "-") {
+    module->print(llvm::outs());
+    llvm::outs() << "\n";
+    return 0;
+  }
+  std::string ir;
+  llvm::raw_string_ostream irStream(ir);
+  module->print(irStream);
+  irStream << "\n";
+  return writeOutput(outputPath, ir) ? 0 : 1;
 }

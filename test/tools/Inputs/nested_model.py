@@ -14,10 +14,11 @@ else:
 print(f"""module {{
   nn.parameter @fc.weight : tensor<10x16xf32> = zeros
   nn.parameter @fc.bias : tensor<10xf32> = zeros
-  func.func @forward(%images: tensor<?x16xf32>, %labels: tensor<?xi32>) -> tensor<f32> {{
+  func.func @forward(%images: tensor<?x1x4x4xf32>, %labels: tensor<?xi32>) -> tensor<f32> {{
+    %x = nn.flatten %images start_dim 1 : tensor<?x1x4x4xf32>
     %w = nn.load @fc.weight : tensor<10x16xf32>
     %b = nn.load @fc.bias : tensor<10xf32>
-    %fc = nn.linear %images, %w, %b : tensor<?x16xf32>, tensor<10x16xf32>, tensor<10xf32>
+    %fc = nn.linear %x, %w, %b : tensor<?x16xf32>, tensor<10x16xf32>, tensor<10xf32>
     %r = nn.relu %fc {attr} : tensor<?x10xf32>
     %loss = nn.softmax_cross_entropy %r, %labels label_smoothing 0.000000e+00 : tensor<?x10xf32>, tensor<?xi32>
     return %loss : tensor<f32>
