@@ -59,6 +59,7 @@ StatusOr<CreatedBackend> CreateBackend(DeviceKind kind, const BackendOptions& op
       return Status(available.code(), "--device cuda: " + available.message());
     created.reason = "auto: " + available.message() + "; using the CPU";
   }
+  if (Status threads = CheckCpuThreads(options.cpu_threads); !threads.ok()) return threads;
   created.backend = CreateCpuBackend(options.cpu_threads);
   return created;
 }

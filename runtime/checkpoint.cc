@@ -244,7 +244,8 @@ Status SaveCheckpoint(const Executor& exec, const std::string& path,
   return Status::Ok();
 }
 
-Status LoadCheckpoint(Executor& exec, const std::string& path) {
+Status LoadCheckpoint(Executor& exec, const std::string& path,
+                      std::map<std::string, std::string>* metadata) {
   StatusOr<int> opened = OpenRegular(path, "checkpoint");
   if (!opened.ok()) return opened.status();
   const int fd = *opened;
@@ -272,7 +273,7 @@ Status LoadCheckpoint(Executor& exec, const std::string& path) {
   // Check everything before writing anything.
   struct Load {
     int32_t buffer;
-    uint64_t begin;
+    uint64_t begin, end;
   };
   std::vector<Load> loads;
   std::set<std::string> wanted;
@@ -311,11 +312,29 @@ Status LoadCheckpoint(Executor& exec, const std::string& path) {
                             std::to_string(end) + ") do not hold its " +
                             std::to_string(b.size()) + " bytes in the file's " +
                             std::to_string(data_size));
-      loads.push_back({state->buffer(), begin});
+      loads.push_back({state->buffer(), begin, end});
     }
   for (const auto& [name, value] : header.items())
     if (name != "__metadata__" && !wanted.count(name))
       return Io(path, "has tensor '" + Printable(name) + "', which the model does not");
+  // As the safetensors format says: the tensors tile the data, no two sharing
+  // a byte, no byte left over (a file that is more is not what was saved).
+  std::vector<Load> sorted = loads;
+  std::sort(sorted.begin(), sorted.end(), [](const Load& a, const Load& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  uint64_t covered = 0;
+  for (const Load& load : sorted) {
+    if (load.begin != covered)
+      return Io(path, "tensor '" + PrintableOf(exec.buffer(load.buffer).name()) + "' starts at " +
+                          std::to_string(load.begin) + " of the data, not at " +
+                          std::to_string(covered) +
+                          (load.begin < covered ? ": tensors overlap" : ": a gap"));
+    covered = load.end;
+  }
+  if (covered != data_size)
+    return Io(path, "holds " + std::to_string(data_size) + " bytes of tensor data, its tensors " +
+                        std::to_string(covered));
 
   // Two passes: every tensor is read and checked for NaN and infinity before
   // the first is written (a diverged run's checkpoint must not be resumed),
@@ -338,6 +357,13 @@ Status LoadCheckpoint(Executor& exec, const std::string& path) {
       Status status = exec.Write(load.buffer, data.data(), data.size());
       if (!status.ok()) return status;
     }
+  if (metadata != nullptr) {
+    metadata->clear();
+    auto it = header.find("__metadata__");
+    if (it != header.end() && it->is_object())
+      for (const auto& [key, value] : it->items())
+        if (value.is_string()) (*metadata)[key] = value.get<std::string>();
+  }
   return Status::Ok();
 }
 

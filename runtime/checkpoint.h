@@ -44,8 +44,10 @@ Status SaveCheckpoint(const Executor& exec, const std::string& path,
 // strict load_state_dict: a tensor missing from the file, one the plan does
 // not have, or one of another dtype or shape is an error naming it, and
 // nothing is written unless the whole file checks out, NaN and infinity
-// (kNonFinite, naming the tensor) included.
-Status LoadCheckpoint(Executor& exec, const std::string& path);
+// (kNonFinite, naming the tensor) included. With `metadata`, also gives the
+// file's "__metadata__" strings (others are left out).
+Status LoadCheckpoint(Executor& exec, const std::string& path,
+                      std::map<std::string, std::string>* metadata = nullptr);
 
 }  // namespace graphc::runtime
 

@@ -326,6 +326,25 @@ StatusOr<uint64_t> CpuBackend::CountNonFinite(DeviceMemory memory, fb::DType dty
 
 }  // namespace
 
+Status CheckCpuThreads(int threads) {
+  if (threads > kMaxCpuThreads)
+    return Status(ErrorCode::kInvalidArgument,
+                  std::to_string(threads) + " CPU threads: at most " +
+                      std::to_string(kMaxCpuThreads));
+  if (threads > 0) return Status::Ok();
+  const int fallback = omp_get_max_threads();  // OMP_NUM_THREADS, else the cores
+  if (fallback < 1 || fallback > kMaxCpuThreads) {
+    const char* env = std::getenv("OMP_NUM_THREADS");
+    return Status(ErrorCode::kInvalidArgument,
+                  (env != nullptr ? "OMP_NUM_THREADS=" + Printable(env) + " asks for "
+                                  : std::string("OpenMP's default is ")) +
+                      std::to_string(fallback) + " threads, more than the " +
+                      std::to_string(kMaxCpuThreads) +
+                      " a CPU backend runs on; pass --threads N or lower it");
+  }
+  return Status::Ok();
+}
+
 std::unique_ptr<Backend> CreateCpuBackend(int threads) {
   return std::make_unique<CpuBackend>(threads);
 }

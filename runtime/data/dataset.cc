@@ -360,7 +360,71 @@ struct IdxFile {
   std::vector<uint32_t> dims;
   uint64_t header_bytes = 0;
   uint64_t data_bytes = 0;  // the product of dims
+  // A second descriptor of a gzip file (zlib owns the first), for
+  // CheckGzipEnds; none for a plain file.
+  FileDescriptor compressed;
 };
+
+// zlib's gzread ends a gzip stream quietly when the file stops where a
+// deflate block does, without the trailer whose CRC-32 and length would catch
+// a corrupt byte. So the compressed file is inflated once more, here: every
+// gzip member must reach its end, where inflate checks the CRC. (What follows
+// the last member and is not another one is ignored, as gzip and gzread do.)
+Status CheckGzipEnds(int fd, const std::string& path) {
+  z_stream stream{};
+  if (inflateInit2(&stream, 15 + 16) != Z_OK) return IoError(path, "cannot inflate (zlib: out of memory)");
+  std::vector<uint8_t> in(1 << 16), out(1 << 16);
+  off_t offset = 0;
+  bool at_end = false;  // the file has no more bytes
+  bool ended = false;   // the last member reached its end
+  Status status = Status::Ok();
+  while (status.ok()) {
+    if (stream.avail_in == 0 && !at_end) {
+      ssize_t got = pread(fd, in.data(), in.size(), offset);
+      if (got < 0 && errno == EINTR) continue;
+      if (got < 0) {
+        status = IoError(path, "cannot read (" + ErrnoText(errno) + ")");
+        break;
+      }
+      at_end = got == 0;
+      offset += got;
+      stream.next_in = in.data();
+      stream.avail_in = static_cast<uInt>(got);
+    }
+    if (stream.avail_in == 0 && at_end) break;
+    if (ended) {
+      // Another member follows only if it starts with gzip's magic.
+      if (stream.avail_in < 2) {
+        if (at_end) break;
+        // Keep the one byte and read on (rare: a member ends at a read's edge).
+        const uint8_t first = stream.next_in[0];
+        ssize_t got = pread(fd, in.data() + 1, in.size() - 1, offset);
+        if (got <= 0) break;
+        in[0] = first;
+        offset += got;
+        stream.next_in = in.data();
+        stream.avail_in = static_cast<uInt>(got + 1);
+      }
+      if (stream.next_in[0] != 0x1f || stream.next_in[1] != 0x8b) break;
+      inflateReset(&stream);
+      ended = false;
+    }
+    stream.next_out = out.data();
+    stream.avail_out = static_cast<uInt>(out.size());
+    const int result = inflate(&stream, Z_NO_FLUSH);
+    if (result == Z_STREAM_END) {
+      ended = true;
+    } else if (result != Z_OK && !(result == Z_BUF_ERROR && stream.avail_in == 0)) {
+      status = IoError(path, std::string("corrupt gzip data (") +
+                                 (stream.msg != nullptr ? stream.msg : "zlib error") + ")");
+    }
+  }
+  inflateEnd(&stream);
+  if (status.ok() && !ended)
+    return IoError(path, "truncated gzip data (it ends before the gzip trailer, the CRC-32 "
+                         "that checks it)");
+  return status;
+}
 
 // zlib's message for the last error, without the "<fd:3>: " gzdopen puts first.
 std::string GzErrorText(gzFile file) {
@@ -398,6 +462,8 @@ StatusOr<IdxFile> OpenIdx(const std::string& path, uint32_t rank, const std::str
   if (!opened.ok()) return opened.status();
   IdxFile idx;
   idx.path = path;
+  idx.compressed = FileDescriptor(dup(opened->fd.get()));
+  if (idx.compressed.get() < 0) return IoError(path, "cannot open (" + ErrnoText(errno) + ")");
   idx.file.reset(gzdopen(opened->fd.get(), "rb"));
   if (idx.file == nullptr) return IoError(path, "cannot open (zlib: out of memory)");
   opened->fd.Release();  // gzclose closes it
@@ -428,6 +494,7 @@ StatusOr<IdxFile> OpenIdx(const std::string& path, uint32_t rank, const std::str
   // Refuse before allocating what the file cannot hold.
   const uint64_t total = idx.header_bytes + bytes;
   const bool plain = gzdirect(idx.file.get()) == 1;
+  if (plain) idx.compressed = FileDescriptor();
   const uint64_t size = opened->size;
   if (plain && total != size)
     return IoError(path, "holds " + std::to_string(size - std::min(size, idx.header_bytes)) +
@@ -454,6 +521,7 @@ Status ReadIdxData(IdxFile& idx, std::vector<uint8_t>& out) {
   if (*got != 0)
     return IoError(idx.path, "holds more than the " + std::to_string(idx.data_bytes) +
                                  " bytes of data its header says");
+  if (idx.compressed.get() >= 0) return CheckGzipEnds(idx.compressed.get(), idx.path);
   return Status::Ok();
 }
 

@@ -413,6 +413,38 @@ TEST_F(DatasetIdxTest, MalformedFilesAreRefusedNamingTheFile) {
   }
 }
 
+// zlib's gzread ends a stream quietly where a deflate block ends if the file
+// stops there: without the trailer, a corrupt byte would load. Random pixels
+// make deflate store them, so the cut falls exactly on a block's end.
+TEST_F(DatasetIdxTest, GzipWithoutItsTrailerIsRefusedAtAnySize) {
+  std::string pixels(64 * 28 * 28, '\0');
+  uint32_t state = 12345;
+  for (char& p : pixels) p = static_cast<char>((state = state * 1664525u + 1013904223u) >> 24);
+  const std::string images = IdxImages(64, 28, 28, pixels);
+  const std::string labels = Write("labels", IdxLabels(64, std::string(64, '\3')));
+  const std::string gz = ReadBack(WriteGzip("valid.gz", images));
+  ASSERT_TRUE(ReadIdx(dir_ + "/valid.gz", labels, 0, 1).ok());
+  std::string corrupt = gz.substr(0, gz.size() - 8);
+  corrupt[corrupt.size() / 2] ^= 0x5a;  // a stored pixel
+  for (const auto& [name, bytes] : {std::pair<std::string, std::string>{"no_trailer", gz.substr(0, gz.size() - 8)},
+                                    {"no_trailer_corrupt", corrupt}}) {
+    SCOPED_TRACE(name);
+    const std::string path = Write(name, bytes);
+    EXPECT_TRUE(IsError(ReadIdx(path, labels, 0, 1), ErrorCode::kIo, path, "truncated gzip data"));
+  }
+  // Several gzip members (`cat a.gz b.gz`) are one file, as gzip reads them;
+  // what follows the last member and is no member is ignored, as gzip does.
+  const std::string first = ReadBack(WriteGzip("a.gz", images.substr(0, 1000)));
+  const std::string second = ReadBack(WriteGzip("b.gz", images.substr(1000)));
+  StatusOr<Examples> joined = ReadIdx(Write("joined", first + second), labels, 0, 1);
+  ASSERT_TRUE(joined.ok()) << joined.status().ToString();
+  EXPECT_EQ(joined->count, 64);
+  EXPECT_EQ(joined->images[5000], static_cast<uint8_t>(pixels[5000]) / 255.0f);
+  EXPECT_TRUE(ReadIdx(Write("tail", gz + std::string(16, '\0')), labels, 0, 1).ok());
+  const std::string cut = Write("cut_second", first + second.substr(0, second.size() - 8));
+  EXPECT_TRUE(IsError(ReadIdx(cut, labels, 0, 1), ErrorCode::kIo, cut, "truncated gzip data"));
+}
+
 TEST_F(DatasetIdxTest, LabelsMustMatchTheImages) {
   const std::string images = Write("images", images_);
   struct Case {

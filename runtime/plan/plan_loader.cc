@@ -948,6 +948,10 @@ Status CheckCollectives(const fb::Plan& plan, const fb::Program& program,
 Status CheckPlanSemantics(const fb::Plan& plan, const LoaderLimits& limits) {
   if (plan.buffers() == nullptr || plan.programs() == nullptr)
     return Fail(ErrorCode::kPlanMalformed, "plan has no buffers or no programs");
+  // graphc's --batch-size range; the trainer checks it against the inputs.
+  if (plan.batch_size() < 1 || plan.batch_size() > (int64_t{1} << 20))
+    return Fail(ErrorCode::kPlanBadValue,
+                "batch_size " + Str(plan.batch_size()) + " is outside [1, 1048576]");
   for (uint64_t size : {plan.arena_size(), plan.state_size(), plan.constant_size()})
     if (size > limits.max_region_bytes)
       return Fail(ErrorCode::kPlanBufferOutOfRange,

@@ -59,6 +59,7 @@ struct PlanSpec {
   uint32_t version = kPlanSchemaVersion;
   std::string identifier = "GPLN";
   uint64_t arena_size = 4096, state_size = 1024, constant_size = 64;
+  int64_t batch = 2;
   std::vector<BufferSpec> buffers = {
       {"x", {2, 3, 4, 4}, fb::Region::Arena, 0},        // 0: 384 bytes
       {"w", {5, 3, 3, 3}, fb::Region::State, 0},        // 1: 540 bytes
@@ -228,7 +229,7 @@ struct PlanSpec {
       targets.push_back(fb::Target::CudaSm90);
     }
     auto plan = fb::CreatePlan(
-        fbb, version, fbb.CreateString("test"), 2, fbb.CreateString("fp32"), false,
+        fbb, version, fbb.CreateString("test"), batch, fbb.CreateString("fp32"), false,
         fbb.CreateVector(targets), arena_size, state_size, constant_size, 0,
         fbb.CreateVector(buffer_offsets), fbb.CreateVector(states),
         fbb.CreateVector(constants), fbb.CreateVector(kernels), fbb.CreateVector(binaries),
@@ -342,6 +343,18 @@ TEST(PlanLoaderTest, SameBufferAsInputAndOutput) {
   PlanSpec library;
   library.commands[3].in_place = {0};
   EXPECT_EQ(LoadError(library), ErrorCode::kPlanAliasedOperands);
+}
+
+// The batch size is one graphc could have compiled for.
+TEST(PlanLoaderTest, BatchSizeIsInGraphcsRange) {
+  for (int64_t batch : {int64_t{0}, int64_t{-8}, (int64_t{1} << 20) + 1}) {
+    PlanSpec spec;
+    spec.batch = batch;
+    EXPECT_EQ(LoadError(spec), ErrorCode::kPlanBadValue) << batch;
+  }
+  PlanSpec largest;
+  largest.batch = int64_t{1} << 20;
+  EXPECT_EQ(LoadError(largest), ErrorCode::kOk);
 }
 
 // A kernel of independent parts (nn.multi_tensor) writes in place only over an
@@ -1037,6 +1050,16 @@ TEST(PlanLoaderTest, SignedPlansVerifyOnlyAgainstTrustedKeys) {
   StatusOr<std::unique_ptr<Plan>> edited = Plan::FromBytes(bytes);
   ASSERT_TRUE(edited.ok()) << edited.status().ToString();
   EXPECT_EQ((*edited)->CheckSignature({*a_pub}).code(), ErrorCode::kPlanUntrusted);
+  // `graphrun inspect` checks the signature against the key the plan names:
+  // it says a signature verifies only when it does.
+  std::ostringstream good, bad;
+  PrintPlan(**plan, PrintOptions(), good);
+  PrintPlan(**edited, PrintOptions(), bad);
+  EXPECT_NE(good.str().find("signed by key " + HexOf(*a_pub) + " (the signature verifies"),
+            std::string::npos) << good.str();
+  EXPECT_NE(bad.str().find("signed by key " + HexOf(*a_pub) + ", but NOT VALIDLY: "),
+            std::string::npos) << bad.str();
+  EXPECT_EQ(bad.str().find("the signature verifies"), std::string::npos) << bad.str();
   // An unsigned plan is untrusted.
   StatusOr<std::unique_ptr<Plan>> unsigned_plan = Plan::FromBytes(PlanSpec().Build());
   ASSERT_TRUE(unsigned_plan.ok());

@@ -2,6 +2,7 @@
 
 #include "runtime/plan/plan_printer.h"
 
+#include <cstring>
 #include <iomanip>
 #include <sstream>
 #include <map>
@@ -101,14 +102,29 @@ void PrintPlan(const Plan& loaded, const PrintOptions& options, std::ostream& os
   os << "\n";
   // What the loader verified: the digests (so a user can compare a kernel
   // binary with `sha256sum` of graphc --dump-kernels), and who signed it.
-  if (plan.digest() && plan.digest()->size() == 32)
+  // A signature is checked against the key the plan names: whether it
+  // verifies is a fact about the file; whether that key is trusted is the
+  // user's to say (--trusted-keys).
+  if (plan.digest() && plan.digest()->size() == 32) {
+    std::string signature = "unsigned";
+    if (plan.signature() && plan.signature()->size() != 0) {
+      if (plan.signer() == nullptr || plan.signer()->size() != 32) {
+        signature = "signed, but the signature is malformed (no 32-byte signer key)";
+      } else {
+        PublicKey signer;
+        std::memcpy(signer.data(), plan.signer()->data(), 32);
+        const Status verified = loaded.CheckSignature({signer});
+        signature = verified.ok()
+                        ? "signed by key " + HexOf(signer) +
+                              " (the signature verifies; --trusted-keys checks the key is "
+                              "trusted)"
+                        : "signed by key " + HexOf(signer) +
+                              ", but NOT VALIDLY: " + verified.message();
+      }
+    }
     os << "integrity: sha256 " << HexOf(plan.digest()->data(), 32) << " (verified), "
-       << (plan.signer() && plan.signer()->size() == 32 && plan.signature() &&
-                   plan.signature()->size() != 0
-               ? "signed by key " + HexOf(plan.signer()->data(), 32) +
-                     " (graphrun --trusted-keys checks it)"
-               : std::string("unsigned"))
-       << "\n";
+       << signature << "\n";
+  }
   if (plan.binaries())
     for (const fb::KernelBinary* b : *plan.binaries())
       if (b->sha256() && b->sha256()->size() == 32)

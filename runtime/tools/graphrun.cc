@@ -5,6 +5,7 @@
 // `graphrun inspect PLAN` verifies the plan fully, then prints what it holds.
 // Every error is one line on stderr and exit code 1.
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <thread>
+#include <fstream>
 #include <iostream>
 #include <limits>
 #include <sstream>
@@ -42,7 +44,7 @@ int Fail(const Status& status) {
   return 1;
 }
 
-constexpr int64_t kMaxThreads = 4096;
+constexpr int64_t kMaxThreads = 4096;  // the CPU backend's kMaxCpuThreads
 
 // Succeeds when `plan` is signed by one of the public keys in the
 // comma-separated list of files.
@@ -98,6 +100,52 @@ struct LaunchOptions {
   double collective_timeout = 300;
 };
 
+// An Open MPI hostfile graphrun hands to mpirun: a regular file (mpirun would
+// wait forever on a FIFO) of lines "HOST [slots=N] [max_slots=N]" and
+// comments, naming at least one host. A host is a name or address, never
+// something mpirun or ssh would take for an option ("-oProxyCommand=...").
+Status CheckHostfile(const std::string& path) {
+  const std::string shown = "--hostfile " + Printable(path);
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0)
+    return Status(ErrorCode::kIo, shown + ": " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) return Status(ErrorCode::kIo, shown + ": not a regular file");
+  if (st.st_size > (1 << 20))
+    return Status(ErrorCode::kInvalidArgument, shown + ": larger than 1 MiB; not a hostfile");
+  std::ifstream in(path);
+  if (!in) return Status(ErrorCode::kIo, shown + ": cannot read it (" + std::strerror(errno) + ")");
+  int hosts = 0, number = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++number;
+    const std::string where = shown + ":" + std::to_string(number) + ": ";
+    line = line.substr(0, line.find('#'));
+    std::stringstream words(line);
+    std::string host;
+    if (!(words >> host)) continue;
+    const bool name_ok =
+        host.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                               "0123456789.-_:[]") == std::string::npos;
+    if (!name_ok || host[0] == '-')
+      return Status(ErrorCode::kInvalidArgument,
+                    where + "'" + Printable(host) + "' is not a host name or address");
+    for (std::string word; words >> word;) {
+      const size_t eq = word.find('=');
+      const std::string key = word.substr(0, eq == std::string::npos ? 0 : eq);
+      const std::string value = eq == std::string::npos ? "" : word.substr(eq + 1);
+      const bool count = !value.empty() && value.size() <= 6 &&
+                         value.find_first_not_of("0123456789") == std::string::npos;
+      if ((key != "slots" && key != "max_slots" && key != "max-slots") || !count)
+        return Status(ErrorCode::kInvalidArgument,
+                      where + "'" + Printable(word) +
+                          "': expected slots=N or max_slots=N after the host");
+    }
+    ++hosts;
+  }
+  if (in.bad()) return Status(ErrorCode::kIo, shown + ": cannot read it");
+  if (hosts == 0) return Status(ErrorCode::kInvalidArgument, shown + ": names no host");
+  return Status::Ok();
+}
+
 // `graphrun PLAN --nodes N ...` outside an MPI job: the same command line, run
 // by mpirun on N x K ranks. On one machine (no --hostfile) the ranks share its
 // cores: each gets an equal share of threads unless --threads says otherwise,
@@ -105,9 +153,10 @@ struct LaunchOptions {
 // consent variables. Replaces this process; returns only on failure.
 int Relaunch(int argc, char** argv, const LaunchOptions& l, const DeviceOptions& d) {
   const int64_t ranks = l.nodes * l.ranks_per_node;
-  if (!l.hostfile.empty() && access(l.hostfile.c_str(), R_OK) != 0)
-    return Fail(Status(ErrorCode::kIo, "--hostfile " + Printable(l.hostfile) + ": " +
-                                           std::strerror(errno)));
+  if (!l.hostfile.empty()) {
+    Status hosts = CheckHostfile(l.hostfile);
+    if (!hosts.ok()) return Fail(hosts);
+  }
   std::vector<std::string> args = {"mpirun", "-np", std::to_string(ranks), "--bind-to", "none"};
   // The ranks on other machines get the OpenMP waiting policy too (local ones
   // inherit it).
@@ -181,7 +230,7 @@ int RunTrainingOn(TrainOptions& o, const DeviceOptions& d, Communicator& comm) {
     if (!signed_by.ok()) return Fail(signed_by);
   }
   // Outputs are checked before the device starts (which may take seconds).
-  Status status = CheckOutputs(RankOutputs(o, comm.rank()));
+  Status status = CheckOutputs(o, comm.rank(), comm.size());
   if (!status.ok()) return Fail(status);
   StatusOr<CreatedBackend> created = MakeBackend(d, comm.local_rank());
   if (!created.ok()) return Fail(created.status());
@@ -326,14 +375,16 @@ int Main(int argc, char** argv) {
   app.add_flag("--sync-debug", train.sync_debug,
                "wait for the device after every command, so that an asynchronous failure is "
                "reported against the command that caused it (slow)");
-  app.add_option("--steps", train.steps,
-                 "training steps (default 100; --epochs overrides; 0 with --save writes the "
-                 "initial state)")
-      ->check(InRange(0, kMaxSteps));
+  CLI::Option* steps_option =
+      app.add_option("--steps", train.steps,
+                     "training steps (default 100; not with --epochs; 0 with --save writes the "
+                     "initial state)")
+          ->check(InRange(0, kMaxSteps));
   app.add_option("--warmup", train.warmup, "steps left out of the timing (default 10)")
       ->check(InRange(0, kMaxSteps));
   app.add_option("--epochs", train.epochs, "train for E passes over the data")
-      ->check(InRange(1, kMaxSteps));
+      ->check(InRange(1, kMaxSteps))
+      ->excludes(steps_option);
   app.add_option("--data", train.data,
                  "synthetic (default), fashion-mnist[:DIR] (default DIR " +
                      std::string(kFashionMnistDir) +
@@ -424,6 +475,21 @@ int Main(int argc, char** argv) {
     return 1;
   }
 
+  // An option given an empty value ("--save ''", an unset $VARIABLE) is an
+  // error, never the option left out: --trusted-keys '' would otherwise run
+  // unsigned plans.
+  for (const CLI::App* command : std::initializer_list<const CLI::App*>{&app, inspect})
+    for (const CLI::Option* option : command->get_options()) {
+      if (option->count() == 0 || option->get_type_size() == 0) continue;
+      for (const std::string& value : option->results())
+        if (value.empty()) {
+          std::cerr << "graphrun: error[invalid-argument]: "
+                    << (option->get_name().empty() ? std::string("an argument")
+                                                   : option->get_name())
+                    << " is empty\n";
+          return 1;
+        }
+    }
   train.graphs = !no_graphs;
   if (!*inspect) {
     if (train.plan_path.empty()) {

@@ -189,6 +189,12 @@ class StepClock {
   int pending_ = 0;
 };
 
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
 // Checks that `plan` has what training needs; fills the buffers it uses.
 struct Programs {
   int train = -1, eval = -1;  // eval: -1 when the plan has none
@@ -242,6 +248,12 @@ StatusOr<Programs> FindPrograms(const Executor& exec) {
       exec.buffer(p.loss).dtype() != fb::DType::F32 || exec.buffer(p.loss).size() != 4)
     return Status(ErrorCode::kUnsupported,
                   "train_step must take f32 NCHW images and i32 labels and return an f32 loss");
+  if (p.batch < 1 || root.batch_size() != p.batch ||
+      ShapeOf(exec.buffer(p.labels)) != std::vector<int64_t>{p.batch})
+    return Status(ErrorCode::kInvalidArgument,
+                  "the plan says batch " + std::to_string(root.batch_size()) +
+                      ", but train_step takes images " + ShapeString(p.image_shape) +
+                      " and labels " + ShapeString(ShapeOf(exec.buffer(p.labels))));
   StatusOr<int> eval = exec.FindProgram("eval_step");
   if (eval.ok()) {
     const fb::Program& e = exec.program(*eval);
@@ -258,7 +270,12 @@ StatusOr<Programs> FindPrograms(const Executor& exec) {
     p.eval = *eval;
     p.correct = e.outputs()->Get(1);
     std::vector<int64_t> logits = ShapeOf(exec.buffer(e.outputs()->Get(0)));
-    if (logits.size() == 2) p.classes = logits[1];
+    if (logits.size() != 2 || logits[0] != p.batch || logits[1] < 1 ||
+        exec.buffer(e.outputs()->Get(0)).dtype() != fb::DType::F32)
+      return Status(ErrorCode::kUnsupported,
+                    "eval_step's logits must be f32 [batch " + std::to_string(p.batch) +
+                        ", classes], got " + ShapeString(logits));
+    p.classes = logits[1];
   }
   if (p.classes <= 0)
     return Status(ErrorCode::kUnsupported,
@@ -487,43 +504,54 @@ nlohmann::json TraceJson(const Executor& exec, const Plan& plan, int rank, int r
 
 }  // namespace
 
-TrainOptions RankOutputs(const TrainOptions& o, int rank) {
-  TrainOptions mine = o;
-  if (rank != 0) mine.save.clear(), mine.report.clear();
-  return mine;
-}
-
-Status CheckOutputs(const TrainOptions& o) {
+Status CheckOutputs(const TrainOptions& o, int rank, int ranks) {
   std::vector<std::pair<std::string, std::string>> inputs = {{"the plan", o.plan_path},
                                                              {"--resume", o.resume}};
   for (const std::string& path : DataFiles(o.data)) inputs.emplace_back("--data", path);
   std::stringstream keys(o.trusted_keys);
   for (std::string path; std::getline(keys, path, ',');)
     inputs.emplace_back("--trusted-keys", path);
-  const std::pair<const char*, const std::string*> outputs[] = {
-      {"--save", &o.save}, {"--report", &o.report}, {"--trace", &o.trace}};
-  for (const auto& [flag, path] : outputs) {
-    if (path->empty()) continue;
-    Status replaceable = CheckReplaceable(*path);
-    if (!replaceable.ok()) return replaceable;
-    const std::string identity = FileIdentity(*path);
+  // Every file the job writes, and which rank writes it: rank 0 --save and
+  // --report, every rank its own --trace file.
+  struct Output {
+    std::string flag, path;
+    int writer;
+  };
+  std::vector<Output> outputs;
+  if (!o.save.empty()) outputs.push_back({"--save", o.save, 0});
+  if (!o.report.empty()) outputs.push_back({"--report", o.report, 0});
+  if (!o.trace.empty())
+    for (int r = 0; r < ranks; ++r)
+      outputs.push_back({ranks > 1 ? "--trace (rank " + std::to_string(r) + "'s file)" : "--trace",
+                         TracePathOf(o.trace, r, ranks), r});
+  // Only a regular file may be replaced (this rank's outputs), never a file
+  // the run reads (any rank's outputs, so that every rank refuses; --save may
+  // be --resume's file: it is replaced only once the run has read it).
+  for (const Output& out : outputs) {
+    if (out.writer == rank) {
+      Status replaceable = CheckReplaceable(out.path);
+      if (!replaceable.ok())
+        return Status(replaceable.code(), out.flag + ": " + replaceable.message());
+    }
+    const std::string identity = FileIdentity(out.path);
     for (const auto& [what, input] : inputs)
-      if (!input.empty() && !(std::string(flag) == "--save" && what == "--resume") &&
+      if (!input.empty() && !(out.flag == "--save" && what == "--resume") &&
           FileIdentity(input) == identity)
         return Status(ErrorCode::kInvalidArgument,
-                      std::string(flag) + " " + Printable(*path) + " is " +
+                      out.flag + " " + Printable(out.path) + " is " +
                           (what == "the plan" ? "the plan" : "the file " + what + " reads") +
                           "; refusing to overwrite it");
   }
-  for (size_t a = 0; a < std::size(outputs); ++a)
-    for (size_t b = a + 1; b < std::size(outputs); ++b) {
-      const std::string &x = *outputs[a].second, &y = *outputs[b].second;
-      if (!x.empty() && !y.empty() && (x == y || FileIdentity(x) == FileIdentity(y)))
-        return Status(ErrorCode::kInvalidArgument,
-                      std::string(outputs[a].first) + " and " + outputs[b].first +
-                          " name the same file, " + Printable(x));
+  // No two of the job's outputs are one file (every rank checks all of them,
+  // so all refuse together).
+  for (size_t a = 0; a < outputs.size(); ++a)
+    for (size_t b = a + 1; b < outputs.size(); ++b) {
+      const std::string &x = outputs[a].path, &y = outputs[b].path;
+      if (x == y || FileIdentity(x) == FileIdentity(y))
+        return Status(ErrorCode::kInvalidArgument, outputs[a].flag + " and " + outputs[b].flag +
+                                                       " name the same file, " + Printable(x));
     }
-  if (!o.save.empty()) {
+  if (!o.save.empty() && rank == 0) {
     // Fail now, not after the first K steps.
     const std::string dir = DirectoryOf(o.save);
     if (access(dir.c_str(), W_OK) != 0)
@@ -543,7 +571,7 @@ Status Train(const Plan& plan, Backend& backend, const TrainOptions& o, std::ost
   NullBuffer null_buffer;
   std::ostream null_out(&null_buffer);
   std::ostream& out = rank == 0 ? rank_out : null_out;
-  Status status = CheckOutputs(RankOutputs(o, rank));
+  Status status = CheckOutputs(o, rank, ranks);
   if (!status.ok()) return status;
   StatusOr<std::unique_ptr<Executor>> created = Executor::Create(plan, backend);
   if (!created.ok()) return created.status();
@@ -565,7 +593,8 @@ Status Train(const Plan& plan, Backend& backend, const TrainOptions& o, std::ost
 
   int64_t start_step = 0;
   if (!o.resume.empty()) {
-    status = LoadCheckpoint(exec, o.resume);
+    std::map<std::string, std::string> metadata;
+    status = LoadCheckpoint(exec, o.resume, &metadata);
     if (status.ok() && p.step_counter >= 0)
       status = exec.Read(p.step_counter, &start_step, sizeof(start_step));
     if (!status.ok()) return status;
@@ -575,6 +604,24 @@ Status Train(const Plan& plan, Backend& backend, const TrainOptions& o, std::ost
                         std::to_string(start_step) + ", outside [0, " +
                         std::to_string(kMaxSteps) + "]");
     out << "resumed from " << Printable(o.resume) << " at step " << start_step << "\n";
+    // The data order continues where the saved run was only with the same
+    // global batch and seed (the shuffle, synthetic data and dropout masks
+    // follow the seed); otherwise the run trains on, but says so.
+    const std::string global = std::to_string(p.batch * ranks), seed = std::to_string(o.seed);
+    auto saved = [&](const char* key) {
+      auto it = metadata.find(key);
+      return it == metadata.end() ? std::string() : it->second;
+    };
+    std::string differs;
+    if (!saved("graphc.global_batch_size").empty() && saved("graphc.global_batch_size") != global)
+      differs += "a global batch of " + Printable(saved("graphc.global_batch_size")) +
+                 " (this run: " + global + ")";
+    if (!saved("graphc.seed").empty() && saved("graphc.seed") != seed)
+      differs += (differs.empty() ? "" : " and ") + std::string("seed ") +
+                 Printable(saved("graphc.seed")) + " (this run: " + seed + ")";
+    if (!differs.empty())
+      out << "note: " << Printable(o.resume) << " was saved with " << differs
+          << ", so the data order does not continue where it stopped\n";
   }
   // The number of ranks, where the plan reads it (synchronized batch norm's
   // global batch): set on every run, whatever a checkpoint says.
@@ -652,6 +699,7 @@ Status Train(const Plan& plan, Backend& backend, const TrainOptions& o, std::ost
         {"graphc.model", StringOf(root.model())},
         {"graphc.step", std::to_string(start_step + done)},
         {"graphc.batch_size", std::to_string(p.batch)},
+        {"graphc.global_batch_size", std::to_string(p.batch * ranks)},
         {"graphc.seed", std::to_string(o.seed)},
     };
     Status saved = SaveCheckpoint(exec, o.save, metadata);
@@ -805,7 +853,8 @@ Status Train(const Plan& plan, Backend& backend, const TrainOptions& o, std::ost
   // Per rank: images/sec over the timed steps, and the seconds its steps
   // spent blocked on collectives.
   StatusOr<std::vector<double>> per_rank = comm.AllgatherDoubles(
-      "the per-rank throughput", {rank_rate, p.batch * 1000.0 / std::max(median_ms, 1e-9),
+      "the per-rank throughput", {rank_rate,
+                                  times.ms.empty() ? 0.0 : p.batch * 1000.0 / median_ms,
                                   comm.seconds_waiting()});
   if (!per_rank.ok()) return per_rank.status();
   double total_rate = 0;

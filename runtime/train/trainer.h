@@ -59,14 +59,12 @@ struct TrainOptions {
   nlohmann::json report_extra = nlohmann::json::object();
 };
 
-// Checks what the run would write (--save, --report) before anything runs:
-// only a regular file may be replaced, never one the run reads (the plan,
-// data, keys) or the other output (--save may be --resume's file).
-Status CheckOutputs(const TrainOptions& options);
-
-// The options with only what rank `rank` writes: rank 0 writes --save and
-// --report, every rank its own --trace.
-TrainOptions RankOutputs(const TrainOptions& options, int rank);
+// Checks what rank `rank` of a job of `ranks` would write before anything
+// runs: rank 0 writes --save and --report, every rank its own --trace file
+// (TracePathOf). Only a regular file may be replaced, never one the run reads
+// (the plan, data, keys, --resume, which only --save may name), and no two of
+// the job's outputs may be one file.
+Status CheckOutputs(const TrainOptions& options, int rank, int ranks);
 
 class Communicator;
 

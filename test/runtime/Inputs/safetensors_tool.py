@@ -102,6 +102,14 @@ def main():
             body += b"\0" * 4
         elif cmd == "truncate":
             body = body[:-1]
+        elif cmd == "tail":
+            body += b"\0" * 8
+        elif cmd == "overlap":
+            # The named tensor reads the bytes of the one stored before it
+            # (the same size), and its own bytes become a gap.
+            a = header[sys.argv[4]]
+            size = a["data_offsets"][1] - a["data_offsets"][0]
+            a["data_offsets"] = [a["data_offsets"][0] - size, a["data_offsets"][0]]
         elif cmd == "nan":
             end = header[sys.argv[4]]["data_offsets"][1]
             body = body[: end - 4] + struct.pack("<f", float("nan")) + body[end:]
