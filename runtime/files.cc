@@ -39,7 +39,10 @@ Status WriteFileAtomically(const std::string& path, const std::string& contents)
   if (fd < 0)
     return Status(ErrorCode::kIo, shown + ": cannot create a temporary file next to it (" +
                                       std::strerror(errno) + ")");
-  bool ok = fchmod(fd, 0644) == 0;
+  // A replaced file keeps its permissions; a new one is 0644.
+  struct stat existing;
+  const mode_t mode = stat(path.c_str(), &existing) == 0 ? (existing.st_mode & 07777) : 0644;
+  bool ok = fchmod(fd, mode) == 0;
   for (size_t done = 0; ok && done < contents.size();) {
     ssize_t written = write(fd, contents.data() + done, contents.size() - done);
     if (written < 0 && errno == EINTR) continue;
@@ -52,6 +55,12 @@ Status WriteFileAtomically(const std::string& path, const std::string& contents)
     Status status(ErrorCode::kIo, shown + ": cannot write (" + std::strerror(errno) + ")");
     unlink(temp.c_str());
     return status;
+  }
+  // The rename itself survives a crash once the directory is on disk too.
+  int dir = open(DirectoryOf(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir >= 0) {
+    fsync(dir);
+    close(dir);
   }
   return Status::Ok();
 }

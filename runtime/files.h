@@ -20,8 +20,9 @@ std::string DirectoryOf(const std::string& path);
 Status CheckReplaceable(const std::string& path);
 
 // Writes `contents` to `path` through a new temporary file next to it
-// (mkstemp: a fresh name, never following a planted symlink), fsync and
-// rename. Refuses to replace anything but a regular file.
+// (mkstemp: a fresh name, never following a planted symlink), fsync, rename
+// and fsync of the directory. A replaced file's permissions are kept (new
+// files are 0644). Refuses to replace anything but a regular file.
 Status WriteFileAtomically(const std::string& path, const std::string& contents);
 
 // What `path` names: its device and inode when it exists, else the canonical

@@ -334,12 +334,13 @@ Status CheckCpuThreads(int threads) {
   if (threads > 0) return Status::Ok();
   const int fallback = omp_get_max_threads();  // OMP_NUM_THREADS, else the cores
   if (fallback < 1 || fallback > kMaxCpuThreads) {
+    // libgomp keeps the count as an unsigned long; omp_get_max_threads()
+    // truncates it to an int, so the message quotes the variable itself.
     const char* env = std::getenv("OMP_NUM_THREADS");
     return Status(ErrorCode::kInvalidArgument,
-                  (env != nullptr ? "OMP_NUM_THREADS=" + Printable(env) + " asks for "
-                                  : std::string("OpenMP's default is ")) +
-                      std::to_string(fallback) + " threads, more than the " +
-                      std::to_string(kMaxCpuThreads) +
+                  (env != nullptr ? "OMP_NUM_THREADS=" + Printable(env) + " asks for more"
+                                  : "OpenMP's default is " + std::to_string(fallback)) +
+                      " threads than the " + std::to_string(kMaxCpuThreads) +
                       " a CPU backend runs on; pass --threads N or lower it");
   }
   return Status::Ok();

@@ -399,7 +399,12 @@ Status CheckGzipEnds(int fd, const std::string& path) {
         // Keep the one byte and read on (rare: a member ends at a read's edge).
         const uint8_t first = stream.next_in[0];
         ssize_t got = pread(fd, in.data() + 1, in.size() - 1, offset);
-        if (got <= 0) break;
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) {
+          status = IoError(path, "cannot read (" + ErrnoText(errno) + ")");
+          break;
+        }
+        if (got == 0) break;  // one byte after the last member: ignored
         in[0] = first;
         offset += got;
         stream.next_in = in.data();
@@ -462,7 +467,7 @@ StatusOr<IdxFile> OpenIdx(const std::string& path, uint32_t rank, const std::str
   if (!opened.ok()) return opened.status();
   IdxFile idx;
   idx.path = path;
-  idx.compressed = FileDescriptor(dup(opened->fd.get()));
+  idx.compressed = FileDescriptor(fcntl(opened->fd.get(), F_DUPFD_CLOEXEC, 0));
   if (idx.compressed.get() < 0) return IoError(path, "cannot open (" + ErrnoText(errno) + ")");
   idx.file.reset(gzdopen(opened->fd.get(), "rb"));
   if (idx.file == nullptr) return IoError(path, "cannot open (zlib: out of memory)");

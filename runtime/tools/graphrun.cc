@@ -101,9 +101,10 @@ struct LaunchOptions {
 };
 
 // An Open MPI hostfile graphrun hands to mpirun: a regular file (mpirun would
-// wait forever on a FIFO) of lines "HOST [slots=N] [max_slots=N]" and
-// comments, naming at least one host. A host is a name or address, never
-// something mpirun or ssh would take for an option ("-oProxyCommand=...").
+// wait forever on a FIFO) naming at least one host. Each line's first word is
+// the host, [USER@]HOST, and it is never something mpirun or ssh would take
+// for an option ("-oProxyCommand=..."); the rest of the line (slots=N,
+// max_slots=N, ...) is mpirun's to read, as are "#" and "//" comments.
 Status CheckHostfile(const std::string& path) {
   const std::string shown = "--hostfile " + Printable(path);
   struct stat st;
@@ -114,31 +115,27 @@ Status CheckHostfile(const std::string& path) {
     return Status(ErrorCode::kInvalidArgument, shown + ": larger than 1 MiB; not a hostfile");
   std::ifstream in(path);
   if (!in) return Status(ErrorCode::kIo, shown + ": cannot read it (" + std::strerror(errno) + ")");
+  auto name_ok = [](const std::string& word, const char* allowed) {
+    return !word.empty() && word[0] != '-' && word.find_first_not_of(allowed) == std::string::npos;
+  };
+  constexpr const char* kUser = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-";
+  constexpr const char* kHost =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-:[]";
   int hosts = 0, number = 0;
   for (std::string line; std::getline(in, line);) {
     ++number;
-    const std::string where = shown + ":" + std::to_string(number) + ": ";
     line = line.substr(0, line.find('#'));
     std::stringstream words(line);
-    std::string host;
-    if (!(words >> host)) continue;
-    const bool name_ok =
-        host.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-                               "0123456789.-_:[]") == std::string::npos;
-    if (!name_ok || host[0] == '-')
+    std::string first;
+    if (!(words >> first) || first.rfind("//", 0) == 0 || first.rfind("/*", 0) == 0) continue;
+    const size_t at = first.find('@');
+    const bool ok = at == std::string::npos
+                        ? name_ok(first, kHost)
+                        : name_ok(first.substr(0, at), kUser) && name_ok(first.substr(at + 1), kHost);
+    if (!ok)
       return Status(ErrorCode::kInvalidArgument,
-                    where + "'" + Printable(host) + "' is not a host name or address");
-    for (std::string word; words >> word;) {
-      const size_t eq = word.find('=');
-      const std::string key = word.substr(0, eq == std::string::npos ? 0 : eq);
-      const std::string value = eq == std::string::npos ? "" : word.substr(eq + 1);
-      const bool count = !value.empty() && value.size() <= 6 &&
-                         value.find_first_not_of("0123456789") == std::string::npos;
-      if ((key != "slots" && key != "max_slots" && key != "max-slots") || !count)
-        return Status(ErrorCode::kInvalidArgument,
-                      where + "'" + Printable(word) +
-                          "': expected slots=N or max_slots=N after the host");
-    }
+                    shown + ":" + std::to_string(number) + ": '" + Printable(first) +
+                        "' is not a host name or address ([USER@]HOST)");
     ++hosts;
   }
   if (in.bad()) return Status(ErrorCode::kIo, shown + ": cannot read it");

@@ -527,6 +527,9 @@ Status CheckOutputs(const TrainOptions& o, int rank, int ranks) {
   // Only a regular file may be replaced (this rank's outputs), never a file
   // the run reads (any rank's outputs, so that every rank refuses; --save may
   // be --resume's file: it is replaced only once the run has read it).
+  std::vector<std::pair<std::string, std::string>> input_identities;
+  for (const auto& [what, input] : inputs)
+    if (!input.empty()) input_identities.emplace_back(what, FileIdentity(input));
   for (const Output& out : outputs) {
     if (out.writer == rank) {
       Status replaceable = CheckReplaceable(out.path);
@@ -534,23 +537,24 @@ Status CheckOutputs(const TrainOptions& o, int rank, int ranks) {
         return Status(replaceable.code(), out.flag + ": " + replaceable.message());
     }
     const std::string identity = FileIdentity(out.path);
-    for (const auto& [what, input] : inputs)
-      if (!input.empty() && !(out.flag == "--save" && what == "--resume") &&
-          FileIdentity(input) == identity)
+    for (const auto& [what, input_identity] : input_identities)
+      if (!(out.flag == "--save" && what == "--resume") && input_identity == identity)
         return Status(ErrorCode::kInvalidArgument,
                       out.flag + " " + Printable(out.path) + " is " +
                           (what == "the plan" ? "the plan" : "the file " + what + " reads") +
                           "; refusing to overwrite it");
   }
   // No two of the job's outputs are one file (every rank checks all of them,
-  // so all refuse together).
-  for (size_t a = 0; a < outputs.size(); ++a)
-    for (size_t b = a + 1; b < outputs.size(); ++b) {
-      const std::string &x = outputs[a].path, &y = outputs[b].path;
-      if (x == y || FileIdentity(x) == FileIdentity(y))
-        return Status(ErrorCode::kInvalidArgument, outputs[a].flag + " and " + outputs[b].flag +
-                                                       " name the same file, " + Printable(x));
-    }
+  // so all refuse together; one identity each, so a job of many ranks costs
+  // one lookup per file).
+  std::map<std::string, size_t> seen;
+  for (size_t b = 0; b < outputs.size(); ++b) {
+    auto [it, fresh] = seen.emplace(FileIdentity(outputs[b].path), b);
+    if (!fresh)
+      return Status(ErrorCode::kInvalidArgument, outputs[it->second].flag + " and " +
+                                                     outputs[b].flag + " name the same file, " +
+                                                     Printable(outputs[it->second].path));
+  }
   if (!o.save.empty() && rank == 0) {
     // Fail now, not after the first K steps.
     const std::string dir = DirectoryOf(o.save);

@@ -42,6 +42,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 
@@ -262,37 +263,67 @@ int fail(const llvm::Twine &message) {
   return 1;
 }
 
-// Writes graphc's output (a plan, or IR) to `path`, only once all of it
-// exists: a regular file through a new file renamed over it, so that a
-// failed write (disk full) never leaves a truncated plan where a good one
-// was, a character device (/dev/null) directly; anything else (a FIFO, which
-// would block graphc until something reads it, a directory, a symlink) is
-// refused.
-bool writeOutput(const std::string &path, const std::string &bytes) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) == 0 && S_ISCHR(st.st_mode)) {
-    errno = 0;
-    int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
-    bool ok = fd >= 0;
-    for (size_t done = 0; ok && done < bytes.size();) {
-      ssize_t written = ::write(fd, bytes.data() + done, bytes.size() - done);
-      if (written < 0 && errno == EINTR)
-        continue;
-      ok = written > 0;
-      if (ok)
-        done += static_cast<size_t>(written);
+// Writes all of `bytes` to the open `fd`; false with errno set on failure.
+bool writeAll(int fd, const std::string &bytes) {
+  for (size_t done = 0; done < bytes.size();) {
+    ssize_t written = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (written < 0 && errno == EINTR)
+      continue;
+    if (written <= 0) {
+      if (written == 0)
+        errno = EIO;
+      return false;
     }
-    const int error = errno;
-    if (fd >= 0 && ::close(fd) != 0)
-      ok = false;
-    if (!ok)
-      fail("cannot write '" + path + "': " + std::strerror(error ? error : EIO));
-    return ok;
+    done += static_cast<size_t>(written);
   }
-  graphc::runtime::Status written = graphc::runtime::WriteFileAtomically(path, bytes);
+  return true;
+}
+
+// Writes graphc's output (a plan, or IR) to `path`, only once all of it
+// exists. A regular file is replaced through a new file renamed over it, so a
+// failed write (disk full) never leaves a truncated plan where a good one
+// was; a symlink the user names is followed to the file it names. graphc's
+// own standard output (-o /dev/stdout, a pipe or a redirection) and a
+// character device (/dev/null) are written directly. Anything else (a FIFO,
+// which would block graphc until something read it, a directory) is refused.
+bool writeOutput(const std::string &path, const std::string &bytes) {
+  struct stat st, out;
+  if (::stat(path.c_str(), &st) == 0) {
+    if (::fstat(STDOUT_FILENO, &out) == 0 && st.st_dev == out.st_dev &&
+        st.st_ino == out.st_ino) {
+      llvm::outs().flush();
+      if (writeAll(STDOUT_FILENO, bytes)) {
+        // What graphc prints after (the plan's summary) goes to stderr, so
+        // that standard output holds the plan alone.
+        ::dup2(STDERR_FILENO, STDOUT_FILENO);
+        return true;
+      }
+      fail("cannot write '" + path + "': " + std::strerror(errno));
+      return false;
+    }
+    if (S_ISCHR(st.st_mode)) {
+      int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+      bool ok = fd >= 0 && writeAll(fd, bytes);
+      int error = ok ? 0 : errno;
+      if (fd >= 0 && ::close(fd) != 0 && ok) {
+        ok = false;
+        error = errno;
+      }
+      if (!ok)
+        fail("cannot write '" + path + "': " + std::strerror(error));
+      return ok;
+    }
+  }
+  std::string target = path;
+  struct stat link;
+  char resolved[PATH_MAX];
+  if (::lstat(path.c_str(), &link) == 0 && S_ISLNK(link.st_mode) &&
+      ::realpath(path.c_str(), resolved) != nullptr)
+    target = resolved;
+  graphc::runtime::Status written = graphc::runtime::WriteFileAtomically(target, bytes);
   if (!written.ok()) {
     llvm::StringRef why = written.message();
-    why.consume_front(graphc::runtime::Printable(path) + ": ");
+    why.consume_front(graphc::runtime::Printable(target) + ": ");
     fail("cannot write '" + path + "': " + why);
   }
   return written.ok();
