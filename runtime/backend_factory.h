@@ -19,8 +19,11 @@ enum class DeviceKind { kAuto, kCpu, kCuda };
 // "auto", "cpu" or "cuda"; kInvalidArgument otherwise.
 StatusOr<DeviceKind> ParseDeviceKind(const std::string& name);
 
+// The most threads a CPU backend runs on (--threads, or OMP_NUM_THREADS).
+inline constexpr int kMaxCpuThreads = 4096;
+
 struct BackendOptions {
-  int cpu_threads = 0;  // 0: OpenMP's default
+  int cpu_threads = 0;  // 0: OpenMP's default, at most kMaxCpuThreads
   int cuda_device = 0;
   bool tf32 = false;    // CUDA: allow TF32 tensor cores for FP32 math
 };

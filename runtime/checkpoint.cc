@@ -46,12 +46,6 @@ DTypeInfo InfoOf(fb::DType dtype) {
   return {"?", 0};
 }
 
-std::string ShapeString(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
 // Paths, and names read from a file, are escaped before they are printed.
 Status Io(const std::string& path, const std::string& what) {
   return Status(ErrorCode::kIo, Printable(path) + ": " + what);
@@ -59,18 +53,6 @@ Status Io(const std::string& path, const std::string& what) {
 
 Status SysIo(const std::string& path, const std::string& what) {
   return Io(path, what + " (" + std::strerror(errno) + ")");
-}
-
-// Writes all of `bytes` to `fd`.
-bool WriteAll(int fd, const char* bytes, uint64_t size) {
-  while (size > 0) {
-    ssize_t written = write(fd, bytes, size);
-    if (written < 0 && errno == EINTR) continue;
-    if (written <= 0) return false;
-    bytes += written;
-    size -= static_cast<uint64_t>(written);
-  }
-  return true;
 }
 
 // Reads exactly `size` bytes at `offset`.

@@ -30,6 +30,19 @@ Status CheckReplaceable(const std::string& path) {
   return Status::Ok();
 }
 
+bool WriteAll(int fd, const char* data, size_t size) {
+  for (size_t done = 0; done < size;) {
+    const ssize_t written = write(fd, data + done, size - done);
+    if (written < 0 && errno == EINTR) continue;
+    if (written <= 0) {
+      if (written == 0) errno = EIO;
+      return false;
+    }
+    done += static_cast<size_t>(written);
+  }
+  return true;
+}
+
 Status WriteFileAtomically(const std::string& path, const std::string& contents) {
   const std::string shown = Printable(path);
   Status replaceable = CheckReplaceable(path);
@@ -42,13 +55,7 @@ Status WriteFileAtomically(const std::string& path, const std::string& contents)
   // A replaced file keeps its permissions; a new one is 0644.
   struct stat existing;
   const mode_t mode = stat(path.c_str(), &existing) == 0 ? (existing.st_mode & 07777) : 0644;
-  bool ok = fchmod(fd, mode) == 0;
-  for (size_t done = 0; ok && done < contents.size();) {
-    ssize_t written = write(fd, contents.data() + done, contents.size() - done);
-    if (written < 0 && errno == EINTR) continue;
-    ok = written > 0;
-    if (ok) done += static_cast<size_t>(written);
-  }
+  bool ok = fchmod(fd, mode) == 0 && WriteAll(fd, contents.data(), contents.size());
   ok = ok && fsync(fd) == 0;
   ok = close(fd) == 0 && ok;
   if (!ok || std::rename(temp.c_str(), path.c_str()) != 0) {

@@ -5,6 +5,7 @@
 #ifndef GRAPHC_RUNTIME_FILES_H_
 #define GRAPHC_RUNTIME_FILES_H_
 
+#include <cstddef>
 #include <string>
 
 #include "runtime/status.h"
@@ -18,6 +19,10 @@ std::string DirectoryOf(const std::string& path);
 // written by renaming a new file over the path, which would replace anything
 // (as root, a device such as /dev/null).
 Status CheckReplaceable(const std::string& path);
+
+// Writes all `size` bytes to the open `fd`, retrying short writes and
+// EINTR; false with errno set on failure.
+bool WriteAll(int fd, const char* data, size_t size);
 
 // Writes `contents` to `path` through a new temporary file next to it
 // (mkstemp: a fresh name, never following a planted symlink), fsync, rename

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "runtime/backend.h"
+#include "runtime/backend_factory.h"
 #include "runtime/status.h"
 
 namespace graphc::runtime {
@@ -15,9 +16,6 @@ namespace graphc::runtime {
 // On `threads` OpenMP threads (generated kernels and oneDNN alike); 0 keeps
 // OpenMP's default (every core, or OMP_NUM_THREADS).
 std::unique_ptr<Backend> CreateCpuBackend(int threads = 0);
-
-// The most threads a CPU backend runs on (graphrun --threads allows as many).
-inline constexpr int kMaxCpuThreads = 4096;
 
 // Ok when CreateCpuBackend(threads) would run on 1 to kMaxCpuThreads threads;
 // with threads 0 that is OpenMP's default, which OMP_NUM_THREADS may set to

@@ -59,6 +59,13 @@ inline std::vector<int64_t> ShapeOf(const fb::Buffer& b) {
   return std::vector<int64_t>(b.shape()->begin(), b.shape()->end());
 }
 
+// A shape as "[2, 3]", for messages.
+inline std::string ShapeString(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
 struct LoaderLimits {
   uint64_t max_file_bytes = uint64_t{1} << 31;  // FlatBuffers' own maximum
   uint32_t max_depth = 64;

@@ -44,7 +44,7 @@ int Fail(const Status& status) {
   return 1;
 }
 
-constexpr int64_t kMaxThreads = 4096;  // the CPU backend's kMaxCpuThreads
+constexpr int64_t kMaxThreads = kMaxCpuThreads;
 
 // Succeeds when `plan` is signed by one of the public keys in the
 // comma-separated list of files.
@@ -474,10 +474,10 @@ int Main(int argc, char** argv) {
 
   // An option given an empty value ("--save ''", an unset $VARIABLE) is an
   // error, never the option left out: --trusted-keys '' would otherwise run
-  // unsigned plans.
+  // unsigned plans. (A flag given reports "true", so flags never trip it.)
   for (const CLI::App* command : std::initializer_list<const CLI::App*>{&app, inspect})
     for (const CLI::Option* option : command->get_options()) {
-      if (option->count() == 0 || option->get_type_size() == 0) continue;
+      if (option->count() == 0) continue;
       for (const std::string& value : option->results())
         if (value.empty()) {
           std::cerr << "graphrun: error[invalid-argument]: "

@@ -189,12 +189,6 @@ class StepClock {
   int pending_ = 0;
 };
 
-std::string ShapeString(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
 // Checks that `plan` has what training needs; fills the buffers it uses.
 struct Programs {
   int train = -1, eval = -1;  // eval: -1 when the plan has none

@@ -263,22 +263,6 @@ int fail(const llvm::Twine &message) {
   return 1;
 }
 
-// Writes all of `bytes` to the open `fd`; false with errno set on failure.
-bool writeAll(int fd, const std::string &bytes) {
-  for (size_t done = 0; done < bytes.size();) {
-    ssize_t written = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (written < 0 && errno == EINTR)
-      continue;
-    if (written <= 0) {
-      if (written == 0)
-        errno = EIO;
-      return false;
-    }
-    done += static_cast<size_t>(written);
-  }
-  return true;
-}
-
 // Writes graphc's output (a plan, or IR) to `path`, only once all of it
 // exists. A regular file is replaced through a new file renamed over it, so a
 // failed write (disk full) never leaves a truncated plan where a good one
@@ -292,7 +276,7 @@ bool writeOutput(const std::string &path, const std::string &bytes) {
     if (::fstat(STDOUT_FILENO, &out) == 0 && st.st_dev == out.st_dev &&
         st.st_ino == out.st_ino) {
       llvm::outs().flush();
-      if (writeAll(STDOUT_FILENO, bytes)) {
+      if (graphc::runtime::WriteAll(STDOUT_FILENO, bytes.data(), bytes.size())) {
         // What graphc prints after (the plan's summary) goes to stderr, so
         // that standard output holds the plan alone.
         ::dup2(STDERR_FILENO, STDOUT_FILENO);
@@ -303,7 +287,7 @@ bool writeOutput(const std::string &path, const std::string &bytes) {
     }
     if (S_ISCHR(st.st_mode)) {
       int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
-      bool ok = fd >= 0 && writeAll(fd, bytes);
+      bool ok = fd >= 0 && graphc::runtime::WriteAll(fd, bytes.data(), bytes.size());
       int error = ok ? 0 : errno;
       if (fd >= 0 && ::close(fd) != 0 && ok) {
         ok = false;
