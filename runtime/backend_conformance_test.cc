@@ -24,6 +24,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
 #include <limits>
 #include <map>
 #include <memory>
@@ -424,13 +425,16 @@ std::unique_ptr<Plan> LibraryPlan(fb::DType dtype, const std::vector<LibraryComm
 // Every library opcode: a strided convolution padded unevenly (explicit
 // padding on cuDNN) with a bias, a grouped dilated one, both backward
 // directions, gemms with both transposes and a bias, plain and of rank 3,
-// and overlapping poolings, one backward padded unevenly.
+// overlapping poolings, one backward padded unevenly, and pooling backwards
+// whose windows do not overlap (each input gradient gets one value; on bf16
+// hardware these run natively, the overlapping ones through fp32).
 std::vector<LibraryCommand> HalfCommands() {
   using fb::Opcode;
   const std::vector<int64_t> x = {2, 3, 7, 6}, w = {4, 3, 3, 3}, y = {2, 4, 4, 6};
   const std::vector<int64_t> strides = {2, 1}, padding = {1, 1, 2, 0};
   const std::vector<int64_t> pooled = {2, 3, 4, 3};
-  std::vector<LibraryCommand> c(12);
+  const std::vector<int64_t> tiled = {2, 3, 3, 3};  // x in 2x2 windows, stride 2
+  std::vector<LibraryCommand> c(14);
   c[0] = {Opcode::Conv2d, {x, w, {4}}, y, strides, padding};
   c[1] = {Opcode::Conv2d, {{1, 4, 6, 6}, {6, 2, 3, 3}}, {1, 6, 6, 6}, {1, 1}, {2, 2, 2, 2},
           {2, 2}, 2};
@@ -448,6 +452,9 @@ std::vector<LibraryCommand> HalfCommands() {
   c[10] = {Opcode::MaxPool2dBackward, {x, pooled}, x, {2, 2}, {1, 2, 0, 1}};
   c[11] = {Opcode::AvgPool2dBackward, {pooled}, x, {2, 2}, {1, 1, 1, 1}};
   for (int i = 7; i < 12; ++i) c[i].window = {3, 3};
+  c[12] = {Opcode::MaxPool2dBackward, {x, tiled}, x, {2, 2}, {0, 0, 0, 0}};
+  c[13] = {Opcode::AvgPool2dBackward, {tiled}, x, {2, 2}, {0, 0, 0, 0}};
+  for (int i = 12; i < 14; ++i) c[i].window = {2, 2};
   return c;
 }
 
@@ -812,6 +819,13 @@ TEST_P(BackendConformance, NhwcLibraryCommandsMatchFloat64References) {
 // second rounding fails there), which must hold for at least half of each
 // output.
 TEST_P(BackendConformance, HalfLibraryCommandsRoundOnceFromFp32Accumulation) {
+  // Which path this run checks: on the CPU the ISA decides (CTest runs the
+  // suite again under ONEDNN_MAX_CPU_ISA caps, so that a CPU with bf16
+  // hardware checks the emulated path too).
+  for (fb::DType dtype : {fb::DType::F16, fb::DType::BF16}) {
+    std::cout << "[   INFO   ] " << backend_->LibraryMath(dtype) << "\n";
+    RecordProperty(fb::EnumNameDType(dtype), backend_->LibraryMath(dtype));
+  }
   std::vector<std::pair<HalfType, std::vector<LibraryCommand>>> cases;
   for (const HalfType& type : {kF16, kBF16})
     for (const auto& commands : {HalfCommands(), NhwcCommands()}) cases.emplace_back(type, commands);

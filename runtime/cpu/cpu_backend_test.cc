@@ -7,9 +7,11 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
 #include <map>
 #include <sstream>
 #include <string>
@@ -227,26 +229,76 @@ TEST_F(CpuBackendTest, GemmMatchesReference) {
   EXPECT_GE(gemms, 2) << "mnist_softmax's plan has forward and backward gemms";
 }
 
+// The ISA cap a run was given (ONEDNN_MAX_CPU_ISA, or its older name
+// DNNL_MAX_CPU_ISA), upper case, or "" for none.
+std::string IsaCap() {
+  for (const char* name : {"ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"})
+    if (const char* value = std::getenv(name); value != nullptr && *value != '\0') {
+      std::string cap = value;
+      for (char& ch : cap) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+      return cap;
+    }
+  return "";
+}
+
 // FP16 is always widened to FP32 (oneDNN has no f16 convolutions on CPUs);
-// BF16 runs natively exactly where oneDNN dispatches to bf16 instructions,
-// and otherwise says which ISA it found instead.
-TEST(CpuBackendLibraryMath, FollowsOneDnnsIsa) {
+// BF16 runs natively exactly where the CPU has bf16 instructions (CPUID's
+// AVX512_BF16, which every CPU with AMX has too) and no ISA cap below them is
+// set, and otherwise says which ISA oneDNN found instead. CPUID is read here
+// independently of oneDNN, so a CPU with bf16 hardware that the backend fails
+// to use natively fails this test.
+TEST(CpuBackendLibraryMath, FollowsTheCpuAndTheIsaCap) {
   std::unique_ptr<Backend> backend = CreateCpuBackend();
   EXPECT_EQ(backend->LibraryMath(fb::DType::F32), "fp32");
   const std::string f16 = backend->LibraryMath(fb::DType::F16);
   EXPECT_EQ(f16.rfind("fp16: emulated through fp32 (", 0), 0u) << f16;
   const std::string bf16 = backend->LibraryMath(fb::DType::BF16);
+  __builtin_cpu_init();
+  const bool bf16_hardware = __builtin_cpu_supports("avx512bf16");
+  const std::string cap = IsaCap();
+  const bool cap_allows =
+      cap.empty() || cap == "ALL" || cap == "AVX512_CORE_BF16" || cap == "AVX512_CORE_AMX";
+  std::cout << "[   INFO   ] CPUID avx512_bf16 " << bf16_hardware << ", amx_bf16 "
+            << __builtin_cpu_supports("amx-bf16") << ", ISA cap '" << cap << "': " << bf16
+            << "\n";
   const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
-  if (isa == dnnl::cpu_isa::avx512_core_bf16) {
-    EXPECT_EQ(bf16, "bf16: oneDNN native (avx512_core_bf16)");
-  } else if (isa == dnnl::cpu_isa::avx512_core_amx) {
-    EXPECT_EQ(bf16, "bf16: oneDNN native (avx512_core_amx)");
+  if (bf16_hardware && cap_allows) {
+    ASSERT_TRUE(isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx)
+        << "this CPU has AVX512_BF16 but oneDNN dispatches to ISA " << static_cast<int>(isa);
+    const std::string name =
+        isa == dnnl::cpu_isa::avx512_core_amx ? "avx512_core_amx" : "avx512_core_bf16";
+    EXPECT_EQ(bf16, "bf16: oneDNN native (" + name + ")");
   } else {
     EXPECT_EQ(bf16.rfind("bf16: emulated through fp32 (no AVX512-BF16 or AMX: oneDNN ", 0), 0u)
         << bf16;
     if (isa == dnnl::cpu_isa::avx2)
       EXPECT_NE(bf16.find("'s ISA here is avx2)"), std::string::npos) << bf16;
   }
+}
+
+// A run under an ISA cap (CTest's conformance-isa-* entries) runs the ISA it
+// names, or skips where the CPU does not reach it (the run then repeats the
+// default one).
+TEST(CpuBackendLibraryMath, IsaCapTakesEffect) {
+  const std::string cap = IsaCap();
+  if (cap.empty()) GTEST_SKIP() << "no ONEDNN_MAX_CPU_ISA set";
+  const std::map<std::string, dnnl::cpu_isa> caps = {
+      {"AVX2", dnnl::cpu_isa::avx2},
+      {"AVX512_CORE", dnnl::cpu_isa::avx512_core},
+      {"AVX512_CORE_BF16", dnnl::cpu_isa::avx512_core_bf16}};
+  auto wanted = caps.find(cap);
+  if (wanted == caps.end()) GTEST_SKIP() << "no check for the cap " << cap;
+  const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+  __builtin_cpu_init();
+  const bool reaches = cap == "AVX2"          ? __builtin_cpu_supports("avx2")
+                       : cap == "AVX512_CORE" ? __builtin_cpu_supports("avx512f") &&
+                                                    __builtin_cpu_supports("avx512bw")
+                                              : __builtin_cpu_supports("avx512bf16");
+  if (!reaches)
+    GTEST_SKIP() << "this CPU does not reach " << cap << ": the run under the cap repeats "
+                 << "the default one (oneDNN dispatches to ISA " << static_cast<int>(isa) << ")";
+  EXPECT_EQ(static_cast<int>(isa), static_cast<int>(wanted->second))
+      << "ONEDNN_MAX_CPU_ISA=" << cap << " did not take effect";
 }
 
 // Each launch's iterations are split into one chunk per thread; each chunk

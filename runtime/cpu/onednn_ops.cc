@@ -367,6 +367,24 @@ int64_t ChunksOf(int64_t batch, int threads, int per_thread) {
   return chunks;
 }
 
+// Whether oneDNN's native bf16 kernel for `c` would add partial results in
+// bf16 rather than in fp32: a pooling backward whose windows overlap (a
+// stride below the window) adds several windows' gradients into one input
+// gradient, and oneDNN 2.6 does so in the bf16 destination, rounding after
+// each addition (it gained an fp32 accumulator for max pooling only in
+// 3.x). Such commands are widened even on bf16 hardware, so that every bf16
+// library command accumulates in fp32 and rounds once, as the emulated path
+// and cuDNN do. Without overlap each input gradient receives one value,
+// rounded once. Both are memory-bound and rare (ResNet-50 has one).
+bool AccumulatesInBf16(const fb::Command& c) {
+  if (c.op() != fb::Opcode::MaxPool2dBackward && c.op() != fb::Opcode::AvgPool2dBackward)
+    return false;
+  const fb::PoolAttrs& attrs = *c.pool();
+  for (int d = 0; d < 2; ++d)
+    if (attrs.strides()->Get(d) < attrs.window()->Get(d)) return true;
+  return false;
+}
+
 }  // namespace
 
 struct OneDnnOps::Impl {
@@ -379,8 +397,10 @@ struct OneDnnOps::Impl {
   const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
   const bool native_bf16 =
       isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
-  // bf16 commands widened all the same: oneDNN had no bf16 primitive for them.
+  // bf16 commands widened all the same: oneDNN had no bf16 primitive for
+  // them, or its primitive would accumulate in bf16 (AccumulatesInBf16).
   int bf16_widened = 0;
+  int bf16_widened_to_accumulate = 0;
   const fb::Plan* plan = nullptr;
   std::unordered_map<const fb::Command*, Prepared> prepared;
   // One scratchpad for all primitives (they run one at a time); a chunked
@@ -851,7 +871,7 @@ Status OneDnnOps::Prepare(const Plan& plan, int threads) {
   impl.prepared.clear();
   impl.scratchpad_bytes = impl.chunk_scratchpad_bytes = impl.conversion_bytes =
       impl.partials_bytes = 0;
-  impl.bf16_widened = 0;
+  impl.bf16_widened = impl.bf16_widened_to_accumulate = 0;
   impl.threads = std::max(1, threads);
   impl.chunks_per_thread = kChunksPerThread;
   if (const char* chunks = std::getenv("GRAPHC_CONV_CHUNKS"))
@@ -863,8 +883,11 @@ Status OneDnnOps::Prepare(const Plan& plan, int threads) {
         continue;
       // The loader proved every operand of a library command the same dtype.
       const fb::DType dtype = impl.Buffer(c->outputs()->Get(0)).dtype();
-      const bool widen =
-          dtype == fb::DType::F16 || (dtype == fb::DType::BF16 && !impl.native_bf16);
+      const bool accumulates_in_bf16 =
+          dtype == fb::DType::BF16 && impl.native_bf16 && AccumulatesInBf16(*c);
+      impl.bf16_widened_to_accumulate += accumulates_in_bf16;
+      const bool widen = dtype == fb::DType::F16 ||
+                         (dtype == fb::DType::BF16 && !impl.native_bf16) || accumulates_in_bf16;
       Prepared& p = impl.prepared[c];
       // The text of oneDNN's refusal, or "" once the command is prepared.
       auto attempt = [&](DataType type, bool widened) {
@@ -1004,6 +1027,10 @@ std::string OneDnnOps::LibraryMath(fb::DType dtype) const {
       if (impl_->bf16_widened > 0)
         math += "; " + std::to_string(impl_->bf16_widened) +
                 " command(s) emulated through fp32 (no oneDNN bf16 primitive for them)";
+      if (impl_->bf16_widened_to_accumulate > 0)
+        math += "; " + std::to_string(impl_->bf16_widened_to_accumulate) +
+                " pooling backward(s) with overlapping windows through fp32 (oneDNN's "
+                "would add their gradients in bf16)";
       return math;
     }
     default:
