@@ -70,24 +70,42 @@ def machine():
 
 # ---------------------------------------------------------------- the worker
 
+def fmnist_cnn():
+    """models/fmnist_cnn.mlir in PyTorch: 2x (conv3x3 + bn + relu + maxpool2),
+    fc 3136-128-10."""
+    import torch.nn as nn
+    def block(cin, cout):
+        return [nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout),
+                nn.ReLU(), nn.MaxPool2d(2)]
+    return nn.Sequential(*block(1, 32), *block(32, 64), nn.Flatten(), nn.Linear(3136, 128),
+                         nn.ReLU(), nn.Linear(128, 10))
+
+
 def worker(model_name, batch, mode, threads):
     """One PyTorch variant: builds it, answers `run STEPS` lines on stdin with
-    a JSON line of step times and the peak RSS since the timed steps began."""
+    a JSON line of step times and the peak RSS since the timed steps began.
+    Modes: eager, compile (torch.compile), bf16 (eager under
+    torch.autocast("cpu", dtype=torch.bfloat16)); all channels_last."""
     import torch
-    import torchvision
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    model = getattr(torchvision.models, model_name)(num_classes=1000)
+    if model_name == "fmnist_cnn":
+        model, shape, classes = fmnist_cnn(), (1, 28, 28), 10
+    else:
+        import torchvision
+        model = getattr(torchvision.models, model_name)(num_classes=1000)
+        shape, classes = (3, 224, 224), 1000
     model = model.to(memory_format=torch.channels_last).train()
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
-    images = torch.randn(batch, 3, 224, 224).to(memory_format=torch.channels_last)
-    labels = torch.randint(0, 1000, (batch,))
+    images = torch.randn(batch, *shape).to(memory_format=torch.channels_last)
+    labels = torch.randint(0, classes, (batch,))
     loss_fn = torch.nn.CrossEntropyLoss()
     run_model = torch.compile(model) if mode == "compile" else model
 
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(run_model(images), labels)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=mode == "bf16"):
+            loss = loss_fn(run_model(images), labels)
         loss.backward()
         opt.step()
         return loss.item()
