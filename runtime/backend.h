@@ -100,6 +100,9 @@ class Backend {
   // The device as the user should see it, e.g. "cpu (2 threads)" or
   // "cuda:0 (NVIDIA H100 80GB HBM3, sm_90, strict fp32)".
   virtual std::string Describe() const { return name(); }
+  // What the last LoadKernels decided beyond the plan, for the load line
+  // (CUDA: how cuDNN's algorithms were chosen), or "".
+  virtual std::string LoadSummary() const { return ""; }
   // The kernel targets this device executes, best first: an sm_90 GPU runs
   // the plan's sm_90 PTX, else its sm_80 PTX. LoadKernels takes the first
   // one the plan has.

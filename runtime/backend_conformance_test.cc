@@ -537,13 +537,30 @@ class BackendConformance : public ::testing::TestWithParam<std::string> {
     }
     BackendOptions options;
     options.cpu_threads = 2;
+    // The references are exact sums: no FFT or Winograd convolutions, no
+    // non-deterministic ones (cuDNN; the CPU's are direct anyway).
+    options.deterministic = true;
     StatusOr<CreatedBackend> created = CreateBackend(*kind, options);
     ASSERT_TRUE(created.ok()) << created.status().ToString();
     backend_ = std::move(created->backend);
   }
   void TearDown() override {
+    // How close the test came to its tolerances, for the GPU check's report
+    // (gtest's JSON output carries it as a property of the test).
+    if (compared_ > 0) {
+      RecordProperty("compared", std::to_string(compared_));
+      RecordProperty("worst_fraction_of_tolerance", std::to_string(worst_));
+    }
     if (!backend_) return;
     for (DeviceMemory m : allocations_) backend_->Free(m);
+  }
+
+  // Records |got - want| against `tolerance`; returns `got` (for the assertion).
+  double Tracked(double got, double want, double tolerance) {
+    ++compared_;
+    if (tolerance > 0 && std::isfinite(got) && std::isfinite(want))
+      worst_ = std::max(worst_, std::fabs(got - want) / tolerance);
+    return got;
   }
 
   DeviceMemory Allocate(uint64_t bytes) {
@@ -614,6 +631,8 @@ class BackendConformance : public ::testing::TestWithParam<std::string> {
 
   std::unique_ptr<Backend> backend_;
   std::vector<DeviceMemory> allocations_;
+  int64_t compared_ = 0;
+  double worst_ = 0;
 };
 
 TEST_P(BackendConformance, CopiesRoundTripAndStayInBounds) {
@@ -751,7 +770,7 @@ TEST_P(BackendConformance, LibraryCommandsMatchFloat64References) {
       double scale = 0;
       for (double v : want) scale = std::max(scale, std::fabs(v));
       for (size_t e = 0; e < want.size(); ++e)
-        ASSERT_NEAR(got[e], want[e], 1e-5 * (1 + scale))
+        ASSERT_NEAR(Tracked(got[e], want[e], 1e-5 * (1 + scale)), want[e], 1e-5 * (1 + scale))
             << StringOf(program->name()) << " command " << ci << " "
             << fb::EnumNameOpcode(c.op()) << " (" << StringOf(c.location()) << ") element "
             << e;
@@ -806,7 +825,8 @@ TEST_P(BackendConformance, NhwcLibraryCommandsMatchFloat64References) {
       double scale = 0;
       for (double v : want) scale = std::max(scale, std::fabs(v));
       for (size_t e = 0; e < want.size(); ++e)
-        ASSERT_NEAR(got[e], want[e], 1e-5 * (1 + scale)) << what << " element " << e;
+        ASSERT_NEAR(Tracked(got[e], want[e], 1e-5 * (1 + scale)), want[e], 1e-5 * (1 + scale))
+            << what << " element " << e;
     }
   }
 }
@@ -883,7 +903,7 @@ TEST_P(BackendConformance, HalfLibraryCommandsRoundOnceFromFp32Accumulation) {
         uint16_t bits;
         std::memcpy(&bits, outputs[0].data() + 2 * e, 2);
         const double got = ValueOf(type, bits), rounded = RoundTo(type, want[e]);
-        ASSERT_NEAR(got, want[e], tolerance) << what << " element " << e;
+        ASSERT_NEAR(Tracked(got, want[e], tolerance), want[e], tolerance) << what << " element " << e;
         if (UlpAt(type, want[e]) / 2 - std::fabs(want[e] - rounded) <= accumulation) continue;
         ASSERT_EQ(got, rounded) << what << " element " << e << ": float64 gives " << want[e];
         ++exact;
@@ -931,7 +951,7 @@ TEST_P(BackendConformance, GeneratedKernelsMatchTheCpuAndRunInPlace) {
               EXPECT_EQ(std::isnan(x[e]), std::isnan(y[e])) << where << " element " << e << what;
               continue;
             }
-            ASSERT_NEAR(x[e], y[e], 1e-5 * (1 + std::fabs(x[e])))
+            ASSERT_NEAR(Tracked(y[e], x[e], 1e-5 * (1 + std::fabs(x[e]))), x[e], 1e-5 * (1 + std::fabs(x[e])))
                 << where << " output " << o << " element " << e << what;
           }
         }
@@ -991,7 +1011,9 @@ TEST_P(BackendConformance, TrainStepsThroughTheExecutorMatchTheCpu) {
   Result want = train(*cpu->backend), got = train(*backend_);
   ASSERT_EQ(got.losses.size(), 3u);
   for (int step = 0; step < 3; ++step)
-    EXPECT_NEAR(got.losses[step], want.losses[step], 1e-5 * (1 + std::fabs(want.losses[step])))
+    EXPECT_NEAR(Tracked(got.losses[step], want.losses[step],
+                        1e-5 * (1 + std::fabs(want.losses[step]))),
+                want.losses[step], 1e-5 * (1 + std::fabs(want.losses[step])))
         << "step " << step + 1;
   EXPECT_NE(got.losses[0], got.losses[2]) << "training moved nothing";
   ASSERT_EQ(got.state.size(), want.state.size());
@@ -1003,7 +1025,8 @@ TEST_P(BackendConformance, TrainStepsThroughTheExecutorMatchTheCpu) {
     }
     std::vector<float> x = Floats(want.state[s]), y = Floats(got.state[s]);
     for (size_t e = 0; e < x.size(); ++e)
-      ASSERT_NEAR(y[e], x[e], 1e-5 * (1 + std::fabs(x[e]))) << StringOf(b.name()) << "[" << e << "]";
+      ASSERT_NEAR(Tracked(y[e], x[e], 1e-5 * (1 + std::fabs(x[e]))), x[e], 1e-5 * (1 + std::fabs(x[e])))
+          << StringOf(b.name()) << "[" << e << "]";
   }
 }
 
@@ -1046,7 +1069,8 @@ TEST_P(BackendConformance, GraphReplaysMatchEagerRuns) {
   EXPECT_EQ(graph_replayed, backend_->supports_graphs());
   ASSERT_EQ(eager.size(), graphs.size());
   for (size_t i = 0; i < eager.size(); ++i)
-    EXPECT_NEAR(graphs[i], eager[i], 1e-6 * (1 + std::fabs(eager[i]))) << "step " << i + 1;
+    EXPECT_NEAR(Tracked(graphs[i], eager[i], 1e-6 * (1 + std::fabs(eager[i]))), eager[i],
+                1e-6 * (1 + std::fabs(eager[i]))) << "step " << i + 1;
   EXPECT_NE(eager[0], eager[4]);
 }
 

@@ -46,6 +46,7 @@ StatusOr<CreatedBackend> CreateBackend(DeviceKind kind, const BackendOptions& op
       CudaOptions cuda;
       cuda.device = options.cuda_device;
       cuda.tf32 = options.tf32;
+      cuda.precise = options.deterministic;
       StatusOr<std::unique_ptr<Backend>> backend = CreateCudaBackend(cuda);
       if (backend.ok()) {
         created.backend = std::move(*backend);

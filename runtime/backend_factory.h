@@ -26,6 +26,9 @@ struct BackendOptions {
   int cpu_threads = 0;  // 0: OpenMP's default, at most kMaxCpuThreads
   int cuda_device = 0;
   bool tf32 = false;    // CUDA: allow TF32 tensor cores for FP32 math
+  // CUDA: only deterministic cuDNN algorithms without FFT or Winograd (the
+  // conformance and CPU-equivalence checks); the CPU's are always direct.
+  bool deterministic = false;
 };
 
 struct CreatedBackend {

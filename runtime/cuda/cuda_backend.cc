@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "runtime/cuda/algorithm_cache.h"
 #include "runtime/cuda/cudnn_ops.h"
 #include "runtime/cuda/device_kernels.h"
 #ifdef GRAPHC_HAVE_NCCL
@@ -25,8 +26,31 @@
 namespace graphc::runtime {
 namespace {
 
+// "13.0" from CUDA's 13000.
+std::string CudaVersionString(int version) {
+  return std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10);
+}
+
+// The driver's and the libraries' versions as loaded (not as compiled
+// against): what a failure report needs to be diagnosed afterwards.
+std::string LibraryVersions() {
+  int driver = 0, runtime = 0;
+  cudaDriverGetVersion(&driver);
+  cudaRuntimeGetVersion(&runtime);
+  int major = 0, minor = 0, patch = 0;
+  cublasGetProperty(MAJOR_VERSION, &major);
+  cublasGetProperty(MINOR_VERSION, &minor);
+  cublasGetProperty(PATCH_LEVEL, &patch);
+  return "driver " + CudaVersionString(driver) + ", CUDA runtime " + CudaVersionString(runtime) +
+         ", cuDNN " + CudnnOps::Version() + ", cuBLAS " + std::to_string(major) + "." +
+         std::to_string(minor) + "." + std::to_string(patch);
+}
+
 Status CudaFailed(cudaError_t error, const std::string& what) {
-  return Status(ErrorCode::kBackend, "CUDA " + what + ": " + cudaGetErrorName(error) + " (" +
+  int runtime = 0;
+  cudaRuntimeGetVersion(&runtime);
+  return Status(ErrorCode::kBackend, "CUDA " + CudaVersionString(runtime) + " " + what + ": " +
+                                         cudaGetErrorName(error) + " (" +
                                          cudaGetErrorString(error) + ")");
 }
 
@@ -37,8 +61,13 @@ Status CudaFailed(cudaError_t error, const std::string& what) {
   } while (0)
 
 Status CublasFailed(cublasStatus_t status, const std::string& what) {
-  return Status(ErrorCode::kBackend, "cuBLAS " + what + ": " + cublasGetStatusName(status) +
-                                         " (" + cublasGetStatusString(status) + ")");
+  int major = 0, minor = 0;
+  cublasGetProperty(MAJOR_VERSION, &major);
+  cublasGetProperty(MINOR_VERSION, &minor);
+  return Status(ErrorCode::kBackend, "cuBLAS " + std::to_string(major) + "." +
+                                         std::to_string(minor) + " " + what + ": " +
+                                         cublasGetStatusName(status) + " (" +
+                                         cublasGetStatusString(status) + ")");
 }
 
 struct Launch {
@@ -66,6 +95,7 @@ class CudaBackend final : public Backend {
 
   const char* name() const override { return "cuda"; }
   std::string Describe() const override { return description_; }
+  std::string LoadSummary() const override { return cudnn_->Summary(); }
   std::vector<fb::Target> targets() const override { return targets_; }
   int device_index() const override { return options_.device; }
   std::string device_id() const override { return uuid_; }
@@ -295,7 +325,9 @@ Status CudaBackend::Initialize() {
   std::snprintf(memory, sizeof(memory), "%.1f GiB", props.totalGlobalMem / 1073741824.0);
   description_ = "cuda:" + std::to_string(options_.device) + " (" + props.name + ", sm_" +
                  std::to_string(sm) + ", " + std::to_string(props.multiProcessorCount) +
-                 " SMs, " + memory + "; " + (options_.tf32 ? "tf32" : "strict fp32") + ")";
+                 " SMs, " + memory + "; " + (options_.tf32 ? "tf32" : "strict fp32") +
+                 (options_.precise ? ", deterministic convolutions" : "") + "; " +
+                 LibraryVersions() + ")";
   GRAPHC_CUDA(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking), "compute stream");
   GRAPHC_CUDA(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking), "copy stream");
   GRAPHC_CUDA(cudaMalloc(reinterpret_cast<void**>(&counter_), sizeof(*counter_)), "allocation");
@@ -316,7 +348,12 @@ Status CudaBackend::Initialize() {
                      (options_.tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH) |
                      CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
   if (blas != CUBLAS_STATUS_SUCCESS) return CublasFailed(blas, "setup");
-  return cudnn_->Initialize(compute_, options_.tf32);
+  CudnnOptions cudnn;
+  cudnn.tf32 = options_.tf32;
+  cudnn.precise = options_.precise;
+  cudnn.cache_path = options_.cudnn_cache.value_or(AlgorithmCache::DefaultPath());
+  cudnn.device_key = std::string(props.name) + " sm_" + std::to_string(sm);
+  return cudnn_->Initialize(compute_, cudnn);
 }
 
 Status CudaBackend::LoadKernels(const Plan& plan) {

@@ -11,6 +11,8 @@
 #define GRAPHC_RUNTIME_CUDA_CUDA_BACKEND_H_
 
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "runtime/backend.h"
 #include "runtime/status.h"
@@ -22,6 +24,12 @@ struct CudaOptions {
   // Let cuBLAS and cuDNN use TF32 tensor cores for FP32 math (10-bit
   // mantissa products); off, FP32 math is strict FP32.
   bool tf32 = false;
+  // Only deterministic cuDNN convolution algorithms without FFT or Winograd
+  // (CudnnOptions::precise).
+  bool precise = false;
+  // cuDNN's algorithm cache file, "" for none; unset: where
+  // AlgorithmCache::DefaultPath() says (the environment decides).
+  std::optional<std::string> cudnn_cache;
 };
 
 // Ok when CUDA device `device` is usable; otherwise kUnavailable with the

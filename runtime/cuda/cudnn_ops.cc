@@ -8,12 +8,18 @@
 
 #include <cudnn.h>
 
+#include "runtime/cuda/algorithm_cache.h"
 #include "runtime/cuda/device_kernels.h"
+#include "runtime/plan/printable.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
 #include <map>
+#include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -23,9 +29,25 @@
 namespace graphc::runtime {
 namespace {
 
+// "9.19.0": the version of the cuDNN library loaded (not of the headers).
+std::string CudnnVersion() {
+  int major = 0, minor = 0, patch = 0;
+  cudnnGetProperty(MAJOR_VERSION, &major);
+  cudnnGetProperty(MINOR_VERSION, &minor);
+  cudnnGetProperty(PATCH_LEVEL, &patch);
+  return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch);
+}
+
+// The status, and cuDNN's own account of its last error on this thread
+// (cudnnGetLastErrorString, cuDNN 9), which often names the parameter or
+// the engine that refused: the one run on a borrowed GPU must be readable
+// afterwards.
 Status CudnnFailed(cudnnStatus_t status, const std::string& what) {
-  return Status(ErrorCode::kBackend,
-                "cuDNN " + what + ": " + cudnnGetErrorString(status));
+  char last[1024] = {0};
+  cudnnGetLastErrorString(last, sizeof(last));
+  std::string message = "cuDNN " + CudnnVersion() + " " + what + ": " + cudnnGetErrorString(status);
+  if (last[0] != '\0') message += " (" + Printable(last) + ")";
+  return Status(ErrorCode::kBackend, message);
 }
 
 #define GRAPHC_CUDNN(call, what)                                  \
@@ -135,7 +157,7 @@ struct Call {
   bool padded = false;
   int64_t planes = 0, h = 0, w = 0, top = 0, left = 0, hp = 0, wp = 0;
   float pad_value = 0;
-  size_t xp = 0, y = 0, dxp = 0;  // scratch offsets
+  size_t xp = 0, y = 0, dxp = 0, x_stand_in = 0;  // scratch offsets
 };
 
 // Sets up `call` for explicit padding of x (logical dims) by `pad` [t, b,
@@ -158,20 +180,85 @@ std::vector<int64_t> Pad(Call& call, const std::vector<int64_t>& x, bool nhwc,
   return {x[0], x[1], hp, wp};
 }
 
+// One algorithm cudnnFind* timed, whichever direction.
+struct Candidate {
+  int algorithm = 0;
+  cudnnStatus_t status = CUDNN_STATUS_SUCCESS;
+  float ms = 0;
+  size_t memory = 0;
+  cudnnDeterminism_t determinism = CUDNN_NON_DETERMINISTIC;
+  cudnnMathType_t math = CUDNN_DEFAULT_MATH;
+};
+
+template <typename Perf>
+std::vector<Candidate> CandidatesOf(const Perf* perf, int returned) {
+  std::vector<Candidate> candidates;
+  for (int i = 0; i < returned; ++i)
+    candidates.push_back({static_cast<int>(perf[i].algo), perf[i].status, perf[i].time,
+                          perf[i].memory, perf[i].determinism, perf[i].mathType});
+  return candidates;
+}
+
+// FFT and Winograd algorithms trade exactness for speed (their transforms
+// round where a direct or implicit-GEMM sum would not).
+bool Transformed(fb::Opcode op, int algorithm) {
+  switch (op) {
+    case fb::Opcode::Conv2d:
+      return algorithm == CUDNN_CONVOLUTION_FWD_ALGO_FFT ||
+             algorithm == CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING ||
+             algorithm == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD ||
+             algorithm == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
+    case fb::Opcode::Conv2dBackwardData:
+      return algorithm == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT ||
+             algorithm == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING ||
+             algorithm == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD ||
+             algorithm == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED;
+    default:
+      return algorithm == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT ||
+             algorithm == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING ||
+             algorithm == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD ||
+             algorithm == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
+  }
+}
+
+int AlgorithmCount(fb::Opcode op) {
+  if (op == fb::Opcode::Conv2d) return CUDNN_CONVOLUTION_FWD_ALGO_COUNT;
+  if (op == fb::Opcode::Conv2dBackwardData) return CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT;
+  return CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
+}
+
+const char* MathName(cudnnMathType_t math) {
+  switch (math) {
+    case CUDNN_DEFAULT_MATH:
+      return "default";
+    case CUDNN_TENSOR_OP_MATH:
+      return "tensor-op";
+    case CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION:
+      return "tensor-op-allow-conversion";
+    case CUDNN_FMA_MATH:
+      return "fma";
+  }
+  return "unknown";
+}
+
 }  // namespace
 
 struct CudnnOps::Impl {
   cudnnHandle_t handle = nullptr;
-  bool tf32 = false;
+  CudnnOptions options;
   const fb::Plan* plan = nullptr;
   std::unordered_map<const fb::Command*, Call> calls;
-  // Distinct convolutions (shape and attributes) -> the chosen algorithm.
+  // Distinct convolutions (the cache key) -> the chosen algorithm.
   std::map<std::string, std::pair<int, cudnnMathType_t>> chosen;
+  std::unique_ptr<AlgorithmCache> cache;
+  int timed = 0, from_cache = 0;  // distinct convolutions, by how they were chosen
+  double timing_seconds = 0;      // in cudnnFind*
+  std::string cache_note;         // why the cache was not saved
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
   // What calls keep beyond their operands (padded inputs, the recomputed
-  // forward output of max-pooling backward); calls run one at a time on the
-  // stream, so they share it.
+  // forward output of max-pooling backward, average pooling's stand-in for
+  // x); calls run one at a time on the stream, so they share it.
   void* scratch = nullptr;
   size_t scratch_bytes = 0;
 
@@ -184,7 +271,33 @@ struct CudnnOps::Impl {
 
   Status PrepareConv(const fb::Command& c, Call& call);
   Status PreparePool(const fb::Command& c, Call& call);
-  Status ChooseAlgorithm(const fb::Command& c, Call& call, const std::string& key);
+  Status ChooseAlgorithm(const fb::Command& c, Call& call, const std::string& problem);
+  // The math a convolution may use, as its descriptor states it: half data on
+  // tensor cores (FP32 accumulation, never a conversion to FP16), FP32 with
+  // TF32 allowed, or strict FP32 (FMA math: cuDNN then runs no tensor-core
+  // kernel, whatever it calls the one it picks).
+  cudnnMathType_t Allowed(const Call& call) const {
+    return call.type.half ? CUDNN_TENSOR_OP_MATH
+           : options.tf32 ? CUDNN_DEFAULT_MATH
+                          : CUDNN_FMA_MATH;
+  }
+  // Whether a candidate's math may run `call`: never a conversion of FP32
+  // data to FP16; in strict FP32 the descriptor's FMA math already rules
+  // tensor cores out, and a candidate labelled tensor-op is refused all the
+  // same (FMA- and default-labelled ones are taken: cuDNN's labels differ
+  // between versions, the descriptor is what binds it).
+  bool MathAllowed(cudnnMathType_t math, const Call& call) const {
+    if (math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) return false;
+    return call.type.half || options.tf32 || math != CUDNN_TENSOR_OP_MATH;
+  }
+  std::string MathMode(const Call& call) const {
+    return std::string(call.type.half ? "half" : options.tf32 ? "tf32" : "strict fp32") +
+           (options.precise ? ", precise" : "");
+  }
+  // Times the candidates of `c` (cudnnFind*) with `call`'s descriptors.
+  Status Time(const fb::Command& c, const Call& call, std::vector<Candidate>* candidates);
+  // The workspace `call`'s algorithm needs, or cuDNN's refusal of it.
+  Status WorkspaceOf(const fb::Command& c, Call& call);
 };
 
 Status CudnnOps::Impl::PrepareConv(const fb::Command& c, Call& call) {
@@ -258,71 +371,39 @@ Status CudnnOps::Impl::PrepareConv(const fb::Command& c, Call& call) {
   return ChooseAlgorithm(c, call, key);
 }
 
-// Benchmarks the algorithms of a convolution once per distinct key and keeps
-// the fastest that succeeds with the allowed math (FP32: FMA only, unless
-// TF32; half: tensor cores).
-Status CudnnOps::Impl::ChooseAlgorithm(const fb::Command& c, Call& call, const std::string& key) {
-  // Strict FP32 is FMA math only (CUDNN_DEFAULT_MATH admits TF32 on sm_80+);
-  // TF32 is DEFAULT, as PyTorch sets it; half data runs on tensor cores with
-  // the descriptor's FP32 accumulation. Never a conversion to FP16.
-  const bool half = call.type.half;
-  const cudnnMathType_t allowed =
-      half ? CUDNN_TENSOR_OP_MATH : tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
-  GRAPHC_CUDNN(cudnnSetConvolutionMathType(call.d.conv, allowed), "math type");
-  auto found = chosen.find(key);
-  if (found == chosen.end()) {
-    constexpr int kMax = 16;
-    int returned = 0;
-    int algorithm = -1;
-    cudnnMathType_t math = allowed;
-    // The fastest that succeeds with the allowed math and a workspace within
-    // kMaxWorkspace (all calls share one workspace, sized to the largest).
-    auto acceptable = [&](cudnnStatus_t status, cudnnMathType_t m, size_t memory) {
-      return status == CUDNN_STATUS_SUCCESS && memory <= kMaxWorkspace &&
-             m != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION && (half || tf32 || m == CUDNN_FMA_MATH);
-    };
-    const Descriptors& d = call.d;
-    if (c.op() == fb::Opcode::Conv2d) {
-      cudnnConvolutionFwdAlgoPerf_t perf[kMax];
-      GRAPHC_CUDNN(cudnnFindConvolutionForwardAlgorithm(handle, d.a, d.filter, d.conv, d.b, kMax,
-                                                        &returned, perf),
-                   "choosing a forward convolution algorithm");
-      for (int i = 0; i < returned && algorithm < 0; ++i)
-        if (acceptable(perf[i].status, perf[i].mathType, perf[i].memory)) {
-          algorithm = perf[i].algo;
-          math = perf[i].mathType;
-        }
-    } else if (c.op() == fb::Opcode::Conv2dBackwardData) {
-      cudnnConvolutionBwdDataAlgoPerf_t perf[kMax];
-      GRAPHC_CUDNN(cudnnFindConvolutionBackwardDataAlgorithm(handle, d.filter, d.b, d.conv, d.a,
-                                                             kMax, &returned, perf),
-                   "choosing a backward-data convolution algorithm");
-      for (int i = 0; i < returned && algorithm < 0; ++i)
-        if (acceptable(perf[i].status, perf[i].mathType, perf[i].memory)) {
-          algorithm = perf[i].algo;
-          math = perf[i].mathType;
-        }
-    } else {
-      cudnnConvolutionBwdFilterAlgoPerf_t perf[kMax];
-      GRAPHC_CUDNN(cudnnFindConvolutionBackwardFilterAlgorithm(handle, d.a, d.b, d.conv,
-                                                               d.filter, kMax, &returned, perf),
-                   "choosing a backward-filter convolution algorithm");
-      for (int i = 0; i < returned && algorithm < 0; ++i)
-        if (acceptable(perf[i].status, perf[i].mathType, perf[i].memory)) {
-          algorithm = perf[i].algo;
-          math = perf[i].mathType;
-        }
-    }
-    if (algorithm < 0)
-      return Status(ErrorCode::kBackend, std::string("cuDNN has no algorithm for ") +
-                                             fb::EnumNameOpcode(c.op()) +
-                                             (half || tf32 ? "" : " in strict FP32 (try --tf32)"));
-    found = chosen.emplace(key, std::make_pair(algorithm, math)).first;
-  }
-  call.algorithm = found->second.first;
-  call.math = found->second.second;
-  GRAPHC_CUDNN(cudnnSetConvolutionMathType(call.d.conv, call.math), "math type");
+Status CudnnOps::Impl::Time(const fb::Command& c, const Call& call,
+                            std::vector<Candidate>* candidates) {
+  constexpr int kMax = 16;
+  int returned = 0;
   const Descriptors& d = call.d;
+  const auto started = std::chrono::steady_clock::now();
+  if (c.op() == fb::Opcode::Conv2d) {
+    cudnnConvolutionFwdAlgoPerf_t perf[kMax];
+    GRAPHC_CUDNN(cudnnFindConvolutionForwardAlgorithm(handle, d.a, d.filter, d.conv, d.b, kMax,
+                                                      &returned, perf),
+                 "timing forward convolution algorithms");
+    *candidates = CandidatesOf(perf, returned);
+  } else if (c.op() == fb::Opcode::Conv2dBackwardData) {
+    cudnnConvolutionBwdDataAlgoPerf_t perf[kMax];
+    GRAPHC_CUDNN(cudnnFindConvolutionBackwardDataAlgorithm(handle, d.filter, d.b, d.conv, d.a,
+                                                           kMax, &returned, perf),
+                 "timing backward-data convolution algorithms");
+    *candidates = CandidatesOf(perf, returned);
+  } else {
+    cudnnConvolutionBwdFilterAlgoPerf_t perf[kMax];
+    GRAPHC_CUDNN(cudnnFindConvolutionBackwardFilterAlgorithm(handle, d.a, d.b, d.conv, d.filter,
+                                                             kMax, &returned, perf),
+                 "timing backward-filter convolution algorithms");
+    *candidates = CandidatesOf(perf, returned);
+  }
+  timing_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return Status::Ok();
+}
+
+Status CudnnOps::Impl::WorkspaceOf(const fb::Command& c, Call& call) {
+  const Descriptors& d = call.d;
+  GRAPHC_CUDNN(cudnnSetConvolutionMathType(call.d.conv, call.math), "math type");
   if (c.op() == fb::Opcode::Conv2d)
     GRAPHC_CUDNN(cudnnGetConvolutionForwardWorkspaceSize(
                      handle, d.a, d.filter, d.conv, d.b,
@@ -339,6 +420,87 @@ Status CudnnOps::Impl::ChooseAlgorithm(const fb::Command& c, Call& call, const s
                      static_cast<cudnnConvolutionBwdFilterAlgo_t>(call.algorithm),
                      &call.workspace),
                  "workspace size");
+  if (call.workspace > kMaxWorkspace)
+    return Status(ErrorCode::kBackend, "algorithm " + std::to_string(call.algorithm) +
+                                           " needs " + std::to_string(call.workspace) +
+                                           " bytes of workspace");
+  return Status::Ok();
+}
+
+// Chooses each distinct convolution's algorithm once: from this process's
+// earlier choice, else from the algorithm cache (if cuDNN still accepts it),
+// else by timing every candidate and keeping the fastest that succeeds with
+// the allowed math, a workspace within kMaxWorkspace (all calls share one)
+// and, in precise mode, a deterministic algorithm without FFT or Winograd
+// transforms. With none, the error lists every candidate.
+Status CudnnOps::Impl::ChooseAlgorithm(const fb::Command& c, Call& call,
+                                       const std::string& problem) {
+  const cudnnMathType_t allowed = Allowed(call);
+  const std::string key = options.device_key + "|cudnn " + CudnnVersion() + "|" +
+                          MathMode(call) + "|" + problem;
+  auto found = chosen.find(key);
+  if (found != chosen.end()) {
+    call.algorithm = found->second.first;
+    call.math = found->second.second;
+    Status status = WorkspaceOf(c, call);
+    if (!status.ok()) return status;
+    workspace_bytes = std::max(workspace_bytes, call.workspace);
+    return Status::Ok();
+  }
+  // The key holds the math mode, so a cached choice was made under these
+  // rules; it is checked again all the same (the file is only a hint).
+  if (std::optional<AlgorithmCache::Choice> cached = cache->Find(key);
+      cached && cached->algorithm < AlgorithmCount(c.op()) &&
+      cached->math <= CUDNN_FMA_MATH &&
+      MathAllowed(static_cast<cudnnMathType_t>(cached->math), call) &&
+      !(options.precise && Transformed(c.op(), cached->algorithm))) {
+    call.algorithm = cached->algorithm;
+    call.math = static_cast<cudnnMathType_t>(cached->math);
+    if (WorkspaceOf(c, call).ok()) {
+      chosen.emplace(key, std::make_pair(call.algorithm, call.math));
+      ++from_cache;
+      workspace_bytes = std::max(workspace_bytes, call.workspace);
+      return Status::Ok();
+    }
+    cache->Drop(key);  // cuDNN no longer takes it: timed again below
+  }
+  GRAPHC_CUDNN(cudnnSetConvolutionMathType(call.d.conv, allowed), "math type");
+  std::vector<Candidate> candidates;
+  Status timed_ok = Time(c, call, &candidates);
+  if (!timed_ok.ok()) return timed_ok;
+  ++timed;
+  auto acceptable = [&](const Candidate& k) {
+    if (k.status != CUDNN_STATUS_SUCCESS || k.memory > kMaxWorkspace) return false;
+    if (!MathAllowed(k.math, call)) return false;
+    if (options.precise &&
+        (k.determinism != CUDNN_DETERMINISTIC || Transformed(c.op(), k.algorithm)))
+      return false;
+    return true;
+  };
+  // cudnnFind* returns the candidates fastest first.
+  auto best = std::find_if(candidates.begin(), candidates.end(), acceptable);
+  if (best == candidates.end()) {
+    std::string listed;
+    for (const Candidate& k : candidates)
+      listed += "\n  algorithm " + std::to_string(k.algorithm) + ": " +
+                cudnnGetErrorString(k.status) + ", " + std::to_string(k.ms) + " ms, " +
+                std::to_string(k.memory) + " bytes of workspace, " + MathName(k.math) +
+                " math, " +
+                (k.determinism == CUDNN_DETERMINISTIC ? "deterministic" : "non-deterministic") +
+                (Transformed(c.op(), k.algorithm) ? ", FFT/Winograd" : "");
+    return Status(ErrorCode::kBackend,
+                  "cuDNN " + CudnnVersion() + " offers no acceptable algorithm for " +
+                      fb::EnumNameOpcode(c.op()) + " in " + MathMode(call) + " (of " +
+                      std::to_string(candidates.size()) + " candidates" +
+                      (candidates.empty() ? ")" : "):" + listed) +
+                      (call.type.half || options.tf32 ? "" : "\n(--tf32 allows tensor cores)"));
+  }
+  call.algorithm = best->algorithm;
+  call.math = best->math;
+  Status status = WorkspaceOf(c, call);
+  if (!status.ok()) return status;
+  chosen.emplace(key, std::make_pair(call.algorithm, call.math));
+  cache->Put(key, {call.algorithm, static_cast<int>(call.math)});
   workspace_bytes = std::max(workspace_bytes, call.workspace);
   return Status::Ok();
 }
@@ -391,8 +553,15 @@ Status CudnnOps::Impl::PreparePool(const fb::Command& c, Call& call) {
       call.y = 0;
       need = Bytes(y, element);
     }
+  } else if (c.op() == fb::Opcode::AvgPool2dBackward) {
+    // cuDNN's signature wants x, which average pooling's backward does not
+    // read: a stand-in of x's shape in scratch, never the output dx (an
+    // input aliasing the output is undefined), after the padded dx if any.
+    call.dxp = 0;
+    call.x_stand_in = call.padded ? Bytes(a, element) : 0;
+    need = call.x_stand_in + Bytes(a, element);
   } else if (call.padded) {
-    call.xp = call.dxp = 0;  // the forward pads x, the average's backward crops dx
+    call.xp = 0;  // the forward pads x
     need = Bytes(a, element);
   }
   scratch_bytes = std::max(scratch_bytes, need);
@@ -416,12 +585,15 @@ Status CudnnOps::Impl::PreparePool(const fb::Command& c, Call& call) {
 CudnnOps::CudnnOps() : impl_(std::make_unique<Impl>()) {}
 CudnnOps::~CudnnOps() = default;
 
-Status CudnnOps::Initialize(cudaStream_t stream, bool tf32) {
-  impl_->tf32 = tf32;
+Status CudnnOps::Initialize(cudaStream_t stream, const CudnnOptions& options) {
+  impl_->options = options;
+  impl_->cache = std::make_unique<AlgorithmCache>(options.cache_path);
   GRAPHC_CUDNN(cudnnCreate(&impl_->handle), "cannot start");
   GRAPHC_CUDNN(cudnnSetStream(impl_->handle, stream), "stream");
   return Status::Ok();
 }
+
+std::string CudnnOps::Version() { return CudnnVersion(); }
 
 Status CudnnOps::Prepare(const Plan& plan) {
   Impl& impl = *impl_;
@@ -445,18 +617,44 @@ Status CudnnOps::Prepare(const Plan& plan) {
                                          status.message());
       }
     }
+  // Choices this process timed, for the next one; failing to write them
+  // costs the next process time, not this one its run.
+  Status saved = impl.cache->Save();
+  impl.cache_note = saved.ok() ? "" : "not saved: " + saved.message();
   for (auto [memory, bytes] : {std::pair{&impl.workspace, impl.workspace_bytes},
                                std::pair{&impl.scratch, impl.scratch_bytes}}) {
     if (*memory != nullptr) cudaFree(*memory);
     *memory = nullptr;
     if (bytes == 0) continue;
     cudaError_t error = cudaMalloc(memory, bytes);
+    if (error == cudaSuccess && memory == &impl.scratch) error = cudaMemset(*memory, 0, bytes);
     if (error != cudaSuccess)
       return Status(ErrorCode::kBackend, "cannot allocate " + std::to_string(bytes) +
                                              " bytes of cuDNN workspace: " +
                                              cudaGetErrorString(error));
   }
   return Status::Ok();
+}
+
+std::string CudnnOps::Summary() const {
+  const Impl& impl = *impl_;
+  if (impl.chosen.empty()) return "";
+  char seconds[32];
+  std::snprintf(seconds, sizeof(seconds), "%.1f", impl.timing_seconds);
+  std::string summary = "cuDNN " + CudnnVersion() + ": " + std::to_string(impl.chosen.size()) +
+                        " distinct convolutions, " + std::to_string(impl.timed) + " timed (" +
+                        seconds + " s), " + std::to_string(impl.from_cache) + " from ";
+  if (impl.cache->path().empty())
+    summary += "no algorithm cache (GRAPHC_CUDNN_CACHE=off)";
+  else
+    summary += Printable(impl.cache->path());
+  if (!impl.cache->load_problem().empty())
+    summary += " (unreadable: " + impl.cache->load_problem() + ")";
+  else if (impl.cache->skipped_lines() > 0)
+    summary += " (" + std::to_string(impl.cache->skipped_lines()) + " bad lines skipped)";
+  if (!impl.cache_note.empty()) summary += "; " + impl.cache_note;
+  if (impl.options.precise) summary += "; precise algorithms only";
+  return summary;
 }
 
 Status CudnnOps::Run(const fb::Command& command, const DeviceMemory* operands) {
@@ -550,10 +748,10 @@ Status CudnnOps::Run(const fb::Command& command, const DeviceMemory* operands) {
       return crop();
     }
     case fb::Opcode::AvgPool2dBackward:
-      // dy -> dx. Average pooling reads neither y nor x: dy and dx stand in
-      // for them (same shapes).
+      // dy -> dx. Average pooling reads neither y nor x: dy stands in for
+      // y (same shape, an input), zeroed scratch for x.
       GRAPHC_CUDNN(cudnnPoolingBackward(impl.handle, d.pool, &one, d.b, at(0), d.b, at(0), d.a,
-                                        dx, &zero, d.a, dx),
+                                        scratch(call.x_stand_in), &zero, d.a, dx),
                    "pooling backward");
       return crop();
     default:
@@ -564,7 +762,5 @@ Status CudnnOps::Run(const fb::Command& command, const DeviceMemory* operands) {
 uint64_t CudnnOps::workspace_bytes() const {
   return impl_->workspace_bytes + impl_->scratch_bytes;
 }
-
-int CudnnOps::algorithms_chosen() const { return static_cast<int>(impl_->chosen.size()); }
 
 }  // namespace graphc::runtime

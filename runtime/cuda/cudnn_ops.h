@@ -7,7 +7,9 @@
 // Descriptors and algorithms are chosen once, in Prepare: each distinct
 // convolution is benchmarked once (cudnnFind*), restricted to FMA math
 // unless TF32 is allowed (half data: tensor-core math), and all of them
-// share one workspace. Run only enqueues on the handle's stream.
+// share one workspace. The choices are kept in a file across processes
+// (algorithm_cache.h), keyed by GPU model, cuDNN version, math and problem.
+// Run only enqueues on the handle's stream.
 
 #ifndef GRAPHC_RUNTIME_CUDA_CUDNN_OPS_H_
 #define GRAPHC_RUNTIME_CUDA_CUDNN_OPS_H_
@@ -15,12 +17,25 @@
 #include <cuda_runtime_api.h>
 
 #include <memory>
+#include <string>
 
 #include "runtime/backend.h"
 #include "runtime/plan/plan_loader.h"
 #include "runtime/status.h"
 
 namespace graphc::runtime {
+
+struct CudnnOptions {
+  // Let FP32 convolutions use TF32 tensor cores; off, they run in FMA math.
+  bool tf32 = false;
+  // Only deterministic algorithms without FFT or Winograd transforms: the
+  // conformance and CPU-equivalence checks compare against exact sums.
+  bool precise = false;
+  // The algorithm cache's file ("" for none) and the GPU's part of its key
+  // (model and compute capability).
+  std::string cache_path;
+  std::string device_key;
+};
 
 class CudnnOps {
  public:
@@ -31,7 +46,9 @@ class CudnnOps {
 
   // Creates the cuDNN handle on `stream` (fails with the library's reason,
   // e.g. when libcudnn cannot be loaded).
-  Status Initialize(cudaStream_t stream, bool tf32);
+  Status Initialize(cudaStream_t stream, const CudnnOptions& options);
+  // The loaded library's version, "9.19.0".
+  static std::string Version();
   // Descriptors, algorithms and the workspace for every convolution and
   // pooling command of every program.
   Status Prepare(const Plan& plan);
@@ -39,8 +56,8 @@ class CudnnOps {
   Status Run(const fb::Command& command, const DeviceMemory* operands);
   // The bytes of device memory Prepare reserved (workspace and scratch).
   uint64_t workspace_bytes() const;
-  // Distinct convolutions benchmarked, for the load report.
-  int algorithms_chosen() const;
+  // How the last Prepare chose its algorithms (for the load line), or "".
+  std::string Summary() const;
 
  private:
   struct Impl;

@@ -69,6 +69,7 @@ struct DeviceOptions {
   std::string device = "auto";
   int64_t threads = 0;
   bool tf32 = false;
+  bool deterministic = false;
 };
 
 // `local_rank`: this rank's index on its machine, which picks its GPU (one
@@ -80,6 +81,7 @@ StatusOr<CreatedBackend> MakeBackend(const DeviceOptions& d, int local_rank = 0)
   BackendOptions options;
   options.cpu_threads = static_cast<int>(d.threads);
   options.tf32 = d.tf32;
+  options.deterministic = d.deterministic;
   options.cuda_device = local_rank;
   StatusOr<CreatedBackend> created = CreateBackend(*kind, options);
   if (local_rank == 0 || (created.ok() && created->backend->name() == std::string("cuda")))
@@ -239,18 +241,12 @@ int RunTrainingOn(TrainOptions& o, const DeviceOptions& d, Communicator& comm) {
       << (created->reason.empty() ? "" : " (" + created->reason + ")") << "\n";
   if (d.tf32 && backend.name() == std::string("cpu"))
     out << "note: --tf32 has no effect on the CPU (its FP32 math is strict)\n";
+  if (d.deterministic && backend.name() == std::string("cpu"))
+    out << "note: --deterministic has no effect on the CPU (its convolutions are direct)\n";
   o.report_extra["device_choice"] = d.device;
   if (!created->reason.empty()) o.report_extra["device_reason"] = created->reason;
   o.report_extra["math"] = backend.name() == std::string("cuda") && d.tf32 ? "tf32" : "fp32";
-  // A mixed-precision plan: how this device runs its half convolutions and
-  // gemms (natively, or emulated through fp32, and why).
-  const std::string precision = StringOf(plan.root().precision());
-  if (precision == "fp16" || precision == "bf16") {
-    const std::string math =
-        backend.LibraryMath(precision == "fp16" ? fb::DType::F16 : fb::DType::BF16);
-    out << "library math: " << math << "\n";
-    o.report_extra["library_math"] = math;
-  }
+  o.report_extra["deterministic"] = d.deterministic;
   o.report_extra["sync_debug"] = o.sync_debug;
   status = graphc::runtime::Train(plan, backend, o, std::cout, &comm);
   if (!status.ok()) return Fail(status);
@@ -365,6 +361,10 @@ int Main(int argc, char** argv) {
   app.add_flag("--tf32", device_options.tf32,
                "CUDA: let cuBLAS and cuDNN use TF32 tensor cores for FP32 math (default: "
                "strict FP32); the report says which");
+  app.add_flag("--deterministic", device_options.deterministic,
+               "CUDA: only deterministic cuDNN convolution algorithms without FFT or Winograd "
+               "transforms (repeatable bits, closest to exact sums; as the GPU checks compare "
+               "against the CPU)");
   bool no_graphs = false;
   app.add_flag("--no-cuda-graphs", no_graphs,
                "CUDA: launch train_step's commands one by one every step instead of replaying "

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <iomanip>
@@ -571,9 +572,26 @@ Status Train(const Plan& plan, Backend& backend, const TrainOptions& o, std::ost
   std::ostream& out = rank == 0 ? rank_out : null_out;
   Status status = CheckOutputs(o, rank, ranks);
   if (!status.ok()) return status;
+  const auto load_started = std::chrono::steady_clock::now();
   StatusOr<std::unique_ptr<Executor>> created = Executor::Create(plan, backend);
   if (!created.ok()) return created.status();
   Executor& exec = **created;
+  // Loading: memory, kernels, the libraries' choices (cuDNN times its
+  // algorithms here); then, for a mixed-precision plan, how this device runs
+  // its half convolutions and gemms (natively, or emulated through fp32, and
+  // why), which the backend knows once it has prepared them.
+  const double load_ms = std::chrono::duration<double, std::milli>(
+                             std::chrono::steady_clock::now() - load_started)
+                             .count();
+  const std::string load_summary = backend.LoadSummary();
+  out << "loaded in " << std::fixed << std::setprecision(0) << load_ms << std::defaultfloat
+      << " ms" << (load_summary.empty() ? "" : "; " + load_summary) << "\n";
+  const std::string precision = StringOf(root.precision());
+  std::string library_math;
+  if (precision == "fp16" || precision == "bf16") {
+    library_math = backend.LibraryMath(precision == "fp16" ? fb::DType::F16 : fb::DType::BF16);
+    out << "library math: " << library_math << "\n";
+  }
   exec.set_sync_debug(o.sync_debug);
   exec.set_graphs(o.graphs);
   exec.set_communicator(&comm);
@@ -946,6 +964,9 @@ Status Train(const Plan& plan, Backend& backend, const TrainOptions& o, std::ost
     j["loss_scale"] = loss_scale;
     j["skipped_steps"] = skipped;
   }
+  j["load_ms"] = load_ms;
+  if (!load_summary.empty()) j["load_summary"] = load_summary;
+  if (!library_math.empty()) j["library_math"] = library_math;
   for (const auto& [key, value] : o.report_extra.items()) j[key] = value;
   if (!profile.is_null()) j["profile"] = profile;
   if (o.eval) {
