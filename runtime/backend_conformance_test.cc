@@ -271,11 +271,13 @@ std::vector<double> Reference(const fb::Plan& plan, const fb::Command& c,
   for (int32_t index : *c.inputs()) shapes.push_back(Shape(plan, index));
   shapes.push_back(Shape(plan, c.outputs()->Get(0)));
   if (LayoutOf(c) != fb::Layout::NHWC) return ReferenceNchw(c, shapes, in);
-  // Which operands (inputs, then the output) are activations.
+  // Which operands (inputs, then the output) are NHWC activations or OHWI
+  // filters: both go to NCHW / OIHW by the same permutation.
+  const bool ohwi = c.conv() && c.conv()->filter_layout() == fb::Layout::NHWC;
   std::vector<bool> activation(shapes.size(), true);
   if (c.op() == fb::Opcode::Conv2d || c.op() == fb::Opcode::Conv2dBackwardData)
-    for (size_t i = 1; i < c.inputs()->size(); ++i) activation[i] = false;  // w, bias
-  if (c.op() == fb::Opcode::Conv2dBackwardFilter) activation.back() = false;  // dw
+    for (size_t i = 1; i < c.inputs()->size(); ++i) activation[i] = i == 1 && ohwi;  // w, bias
+  if (c.op() == fb::Opcode::Conv2dBackwardFilter) activation.back() = ohwi;  // dw
   std::vector<std::vector<float>> planar = in;
   for (size_t i = 0; i < shapes.size(); ++i) {
     if (!activation[i]) continue;
@@ -362,6 +364,7 @@ struct LibraryCommand {
   std::vector<int64_t> window;  // pooling
   bool exclude_padding = false;
   fb::Layout layout = fb::Layout::NCHW;  // convolution or pooling
+  bool filter_ohwi = false;              // convolution, NHWC only
 };
 
 // One program running `commands` on `dtype` buffers of their own (its inputs
@@ -393,7 +396,9 @@ std::unique_ptr<Plan> LibraryPlan(fb::DType dtype, const std::vector<LibraryComm
     auto conv_attrs = conv ? fb::CreateConvAttrs(fbb, fbb.CreateVector(c.strides),
                                                  fbb.CreateVector(c.padding),
                                                  fbb.CreateVector(c.dilations), c.groups,
-                                                 c.layout)
+                                                 c.layout,
+                                                 c.filter_ohwi ? fb::Layout::NHWC
+                                                               : fb::Layout::NCHW)
                            : 0;
     auto pool_attrs = pool ? fb::CreatePoolAttrs(fbb, fbb.CreateVector(c.window),
                                                  fbb.CreateVector(c.strides),
@@ -502,6 +507,26 @@ std::vector<LibraryCommand> NhwcCommands() {
     commands.push_back(c);
   }
   return commands;
+}
+
+// The NHWC convolutions of `commands` with their filters (and filter
+// gradients) stored OHWI, as graphc writes them for cuDNN's channels-last
+// tensor-core kernels.
+std::vector<LibraryCommand> Ohwi(std::vector<LibraryCommand> commands) {
+  auto ohwi = [](const std::vector<int64_t>& s) {
+    return std::vector<int64_t>{s[0], s[2], s[3], s[1]};
+  };
+  std::vector<LibraryCommand> converted;
+  for (LibraryCommand& c : commands) {
+    if (c.layout != fb::Layout::NHWC || !c.window.empty() || c.op == fb::Opcode::Gemm) continue;
+    if (c.op == fb::Opcode::Conv2dBackwardFilter)
+      c.output = ohwi(c.output);
+    else
+      c.inputs[1] = ohwi(c.inputs[1]);
+    c.filter_ohwi = true;
+    converted.push_back(std::move(c));
+  }
+  return converted;
 }
 
 // The convolutions of `commands` with the batch `factor` times larger: on
@@ -798,10 +823,11 @@ TEST_P(BackendConformance, LibraryMathNamesEachFloatType) {
 // Convolutions and poolings on NHWC activations (FP32) against float64, as
 // the plan's own commands are: the strided, unevenly padded, grouped and
 // dilated ones of HalfCommands and the wider ones whose filters oneDNN
-// reorders; then the convolutions, NHWC and NCHW, at 8 times the batch.
+// reorders, with OIHW filters and with OHWI ones; then the convolutions,
+// NHWC (both filter layouts) and NCHW, at 8 times the batch.
 TEST_P(BackendConformance, NhwcLibraryCommandsMatchFloat64References) {
-  for (const auto& commands :
-       {NhwcCommands(), Batched(NhwcCommands(), 8), Batched(HalfCommands(), 8)}) {
+  for (const auto& commands : {NhwcCommands(), Ohwi(NhwcCommands()), Batched(NhwcCommands(), 8),
+                               Batched(Ohwi(NhwcCommands()), 8), Batched(HalfCommands(), 8)}) {
     std::unique_ptr<Plan> plan = LibraryPlan(fb::DType::F32, commands);
     ASSERT_NE(plan, nullptr);
     Status status = backend_->LoadKernels(*plan);
@@ -848,7 +874,8 @@ TEST_P(BackendConformance, HalfLibraryCommandsRoundOnceFromFp32Accumulation) {
   }
   std::vector<std::pair<HalfType, std::vector<LibraryCommand>>> cases;
   for (const HalfType& type : {kF16, kBF16})
-    for (const auto& commands : {HalfCommands(), NhwcCommands()}) cases.emplace_back(type, commands);
+    for (const auto& commands : {HalfCommands(), NhwcCommands(), Ohwi(NhwcCommands())})
+      cases.emplace_back(type, commands);
   cases.emplace_back(kF16, Batched(NhwcCommands(), 8));  // widened, in chunks
   for (const auto& [type, commands] : cases) {
     const std::string dtype = fb::EnumNameDType(type.dtype);

@@ -218,7 +218,8 @@ LogicalResult graphc::exportPlan(ModuleOp module, const PlanMetadata &metadata,
       auto convAttrs = [&](auto c) {
         return fb::CreateConvAttrs(fbb, i64s(c.getStrides()), i64s(c.getPadding()),
                                    i64s(c.getDilations()), c.getGroups(),
-                                   c.getChannelsLast() ? fb::Layout::NHWC : fb::Layout::NCHW);
+                                   c.getChannelsLast() ? fb::Layout::NHWC : fb::Layout::NCHW,
+                                   c.getFilterOhwi() ? fb::Layout::NHWC : fb::Layout::NCHW);
       };
       auto poolAttrs = [&](auto p) {
         return fb::CreatePoolAttrs(fbb, i64s(p.getWindow()), i64s(p.getStrides()),

@@ -19,7 +19,7 @@
 namespace graphc {
 
 /// The plan's schema version; runtime/plan/plan_loader.h has the runtime's.
-constexpr uint32_t kPlanSchemaVersion = 5;
+constexpr uint32_t kPlanSchemaVersion = 6;
 
 struct PlanMetadata {
   std::string model;

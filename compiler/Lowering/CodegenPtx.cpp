@@ -4,9 +4,10 @@
 //  1) the CUDA variants of target-specific code are kept (block reductions:
 //     ReductionNest.h), then every linalg.generic gets its parallel loops
 //     first, then linalg becomes scf.parallel / scf.for;
-//  2) each top-level scf.parallel is tiled by 256 (no-min-max-bounds: without
-//     it, trip counts that are not a multiple of the tile stay on the host),
-//     mapped to blocks x threads and becomes a gpu.launch;
+//  2) each top-level scf.parallel is collapsed to one dimension, then tiled
+//     by 256 (no-min-max-bounds: without it, trip counts that are not a
+//     multiple of the tile stay on the host), mapped to blocks x threads and
+//     becomes a gpu.launch;
 //  3) what is left at the top level and is not a constant or a launch (a
 //     scalar update) runs in a one-thread launch;
 //  4) the launches are outlined, merged into one gpu.module, lowered to NVVM
@@ -37,10 +38,13 @@
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/SCF/Transforms/Passes.h"
+#include "mlir/Dialect/SCF/Utils/Utils.h"
 #include "mlir/Dialect/Utils/StaticValueUtils.h"
 #include "mlir/IR/IRMapping.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Transforms/Passes.h"
+
+#include <numeric>
 
 using namespace mlir;
 
@@ -111,7 +115,25 @@ FailureOr<PtxKernels> compilePtx(ModuleOp kernels, ArrayRef<std::string> names,
   for (auto func : kernels.getOps<func::FuncOp>())
     if (failed(wrapHostCode(func, wrapInSingleThreadLaunch)))
       return failure();
-  // 2) tile, map, convert, outline.
+  // 2a) every multi-dimensional parallel loop (a transpose, a broadcast, a
+  // fusion that indexes one) becomes one flat loop over its iterations: the
+  // mapper below takes at most three dims and would leave the rest to each
+  // thread, and consecutive threads then write consecutive elements of the
+  // result (coalesced), whatever its rank.
+  {
+    IRRewriter rewriter(context);
+    for (auto func : kernels.getOps<func::FuncOp>())
+      for (auto loop : llvm::make_early_inc_range(
+               func.getBody().front().getOps<scf::ParallelOp>())) {
+        if (loop.getNumLoops() < 2 || loop.getNumReductions() != 0)
+          continue;
+        std::vector<unsigned> all(loop.getNumLoops());
+        std::iota(all.begin(), all.end(), 0u);
+        rewriter.setInsertionPoint(loop);
+        collapseParallelLoops(rewriter, loop, {all});
+      }
+  }
+  // 2b) tile, map, convert, outline.
   {
     PassManager pm(context, ModuleOp::getOperationName());
     pm.addNestedPass<func::FuncOp>(

@@ -351,7 +351,8 @@ LogicalResult LowerToPlanPass::lowerOp(Operation *op) {
                   i64Array(b, op, "strides", {1, 1}),
                   i64Array(b, op, "padding", {0, 0, 0, 0}),
                   i64Array(b, op, "dilations", {1, 1}), b.getI64IntegerAttr(groups),
-                  op->hasAttr("channels_last") ? b.getUnitAttr() : UnitAttr());
+                  op->hasAttr("channels_last") ? b.getUnitAttr() : UnitAttr(),
+                  op->hasAttr("filter_ohwi") ? b.getUnitAttr() : UnitAttr());
     return success();
   };
   auto pool = [&](auto opTag, ValueRange inputs) {

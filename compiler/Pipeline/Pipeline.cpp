@@ -58,7 +58,7 @@ void buildCompilePipeline(mlir::OpPassManager &pm, const PipelineOptions &option
   pm.addPass(createBuildEvalStep());
   pm.addPass(createDecomposeTrainingOps(DecomposeTrainingOpsOptions{options.syncBn}));
   if (options.layout != "nchw")
-    pm.addPass(createLayout(LayoutOptions{options.layout}));
+    pm.addPass(createLayout(LayoutOptions{options.layout, options.filters}));
   pm.addPass(createAutodiff());
   pm.addPass(createSimplifyReductions());
   if (!options.mixedPrecision.precision.empty())

@@ -57,6 +57,9 @@ struct PipelineOptions {
   bool remat = true;
   /// Activation layout (graphc-layout): "nhwc" (channels last) or "nchw".
   std::string layout = "nchw";
+  /// Filter layout of channels-last convolutions (graphc-layout's filters):
+  /// "oihw" or "ohwi" (what cuDNN's channels-last tensor cores take).
+  std::string filters = "oihw";
   RematerializeOptions rematerialize;
   /// Mixed precision (graphc-mixed-precision's options); an empty precision
   /// trains in fp32 and skips the pass.

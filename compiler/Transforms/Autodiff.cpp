@@ -239,7 +239,8 @@ LogicalResult Differentiator::backprop(Operation *op) {
       })
       .Case([&](nn::Conv2DOp conv) {
         RankedTensorType x = typeOf(conv.getInput()), w = typeOf(conv.getFilter());
-        // Channels-last activations are [N, H, W, C]; the filter is OIHW.
+        // Channels-last activations are [N, H, W, C]; the filter is OIHW, or
+        // OHWI with filter_ohwi (its gradient then too).
         const bool nhwc = conv.getChannelsLast();
         auto spatial = [&](RankedTensorType t) {
           return nhwc ? t.getShape().slice(1, 2) : t.getShape().drop_front(2);
@@ -248,14 +249,15 @@ LogicalResult Differentiator::backprop(Operation *op) {
           return b.create<nn::Conv2DBackwardDataOp>(
               loc, dy, conv.getFilter(), b.getDenseI64ArrayAttr(spatial(x)),
               conv.getStridesAttr(), conv.getPaddingAttr(), conv.getDilationsAttr(),
-              conv.getGroupsAttr(), conv.getChannelsLastAttr());
+              conv.getGroupsAttr(), conv.getChannelsLastAttr(), conv.getFilterOhwiAttr());
         });
         accumulate(conv.getFilter(), [&] {
           return b.create<nn::Conv2DBackwardFilterOp>(
               loc, conv.getInput(), dy,
-              b.getDenseI64ArrayAttr(w.getShape().drop_front(2)), conv.getStridesAttr(),
-              conv.getPaddingAttr(), conv.getDilationsAttr(), conv.getGroupsAttr(),
-              conv.getChannelsLastAttr());
+              b.getDenseI64ArrayAttr(conv.getFilterOhwi() ? w.getShape().slice(1, 2)
+                                                          : w.getShape().drop_front(2)),
+              conv.getStridesAttr(), conv.getPaddingAttr(), conv.getDilationsAttr(),
+              conv.getGroupsAttr(), conv.getChannelsLastAttr(), conv.getFilterOhwiAttr());
         });
         if (conv.getBias())
           accumulate(conv.getBias(), [&] {

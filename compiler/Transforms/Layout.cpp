@@ -44,7 +44,7 @@ RankedTensorType nhwcType(Type type) {
 
 class Converter {
 public:
-  explicit Converter(func::FuncOp func) : func(func) {}
+  Converter(func::FuncOp func, bool ohwiFilters) : func(func), ohwiFilters(ohwiFilters) {}
   void run();
 
 private:
@@ -57,8 +57,13 @@ private:
   bool convert(Operation *op);
   Value convertOperand(Value v) { return twins.count(v) ? twins[v] : toNhwc(v); }
 
+  /// The OHWI transpose of OIHW filter `w` (one per filter value).
+  Value toOhwi(Value w);
+
   func::FuncOp func;
+  bool ohwiFilters;
   DenseMap<Value, Value> twins;
+  DenseMap<Value, Value> ohwiFiltersOf;
   DenseMap<Value, Value> nchwCopies;
   llvm::SetVector<Operation *> converted;
 };
@@ -89,6 +94,17 @@ Value Converter::toNchw(Value v) {
   return copy;
 }
 
+Value Converter::toOhwi(Value w) {
+  if (Value ohwi = ohwiFiltersOf.lookup(w))
+    return ohwi;
+  OpBuilder b(func.getContext());
+  b.setInsertionPointAfterValue(w);
+  // [O, I, KH, KW] -> [O, KH, KW, I]: the permutation activations take.
+  Value ohwi = b.create<nn::TransposeOp>(w.getLoc(), w, b.getDenseI64ArrayAttr(kToNhwc));
+  ohwiFiltersOf[w] = ohwi;
+  return ohwi;
+}
+
 /// Builds the channels-last version of `op` before it when it has one and
 /// it pays (its activation operands are channels-last already, or it is a
 /// convolution); records its results' twins.
@@ -112,8 +128,13 @@ bool Converter::convert(Operation *op) {
       return false;
     SmallVector<Value> operands(op->getOperands());
     operands[0] = convertOperand(operands[0]);
+    const bool ohwi = ohwiFilters && isa<nn::Conv2DOp>(op) && isRank4(operands[1]);
+    if (ohwi)
+      operands[1] = toOhwi(operands[1]);
     Operation *clone = cloneWith(operands);
     clone->setAttr("channels_last", b.getUnitAttr());
+    if (ohwi)
+      clone->setAttr("filter_ohwi", b.getUnitAttr());
     clone->getResult(0).setType(nhwcType(op->getResult(0).getType()));
     twins[op->getResult(0)] = clone->getResult(0);
     return true;
@@ -224,9 +245,13 @@ struct LayoutPass : impl::LayoutBase<LayoutPass> {
       module.emitError("graphc-layout: layout must be nhwc or nchw, got '") << layout << "'";
       return signalPassFailure();
     }
+    if (filters != "oihw" && filters != "ohwi") {
+      module.emitError("graphc-layout: filters must be oihw or ohwi, got '") << filters << "'";
+      return signalPassFailure();
+    }
     for (StringRef name : {"forward", "eval_step"})
       if (auto func = module.lookupSymbol<func::FuncOp>(name); func && !func.isExternal())
-        Converter(func).run();
+        Converter(func, filters == "ohwi").run();
   }
 };
 

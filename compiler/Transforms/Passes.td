@@ -225,8 +225,12 @@ def Layout : Pass<"graphc-layout", "::mlir::ModuleOp"> {
     dims [1, 2], whose [N, C] result is the NCHW op's. A transpose is inserted
     where an NCHW value enters the region (the images) and where an op the
     pass leaves in NCHW (a flatten, a reshape, a reduction whose remaining
-    dims would change order) reads a value from it; filters stay OIHW. Ops
-    already `channels_last` are left alone. The numbers are the NCHW step's, up to the order of sums in the
+    dims would change order) reads a value from it. Filters stay OIHW with
+    `filters=oihw`; with `filters=ohwi` each convolution reads its filter
+    through a transpose to OHWI (`filter_ohwi`, what cuDNN's channels-last
+    tensor-core kernels take), so backward's filter gradient comes out OHWI
+    and the transpose's gradient puts it back: parameters, optimizer state
+    and checkpoints stay OIHW. Ops already `channels_last` are left alone. The numbers are the NCHW step's, up to the order of sums in the
     library convolutions and the reductions. `layout=nchw` changes nothing.
 
     ```mlir
@@ -242,6 +246,8 @@ def Layout : Pass<"graphc-layout", "::mlir::ModuleOp"> {
   let options = [
     Option<"layout", "layout", "std::string", /*default=*/"\"nhwc\"",
            "Activation layout: nhwc (channels last) or nchw (as written)">,
+    Option<"filters", "filters", "std::string", /*default=*/"\"oihw\"",
+           "Filter layout of channels-last convolutions: oihw (as stored) or ohwi">,
   ];
   let dependentDialects = ["::graphc::nn::NNDialect"];
 }

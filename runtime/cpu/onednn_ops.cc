@@ -303,9 +303,18 @@ ConvGeometry Geometry(const fb::ConvAttrs& attrs) {
 }
 
 // OIHW, or GOIHW with O and I per group for grouped convolutions.
-memory::desc Weights(const Dims& oihw, int64_t groups, DataType type) {
-  if (groups == 1) return Plain(oihw, type);
-  return Plain({groups, oihw[0] / groups, oihw[1], oihw[2], oihw[3]}, type);
+// A filter operand of shape `stored`: OIHW (GOIHW when grouped), or with
+// `ohwi` [O, KH, KW, I] (GOHWI), which oneDNN takes as the same logical dims
+// in another order.
+memory::desc Weights(const Dims& stored, int64_t groups, DataType type, bool ohwi = false) {
+  if (!ohwi) {
+    if (groups == 1) return Plain(stored, type);
+    return Plain({groups, stored[0] / groups, stored[1], stored[2], stored[3]}, type);
+  }
+  const Dims oihw = {stored[0], stored[3], stored[1], stored[2]};
+  if (groups == 1) return memory::desc(oihw, type, memory::format_tag::ohwi);
+  return memory::desc({groups, oihw[0] / groups, oihw[1], oihw[2], oihw[3]}, type,
+                      memory::format_tag::gohwi);
 }
 
 size_t Aligned(size_t bytes) { return (std::max<size_t>(bytes, 64) + 63) / 64 * 64; }
@@ -585,13 +594,14 @@ Status OneDnnOps::Impl::PrepareConv(const fb::Command& c, Prepared& p, DataType 
   const int out = static_cast<int>(c.inputs()->size());  // the first output's operand index
   const bool nhwc = c.conv()->layout() == fb::Layout::NHWC;
   auto attr = Attr();
-  // The filter operand (OIHW, GOIHW when grouped, in every layout) and what
+  // The filter operand (OIHW, GOIHW when grouped, or OHWI) and what
   // the primitive is created with. With NHWC activations and a plain filter
   // oneDNN 2.6 has only its reference kernel (two orders of magnitude slower
   // on AVX2), so NHWC commands let it choose the filter's layout and reorder
   // between that and the plan's.
   const int filter = c.op() == fb::Opcode::Conv2dBackwardFilter ? out : 1;
-  const memory::desc w_plan = Weights(OperandShape(c, filter), g.groups, type);
+  const memory::desc w_plan = Weights(OperandShape(c, filter), g.groups, type,
+                                      c.conv()->filter_layout() == fb::Layout::NHWC);
   const memory::desc w =
       nhwc ? memory::desc(w_plan.dims(), type, memory::format_tag::any) : w_plan;
   // One primitive for a chunk of the batch, run per chunk (ChunksOf). A

@@ -321,9 +321,12 @@ Status CudnnOps::Impl::PrepareConv(const fb::Command& c, Call& call) {
   if (x.size() != 4 || w.size() != 4 || y.size() != 4 || !FitsInt(x) || !FitsInt(w) ||
       !FitsInt(y))
     return Status(ErrorCode::kUnsupported, "cuDNN takes 4-d convolutions below 2^31 per dimension");
-  // From here x and y are logical (NCHW order); filters are OIHW in every layout.
+  // From here x, y and w are logical (NCHW order; the filter [K, C, R, S]
+  // whether stored OIHW or, with an NHWC filter layout, OHWI: KRSC).
+  const bool ohwi = attrs.filter_layout() == fb::Layout::NHWC;
   x = Logical(x, nhwc);
   y = Logical(y, nhwc);
+  w = Logical(w, ohwi);
   const int64_t sh = attrs.strides()->Get(0), sw = attrs.strides()->Get(1);
   const int64_t dh = attrs.dilations()->Get(0), dw = attrs.dilations()->Get(1);
   int64_t top = attrs.padding()->Get(0), left = attrs.padding()->Get(2);
@@ -343,7 +346,8 @@ Status CudnnOps::Impl::PrepareConv(const fb::Command& c, Call& call) {
   if (status.ok()) status = Tensor4d(&d.b, y, call.type.cudnn, nhwc);
   if (!status.ok()) return status;
   GRAPHC_CUDNN(cudnnCreateFilterDescriptor(&d.filter), "filter descriptor");
-  GRAPHC_CUDNN(cudnnSetFilter4dDescriptor(d.filter, call.type.cudnn, CUDNN_TENSOR_NCHW,
+  GRAPHC_CUDNN(cudnnSetFilter4dDescriptor(d.filter, call.type.cudnn,
+                                          ohwi ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
                                           static_cast<int>(w[0]), static_cast<int>(w[1]),
                                           static_cast<int>(w[2]), static_cast<int>(w[3])),
                "filter descriptor");
@@ -363,7 +367,8 @@ Status CudnnOps::Impl::PrepareConv(const fb::Command& c, Call& call) {
     if (!status.ok()) return status;
   }
   std::string key = std::to_string(static_cast<int>(c.op())) + ":" +
-                    std::to_string(static_cast<int>(call.type.cudnn)) + (nhwc ? ":nhwc" : "");
+                    std::to_string(static_cast<int>(call.type.cudnn)) + (nhwc ? ":nhwc" : "") +
+                    (ohwi ? ":ohwi" : "");
   for (const auto* dims : {&a, &w, &y})
     for (int64_t v : *dims) key += "," + std::to_string(v);
   for (int64_t v : {sh, sw, dh, dw, top, left, static_cast<int64_t>(attrs.groups())})

@@ -1,7 +1,7 @@
 // The CUDA backend's library calls through cuDNN: convolution forward,
 // backward-data and backward-filter, and max/average pooling forward and
 // backward, on the plan's plain layouts (activations NCHW or NHWC, filters
-// OIHW), in FP32 or, for mixed precision, on FP16 or BF16 tensors with FP32
+// OIHW or, with NHWC activations, OHWI), in FP32 or, for mixed precision, on FP16 or BF16 tensors with FP32
 // compute (accumulated in FP32, rounded once to the half type).
 //
 // Descriptors and algorithms are chosen once, in Prepare: each distinct

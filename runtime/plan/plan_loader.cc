@@ -345,7 +345,23 @@ Status CommandChecker::CheckShapes(const fb::Command& command, const std::string
       }
       if (x.size() != 4 || w.size() != 4 || y.size() != 4)
         return ShapeError(where, "convolution operands must be rank 4");
-      // Filters are OIHW in every layout; only x and y follow it.
+      // The filter is OIHW, or OHWI (v6, channels-last activations only),
+      // checked from here on as the OIHW filter it holds.
+      const fb::Layout filter_layout = attrs->filter_layout();
+      if (filter_layout != fb::Layout::NCHW) {
+        if (filter_layout != fb::Layout::NHWC)
+          return Fail(ErrorCode::kPlanBadValue,
+                      where + ": convolution with unknown filter layout " +
+                          Str(static_cast<int>(filter_layout)));
+        if (plan_.version() < 6)
+          return Fail(ErrorCode::kPlanBadValue,
+                      where + ": an OHWI filter in a plan of schema version " +
+                          Str(plan_.version()) + " (OHWI filters are version 6)");
+        if (attrs->layout() != fb::Layout::NHWC)
+          return Fail(ErrorCode::kPlanBadValue,
+                      where + ": an OHWI filter needs NHWC activations");
+        w = {w[0], w[3], w[1], w[2]};
+      }
       if (x[a.c] % groups != 0 || w[0] % groups != 0 || w[1] * groups != x[a.c])
         return ShapeError(where, "filter " + ShapeStr(w) + " does not match " +
                                      Str(x[a.c]) + " input channels in " + Str(groups) +

@@ -35,11 +35,12 @@ namespace graphc::runtime {
 
 // The schema version this runtime reads; graphc's copy is in
 // compiler/Export/PlanExport.h. Newer plans are refused.
-inline constexpr uint32_t kPlanSchemaVersion = 5;
+inline constexpr uint32_t kPlanSchemaVersion = 6;
 // Version 1 plans have no CPU launches, version 2 plans no digests and no
 // launch signatures; they are refused, not guessed at. Version 3 plans are
 // version 4 plans without collectives (they train on one rank), version 4
-// plans version 5 plans without NHWC convolutions and pools.
+// plans version 5 plans without NHWC convolutions and pools, version 5 plans
+// version 6 plans without OHWI filters.
 inline constexpr uint32_t kOldestPlanSchemaVersion = 3;
 
 // Collective commands are run by the executor's communicator, never by a

@@ -51,6 +51,7 @@ struct CommandSpec {
   // (empty: no pooling attributes).
   fb::Layout layout = fb::Layout::NCHW;
   std::vector<int64_t> window;
+  fb::Layout filter_layout = fb::Layout::NCHW;  // convolutions: OIHW, or NHWC = OHWI
 };
 
 // A small valid plan: x[2x3x4x4] conv w[5x3x3x3] -> y[2x5x2x2] (arena and
@@ -152,7 +153,8 @@ struct PlanSpec {
     for (const CommandSpec& c : commands) {
       auto conv = fb::CreateConvAttrs(fbb, fbb.CreateVector(c.strides),
                                       fbb.CreateVector(c.padding),
-                                      fbb.CreateVector(c.dilations), c.groups, c.layout);
+                                      fbb.CreateVector(c.dilations), c.groups, c.layout,
+                                      c.filter_layout);
       flatbuffers::Offset<fb::PoolAttrs> pool;
       if (!c.window.empty())
         pool = fb::CreatePoolAttrs(fbb, fbb.CreateVector(c.window), fbb.CreateVector(c.strides),
@@ -505,6 +507,46 @@ TEST(PlanLoaderTest, ShapesMustFitTheLayoutTheCommandNames) {
   EXPECT_EQ(message(old),
             "error[plan-bad-value]: program 'train_step' command 0 (test.mlir:1:1): an NHWC "
             "convolution in a plan of schema version 4 (layouts are version 5)");
+}
+
+// An OHWI filter (v6) is checked as the OIHW filter it holds; it needs NHWC
+// activations and a version 6 plan, which an older runtime refuses.
+TEST(PlanLoaderTest, OhwiFiltersLoadWithNhwcActivationsOnly) {
+  auto message = [](const PlanSpec& spec) {
+    StatusOr<std::unique_ptr<Plan>> plan = Plan::FromBytes(spec.Build());
+    return plan.ok() ? std::string("loaded") : plan.status().ToString();
+  };
+  PlanSpec ohwi = NhwcSpec();
+  ohwi.commands[0].filter_layout = fb::Layout::NHWC;  // w [5x3x3x3] is square: HWI = IHW
+  EXPECT_EQ(message(ohwi), "loaded");
+  PlanSpec channels = NhwcSpec();  // 4 input channels: OIHW [5x4x3x3] is OHWI [5x3x3x4]
+  channels.buffers[0].shape = {2, 4, 4, 4};
+  channels.buffers[1].shape = {5, 3, 3, 4};
+  channels.commands[0].filter_layout = fb::Layout::NHWC;
+  EXPECT_EQ(message(channels), "loaded");
+  channels.commands[0].filter_layout = fb::Layout::NCHW;
+  EXPECT_EQ(message(channels),
+            "error[plan-bad-shape]: program 'train_step' command 0 (test.mlir:1:1): filter "
+            "[5x3x3x4] does not match 4 input channels in 1 groups (NHWC)");
+  PlanSpec nchw;  // OHWI filters with NCHW activations
+  nchw.commands[0].filter_layout = fb::Layout::NHWC;
+  EXPECT_EQ(message(nchw),
+            "error[plan-bad-value]: program 'train_step' command 0 (test.mlir:1:1): an OHWI "
+            "filter needs NHWC activations");
+  PlanSpec old = ohwi;
+  old.version = 5;
+  EXPECT_EQ(message(old),
+            "error[plan-bad-value]: program 'train_step' command 0 (test.mlir:1:1): an OHWI "
+            "filter in a plan of schema version 5 (OHWI filters are version 6)");
+  PlanSpec unknown = ohwi;
+  unknown.commands[0].filter_layout = static_cast<fb::Layout>(9);
+  EXPECT_EQ(message(unknown),
+            "error[plan-bad-value]: program 'train_step' command 0 (test.mlir:1:1): "
+            "convolution with unknown filter layout 9");
+  std::ostringstream os;
+  PrintPlan(**Plan::FromBytes(ohwi.Build()), PrintOptions(), os);
+  EXPECT_NE(os.str().find("0 Conv2d layout nhwc filters ohwi [x, w] -> [y]"), std::string::npos)
+      << os.str();
 }
 
 TEST(PlanLoaderTest, InspectNamesNhwcCommandsOnly) {

@@ -259,6 +259,7 @@ void PrintPlan(const Plan& loaded, const PrintOptions& options, std::ostream& os
         }
         // NCHW, the default, goes unsaid: plans before layouts print as they did.
         if (LayoutOf(*c) == fb::Layout::NHWC) os << " layout nhwc";
+        if (c->conv() && c->conv()->filter_layout() == fb::Layout::NHWC) os << " filters ohwi";
         os << " [" << List(plan, *c->inputs()) << "] -> [" << List(plan, *c->outputs())
            << "]";
         if (c->in_place() && c->in_place()->size()) os << " in place";

@@ -1,6 +1,8 @@
 // RUN: graphc-opt %s -split-input-file -graphc-layout | FileCheck %s
 // RUN: graphc-opt %s -split-input-file -graphc-layout="layout=nchw" | FileCheck %s --check-prefix=NCHW
 // RUN: not graphc-opt %s -split-input-file -graphc-layout="layout=chwn" 2>&1 | FileCheck %s --check-prefix=BAD
+// RUN: graphc-opt %s -split-input-file -graphc-layout="filters=ohwi" | FileCheck %s --check-prefix=OHWI
+// RUN: not graphc-opt %s -split-input-file -graphc-layout="filters=hwio" 2>&1 | FileCheck %s --check-prefix=BAD-FILTERS
 
 // A conv + batch norm (decomposed, as graphc-decompose-training-ops leaves
 // it) + ReLU + max pool + flatten + linear forward. Channels-last from the
@@ -48,6 +50,16 @@ func.func @forward(%x: tensor<2x3x8x8xf32>, %y: tensor<2xi32>) -> tensor<f32> {
 // NCHW: return
 
 // BAD: graphc-layout: layout must be nhwc or nchw, got 'chwn'
+
+// With filters=ohwi the convolution reads its filter through one transpose
+// to [O, KH, KW, I] (filter_ohwi); the parameter itself stays OIHW.
+// OHWI-LABEL: func.func @forward
+// OHWI: %[[W:.*]] = nn.load @conv.weight : tensor<4x3x3x3xf32>
+// OHWI-NEXT: %[[WT:.*]] = nn.transpose %[[W]] permutation [0, 2, 3, 1] : tensor<4x3x3x3xf32>
+// OHWI: nn.conv2d %{{.*}}, %[[WT]] padding [1, 1, 1, 1] channels_last filter_ohwi : tensor<2x8x8x3xf32>, tensor<4x3x3x3xf32>
+// OHWI: return
+
+// BAD-FILTERS: graphc-layout: filters must be oihw or ohwi, got 'hwio'
 
 // -----
 

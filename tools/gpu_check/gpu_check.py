@@ -19,9 +19,9 @@ tests and the few libraries they need (oneDNN xz-packed) into DIR (default
   pdiag  only when p1 or p2 failed: the first failing command again with
          --sync-debug and cuDNN's debug log, then under compute-sanitizer
   p3     throughput at batch 256, each graphrun variant next to its PyTorch
-         counterpart on the same math (fp16 AMP vs autocast + GradScaler,
-         fp32, unfused, TF32, and CUDA Graphs off at batch 64), so that a cut
-         still leaves ratios
+         counterpart on the same math (fp16 AMP, channels-last, vs autocast +
+         GradScaler; fp32; fp32 channels-last; unfused; TF32; and CUDA Graphs
+         off at batch 64), so that a cut still leaves ratios
 
 Every process runs under a timeout; a run whose estimate would pass the
 deadline (GPU_CHECK_DEADLINE seconds after `run` starts, default 540) is
@@ -31,7 +31,7 @@ goals), gpu-check.png, environment.txt and gpu-check.tar.gz (everything else:
 reports, test JSON, cuDNN logs, sanitizer output).
 
 Knobs (environment): GPU_CHECK_DEADLINE, GPU_CHECK_BATCHES (p3, default
-"256"), GPU_CHECK_VARIANTS (p3, default "fp16 fp32 unfused tf32 nographs"),
+"256"), GPU_CHECK_VARIANTS (p3, default "fp16 fp32 nhwc unfused tf32 nographs"),
 GPU_CHECK_GRADCHECK_CASES, GPU_CHECK_STEPS / GPU_CHECK_WARMUP (p2/p3 timed
 and warmup steps), GPU_CHECK_DEVICE=cpu and GPU_CHECK_QUICK=1 (CTest's dry run
 on the CPU, with small models), GPU_CHECK_FORCE_DIAG=1 (run pdiag anyway),
@@ -65,11 +65,13 @@ OUT_FILES = ["gpu-check.log", "gpu-check.json", "gpu-check.png", "environment.tx
 LIBRARY_CASES = ["conv2d_strided_dilated_grouped", "max_pool2d", "avg_pool2d",
                  "avg_pool2d_exclude_padding", "linear_matmul", "batch_norm", "global_avg_pool"]
 QUICK_CASES = ["relu", "conv2d_strided_dilated_grouped", "avg_pool2d"]
-VARIANTS = ["fp16", "fp32", "unfused", "tf32", "nographs"]
+VARIANTS = ["fp16", "fp32", "nhwc", "unfused", "tf32", "nographs"]
 # graphrun variant -> (plan name, graphrun flags, PyTorch counterpart flags or None)
 VARIANT_RUNS = {
     "fp16": ("fp16", [], ["--amp"]),
     "fp32": ("fused", [], []),
+    # FP32 channels-last (OHWI filters): decides CUDA's FP32 default layout.
+    "nhwc": ("nhwc", [], None),
     "unfused": ("unfused", [], None),
     "tf32": ("fused", ["--tf32"], ["--tf32"]),
     "nographs": ("fused", ["--no-cuda-graphs"], None),
@@ -188,7 +190,8 @@ def prepare(args):
     for b in s["batches"]:
         for v in s["variants"]:
             plans.add((VARIANT_RUNS[v][0], s["smoke_batch"] if v == "nographs" else int(b)))
-    flags = {"fused": [], "unfused": ["--no-fuse"], "fp16": ["--amp=fp16"]}
+    flags = {"fused": [], "unfused": ["--no-fuse"], "fp16": ["--amp=fp16"],
+             "nhwc": ["--layout=nhwc"]}
     for kind, batch in sorted(plans):
         compile_plan(model, batch, f"resnet_b{batch}_{kind}", *flags[kind], target=target)
     cases = s["gradcheck_cases"]
@@ -688,6 +691,9 @@ def goals(summary):
         unfused, _ = rate("graphrun", "unfused", b)
         if fp32 and unfused:
             g["fused_over_unfused"] = fp32 / unfused
+        nhwc, _ = rate("graphrun", "nhwc", b)
+        if fp32 and nhwc:
+            g["nhwc_over_nchw_fp32"] = nhwc / fp32
         if fp16 and fp32:
             g["fp16_amp_over_fp32"] = fp16 / fp32
         found.append(g)

@@ -128,9 +128,10 @@ cl::opt<std::string> layoutChoice(
     "layout",
     cl::desc("Activation layout through convolutions, pooling and batch norm: nhwc "
              "(channels last: a transpose where the images enter and before a flatten; "
-             "the default for --target=cpu, where oneDNN's NHWC kernels are faster) or "
-             "nchw (as written; the default with a CUDA target until NHWC has been "
-             "measured on a GPU)"),
+             "the default for --target=cpu, where oneDNN's NHWC kernels are faster, and "
+             "with --amp, where cuDNN's tensor cores want it; with a CUDA target the "
+             "filters go OHWI too) or nchw (as written; the default for fp32 with a CUDA "
+             "target until NHWC has been measured on a GPU)"),
     cl::value_desc("nhwc|nchw"), cl::sub(compileCommand), cl::cat(codegenCategory));
 
 cl::opt<bool> memoryReport("memory-report",
@@ -723,8 +724,14 @@ int main(int argc, char **argv) {
   opt.decayGamma = decayGamma;
   options.fuse = !noFuse;
   options.remat = rematMode != "off";
-  options.layout = layoutChoice.getNumOccurrences() ? layoutChoice.getValue()
-                                                    : targetKind == "cpu" ? "nhwc" : "nchw";
+  // Channels-last where its kernels are the fast ones: oneDNN's on the CPU,
+  // cuDNN's tensor-core kernels for half precision on CUDA (which take OHWI
+  // filters; the CPU reads those as well). FP32 on CUDA stays NCHW until a
+  // GPU has measured NHWC against it.
+  options.layout = layoutChoice.getNumOccurrences()                  ? layoutChoice.getValue()
+                   : targetKind == "cpu" || !ampPrecision.empty() ? "nhwc"
+                                                                   : "nchw";
+  options.filters = options.layout == "nhwc" && targetKind != "cpu" ? "ohwi" : "oihw";
   options.rematerialize.libraryInputs = rematMode == "all";
   options.dataParallel = !noDataParallel;
   options.syncBn = syncBn;

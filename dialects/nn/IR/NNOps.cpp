@@ -506,6 +506,9 @@ FailureOr<ConvGeometry> getConvGeometry(std::optional<Location> loc,
   g.groups = static_cast<int64_t>(adaptor.getGroups().value_or(1));
   if (g.groups < 1)
     return inferError<OpT>(loc, "expects 'groups' >= 1, got ", g.groups);
+  if (adaptor.getFilterOhwi() && !adaptor.getChannelsLast())
+    return inferError<OpT>(loc, "an OHWI filter ('filter_ohwi') needs channels_last "
+                                "activations");
   return g;
 }
 
@@ -553,7 +556,8 @@ LogicalResult Conv2DOp::inferReturnTypes(MLIRContext *, std::optional<Location> 
                                          SmallVectorImpl<Type> &types) {
   using Op = Conv2DOp;
   auto input = nchwOf(rankedOf(adaptor.getInput()), adaptor.getChannelsLast());
-  auto filter = rankedOf(adaptor.getFilter());
+  // An OHWI filter is checked as the OIHW one it holds (the same permutation).
+  auto filter = nchwOf(rankedOf(adaptor.getFilter()), adaptor.getFilterOhwi());
   if (!input || !filter)
     return inferError<Op>(loc, "expects ranked tensor operands");
   if (input.getRank() != 4)
@@ -608,7 +612,7 @@ LogicalResult Conv2DBackwardDataOp::inferReturnTypes(
     SmallVectorImpl<Type> &types) {
   using Op = Conv2DBackwardDataOp;
   auto dy = nchwOf(rankedOf(adaptor.getGradOutput()), adaptor.getChannelsLast());
-  auto filter = rankedOf(adaptor.getFilter());
+  auto filter = nchwOf(rankedOf(adaptor.getFilter()), adaptor.getFilterOhwi());
   if (!dy || !filter || dy.getRank() != 4 || filter.getRank() != 4)
     return inferError<Op>(loc, "expects a rank-4 grad_output and a rank-4 filter");
   if (dy.getElementType() != filter.getElementType())
@@ -668,10 +672,12 @@ LogicalResult Conv2DBackwardFilterOp::inferReturnTypes(
       loc, input.getShape().drop_front(2), kernel, *g);
   if (failed(spatial) || failed(checkGradOutputSpatial<Op>(loc, *spatial, dy)))
     return failure();
-  types.push_back(RankedTensorType::get(
-      {outChannels, isStatic(channels) ? channels / g->groups : kDynamic, kernel[0],
-       kernel[1]},
-      input.getElementType()));
+  types.push_back(storedOf(
+      RankedTensorType::get(
+          {outChannels, isStatic(channels) ? channels / g->groups : kDynamic, kernel[0],
+           kernel[1]},
+          input.getElementType()),
+      adaptor.getFilterOhwi()));
   return success();
 }
 

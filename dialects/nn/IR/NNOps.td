@@ -275,7 +275,9 @@ def NN_Conv2DOp : NN_Op<"conv2d", [Pure, InferTypeOpAdaptor]> {
     Output size per spatial dim: `(in + pads - dilation * (k - 1) - 1) / stride + 1`,
     which must be at least 1. With `channels_last` the input and result are
     stored NHWC (`[N, H, W, C]`, the layout the fast CPU and GPU kernels want;
-    graphc-layout chooses it); the filter stays OIHW.
+    graphc-layout chooses it); the filter stays OIHW unless `filter_ohwi`
+    (only with `channels_last`) stores it `[O, KH, KW, C / groups]`, the
+    layout cuDNN's channels-last tensor-core kernels take.
 
     ```mlir
     %y = nn.conv2d %x, %w strides [2, 2] padding [3, 3, 3, 3]
@@ -288,12 +290,13 @@ def NN_Conv2DOp : NN_Op<"conv2d", [Pure, InferTypeOpAdaptor]> {
                        OptionalAttr<DenseI64ArrayAttr>:$padding,
                        OptionalAttr<DenseI64ArrayAttr>:$dilations,
                        OptionalAttr<I64Attr>:$groups,
-                       UnitAttr:$channels_last);
+                       UnitAttr:$channels_last,
+                       UnitAttr:$filter_ohwi);
   let results = (outs NN_FloatTensor:$result);
   let assemblyFormat = [{
     $input `,` $filter (`,` $bias^)? (`strides` $strides^)? (`padding` $padding^)?
     (`dilations` $dilations^)? (`groups` $groups^)? (`channels_last` $channels_last^)?
-    attr-dict `:`
+    (`filter_ohwi` $filter_ohwi^)? attr-dict `:`
     type($input) `,` type($filter) (`,` type($bias)^)?
   }];
 }
@@ -580,10 +583,11 @@ class NN_ConvGeometryArgs {
                       OptionalAttr<DenseI64ArrayAttr>:$padding,
                       OptionalAttr<DenseI64ArrayAttr>:$dilations,
                       OptionalAttr<I64Attr>:$groups,
-                      UnitAttr:$channels_last);
+                      UnitAttr:$channels_last,
+                      UnitAttr:$filter_ohwi);
   string geometryFormat = [{
     (`strides` $strides^)? (`padding` $padding^)? (`dilations` $dilations^)?
-    (`groups` $groups^)? (`channels_last` $channels_last^)?
+    (`groups` $groups^)? (`channels_last` $channels_last^)? (`filter_ohwi` $filter_ohwi^)?
   }];
 }
 

@@ -266,16 +266,17 @@ def Plan_LaunchOp : Plan_CommandOp<"launch", 0, 1024,
   }];
 }
 
-// `channels_last`: the activations (not the OIHW filter) are NHWC buffers.
+// `channels_last`: the activations are NHWC buffers; `filter_ohwi` (only
+// with it): the filter and its gradient are OHWI, else OIHW.
 defvar ConvArgs = (ins DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$padding,
                        DenseI64ArrayAttr:$dilations, I64Attr:$groups,
-                       UnitAttr:$channels_last);
+                       UnitAttr:$channels_last, UnitAttr:$filter_ohwi);
 defvar PoolArgs = (ins DenseI64ArrayAttr:$window, DenseI64ArrayAttr:$strides,
                        DenseI64ArrayAttr:$padding, UnitAttr:$exclude_padding,
                        UnitAttr:$channels_last);
 
 def Plan_Conv2DOp : Plan_CommandOp<"conv2d", 2, 3, ConvArgs> {
-  let summary = "library convolution: [x, w(, bias)] -> [y], NCHW or NHWC / OIHW";
+  let summary = "library convolution: [x, w(, bias)] -> [y], NCHW or NHWC / OIHW or OHWI";
 }
 def Plan_Conv2DBackwardDataOp : Plan_CommandOp<"conv2d_backward_data", 2, 2, ConvArgs> {
   let summary = "library convolution gradient: [dy, w] -> [dx]";

@@ -298,6 +298,24 @@ func.func @f(%x: tensor<1x4x16x16xf32>, %w: tensor<8x4x3x3xf32>) {
 
 // -----
 
+// Tests that an OHWI filter needs channels-last activations.
+func.func @f(%x: tensor<1x4x16x16xf32>, %w: tensor<8x3x3x4xf32>) {
+  // expected-error@+1 {{an OHWI filter ('filter_ohwi') needs channels_last activations}}
+  %0 = nn.conv2d %x, %w filter_ohwi : tensor<1x4x16x16xf32>, tensor<8x3x3x4xf32>
+  return
+}
+
+// -----
+
+// Tests that an OHWI filter's channels (its last dim) must match the input's.
+func.func @f(%x: tensor<1x16x16x4xf32>, %w: tensor<8x4x3x3xf32>) {
+  // expected-error@+1 {{filter expects 3 input channels per group but the input has 4 channels in 1 group(s)}}
+  %0 = nn.conv2d %x, %w channels_last filter_ohwi : tensor<1x16x16x4xf32>, tensor<8x4x3x3xf32>
+  return
+}
+
+// -----
+
 // Tests that conv2d groups divide the output channels.
 func.func @f(%x: tensor<1x6x16x16xf32>, %w: tensor<8x2x3x3xf32>) {
   // expected-error@+1 {{output channels (8) must be divisible by groups (3)}}

@@ -155,6 +155,24 @@ func.func @state_updates(%g: tensor<8x4x3x3xf32>, %v: tensor<8xf32>) {
   return
 }
 
+// A channels-last convolution may take its filter OHWI ([O, KH, KW, I]):
+// its filter gradient then comes out OHWI too.
+// CHECK-LABEL: func.func @filter_ohwi
+func.func @filter_ohwi(%x: tensor<8x16x16x4xf32>, %w: tensor<8x3x3x2xf32>,
+                       %dy: tensor<8x8x8x8xf32>) -> (tensor<8x8x8x8xf32>,
+    tensor<8x16x16x4xf32>, tensor<8x3x3x2xf32>) {
+  // CHECK: nn.conv2d %{{.+}}, %{{.+}} strides [2, 2] padding [1, 1, 1, 1] groups 2 channels_last filter_ohwi : tensor<8x16x16x4xf32>, tensor<8x3x3x2xf32>
+  %y = nn.conv2d %x, %w strides [2, 2] padding [1, 1, 1, 1] groups 2 channels_last filter_ohwi
+      : tensor<8x16x16x4xf32>, tensor<8x3x3x2xf32>
+  // CHECK: nn.conv2d_backward_data %{{.+}}, %{{.+}} input_size [16, 16] strides [2, 2] padding [1, 1, 1, 1] groups 2 channels_last filter_ohwi : tensor<8x8x8x8xf32>, tensor<8x3x3x2xf32>
+  %dx = nn.conv2d_backward_data %dy, %w input_size [16, 16] strides [2, 2] padding [1, 1, 1, 1]
+      groups 2 channels_last filter_ohwi : tensor<8x8x8x8xf32>, tensor<8x3x3x2xf32>
+  // CHECK: nn.conv2d_backward_filter %{{.+}}, %{{.+}} kernel_size [3, 3] strides [2, 2] padding [1, 1, 1, 1] groups 2 channels_last filter_ohwi : tensor<8x16x16x4xf32>, tensor<8x8x8x8xf32>
+  %dw = nn.conv2d_backward_filter %x, %dy kernel_size [3, 3] strides [2, 2] padding [1, 1, 1, 1]
+      groups 2 channels_last filter_ohwi : tensor<8x16x16x4xf32>, tensor<8x8x8x8xf32>
+  return %y, %dx, %dw : tensor<8x8x8x8xf32>, tensor<8x16x16x4xf32>, tensor<8x3x3x2xf32>
+}
+
 // Channels-last ops keep their activations [N, H, W, C] and the filter OIHW;
 // the result types below are inferred (the second run re-parses them).
 // CHECK-LABEL: func.func @channels_last
