@@ -1031,8 +1031,9 @@ std::string OneDnnOps::LibraryMath(fb::DType dtype) const {
              " has no fp16 convolutions or matmul on CPUs)";
     case fb::DType::BF16: {
       if (!impl_->native_bf16)
-        return "bf16: emulated through fp32 (no AVX512-BF16 or AMX: " + onednn +
-               "'s ISA here is " + isa + ")";
+        return "bf16: emulated through fp32 (" + onednn + "'s ISA here is " + isa +
+               ", without bf16 instructions: the CPU lacks AVX512-BF16 or ONEDNN_MAX_CPU_ISA "
+               "caps it)";
       std::string math = "bf16: oneDNN native (" + isa + ")";
       if (impl_->bf16_widened > 0)
         math += "; " + std::to_string(impl_->bf16_widened) +

@@ -145,6 +145,28 @@ Status CheckHostfile(const std::string& path) {
   return Status::Ok();
 }
 
+// An integer option in [lowest, highest], or a one-line error that says so: a
+// value out of range is refused, never wrapped, clamped or reinterpreted
+// (--threads 2147483648 once became a negative count, --seed -1 a huge one).
+CLI::Validator InRange(int64_t lowest, int64_t highest) {
+  return CLI::Validator(
+      [lowest, highest](std::string& value) -> std::string {
+        bool digits = !value.empty() &&
+                      value.find_first_not_of("0123456789", value[0] == '-' ? 1 : 0) ==
+                          std::string::npos &&
+                      value != "-";
+        if (digits) {
+          errno = 0;
+          char* end = nullptr;
+          long long v = std::strtoll(value.c_str(), &end, 10);
+          if (errno == 0 && *end == '\0' && v >= lowest && v <= highest) return "";
+        }
+        return "must be an integer in [" + std::to_string(lowest) + ", " +
+               std::to_string(highest) + "], got '" + Printable(value) + "'";
+      },
+      "N in [" + std::to_string(lowest) + ", " + std::to_string(highest) + "]");
+}
+
 // `graphrun PLAN --nodes N ...` outside an MPI job: the same command line, run
 // by mpirun on N x K ranks. On one machine (no --hostfile) the ranks share its
 // cores: each gets an equal share of threads unless --threads says otherwise,
@@ -171,7 +193,16 @@ int Relaunch(int argc, char** argv, const LaunchOptions& l, const DeviceOptions&
   args.push_back(length > 0 ? std::string(self, length) : std::string(argv[0]));
   for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
   if (d.threads == 0) {
-    const int64_t cores = std::max<unsigned>(1, std::thread::hardware_concurrency());
+    // The machine's threads: OMP_NUM_THREADS where set, else every core;
+    // each rank on a machine gets its share.
+    int64_t cores = std::max<unsigned>(1, std::thread::hardware_concurrency());
+    if (const char* omp = std::getenv("OMP_NUM_THREADS"); omp != nullptr && *omp != '\0') {
+      std::string value = omp;
+      const std::string problem = InRange(1, kMaxCpuThreads)(value);
+      if (!problem.empty())
+        return Fail(Status(ErrorCode::kInvalidArgument, "OMP_NUM_THREADS: " + problem));
+      cores = std::atoll(omp);
+    }
     const int64_t per_machine = l.hostfile.empty() ? ranks : l.ranks_per_node;
     args.insert(args.end(), {"--threads", std::to_string(std::max<int64_t>(1, cores / per_machine))});
   }
@@ -254,28 +285,6 @@ int RunTrainingOn(TrainOptions& o, const DeviceOptions& d, Communicator& comm) {
 }
 
 }  // namespace
-
-// An integer option in [lowest, highest], or a one-line error that says so: a
-// value out of range is refused, never wrapped, clamped or reinterpreted
-// (--threads 2147483648 once became a negative count, --seed -1 a huge one).
-CLI::Validator InRange(int64_t lowest, int64_t highest) {
-  return CLI::Validator(
-      [lowest, highest](std::string& value) -> std::string {
-        bool digits = !value.empty() &&
-                      value.find_first_not_of("0123456789", value[0] == '-' ? 1 : 0) ==
-                          std::string::npos &&
-                      value != "-";
-        if (digits) {
-          errno = 0;
-          char* end = nullptr;
-          long long v = std::strtoll(value.c_str(), &end, 10);
-          if (errno == 0 && *end == '\0' && v >= lowest && v <= highest) return "";
-        }
-        return "must be an integer in [" + std::to_string(lowest) + ", " +
-               std::to_string(highest) + "], got '" + Printable(value) + "'";
-      },
-      "N in [" + std::to_string(lowest) + ", " + std::to_string(highest) + "]");
-}
 
 // Seconds in (0, highest], or a one-line error that says so (NaN, infinity
 // and trailing text are refused, as InRange refuses them for integers).
