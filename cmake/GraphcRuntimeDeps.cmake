@@ -27,6 +27,14 @@ function(graphc_core_target target)
   set_property(GLOBAL APPEND PROPERTY GRAPHC_CORE_TARGETS ${target})
 endfunction()
 
+define_property(GLOBAL PROPERTY GRAPHC_CONTRACT_TARGETS
+  BRIEF_DOCS "Targets of contract/"
+  FULL_DOCS "Targets compiler and runtime share: they link neither side")
+
+function(graphc_contract_target target)
+  set_property(GLOBAL APPEND PROPERTY GRAPHC_CONTRACT_TARGETS ${target})
+endfunction()
+
 # True when a link item or include directory is a device library or a backend.
 function(_graphc_is_device_library item out)
   string(TOLOWER "${item}" lower)
@@ -119,4 +127,26 @@ function(graphc_check_runtime_deps)
   endforeach()
   list(LENGTH core n)
   message(STATUS "graphc: ${n} runtime core target(s) checked free of device libraries")
+  # The contract is below both halves: it links no runtime or compiler target.
+  get_property(contract GLOBAL PROPERTY GRAPHC_CONTRACT_TARGETS)
+  foreach(target IN LISTS contract)
+    _graphc_find_forbidden(_graphc_is_above_contract ${target} ${target} found)
+    if(found)
+      message(FATAL_ERROR
+        "contract target links the compiler or the runtime (${found}); contract/ is what "
+        "both share and stands below them")
+    endif()
+  endforeach()
+endfunction()
+
+# True when a link item is a runtime or compiler target (what contract/ must
+# not reach).
+function(_graphc_is_above_contract item out)
+  if(item MATCHES "^graphc_" AND NOT item MATCHES "^graphc_(contract|plan_schema)$")
+    set(${out} TRUE PARENT_SCOPE)
+  elseif(item MATCHES "^Graphc")
+    set(${out} TRUE PARENT_SCOPE)
+  else()
+    set(${out} FALSE PARENT_SCOPE)
+  endif()
 endfunction()

@@ -10,7 +10,7 @@
 #include "compiler/Lowering/Passes.h"
 #include "compiler/Transforms/Passes.h"
 #include "dialects/plan/IR/PlanDialect.h"
-#include "schema/plan_generated.h"
+#include "contract/schema/plan_generated.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 using namespace mlir;
@@ -187,7 +187,7 @@ LogicalResult graphc::exportPlan(ModuleOp module, const PlanMetadata &metadata,
         launches = fbb.CreateVector(kernelLaunches);
       }
       const auto *code = reinterpret_cast<const uint8_t *>(data.data());
-      graphc::runtime::Sha256Digest hash = graphc::runtime::Sha256Of(code, data.size());
+      graphc::Sha256Digest hash = graphc::Sha256Of(code, data.size());
       binaries.push_back(fb::CreateKernelBinary(
           fbb, target, static_cast<fb::BinaryFormat>(binary.getFormat()),
           fbb.CreateString(binary.getCpu().str()), fbb.CreateVector(code, data.size()),
@@ -287,11 +287,11 @@ LogicalResult graphc::exportPlan(ModuleOp module, const PlanMetadata &metadata,
   };
   // The digest and signature are written as zeros, then filled in by SealPlan
   // over the finished bytes (plan_integrity.h).
-  std::vector<uint8_t> zeros(graphc::runtime::kSignatureBytes, 0);
+  std::vector<uint8_t> zeros(graphc::kSignatureBytes, 0);
   auto digest = fbb.CreateVector(zeros.data(), 32);
   flatbuffers::Offset<flatbuffers::Vector<uint8_t>> signature, signer;
   if (metadata.signingKey) {
-    graphc::runtime::PublicKey publicKey = graphc::runtime::PublicKeyOf(*metadata.signingKey);
+    graphc::PublicKey publicKey = graphc::PublicKeyOf(*metadata.signingKey);
     signature = fbb.CreateVector(zeros.data(), zeros.size());
     signer = fbb.CreateVector(publicKey.data(), publicKey.size());
   }
@@ -304,7 +304,7 @@ LogicalResult graphc::exportPlan(ModuleOp module, const PlanMetadata &metadata,
       fbb.CreateVector(constants), fbb.CreateVector(kernels), fbb.CreateVector(binaries),
       fbb.CreateVector(programs), digest, signature, signer);
   fb::FinishPlanBuffer(fbb, plan);
-  graphc::runtime::Status sealed = graphc::runtime::SealPlan(
+  graphc::Status sealed = graphc::SealPlan(
       fbb.GetBufferPointer(), fbb.GetSize(),
       metadata.signingKey ? &*metadata.signingKey : nullptr);
   if (!sealed.ok())

@@ -1,6 +1,6 @@
 //===- PlanExport.h - plan dialect to a FlatBuffers plan file ---*- C++ -*-===//
 //
-// The only writer of runtime/schema/plan.fbs files: translates a module that
+// The only writer of contract/schema/plan.fbs files: translates a module that
 // passed graphc-plan-contract into the serialized plan.
 //
 //===----------------------------------------------------------------------===//
@@ -9,7 +9,8 @@
 #define GRAPHC_COMPILER_EXPORT_PLANEXPORT_H
 
 #include "mlir/IR/BuiltinOps.h"
-#include "runtime/plan/plan_integrity.h"
+#include "contract/plan_integrity.h"
+#include "contract/schema_version.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -18,16 +19,13 @@
 
 namespace graphc {
 
-/// The plan's schema version; runtime/plan/plan_loader.h has the runtime's.
-constexpr uint32_t kPlanSchemaVersion = 6;
-
 struct PlanMetadata {
   std::string model;
   int64_t batchSize = 0;
   std::string precision = "fp32";
   bool fused = false;
   /// Signs the plan (Ed25519) when set; every plan gets a SHA-256 digest.
-  std::optional<graphc::runtime::SecretKey> signingKey;
+  std::optional<graphc::SecretKey> signingKey;
 };
 
 /// What a program's generated kernels cost per run: launches, and bytes they

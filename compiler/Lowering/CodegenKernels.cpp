@@ -24,8 +24,8 @@
 #include "compiler/Lowering/CodegenPtx.h"
 #include "compiler/Lowering/KernelLoops.h"
 #include "compiler/Lowering/Passes.h"
-#include "runtime/files.h"
-#include "runtime/plan/launch_record.h"
+#include "contract/files.h"
+#include "contract/launch_record.h"
 #include "mlir/Conversion/AffineToStandard/AffineToStandard.h"
 #include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
 #include "mlir/Conversion/ControlFlowToLLVM/ControlFlowToLLVM.h"
@@ -396,7 +396,7 @@ CodegenKernelsPass::compileCpu(ModuleOp kernels, ArrayRef<std::string> names,
     for (auto [index, launch] : llvm::enumerate(perKernel)) {
       llvm::Constant *record = llvm::ConstantDataArray::getString(
           llvmContext,
-          graphc::runtime::LaunchRecord(
+          graphc::LaunchRecord(
               kernelName, index, launch.grid[0],
               std::vector<uint32_t>(launch.args.begin(), launch.args.end()),
               std::vector<uint64_t>(launch.argBytes.begin(), launch.argBytes.end())),
@@ -473,8 +473,8 @@ LogicalResult CodegenKernelsPass::dump(StringRef file, StringRef bytes) {
   llvm::sys::path::append(path, file);
   // Through a new file renamed over the old: never following a symlink
   // planted at the name, never blocking on a FIFO.
-  graphc::runtime::Status written =
-      graphc::runtime::WriteFileAtomically(path.str().str(), bytes.str());
+  graphc::Status written =
+      graphc::WriteFileAtomically(path.str().str(), bytes.str());
   if (!written.ok())
     return emitError(getOperation().getLoc(), "--dump-kernels: ") << written.message();
   return success();

@@ -33,8 +33,8 @@ using graphc::runtime::CommOptions;
 using graphc::runtime::CommTensor;
 using graphc::runtime::Communicator;
 using graphc::runtime::Reduction;
-using graphc::runtime::Status;
-using graphc::runtime::StatusOr;
+using graphc::Status;
+using graphc::StatusOr;
 namespace fb = graphc::fb;
 using Clock = std::chrono::steady_clock;
 

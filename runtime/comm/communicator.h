@@ -21,8 +21,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/status.h"
-#include "schema/plan_generated.h"
+#include "contract/status.h"
+#include "contract/schema/plan_generated.h"
 
 namespace graphc::runtime {
 

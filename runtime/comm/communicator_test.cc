@@ -616,6 +616,7 @@ class FailuresOnly : public testing::EmptyTestEventListener {
 }  // namespace graphc::runtime
 
 int main(int argc, char** argv) {
+  using namespace graphc;
   using namespace graphc::runtime;
   testing::InitGoogleTest(&argc, argv);
   std::unique_ptr<Communicator> mpi;

@@ -8,7 +8,7 @@
 #include <memory>
 
 #include "runtime/comm/communicator.h"
-#include "runtime/status.h"
+#include "contract/status.h"
 
 namespace graphc::runtime::comm {
 

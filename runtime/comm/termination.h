@@ -3,7 +3,8 @@
 // state is unusable and neither a Status nor MPI_Finalize would get anywhere.
 // Also the state behind InstallTerminationHandler(): the line a SIGTERM prints,
 // kept formatted by the communication thread so that the handler only writes
-// it. Private to runtime/comm.
+// it. Published for the device collectives (NCCL), whose watchdog ends a
+// broken job the same way.
 
 #ifndef GRAPHC_RUNTIME_COMM_TERMINATION_H_
 #define GRAPHC_RUNTIME_COMM_TERMINATION_H_

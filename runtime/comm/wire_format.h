@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "runtime/comm/communicator.h"
-#include "runtime/half_float.h"
-#include "runtime/status.h"
+#include "contract/half_float.h"
+#include "contract/status.h"
 
 namespace graphc::runtime::comm {
 

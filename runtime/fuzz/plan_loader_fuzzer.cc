@@ -13,14 +13,15 @@
 #include <sstream>
 #include <vector>
 
-#include "runtime/plan/elf_check.h"
-#include "runtime/plan/plan_integrity.h"
-#include "runtime/plan/plan_loader.h"
-#include "runtime/plan/plan_printer.h"
+#include "runtime/core/elf_check.h"
+#include "contract/plan_integrity.h"
+#include "runtime/core/plan_loader.h"
+#include "runtime/core/plan_printer.h"
 
 namespace {
 
 void Exercise(std::vector<uint8_t> bytes) {
+  using namespace graphc;
   using namespace graphc::runtime;
   StatusOr<std::unique_ptr<Plan>> plan = Plan::FromBytes(std::move(bytes));
   if (!plan.ok()) return;
@@ -34,6 +35,7 @@ void Exercise(std::vector<uint8_t> bytes) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace graphc;
   using namespace graphc::runtime;
   std::vector<uint8_t> bytes(data, data + size);
   Exercise(bytes);

@@ -25,11 +25,13 @@ out=$build/fuzz
 mkdir -p "$out/corpus" "$out/artifacts"
 "$cxx" -std=c++17 -O1 -g -fno-omit-frame-pointer \
   -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-  -I"$src" -I"$build/runtime" \
-  "$src/runtime/fuzz/plan_loader_fuzzer.cc" "$src/runtime/plan/plan_loader.cc" \
-  "$src/runtime/plan/elf_check.cc" "$src/runtime/plan/plan_integrity.cc" \
-  "$src/runtime/plan/printable.cc" "$src/runtime/plan/launch_record.cc" \
-  "$src/runtime/plan/plan_printer.cc" "$src/runtime/status.cc" -lsodium \
+  -I"$src" -I"$build" \
+  "$src/runtime/fuzz/plan_loader_fuzzer.cc" "$src/runtime/core/plan_loader.cc" \
+  "$src/runtime/core/plan_verifier.cc" "$src/runtime/core/command_checks.cc" \
+  "$src/runtime/core/binary_checks.cc" "$src/runtime/core/dataflow_checks.cc" \
+  "$src/runtime/core/elf_check.cc" "$src/contract/plan_integrity.cc" \
+  "$src/contract/printable.cc" "$src/contract/launch_record.cc" \
+  "$src/runtime/core/plan_printer.cc" "$src/contract/status.cc" -lsodium \
   -o "$out/plan_loader_fuzzer"
 
 "$build/bin/graphc" compile "$src/models/mnist_softmax.mlir" --batch-size 2 --target=all \

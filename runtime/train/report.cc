@@ -8,7 +8,7 @@
 #include <map>
 #include <utility>
 
-#include "runtime/plan/plan_printer.h"
+#include "runtime/core/plan_printer.h"
 
 namespace graphc::runtime {
 

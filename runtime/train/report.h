@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "nlohmann/json.hpp"
-#include "runtime/plan/plan_loader.h"
+#include "runtime/core/plan_loader.h"
 
 namespace graphc::runtime {
 

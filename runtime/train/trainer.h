@@ -14,9 +14,9 @@
 #include <string>
 
 #include "nlohmann/json.hpp"
-#include "runtime/backend.h"
-#include "runtime/plan/plan_loader.h"
-#include "runtime/status.h"
+#include "runtime/core/backend.h"
+#include "runtime/core/plan_loader.h"
+#include "contract/status.h"
 
 namespace graphc::runtime {
 

@@ -17,8 +17,8 @@
 #include "compiler/Pipeline/Pipeline.h"
 #include "EscapingStream.h"
 #include "NestingCheck.h"
-#include "runtime/files.h"
-#include "runtime/plan/printable.h"
+#include "contract/files.h"
+#include "contract/printable.h"
 #include "dialects/nn/IR/NNDialect.h"
 #include "dialects/nn/IR/NNOps.h"
 #include "dialects/plan/IR/PlanDialect.h"
@@ -277,7 +277,7 @@ bool writeOutput(const std::string &path, const std::string &bytes) {
     if (::fstat(STDOUT_FILENO, &out) == 0 && st.st_dev == out.st_dev &&
         st.st_ino == out.st_ino) {
       llvm::outs().flush();
-      if (graphc::runtime::WriteAll(STDOUT_FILENO, bytes.data(), bytes.size())) {
+      if (graphc::WriteAll(STDOUT_FILENO, bytes.data(), bytes.size())) {
         // What graphc prints after (the plan's summary) goes to stderr, so
         // that standard output holds the plan alone.
         ::dup2(STDERR_FILENO, STDOUT_FILENO);
@@ -288,7 +288,7 @@ bool writeOutput(const std::string &path, const std::string &bytes) {
     }
     if (S_ISCHR(st.st_mode)) {
       int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
-      bool ok = fd >= 0 && graphc::runtime::WriteAll(fd, bytes.data(), bytes.size());
+      bool ok = fd >= 0 && graphc::WriteAll(fd, bytes.data(), bytes.size());
       int error = ok ? 0 : errno;
       if (fd >= 0 && ::close(fd) != 0 && ok) {
         ok = false;
@@ -305,10 +305,10 @@ bool writeOutput(const std::string &path, const std::string &bytes) {
   if (::lstat(path.c_str(), &link) == 0 && S_ISLNK(link.st_mode) &&
       ::realpath(path.c_str(), resolved) != nullptr)
     target = resolved;
-  graphc::runtime::Status written = graphc::runtime::WriteFileAtomically(target, bytes);
+  graphc::Status written = graphc::WriteFileAtomically(target, bytes);
   if (!written.ok()) {
     llvm::StringRef why = written.message();
-    why.consume_front(graphc::runtime::Printable(target) + ": ");
+    why.consume_front(graphc::Printable(target) + ": ");
     fail("cannot write '" + path + "': " + why);
   }
   return written.ok();
@@ -569,7 +569,7 @@ int main(int argc, char **argv) {
     return fail(keygenCommand ? "keygen: NAME is empty" : "the model path is empty");
   if (keygenCommand) {
     std::string secretPath = keyName + ".key", publicPath = keyName + ".pub";
-    graphc::runtime::Status made = graphc::runtime::GenerateKeyPair(secretPath, publicPath);
+    graphc::Status made = graphc::GenerateKeyPair(secretPath, publicPath);
     if (!made.ok())
       return fail(made.message());
     llvm::outs() << "wrote " << secretPath << " (the secret key, mode 0600: keep it private) and "
@@ -635,7 +635,7 @@ int main(int argc, char **argv) {
     return fail("--initial-loss-scale and --loss-scale-window apply to --loss-scale=dynamic");
 
   // The key is read before the work, so a wrong file fails at once.
-  std::optional<graphc::runtime::SecretKey> signingKey;
+  std::optional<graphc::SecretKey> signingKey;
   if (!signKey.empty()) {
     if (!writePlan)
       return fail("--sign-key signs plans; it does not apply to --compile-to=" +
@@ -646,7 +646,7 @@ int main(int argc, char **argv) {
                                   ? "data-parallel"
                               : compileTo.getValue() == graphc::Phase::Autodiff ? "autodiff"
                                                                                 : "lower"));
-    auto key = graphc::runtime::ReadSecretKey(signKey);
+    auto key = graphc::ReadSecretKey(signKey);
     if (!key.ok())
       return fail("--sign-key: " + key.status().message());
     signingKey = *key;

@@ -1,0 +1,146 @@
+//===- ElementwiseKernels.cpp - elementwise and copy kernels ----------------===//
+//
+// Elementwise ops (one flat loop), broadcasts and transposes (one indexed
+// copy each) and the dropout keep mask.
+//
+//===----------------------------------------------------------------------===//
+
+#include "compiler/Lowering/KernelBuilders.h"
+
+#include "dialects/nn/IR/NNOps.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+
+using namespace mlir;
+
+namespace graphc::kernel {
+
+/// Elementwise ops: one flat loop.
+KernelSignature emitElementwise(Operation *op, ModuleOp kernels, StringRef name) {
+  OpBuilder b(op->getContext());
+  Location loc = op->getLoc();
+  SmallVector<Type> types;
+  for (Value v : op->getOperands())
+    types.push_back(flatType(v.getType()));
+  types.push_back(flatType(op->getResult(0).getType()));
+  func::FuncOp func = createKernelFunc(b, kernels, name, loc, types);
+  auto args = func.getArguments();
+  buildFlatGeneric(b, loc, args.drop_back(), args.take_back(),
+                   [&](OpBuilder &nb, Location nloc, ValueRange scalars) {
+                     return SmallVector<Value>{emitScalarOp(
+                         nb, nloc, op, scalars.drop_back())};
+                   });
+  b.create<func::ReturnOp>(loc);
+  return {llvm::to_vector(op->getOperands()), /*elementwise=*/true};
+}
+
+/// A kernel that copies `op`'s one input into its result, one loop per result
+/// dim, reading the input at `inExprs` of the result's indices.
+KernelSignature emitIndexedCopy(Operation *op, ArrayRef<AffineExpr> inExprs,
+                                ModuleOp kernels, StringRef name) {
+  OpBuilder b(op->getContext());
+  Location loc = op->getLoc();
+  auto inType = llvm::cast<RankedTensorType>(op->getOperand(0).getType());
+  auto outType = llvm::cast<RankedTensorType>(op->getResult(0).getType());
+  func::FuncOp func = createKernelFunc(
+      b, kernels, name, loc, {naturalType(inType), naturalType(outType)});
+  unsigned rank = outType.getRank();
+  SmallVector<AffineMap> maps = {AffineMap::get(rank, 0, inExprs, b.getContext()),
+                                 AffineMap::getMultiDimIdentityMap(rank, b.getContext())};
+  SmallVector<IteratorType> iterators(rank, IteratorType::parallel);
+  buildGeneric(b, loc, func.getArgument(0), func.getArgument(1), maps, iterators,
+               [](OpBuilder &, Location, ValueRange s) {
+                 return SmallVector<Value>{s[0]};
+               });
+  b.create<func::ReturnOp>(loc);
+  return {{op->getOperand(0)}, false};
+}
+
+KernelSignature emitBroadcast(nn::BroadcastOp op, ModuleOp kernels, StringRef name) {
+  auto inType = llvm::cast<RankedTensorType>(op.getInput().getType());
+  auto outType = llvm::cast<RankedTensorType>(op.getType());
+  MLIRContext *ctx = op->getContext();
+  SmallVector<AffineExpr> inExprs;
+  for (auto [i, dim] : llvm::enumerate(op.getDims())) {
+    bool stretched = inType.getDimSize(i) == 1 && outType.getDimSize(dim) != 1;
+    inExprs.push_back(stretched ? getAffineConstantExpr(0, ctx)
+                                : getAffineDimExpr(dim, ctx));
+  }
+  return emitIndexedCopy(op, inExprs, kernels, name);
+}
+
+/// A transpose: the input read through the inverse permutation (result dim i
+/// is input dim permutation[i]).
+KernelSignature emitTranspose(nn::TransposeOp op, ModuleOp kernels, StringRef name) {
+  SmallVector<AffineExpr> inExprs(op.getPermutation().size());
+  for (auto [i, p] : llvm::enumerate(op.getPermutation()))
+    inExprs[p] = getAffineDimExpr(static_cast<unsigned>(i), op->getContext());
+  return emitIndexedCopy(op, inExprs, kernels, name);
+}
+
+
+/// Inverted-dropout keep mask from a counter-based hash of (seed, step, index):
+/// splitmix64's finalizer, top 24 bits as a uniform in [0, 1).
+KernelSignature emitDropoutMask(nn::DropoutMaskOp op, ModuleOp kernels, StringRef name) {
+  OpBuilder b(op->getContext());
+  Location loc = op.getLoc();
+  SmallVector<Type> args = {naturalType(op.getStep().getType())};
+  if (op.getOffset())
+    args.push_back(naturalType(op.getOffset().getType()));
+  args.push_back(flatType(op.getType()));
+  func::FuncOp func = createKernelFunc(b, kernels, name, loc, args);
+  Type i64 = b.getI64Type();
+  Type elem = llvm::cast<RankedTensorType>(op.getType()).getElementType();
+  double rate = op.getRate().convertToDouble();
+  Value step = b.create<memref::LoadOp>(loc, func.getArgument(0), ValueRange{});
+  Value offset = op.getOffset()
+                     ? b.create<memref::LoadOp>(loc, func.getArgument(1), ValueRange{})
+                           .getResult()
+                     : Value();
+  Value output = func.getArguments().back();
+  auto k = [&](OpBuilder &nb, Location l, uint64_t v) {
+    return constInt(nb, l, i64, static_cast<int64_t>(v));
+  };
+  Value key = b.create<arith::XOrIOp>(
+      loc, b.create<arith::MulIOp>(loc, k(b, loc, static_cast<uint64_t>(op.getSeed())),
+                                   k(b, loc, 0x9E3779B97F4A7C15ull)),
+      b.create<arith::MulIOp>(loc, step, k(b, loc, 0xD1B54A32D192ED03ull)));
+  if (offset)
+    key = b.create<arith::AddIOp>(loc, key, offset);
+  MLIRContext *ctx = b.getContext();
+  buildGeneric(
+      b, loc, ValueRange{}, output,
+      {AffineMap::getMultiDimIdentityMap(1, ctx)}, {IteratorType::parallel},
+      [&](OpBuilder &nb, Location l, ValueRange) -> SmallVector<Value> {
+        Value index = nb.create<arith::IndexCastOp>(l, i64, nb.create<linalg::IndexOp>(l, 0));
+        Value x = nb.create<arith::AddIOp>(l, key, index);
+        auto mix = [&](Value v, unsigned shift, uint64_t mult) {
+          Value shifted = nb.create<arith::ShRUIOp>(l, v, k(nb, l, shift));
+          Value mixed = nb.create<arith::XOrIOp>(l, v, shifted);
+          return mult ? nb.create<arith::MulIOp>(l, mixed, k(nb, l, mult)).getResult()
+                      : mixed;
+        };
+        x = mix(x, 30, 0xBF58476D1CE4E5B9ull);
+        x = mix(x, 27, 0x94D049BB133111EBull);
+        x = mix(x, 31, 0);
+        Value bits = nb.create<arith::ShRUIOp>(l, x, k(nb, l, 40));
+        Value u = nb.create<arith::MulFOp>(
+            l, nb.create<arith::UIToFPOp>(l, nb.getF64Type(), bits),
+            constFloat(nb, l, nb.getF64Type(), 1.0 / 16777216.0));
+        Value keep = nb.create<arith::CmpFOp>(l, arith::CmpFPredicate::OGE, u,
+                                              constFloat(nb, l, nb.getF64Type(), rate));
+        return {nb.create<arith::SelectOp>(l, keep, constFloat(nb, l, elem, 1.0 / (1.0 - rate)),
+                                           constFloat(nb, l, elem, 0.0))};
+      });
+  b.create<func::ReturnOp>(loc);
+  SmallVector<Value> inputs = {op.getStep()};
+  if (op.getOffset())
+    inputs.push_back(op.getOffset());
+  return {inputs, false};
+}
+
+} // namespace graphc::kernel

@@ -1,0 +1,43 @@
+// The CUDA backend: device memory, the plan's PTX loaded through the CUDA
+// runtime API, cuDNN for convolutions and pooling, cuBLAS for gemms, on one
+// compute stream and one copy stream. Created through backend_factory.h;
+// included directly only by the factory and its own tests.
+//
+// It links the CUDA runtime (cudart), never the driver library, so a binary
+// built with it starts on a machine without a driver: CudaUsable then says
+// why there is no device, and only `--device cuda` fails.
+
+#ifndef GRAPHC_RUNTIME_BACKENDS_CUDA_CUDA_BACKEND_H_
+#define GRAPHC_RUNTIME_BACKENDS_CUDA_CUDA_BACKEND_H_
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "runtime/core/backend.h"
+#include "contract/status.h"
+
+namespace graphc::runtime {
+
+struct CudaOptions {
+  int device = 0;
+  // Let cuBLAS and cuDNN use TF32 tensor cores for FP32 math (10-bit
+  // mantissa products); off, FP32 math is strict FP32.
+  bool tf32 = false;
+  // Only deterministic cuDNN convolution algorithms without FFT or Winograd
+  // (CudnnOptions::precise).
+  bool precise = false;
+  // cuDNN's algorithm cache file, "" for none; unset: where
+  // AlgorithmCache::DefaultPath() says (the environment decides).
+  std::optional<std::string> cudnn_cache;
+};
+
+// Ok when CUDA device `device` is usable; otherwise kUnavailable with the
+// reason in one line ("no CUDA driver (...)", "no CUDA device", ...).
+Status CudaUsable(int device = 0);
+
+StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaOptions& options);
+
+}  // namespace graphc::runtime
+
+#endif  // GRAPHC_RUNTIME_BACKENDS_CUDA_CUDA_BACKEND_H_

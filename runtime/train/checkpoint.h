@@ -1,0 +1,54 @@
+// Checkpoints: a plan's state (parameters, optimizer buffers, batch-norm
+// statistics, the step counter) in the safetensors format, each tensor under
+// its name in the model file (`conv1.weight`, `conv1.weight.momentum_buffer`,
+// `graphc.step`), so `safetensors.torch.load_file` or a few lines of NumPy
+// read it and PyTorch-trained weights can be fed back.
+//
+// Writes are atomic: a temporary file in the same directory (PATH.tmp.XXXXXX,
+// locked while it is written), fsync, rename, fsync of the directory. A run
+// killed mid-save leaves the previous checkpoint whole; the temporary files
+// such runs leave behind are removed by the next save to the same path (those
+// no live writer holds). State holding NaN or infinity is never saved, and a
+// checkpoint holding it is never loaded: a diverged run cannot replace the
+// last good checkpoint.
+
+#ifndef GRAPHC_RUNTIME_TRAIN_CHECKPOINT_H_
+#define GRAPHC_RUNTIME_TRAIN_CHECKPOINT_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "runtime/core/executor.h"
+#include "contract/status.h"
+
+namespace graphc::runtime {
+
+// The states a run sets itself from the job it runs in (graphc.rank, the
+// process's rank; graphc.world_size, the number of ranks): not part of a
+// model's checkpoint, so one resumes on any number of ranks, and from before
+// a plan had them.
+bool IsRuntimeOwnedState(const std::string& name);
+
+// Writes every state tensor of the executor's plan to `path` (but the
+// runtime-owned ones), with `metadata`
+// as the file's __metadata__ (string to string, as safetensors requires).
+// Fails with kNonFinite naming the tensor, without touching `path`, when a
+// tensor holds NaN or infinity; with kIo when `path` exists and is not a
+// regular file.
+Status SaveCheckpoint(const Executor& exec, const std::string& path,
+                      const std::map<std::string, std::string>& metadata);
+
+// Sets every state tensor of the executor's plan (but the runtime-owned
+// ones) from `path`. Like PyTorch's
+// strict load_state_dict: a tensor missing from the file, one the plan does
+// not have, or one of another dtype or shape is an error naming it, and
+// nothing is written unless the whole file checks out, NaN and infinity
+// (kNonFinite, naming the tensor) included. With `metadata`, also gives the
+// file's "__metadata__" strings (others are left out).
+Status LoadCheckpoint(Executor& exec, const std::string& path,
+                      std::map<std::string, std::string>* metadata = nullptr);
+
+}  // namespace graphc::runtime
+
+#endif  // GRAPHC_RUNTIME_TRAIN_CHECKPOINT_H_

@@ -1,0 +1,148 @@
+// Training data for graphrun: batches of float32 NCHW images and int32 labels.
+//
+//  - synthetic: like the benchmarks' fake data, one set of random batches made
+//    once from the seed and cycled (no input pipeline cost in the timing);
+//  - fashion-mnist[:DIR]: Debian's IDX files (dataset-fashion-mnist), pixels
+//    scaled to [0, 1] and normalized with the training set's mean and standard
+//    deviation, shuffled per epoch from the seed;
+//  - npy:IMAGES.npy,LABELS.npy[,TEST_IMAGES.npy,TEST_LABELS.npy]: the user's
+//    own arrays, shuffled the same way.
+//
+// A Prefetcher fills the next batch on a background thread while a step runs.
+
+#ifndef GRAPHC_RUNTIME_TRAIN_DATASET_H_
+#define GRAPHC_RUNTIME_TRAIN_DATASET_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "contract/status.h"
+
+namespace graphc::runtime {
+
+struct Batch {
+  std::vector<float> images;    // batch x channels x height x width
+  std::vector<int32_t> labels;  // batch
+};
+
+// Images of one shape with labels in [0, classes).
+struct Examples {
+  int64_t count = 0, channels = 0, height = 0, width = 0;
+  std::vector<float> images;
+  std::vector<int32_t> labels;
+};
+
+// Reads an IDX image file and its label file (gzip-compressed or not), scales
+// the pixels to [0, 1] and normalizes them with `mean` and `stddev`.
+//
+// Both readers refuse with a kIo error naming the file anything but a regular
+// file (a directory, a device, a FIFO: checked on the open descriptor before
+// a byte is read, and without waiting on a FIFO), and allocate no more than a
+// file can hold. ReadIdx refuses a header whose dimensions are 0, overflow or
+// multiply past 4 GiB or past what the file can hold (a gzip file expands at
+// most 1032:1), before any allocation; a file shorter or longer than its
+// header says; a truncated or corrupt gzip stream (its CRC is checked); and
+// label and image counts that differ.
+StatusOr<Examples> ReadIdx(const std::string& images_path, const std::string& labels_path,
+                           float mean, float stddev);
+
+// NumPy arrays (.npy, format 1.0 to 3.0, C order, little-endian): images as
+// float32 [N, C, H, W] taken as they are, or uint8 [N, C, H, W] / [N, H, W]
+// scaled to [0, 1]; labels as int32 or int64 [N]. Users normalize their own data.
+// Both files' headers are checked before any data is read: a header over
+// 1 MiB, an unreadable or repeated field, a dimension that is 0, negative or
+// not a decimal integer, a shape whose byte size overflows or differs from the
+// bytes present, another dtype (big-endian included) and Fortran order are kIo
+// errors naming the file; so are a label outside [0, 2^31) (naming the first
+// such example) and, as kNonFinite, a NaN or infinite float32 pixel.
+StatusOr<Examples> ReadNpy(const std::string& images_path, const std::string& labels_path);
+
+// Fashion-MNIST's training or test split from DIR (train-*/t10k-*-idx?-ubyte.gz).
+StatusOr<Examples> ReadFashionMnist(const std::string& dir, bool train);
+inline constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
+
+// Batches of a fixed shape from examples, in an order shuffled per epoch.
+class BatchSource {
+ public:
+  // The examples must match the program's image shape [batch, c, h, w], hold
+  // at least one batch (batch >= 1) and labels in [0, classes), and their
+  // sizes must agree (kInvalidArgument otherwise).
+  static StatusOr<std::unique_ptr<BatchSource>> Create(Examples examples, int64_t batch,
+                                                       const std::vector<int64_t>& image_shape,
+                                                       int64_t classes, bool shuffle,
+                                                       uint64_t seed);
+  // Random examples (uniform labels, normal pixels), `batches` batches' worth
+  // (at least one). The caller checks that batch, classes and image_shape (of
+  // rank 4) are positive, as graphrun does from the plan.
+  static std::unique_ptr<BatchSource> Synthetic(int64_t batch,
+                                                const std::vector<int64_t>& image_shape,
+                                                int64_t classes, int64_t batches,
+                                                uint64_t seed);
+
+  // Whole batches per epoch (the remainder of an epoch is dropped).
+  int64_t batches_per_epoch() const { return examples_.count / batch_; }
+  // Data-parallel training: the source's batch is the global batch of all
+  // `shards` ranks, and Next gives shard `shard`'s part of it (rows
+  // [shard * batch / shards, (shard + 1) * batch / shards)), so that the ranks
+  // together see exactly the batches one process would at the global batch.
+  // `shards` must divide the batch (kInvalidArgument otherwise).
+  Status SetShard(int64_t shard, int64_t shards);
+  // The rows Next gives: the batch, or a shard's part of it.
+  int64_t rows() const { return batch_ / shards_; }
+  int64_t examples() const { return examples_.count; }
+  // Fills `out` with the next batch; a new epoch starts reshuffled.
+  void Next(Batch& out);
+  // Flips each image left-right with probability 1/2, drawn from (seed, epoch,
+  // example): the usual augmentation for Fashion-MNIST and CIFAR.
+  void set_flip(bool flip) { flip_ = flip; }
+  // Positions the source as if Next had been called `batches` times since
+  // Create (a resumed run sees the batches the interrupted one would have).
+  // Well-defined for any count up to INT64_MAX. A negative count is the
+  // caller's bug (graphrun range-checks a checkpoint's step first); it is
+  // taken as 0, so the source never reads outside its examples.
+  void Seek(int64_t batches);
+
+ private:
+  BatchSource(Examples examples, int64_t batch, bool shuffle, uint64_t seed);
+  void Shuffle();
+
+  Examples examples_;
+  int64_t batch_;
+  bool shuffle_;
+  bool flip_ = false;
+  int64_t shard_ = 0, shards_ = 1;
+  uint64_t seed_;
+  uint64_t epoch_ = 0;  // unsigned: Seek may land near 2^63, ++ must not overflow
+  int64_t position_ = 0;
+  std::vector<int64_t> order_;
+};
+
+// Runs source->Next on a background thread, one batch ahead.
+class Prefetcher {
+ public:
+  explicit Prefetcher(BatchSource& source);
+  ~Prefetcher();
+  // The next batch; valid until the following call.
+  const Batch& Next();
+
+ private:
+  void Loop();
+
+  BatchSource& source_;
+  Batch buffers_[2];
+  int ready_ = -1;    // index of the filled buffer not yet taken, or -1
+  int consumer_ = 1;  // the buffer the caller holds
+  bool stop_ = false;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::thread thread_;
+};
+
+}  // namespace graphc::runtime
+
+#endif  // GRAPHC_RUNTIME_TRAIN_DATASET_H_

@@ -1,0 +1,88 @@
+// The data-source factory (see sources.h).
+
+#include "runtime/train/sources.h"
+
+#include <algorithm>
+#include <sstream>
+#include <utility>
+
+#include "contract/printable.h"
+
+namespace graphc::runtime {
+namespace {
+
+constexpr const char kFashionPrefix[] = "fashion-mnist:";
+constexpr const char kNpyPrefix[] = "npy:";
+
+bool StartsWith(const std::string& s, const char* prefix) {
+  return s.rfind(prefix, 0) == 0;
+}
+
+std::vector<std::string> SplitCommas(const std::string& list) {
+  std::vector<std::string> items;
+  std::stringstream stream(list);
+  for (std::string item; std::getline(stream, item, ',');) items.push_back(item);
+  return items;
+}
+
+}  // namespace
+
+std::vector<std::string> DataFiles(const std::string& spec) {
+  if (StartsWith(spec, kNpyPrefix)) return SplitCommas(spec.substr(sizeof(kNpyPrefix) - 1));
+  return {};
+}
+
+StatusOr<DataSources> CreateDataSources(const std::string& spec,
+                                        const std::vector<int64_t>& image_shape,
+                                        int64_t classes, bool need_test, uint64_t seed) {
+  DataSources sources;
+  const int64_t batch = image_shape.empty() ? 0 : image_shape[0];
+  // One training split and an optional test split, read by `read(train)`.
+  auto from = [&](auto read, int splits) -> Status {
+    for (int split = 0; split < splits; ++split) {
+      const bool train = split == 0;
+      StatusOr<Examples> examples = read(train);
+      if (!examples.ok()) return examples.status();
+      auto made = BatchSource::Create(std::move(*examples), batch, image_shape, classes,
+                                      /*shuffle=*/train, seed);
+      if (!made.ok()) return made.status();
+      (train ? sources.train : sources.test) = std::move(*made);
+    }
+    return Status::Ok();
+  };
+  Status status;
+  if (spec == "synthetic") {
+    sources.name = "synthetic";
+    sources.train = BatchSource::Synthetic(batch, image_shape, classes, 4, seed);
+  } else if (spec == "fashion-mnist" ||
+             (StartsWith(spec, kFashionPrefix) && spec.size() > sizeof(kFashionPrefix) - 1)) {
+    const std::string dir =
+        spec == "fashion-mnist" ? kFashionMnistDir : spec.substr(sizeof(kFashionPrefix) - 1);
+    sources.name = "fashion-mnist";
+    status = from([&](bool train) { return ReadFashionMnist(dir, train); }, 2);
+  } else if (StartsWith(spec, kNpyPrefix)) {
+    const std::vector<std::string> paths = DataFiles(spec);
+    if ((paths.size() != 2 && paths.size() != 4) ||
+        std::any_of(paths.begin(), paths.end(), [](const std::string& p) { return p.empty(); }))
+      return Status(ErrorCode::kInvalidArgument,
+                    "--data npy: needs IMAGES.npy,LABELS.npy[,TEST_IMAGES.npy,TEST_LABELS.npy], "
+                    "got '" + Printable(spec) + "'");
+    if (need_test && paths.size() != 4)
+      return Status(ErrorCode::kInvalidArgument,
+                    "--eval with --data npy: needs the test arrays too: "
+                    "npy:IMAGES.npy,LABELS.npy,TEST_IMAGES.npy,TEST_LABELS.npy");
+    sources.name = "npy";
+    status = from(
+        [&](bool train) { return ReadNpy(paths[train ? 0 : 2], paths[train ? 1 : 3]); },
+        static_cast<int>(paths.size() / 2));
+  } else {
+    return Status(ErrorCode::kInvalidArgument,
+                  "--data must be synthetic, fashion-mnist[:DIR] or "
+                  "npy:IMAGES.npy,LABELS.npy[,...], got '" + Printable(spec) + "'");
+  }
+  if (!status.ok()) return status;
+  if (!sources.test) sources.test = BatchSource::Synthetic(batch, image_shape, classes, 4, seed);
+  return sources;
+}
+
+}  // namespace graphc::runtime

@@ -1,0 +1,40 @@
+// The data-source factory: what graphrun's `--data SPEC` names, as a training
+// source and a test source of batches shaped for the plan.
+//
+//   synthetic                     random batches made once from the seed
+//   fashion-mnist[:DIR]           Debian's IDX files (default DIR kFashionMnistDir)
+//   npy:IMAGES,LABELS[,TEST_IMAGES,TEST_LABELS]   the user's own arrays
+
+#ifndef GRAPHC_RUNTIME_TRAIN_SOURCES_H_
+#define GRAPHC_RUNTIME_TRAIN_SOURCES_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/train/dataset.h"
+#include "contract/status.h"
+
+namespace graphc::runtime {
+
+struct DataSources {
+  std::string name;  // "synthetic", "fashion-mnist" or "npy", for reports
+  std::unique_ptr<BatchSource> train;  // shuffled per epoch (synthetic: cycled)
+  std::unique_ptr<BatchSource> test;   // in order; synthetic when SPEC has no test split
+};
+
+// `image_shape` is the plan's [batch, c, h, w] and `classes` its logit count
+// (both positive). `need_test`: the caller evaluates, so a SPEC that can carry
+// a test split must (npy: all four arrays). kInvalidArgument names a bad
+// SPEC; the readers' errors name the file.
+StatusOr<DataSources> CreateDataSources(const std::string& spec,
+                                        const std::vector<int64_t>& image_shape,
+                                        int64_t classes, bool need_test, uint64_t seed);
+
+// Every file SPEC reads (for refusing to overwrite one), in order.
+std::vector<std::string> DataFiles(const std::string& spec);
+
+}  // namespace graphc::runtime
+
+#endif  // GRAPHC_RUNTIME_TRAIN_SOURCES_H_

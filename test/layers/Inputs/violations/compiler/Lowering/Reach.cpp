@@ -1,0 +1,2 @@
+// A compiler source reaching into the runtime.
+#include "runtime/core/backend.h"

@@ -1,0 +1,2 @@
+// The contract depending on the runtime.
+#include "runtime/comm/communicator.h"
