@@ -56,6 +56,88 @@ constexpr int64_t kThreadsPerBlock = 256;
 constexpr uint64_t kBigLaunchBytes = uint64_t{1} << 20;
 constexpr llvm::StringLiteral kGpuModuleName = "graphc_kernels";
 
+/// The elements each thread of a flat elementwise kernel takes, and the
+/// alignment every kernel argument has (plan buffers lie at multiples of 64
+/// bytes; the plan loader refuses offsets that are not multiples of 16).
+constexpr int64_t kVectorElements = 4;
+constexpr int64_t kKernelArgumentAlignment = 16;
+
+/// A flat loop whose every memory access is to element `iv` of a 1-D memref
+/// (or to a scalar), over a multiple of kVectorElements iterations from 0.
+bool IsVectorizable(scf::ParallelOp loop) {
+  if (loop.getNumLoops() != 1 || loop.getNumReductions() != 0)
+    return false;
+  std::optional<int64_t> lb = getConstantIntValue(loop.getLowerBound()[0]);
+  std::optional<int64_t> ub = getConstantIntValue(loop.getUpperBound()[0]);
+  std::optional<int64_t> step = getConstantIntValue(loop.getStep()[0]);
+  // A loop too short to fill the GPU once grouped keeps an element a thread.
+  if (lb != 0 || step != 1 || !ub || *ub % kVectorElements != 0 ||
+      *ub / kVectorElements < kGpuMinThreads)
+    return false;
+  Value iv = loop.getInductionVars()[0];
+  bool ok = true;
+  loop.getBody()->walk([&](Operation *op) {
+    auto check = [&](Value memref, ValueRange indices) {
+      auto type = cast<MemRefType>(memref.getType());
+      if (type.getRank() == 0)
+        return;
+      ok &= type.getRank() == 1 && indices.size() == 1 && indices[0] == iv;
+    };
+    if (auto load = dyn_cast<memref::LoadOp>(op))
+      check(load.getMemRef(), load.getIndices());
+    else if (auto store = dyn_cast<memref::StoreOp>(op))
+      ok &= cast<MemRefType>(store.getMemRef().getType()).getRank() == 1 &&
+            store.getIndices().size() == 1 && store.getIndices()[0] == iv;
+    else if (llvm::any_of(op->getOperandTypes(), [](Type t) { return isa<MemRefType>(t); }) ||
+             op->getNumRegions() != 0)
+      ok = false;  // another kind of access, or a nested loop: left as it is
+  });
+  return ok;
+}
+
+/// Rewrites `loop` (IsVectorizable) as a loop over its iterations'
+/// kVectorElements-sized groups. A group's loads come first, each load of the
+/// body for the group's iterations side by side, then each iteration's
+/// arithmetic, then each store for the iterations side by side: so the
+/// vectorizer finds each operand's accesses adjacent, with no store between
+/// them. The order is safe because an iteration reads and writes only its
+/// own element of each 1-D buffer (and reads scalars nothing writes), and
+/// a kernel's outputs never overlap one another (the plan loader checks).
+void GiveEachIterationConsecutiveElements(scf::ParallelOp loop) {
+  OpBuilder b(loop);
+  Location loc = loop.getLoc();
+  const int64_t n = *getConstantIntValue(loop.getUpperBound()[0]);
+  Value zero = b.create<arith::ConstantIndexOp>(loc, 0);
+  Value one = b.create<arith::ConstantIndexOp>(loc, 1);
+  Value groups = b.create<arith::ConstantIndexOp>(loc, n / kVectorElements);
+  auto grouped = b.create<scf::ParallelOp>(loc, ValueRange{zero}, ValueRange{groups},
+                                           ValueRange{one});
+  OpBuilder body = OpBuilder::atBlockBegin(grouped.getBody());
+  Value group = grouped.getInductionVars()[0];
+  Value first = body.create<arith::MulIOp>(
+      loc, group, body.create<arith::ConstantIndexOp>(loc, kVectorElements));
+  IRMapping mappings[kVectorElements];
+  for (int64_t k = 0; k < kVectorElements; ++k)
+    mappings[k].map(loop.getInductionVars()[0],
+                    k == 0 ? first
+                           : body.create<arith::AddIOp>(
+                                 loc, first, body.create<arith::ConstantIndexOp>(loc, k)));
+  auto ops = loop.getBody()->without_terminator();
+  for (Operation &op : ops)
+    if (isa<memref::LoadOp>(op))
+      for (IRMapping &mapping : mappings)
+        body.clone(op, mapping);
+  for (IRMapping &mapping : mappings)
+    for (Operation &op : ops)
+      if (!isa<memref::LoadOp, memref::StoreOp>(op))
+        body.clone(op, mapping);
+  for (Operation &op : ops)
+    if (isa<memref::StoreOp>(op))
+      for (IRMapping &mapping : mappings)
+        body.clone(op, mapping);
+  loop.erase();
+}
+
 /// Rewrites an scf.parallel without reductions as nested scf.for loops.
 void sequentialize(scf::ParallelOp op) {
   OpBuilder b(op);
@@ -132,8 +214,17 @@ FailureOr<PtxKernels> compilePtx(ModuleOp kernels, ArrayRef<std::string> names,
         rewriter.setInsertionPoint(loop);
         collapseParallelLoops(rewriter, loop, {all});
       }
+    // 2b) a flat elementwise loop gives each thread kVectorElements
+    // consecutive elements, so that LLVM's load-store vectorizer makes one
+    // 16-byte access of each operand's (ld.global.v4.f32) where there were
+    // four.
+    for (auto func : kernels.getOps<func::FuncOp>())
+      for (auto loop : llvm::make_early_inc_range(
+               func.getBody().front().getOps<scf::ParallelOp>()))
+        if (IsVectorizable(loop))
+          GiveEachIterationConsecutiveElements(loop);
   }
-  // 2b) tile, map, convert, outline.
+  // 2c) tile, map, convert, outline.
   {
     PassManager pm(context, ModuleOp::getOperationName());
     pm.addNestedPass<func::FuncOp>(
@@ -228,6 +319,13 @@ FailureOr<PtxKernels> compilePtx(ModuleOp kernels, ArrayRef<std::string> names,
       if (!fn.isKernel())
         return fn.emitError("GPU codegen: unexpected device function");
       fn.setName(outlined.getSymName());
+      // Every buffer a kernel gets lies at a 64-byte offset of a region the
+      // runtime allocates aligned (the loader checks the offsets): saying so
+      // lets the vectorizer use 16-byte accesses.
+      for (unsigned i = 0; i < fn.getNumArguments(); ++i)
+        if (isa<MemRefType>(fn.getArgument(i).getType()))
+          fn.setArgAttr(i, "llvm.align", IntegerAttr::get(IntegerType::get(context, 64),
+                                                          kKernelArgumentAlignment));
       fn->moveBefore(end);
     }
   }

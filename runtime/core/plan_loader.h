@@ -59,6 +59,10 @@ inline std::string ShapeString(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
+// The alignment every buffer's offset has in a version 6 plan (the CUDA
+// kernels take their arguments as 16-byte aligned).
+inline constexpr uint64_t kBufferAlignment = 16;
+
 struct LoaderLimits {
   uint64_t max_file_bytes = uint64_t{1} << 31;  // FlatBuffers' own maximum
   uint32_t max_depth = 64;

@@ -329,6 +329,21 @@ TEST(PlanLoaderTest, MissingBuffer) {
   EXPECT_EQ(LoadError(no_output), ErrorCode::kPlanBadIndex);
 }
 
+// Version 6 kernels take every buffer as 16-byte aligned: an offset that is
+// not a multiple of 16 is refused (a version 5 plan's kernels assume nothing).
+TEST(PlanLoaderTest, BufferOffsetsAreMultiplesOf16) {
+  PlanSpec misaligned;
+  misaligned.buffers[3].offset = 1032;
+  StatusOr<std::unique_ptr<Plan>> plan = Plan::FromBytes(misaligned.Build());
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().code(), ErrorCode::kPlanBadValue);
+  EXPECT_NE(plan.status().message().find("buffer 3 'y2': offset 1032 is not a multiple of 16"),
+            std::string::npos)
+      << plan.status().message();
+  misaligned.version = 5;
+  EXPECT_EQ(LoadError(misaligned), ErrorCode::kOk);
+}
+
 TEST(PlanLoaderTest, SameBufferAsInputAndOutput) {
   PlanSpec copy;
   copy.commands[2].outputs = {2};
@@ -339,7 +354,7 @@ TEST(PlanLoaderTest, SameBufferAsInputAndOutput) {
   EXPECT_EQ(LoadError(undeclared), ErrorCode::kPlanAliasedOperands);
   // Partial overlap through another buffer at an overlapping offset.
   PlanSpec overlapping;
-  overlapping.buffers[3].offset = 600;
+  overlapping.buffers[3].offset = 608;  // y spans [512, 672)
   EXPECT_EQ(LoadError(overlapping), ErrorCode::kPlanAliasedOperands);
   // A library op cannot be declared in place.
   PlanSpec library;
@@ -773,7 +788,7 @@ TEST(PlanLoaderTest, EmbeddedLibraryMustRunNoCodeWhenLoaded) {
 
 TEST(PlanLoaderTest, ProgramsReadOnlyMemorySomethingWrote) {
   PlanSpec unwritten;  // the copy reads arena bytes no command or input wrote
-  unwritten.buffers.push_back({"ghost", {2, 5, 2, 2}, fb::Region::Arena, 3000});
+  unwritten.buffers.push_back({"ghost", {2, 5, 2, 2}, fb::Region::Arena, 3008});
   unwritten.commands[2].inputs = {7};
   StatusOr<std::unique_ptr<Plan>> plan = Plan::FromBytes(unwritten.Build());
   ASSERT_FALSE(plan.ok());
@@ -784,7 +799,7 @@ TEST(PlanLoaderTest, ProgramsReadOnlyMemorySomethingWrote) {
   std::swap(early.commands[0], early.commands[2]);
   EXPECT_EQ(LoadError(early), ErrorCode::kPlanUndefinedRead);
   PlanSpec output;  // an output nothing writes
-  output.buffers.push_back({"never", {4}, fb::Region::Arena, 3000});
+  output.buffers.push_back({"never", {4}, fb::Region::Arena, 3008});
   output.program_outputs.push_back(7);
   EXPECT_EQ(LoadError(output), ErrorCode::kPlanUndefinedRead);
 }

@@ -65,6 +65,13 @@ Status CheckBuffers(const fb::Plan& plan, const LoaderLimits& limits) {
       return Fail(ErrorCode::kPlanBufferOutOfRange,
                   where + ": ends at " + Str(end) + ", past its region's " +
                       Str(RegionSize(plan, b->region())) + " bytes");
+    // Version 6 kernels may access any buffer 16 bytes at a time (graphc
+    // places every buffer at a multiple of 64): a misaligned one would fault.
+    if (plan.version() >= 6 && b->offset() % kBufferAlignment != 0)
+      return Fail(ErrorCode::kPlanBadValue,
+                  where + ": offset " + Str(b->offset()) + " is not a multiple of " +
+                      Str(kBufferAlignment) + " (the kernels access buffers " +
+                      Str(kBufferAlignment) + " bytes at a time)");
   }
   return Status::Ok();
 }
