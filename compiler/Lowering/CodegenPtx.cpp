@@ -78,6 +78,9 @@ bool IsVectorizable(scf::ParallelOp loop) {
   bool ok = true;
   loop.getBody()->walk([&](Operation *op) {
     auto check = [&](Value memref, ValueRange indices) {
+      // Loads are hoisted ahead of the body: what they read must come from
+      // outside it (the kernel's arguments).
+      ok &= loop.isDefinedOutsideOfLoop(memref);
       auto type = cast<MemRefType>(memref.getType());
       if (type.getRank() == 0)
         return;

@@ -119,15 +119,34 @@ def settings():
     return s
 
 
+def kill_group(pid, sig):
+    """Signals a process group that may have ended already."""
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+_PYTHONS = {}
+
+
 def python_with(module):
-    """A Python that imports `module` (GPU_CHECK_PYTHON first), or None."""
-    candidates = [os.environ.get("GPU_CHECK_PYTHON", ""), sys.executable, "python3",
-                  "/usr/bin/python3"]
-    for candidate in candidates:
-        if candidate and subprocess.run([candidate, "-c", f"import {module}"],
-                                        capture_output=True).returncode == 0:
-            return candidate
-    return None
+    """A Python that imports `module` (GPU_CHECK_PYTHON first), or None;
+    asked once per module, each try bounded."""
+    if module in _PYTHONS:
+        return _PYTHONS[module]
+    found = None
+    for candidate in [os.environ.get("GPU_CHECK_PYTHON", ""), sys.executable, "python3",
+                      "/usr/bin/python3"]:
+        try:
+            if candidate and subprocess.run([candidate, "-c", f"import {module}"],
+                                            capture_output=True, timeout=60).returncode == 0:
+                found = candidate
+                break
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+    _PYTHONS[module] = found
+    return found
 
 
 # ------------------------------------------------------------------ prepare
@@ -283,11 +302,11 @@ class Check:
                 rc = proc.wait(timeout=timeout)
                 timed_out = False
             except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGTERM)
+                kill_group(proc.pid, signal.SIGTERM)
                 try:
                     proc.wait(timeout=5)
                 except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
+                    kill_group(proc.pid, signal.SIGKILL)
                     proc.wait()
                 rc, timed_out = 124, True
         record.update(rc=rc, seconds=round(time.monotonic() - began, 1), timed_out=timed_out,
@@ -500,9 +519,12 @@ class Check:
             except (OSError, ValueError):
                 equivalence[model] = {"ok": False}
             if r["rc"] != 0 and ok:
-                # The first pair that differs travels back whole (they are small).
-                for side in ("cpu", "device"):
-                    shutil.copy(os.path.join(self.work, f"{model}_{side}.st"), self.results)
+                # The first pair that differs travels back whole where it fits
+                # the archive (the small models'; ResNet-50's 195 MiB do not).
+                pair = [os.path.join(self.work, f"{model}_{side}.st") for side in ("cpu", "device")]
+                if sum(os.path.getsize(f) for f in pair) < ARCHIVE_LIMIT // 2:
+                    for f in pair:
+                        shutil.copy(f, self.results)
             ok = ok and r["rc"] == 0
         self.stage("equivalence", ok, f"cpu vs {device} after "
                    f"{self.s['equivalence_steps']} steps (the ResNet one step): " + "; ".join(
@@ -591,25 +613,32 @@ class Check:
                                                                         "cudnn-debug.log"),
                    CUDA_LAUNCH_BLOCKING="1")
         notes = [f"first failure: {stage}: {shlex.join(argv)}"]
-        again = list(argv)
+        # Which test failed, read before the rerun could write its own JSON.
+        failing = None
+        if os.path.basename(argv[0]) == "graphc-runtime-tests":
+            failing = first_failing_test(os.path.join(self.results, f"{stage}-gtest.json"))
+        short = list(argv)
         if os.path.basename(argv[0]) == "graphrun":
             # A few steps show a failure (and keep cuDNN's log to a size).
             for flag, value in (("--steps", "3"), ("--warmup", "0")):
-                if flag in again:
-                    again[again.index(flag) + 1] = value
-            again += ["--sync-debug"]
+                if flag in short:
+                    short[short.index(flag) + 1] = value
+        # The rerun's outputs go to files of their own: the first run's stay.
+        for i, word in enumerate(short):
+            if i > 0 and short[i - 1] in ("--report", "--save"):
+                short[i] = word + ".diag"
+            elif word.startswith("--gtest_output=json:"):
+                short[i] = word + ".diag.json"
+        if failing:
+            short = [argv[0], f"--gtest_filter={failing}"]
+        again = short + (["--sync-debug"] if os.path.basename(argv[0]) == "graphrun" else [])
         r = self.run("diag_again", again, 20, 120, env, "pdiag")
         notes.append(f"again with --sync-debug and cuDNN's debug log: exit {r['rc']}")
         sanitizer = shutil.which("compute-sanitizer")
         if sanitizer and self.s["device"] == "cuda":
-            # The first failing gtest alone, else the command as it was.
-            target = list(argv)
-            if os.path.basename(argv[0]) == "graphc-runtime-tests":
-                failing = first_failing_test(os.path.join(self.results, f"{stage}-gtest.json"))
-                if failing:
-                    target = [argv[0], f"--gtest_filter={failing}"]
+            # The first failing gtest alone, else the shortened command.
             r = self.run("diag_sanitizer", [sanitizer, "--tool", "memcheck",
-                                            "--error-exitcode", "99"] + target, 60, 180,
+                                            "--error-exitcode", "99"] + short, 60, 180,
                          self.library_env, "pdiag")
             notes.append(f"compute-sanitizer memcheck: exit {r['rc']}")
         else:

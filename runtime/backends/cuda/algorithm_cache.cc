@@ -3,7 +3,10 @@
 
 #include "runtime/backends/cuda/algorithm_cache.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
@@ -122,22 +125,37 @@ Status AlgorithmCache::Save() {
   if (!directory.empty()) std::filesystem::create_directories(directory, error);
   if (error)
     return Status(ErrorCode::kIo, "cannot create " + directory.string() + ": " + error.message());
+  // One writer at a time (ranks of a job share the file): an advisory lock
+  // on a file beside it, held from reading to renaming. Without the lock
+  // (a file system that refuses it) the save goes ahead: a lost entry costs
+  // the next process a timing, nothing more.
+  const std::string lock_path = path_ + ".lock";
+  const int lock = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock >= 0) flock(lock, LOCK_EX);
   // What other processes saved since this one read the file, then ours. A
   // file that is there but cannot be read as a cache is left alone.
   std::map<std::string, Choice> merged;
   int skipped = 0;
   const std::string problem = Read(merged, &skipped);
-  if (!problem.empty()) return Status(ErrorCode::kIo, path_ + " was left as it is: " + problem);
-  for (const auto& [key, choice] : added_) merged[key] = choice;
-  std::ostringstream out;
-  out << kHeader << "\n";
-  size_t bytes = sizeof(kHeader);
-  for (const auto& [key, choice] : merged) {
-    bytes += key.size() + 8;
-    if (bytes > kMaxFileBytes) break;  // the file stays readable
-    out << key << '\t' << choice.algorithm << '\t' << choice.math << '\n';
+  Status written;
+  if (!problem.empty()) {
+    written = Status(ErrorCode::kIo, path_ + " was left as it is: " + problem);
+  } else {
+    for (const auto& [key, choice] : added_) merged.erase(key);
+    // This process's choices first: a file at its size limit drops older
+    // entries, never the ones just timed.
+    std::ostringstream out;
+    out << kHeader << "\n";
+    size_t bytes = sizeof(kHeader);
+    for (const auto* entries : {&added_, &merged})
+      for (const auto& [key, choice] : *entries) {
+        bytes += key.size() + 8;
+        if (bytes > kMaxFileBytes) break;  // the file stays readable
+        out << key << '\t' << choice.algorithm << '\t' << choice.math << '\n';
+      }
+    written = WriteFileAtomically(path_, out.str());
   }
-  Status written = WriteFileAtomically(path_, out.str());
+  if (lock >= 0) close(lock);  // releases the lock
   if (written.ok()) {
     for (const auto& [key, choice] : added_) cached_[key] = choice;
     added_.clear();

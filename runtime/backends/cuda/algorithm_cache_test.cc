@@ -24,7 +24,7 @@ class AlgorithmCacheTest : public ::testing::Test {
     dir_ = dir;
     path_ = dir_ + "/sub/cache.tsv";  // a directory Save must create
   }
-  void TearDown() override { std::system(("rm -rf '" + dir_ + "'").c_str()); }
+  void TearDown() override { std::system(("rm -rf '" + dir_ + "' '" + dir_ + ".lock'").c_str()); }
 
   void Write(const std::string& path, const std::string& contents) {
     std::ofstream(path, std::ios::binary) << contents;
@@ -141,6 +141,21 @@ TEST_F(AlgorithmCacheTest, UnprintableKeysAndValuesOutOfRangeAreNotWritten) {
   cache.Put("fine", {AlgorithmCache::kMaxValue, 0});
   ASSERT_TRUE(cache.Save().ok());
   EXPECT_EQ(Contents(path_), "# graphc cuDNN algorithm cache, version 1\nfine\t63\t0\n");
+}
+
+TEST_F(AlgorithmCacheTest, AFullFileKeepsTheChoicesJustMade) {
+  ASSERT_EQ(mkdir((dir_ + "/sub").c_str(), 0755), 0);
+  std::string full = "# graphc cuDNN algorithm cache, version 1\n";
+  for (int i = 0; full.size() < AlgorithmCache::kMaxFileBytes - 100; ++i)
+    full += "old key " + std::to_string(1000000 + i) + "\t1\t1\n";
+  Write(path_, full);
+  AlgorithmCache cache(path_);
+  cache.Put("zzz sorts after every old key", {5, 3});
+  ASSERT_TRUE(cache.Save().ok());
+  EXPECT_LE(Contents(path_).size(), AlgorithmCache::kMaxFileBytes);
+  AlgorithmCache reader(path_);
+  EXPECT_EQ(reader.Find("zzz sorts after every old key"), (AlgorithmCache::Choice{5, 3}));
+  EXPECT_EQ(reader.load_problem(), "");
 }
 
 TEST_F(AlgorithmCacheTest, DroppedChoicesAreNotCountedAsHits) {

@@ -290,6 +290,21 @@ struct CudnnOps::Impl {
     if (math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) return false;
     return call.type.half || options.tf32 || math != CUDNN_TENSOR_OP_MATH;
   }
+  // The math a chosen candidate runs with: in strict FP32 always FMA math,
+  // whatever cuDNN labelled it (a "default" label run as default math would
+  // allow TF32 on sm_80 and newer).
+  cudnnMathType_t RunMath(cudnnMathType_t labelled, const Call& call) const {
+    return call.type.half || options.tf32 ? labelled : CUDNN_FMA_MATH;
+  }
+  // Algorithms cuDNN documents as non-deterministic (the cache records no
+  // determinism, so precise mode refuses these by name).
+  static bool NonDeterministic(fb::Opcode op, int algorithm) {
+    if (op == fb::Opcode::Conv2dBackwardData) return algorithm == CUDNN_CONVOLUTION_BWD_DATA_ALGO_0;
+    if (op == fb::Opcode::Conv2dBackwardFilter)
+      return algorithm == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 ||
+             algorithm == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3;
+    return false;
+  }
   std::string MathMode(const Call& call) const {
     return std::string(call.type.half ? "half" : options.tf32 ? "tf32" : "strict fp32") +
            (options.precise ? ", precise" : "");
@@ -458,9 +473,10 @@ Status CudnnOps::Impl::ChooseAlgorithm(const fb::Command& c, Call& call,
       cached && cached->algorithm < AlgorithmCount(c.op()) &&
       cached->math <= CUDNN_FMA_MATH &&
       MathAllowed(static_cast<cudnnMathType_t>(cached->math), call) &&
-      !(options.precise && Transformed(c.op(), cached->algorithm))) {
+      !(options.precise && (Transformed(c.op(), cached->algorithm) ||
+                            NonDeterministic(c.op(), cached->algorithm)))) {
     call.algorithm = cached->algorithm;
-    call.math = static_cast<cudnnMathType_t>(cached->math);
+    call.math = RunMath(static_cast<cudnnMathType_t>(cached->math), call);
     if (WorkspaceOf(c, call).ok()) {
       chosen.emplace(key, std::make_pair(call.algorithm, call.math));
       ++from_cache;
@@ -482,8 +498,15 @@ Status CudnnOps::Impl::ChooseAlgorithm(const fb::Command& c, Call& call,
       return false;
     return true;
   };
-  // cudnnFind* returns the candidates fastest first.
-  auto best = std::find_if(candidates.begin(), candidates.end(), acceptable);
+  // cudnnFind* returns the candidates fastest first: the first acceptable
+  // one whose workspace cuDNN then confirms.
+  auto best = candidates.end();
+  for (auto k = candidates.begin(); k != candidates.end() && best == candidates.end(); ++k) {
+    if (!acceptable(*k)) continue;
+    call.algorithm = k->algorithm;
+    call.math = RunMath(k->math, call);
+    if (WorkspaceOf(c, call).ok()) best = k;
+  }
   if (best == candidates.end()) {
     std::string listed;
     for (const Candidate& k : candidates)
@@ -500,10 +523,6 @@ Status CudnnOps::Impl::ChooseAlgorithm(const fb::Command& c, Call& call,
                       (candidates.empty() ? ")" : "):" + listed) +
                       (call.type.half || options.tf32 ? "" : "\n(--tf32 allows tensor cores)"));
   }
-  call.algorithm = best->algorithm;
-  call.math = best->math;
-  Status status = WorkspaceOf(c, call);
-  if (!status.ok()) return status;
   chosen.emplace(key, std::make_pair(call.algorithm, call.math));
   cache->Put(key, {call.algorithm, static_cast<int>(call.math)});
   workspace_bytes = std::max(workspace_bytes, call.workspace);
