@@ -29,6 +29,7 @@ const char* ErrorCodeName(ErrorCode code) {
     case ErrorCode::kNonFinite: return "non-finite";
     case ErrorCode::kInternal: return "internal";
     case ErrorCode::kUnavailable: return "device-unavailable";
+    case ErrorCode::kMismatch: return "mismatch";
   }
   return "unknown";
 }

@@ -37,6 +37,7 @@ enum class ErrorCode {
   kNonFinite,              // a tensor holds NaN or infinity where it must not
   kInternal,               // a bug: an exception escaped (reported, never a crash)
   kUnavailable,            // the device asked for is absent or unusable here
+  kMismatch,               // two backends computed the same command differently
 };
 
 // A stable, greppable name such as "plan-bad-index".

@@ -110,11 +110,13 @@ Executor::~Executor() {
   if (in_flight) new std::map<std::pair<int, uint32_t>, std::vector<uint8_t>>(std::move(staging_));
 }
 
+DeviceMemory Executor::RegionMemory(fb::Region region) const {
+  return region == fb::Region::Arena ? arena_ : region == fb::Region::State ? state_ : constants_;
+}
+
 DeviceMemory Executor::MemoryOf(int32_t index) const {
   const fb::Buffer& b = buffer(index);
-  const DeviceMemory& region = b.region() == fb::Region::Arena   ? arena_
-                               : b.region() == fb::Region::State ? state_
-                                                                 : constants_;
+  const DeviceMemory region = RegionMemory(b.region());
   // The loader proved offset + size inside the region.
   return DeviceMemory{static_cast<char*>(region.address) + b.offset(), b.size()};
 }
@@ -377,5 +379,18 @@ Status Executor::Run(int index) {
                                      " (graphrun --sync-debug names the command)");
   return status;
 }
+
+Status Executor::RunCommand(int index, uint32_t c) {
+  if (c >= command_count(index))
+    return Status(ErrorCode::kInvalidArgument, "no command " + std::to_string(c) + " in program '" +
+                                                   PrintableOf(program(index).name()) + "'");
+  const fb::Command& command = *program(index).commands()->Get(c);
+  if (IsCollective(command.op())) return Status::Ok();
+  Status status = backend_.Run(command, operands_[index][c].data());
+  if (status.ok()) status = backend_.Synchronize();
+  return status;
+}
+
+uint32_t Executor::command_count(int index) const { return program(index).commands()->size(); }
 
 }  // namespace graphc::runtime

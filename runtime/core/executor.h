@@ -55,9 +55,17 @@ class Executor {
   Status Enqueue(int program);
   // Enqueue, then wait for the device.
   Status Run(int program);
+  // Runs command `command` of `program` alone and waits for the device (a
+  // collective does nothing, as in a job of one rank): for tools that check
+  // a program command by command (graphrun crosscheck).
+  Status RunCommand(int program, uint32_t command);
+  // The program's commands.
+  uint32_t command_count(int program) const;
 
   // The device memory of a buffer (for copies the caller orders itself).
   DeviceMemory MemoryOf(int32_t buffer) const;
+  // The whole allocation of a region (arena, state or constants).
+  DeviceMemory RegionMemory(fb::Region region) const;
 
   // While on, every command is followed by a synchronization, so that an
   // asynchronous device failure is reported against the command that caused

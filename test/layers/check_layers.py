@@ -29,7 +29,7 @@ RULES = [
     ("runtime/train/", ["contract/", "runtime/comm/", "runtime/core/", "runtime/train/",
                         "runtime/backends/backend_factory.h"]),
     ("tools/graphrun/", ["contract/", "runtime/comm/", "runtime/core/", "runtime/train/",
-                         "runtime/backends/backend_factory.h"]),
+                         "runtime/backends/backend_factory.h", "tools/graphrun/"]),
 ]
 PROJECT = ("contract/", "dialects/", "compiler/", "runtime/", "tools/")
 SOURCES = (".h", ".cc", ".cpp", ".cu", ".c")

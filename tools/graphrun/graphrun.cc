@@ -27,6 +27,7 @@
 #include "runtime/core/plan_loader.h"
 #include "runtime/core/plan_printer.h"
 #include "runtime/train/trainer.h"
+#include "tools/graphrun/crosscheck_command.h"
 
 namespace {
 
@@ -461,6 +462,8 @@ int Main(int argc, char** argv) {
                       "kernel library to the dynamic loader, or the PTX to the CUDA driver, and "
                       "prepares the library calls; runs none of the plan's code)")
       ->check(CLI::IsMember({"none", "cpu", "cuda"}));
+  CrosscheckFlags crosscheck_flags;
+  CLI::App* crosscheck = AddCrosscheckCommand(app, crosscheck_flags);
   std::string inspect_keys;
   inspect->add_option("--trusted-keys", inspect_keys,
                       "also check the plan is signed by one of these public keys");
@@ -478,7 +481,7 @@ int Main(int argc, char** argv) {
   // An option given an empty value ("--save ''", an unset $VARIABLE) is an
   // error, never the option left out: --trusted-keys '' would otherwise run
   // unsigned plans. (A flag given reports "true", so flags never trip it.)
-  for (const CLI::App* command : std::initializer_list<const CLI::App*>{&app, inspect})
+  for (const CLI::App* command : std::initializer_list<const CLI::App*>{&app, inspect, crosscheck})
     for (const CLI::Option* option : command->get_options()) {
       if (option->count() == 0) continue;
       for (const std::string& value : option->results())
@@ -491,6 +494,7 @@ int Main(int argc, char** argv) {
         }
     }
   train.graphs = !no_graphs;
+  if (*crosscheck) return RunCrosscheckCommand(crosscheck_flags);
   if (!*inspect) {
     if (train.plan_path.empty()) {
       std::cerr << "graphrun: error[invalid-argument]: give a plan: graphrun PLAN [options] "

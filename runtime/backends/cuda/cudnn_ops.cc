@@ -79,6 +79,9 @@ bool SymmetricEnough(int64_t in, int64_t window, int64_t stride, int64_t dilatio
 
 struct Descriptors {
   cudnnTensorDescriptor_t a = nullptr, b = nullptr, bias = nullptr;
+  // A filter stored OIHW under NHWC activations, as tensors of its two
+  // layouts (cudnnTransformTensor reorders between them).
+  cudnnTensorDescriptor_t oihw = nullptr, ohwi = nullptr;
   cudnnFilterDescriptor_t filter = nullptr;
   cudnnConvolutionDescriptor_t conv = nullptr;
   cudnnPoolingDescriptor_t pool = nullptr;
@@ -87,6 +90,8 @@ struct Descriptors {
     if (a) cudnnDestroyTensorDescriptor(a);
     if (b) cudnnDestroyTensorDescriptor(b);
     if (bias) cudnnDestroyTensorDescriptor(bias);
+    if (oihw) cudnnDestroyTensorDescriptor(oihw);
+    if (ohwi) cudnnDestroyTensorDescriptor(ohwi);
     if (filter) cudnnDestroyFilterDescriptor(filter);
     if (conv) cudnnDestroyConvolutionDescriptor(conv);
     if (pool) cudnnDestroyPoolingDescriptor(pool);
@@ -157,7 +162,12 @@ struct Call {
   bool padded = false;
   int64_t planes = 0, h = 0, w = 0, top = 0, left = 0, hp = 0, wp = 0;
   float pad_value = 0;
-  size_t xp = 0, y = 0, dxp = 0, x_stand_in = 0;  // scratch offsets
+  // An OIHW filter under NHWC activations: cuDNN runs the convolution with
+  // the filter OHWI (it has no backward-data algorithm for the mixed
+  // layouts), reordered into scratch at `wr` before the call (forward,
+  // backward data) or from it after (backward filter).
+  bool reorder_filter = false;
+  size_t xp = 0, y = 0, dxp = 0, x_stand_in = 0, wr = 0;  // scratch offsets
 };
 
 // Sets up `call` for explicit padding of x (logical dims) by `pad` [t, b,
@@ -360,9 +370,17 @@ Status CudnnOps::Impl::PrepareConv(const fb::Command& c, Call& call) {
   Status status = Tensor4d(&d.a, a, call.type.cudnn, nhwc);
   if (status.ok()) status = Tensor4d(&d.b, y, call.type.cudnn, nhwc);
   if (!status.ok()) return status;
+  if (nhwc && !ohwi) {
+    call.reorder_filter = true;
+    call.wr = call.padded ? Bytes(a, call.type.bytes) : 0;
+    scratch_bytes = std::max(scratch_bytes, call.wr + Bytes(w, call.type.bytes));
+    status = Tensor4d(&d.oihw, w, call.type.cudnn, false);
+    if (status.ok()) status = Tensor4d(&d.ohwi, w, call.type.cudnn, true);
+    if (!status.ok()) return status;
+  }
   GRAPHC_CUDNN(cudnnCreateFilterDescriptor(&d.filter), "filter descriptor");
   GRAPHC_CUDNN(cudnnSetFilter4dDescriptor(d.filter, call.type.cudnn,
-                                          ohwi ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
+                                          nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
                                           static_cast<int>(w[0]), static_cast<int>(w[1]),
                                           static_cast<int>(w[2]), static_cast<int>(w[3])),
                "filter descriptor");
@@ -382,8 +400,8 @@ Status CudnnOps::Impl::PrepareConv(const fb::Command& c, Call& call) {
     if (!status.ok()) return status;
   }
   std::string key = std::to_string(static_cast<int>(c.op())) + ":" +
-                    std::to_string(static_cast<int>(call.type.cudnn)) + (nhwc ? ":nhwc" : "") +
-                    (ohwi ? ":ohwi" : "");
+                    std::to_string(static_cast<int>(call.type.cudnn)) +
+                    (nhwc ? ":nhwc:ohwi" : "");
   for (const auto* dims : {&a, &w, &y})
     for (int64_t v : *dims) key += "," + std::to_string(v);
   for (int64_t v : {sh, sw, dh, dw, top, left, static_cast<int64_t>(attrs.groups())})
@@ -716,6 +734,15 @@ Status CudnnOps::Run(const fb::Command& command, const DeviceMemory* operands) {
       return Status(ErrorCode::kBackend, std::string("CUDA cropping: ") + cudaGetErrorString(error));
     return Status::Ok();
   };
+  // The filter as cuDNN takes it: OHWI under NHWC activations, reordered
+  // into scratch when the plan stores it OIHW.
+  auto filter_in = [&]() -> StatusOr<void*> {
+    if (!call.reorder_filter) return at(1);
+    GRAPHC_CUDNN(cudnnTransformTensor(impl.handle, &one, d.oihw, at(1), &zero, d.ohwi,
+                                      scratch(call.wr)),
+                 "filter reorder to OHWI");
+    return scratch(call.wr);
+  };
   switch (command.op()) {
     case fb::Opcode::Conv2d: {
       StatusOr<void*> x = padded_input(0);
@@ -729,27 +756,37 @@ Status CudnnOps::Run(const fb::Command& command, const DeviceMemory* operands) {
                      "convolution bias");
         beta = &one;
       }
-      GRAPHC_CUDNN(cudnnConvolutionForward(impl.handle, &one, d.a, *x, d.filter, at(1), d.conv,
+      StatusOr<void*> w = filter_in();
+      if (!w.ok()) return w.status();
+      GRAPHC_CUDNN(cudnnConvolutionForward(impl.handle, &one, d.a, *x, d.filter, *w, d.conv,
                                            static_cast<cudnnConvolutionFwdAlgo_t>(call.algorithm),
                                            impl.workspace, call.workspace, beta, d.b, at(out)),
                    "convolution forward");
       return Status::Ok();
     }
-    case fb::Opcode::Conv2dBackwardData:  // dy, w -> dx
+    case fb::Opcode::Conv2dBackwardData: {  // dy, w -> dx
+      StatusOr<void*> w = filter_in();
+      if (!w.ok()) return w.status();
       GRAPHC_CUDNN(cudnnConvolutionBackwardData(
-                       impl.handle, &one, d.filter, at(1), d.b, at(0), d.conv,
+                       impl.handle, &one, d.filter, *w, d.b, at(0), d.conv,
                        static_cast<cudnnConvolutionBwdDataAlgo_t>(call.algorithm), impl.workspace,
                        call.workspace, &zero, d.a, dx),
                    "convolution backward-data");
       return crop();
+    }
     case fb::Opcode::Conv2dBackwardFilter: {  // x, dy -> dw
       StatusOr<void*> x = padded_input(0);
       if (!x.ok()) return x.status();
       GRAPHC_CUDNN(cudnnConvolutionBackwardFilter(
                        impl.handle, &one, d.a, *x, d.b, at(1), d.conv,
                        static_cast<cudnnConvolutionBwdFilterAlgo_t>(call.algorithm),
-                       impl.workspace, call.workspace, &zero, d.filter, at(out)),
+                       impl.workspace, call.workspace, &zero, d.filter,
+                       call.reorder_filter ? scratch(call.wr) : at(out)),
                    "convolution backward-filter");
+      if (call.reorder_filter)
+        GRAPHC_CUDNN(cudnnTransformTensor(impl.handle, &one, d.ohwi, scratch(call.wr), &zero,
+                                          d.oihw, at(out)),
+                     "filter gradient reorder to OIHW");
       return Status::Ok();
     }
     case fb::Opcode::MaxPool2d:
