@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <vector>
@@ -77,7 +78,15 @@ CLI::App* AddCrosscheckCommand(CLI::App& app, CrosscheckFlags& f) {
   c->add_option("--tolerance", f.tolerance,
                 "worst |device - cpu| as a fraction of an output's largest |cpu| value, for "
                 "every float output (default by type: fp32 1e-4, fp16 4e-3, bf16 3e-2)")
-      ->check(CLI::Range(1e-12, 1e6));
+      ->check(CLI::Validator(
+          [](std::string& value) -> std::string {
+            char* end = nullptr;
+            const double x = std::strtod(value.c_str(), &end);
+            return end != value.c_str() && *end == '\0' && x > 0 && x <= 1e6
+                       ? std::string()
+                       : "must be a number above 0 and at most 1e6";
+          },
+          "X in (0, 1e6]"));
   c->add_flag("--all", f.all, "print every command, not only those over tolerance");
   c->add_option("--show", f.show, "print at most this many commands (default 20)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
