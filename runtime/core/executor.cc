@@ -385,7 +385,12 @@ Status Executor::RunCommand(int index, uint32_t c) {
     return Status(ErrorCode::kInvalidArgument, "no command " + std::to_string(c) + " in program '" +
                                                    PrintableOf(program(index).name()) + "'");
   const fb::Command& command = *program(index).commands()->Get(c);
-  if (IsCollective(command.op())) return Status::Ok();
+  if (IsCollective(command.op())) {
+    if (distributed())
+      return Status(ErrorCode::kUnsupported,
+                    "a collective cannot run alone: RunCommand is for one rank");
+    return Status::Ok();
+  }
   Status status = backend_.Run(command, operands_[index][c].data());
   if (status.ok()) status = backend_.Synchronize();
   return status;

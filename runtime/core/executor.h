@@ -56,8 +56,9 @@ class Executor {
   // Enqueue, then wait for the device.
   Status Run(int program);
   // Runs command `command` of `program` alone and waits for the device (a
-  // collective does nothing, as in a job of one rank): for tools that check
-  // a program command by command (graphrun crosscheck).
+  // collective does nothing, as in a job of one rank, and is refused in a
+  // distributed one): for tools that check a program command by command
+  // (graphrun crosscheck).
   Status RunCommand(int program, uint32_t command);
   // The program's commands.
   uint32_t command_count(int program) const;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <utility>
@@ -15,6 +16,12 @@ namespace graphc::runtime {
 namespace {
 
 using Bytes = std::vector<uint8_t>;
+
+std::string Number(double value) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.7g", value);
+  return text;
+}
 
 bool IsFloat(fb::DType dtype) {
   return dtype == fb::DType::F32 || dtype == fb::DType::F16 || dtype == fb::DType::BF16;
@@ -50,6 +57,7 @@ uint64_t ElementBytes(fb::DType dtype) {
 struct OutputCheck {
   uint64_t elements = 0, mismatches = 0;
   double difference = 0;
+  double scale = 0, absolute = 0;  // max |want|; max |got - want|
   int64_t worst = -1;
   double want = 0, got = 0;
 };
@@ -60,10 +68,25 @@ OutputCheck CompareOutput(const fb::Buffer& buffer, const Bytes& want, const Byt
   const uint64_t size = ElementBytes(dtype);
   check.elements = want.size() / size;
   if (!IsFloat(dtype)) {
+    auto value = [&](const Bytes& bytes, uint64_t e) -> double {
+      if (size == 8) {
+        int64_t v;
+        std::memcpy(&v, bytes.data() + 8 * e, 8);
+        return static_cast<double>(v);
+      }
+      if (size == 4) {
+        int32_t v;
+        std::memcpy(&v, bytes.data() + 4 * e, 4);
+        return v;
+      }
+      return bytes[e];
+    };
     for (uint64_t e = 0; e < check.elements; ++e)
-      if (std::memcmp(want.data() + e * size, got.data() + e * size, size) != 0) {
-        if (check.worst < 0) check.worst = static_cast<int64_t>(e);
-        ++check.mismatches;
+      if (std::memcmp(want.data() + e * size, got.data() + e * size, size) != 0 &&
+          check.mismatches++ == 0) {
+        check.worst = static_cast<int64_t>(e);
+        check.want = value(want, e);
+        check.got = value(got, e);
       }
     return check;
   }
@@ -91,7 +114,12 @@ OutputCheck CompareOutput(const fb::Buffer& buffer, const Bytes& want, const Byt
     }
   }
   if (first_bad >= 0) check.worst = first_bad, check.want = bad_want, check.got = bad_got;
-  check.difference = worst == 0 ? 0 : worst / std::max(scale, 1e-30);
+  // As a fraction of the output's scale; an output whose reference is all
+  // zeros is measured absolutely (rounding residue then passes, an error of
+  // any size does not).
+  check.difference = worst == 0 ? 0 : scale > 0 ? worst / scale : worst;
+  check.scale = scale;
+  check.absolute = worst;
   return check;
 }
 
@@ -175,9 +203,11 @@ Status RunWatched(Backend& backend, Executor& exec, int program, uint32_t c,
   Bytes now;
   for (const Guard& g : guards) {
     GRAPHC_RETURN_IF_ERROR(ReadGuard(backend, exec, g, &now));
+    // The changed byte nearest the output: the first after it, the last
+    // before it.
     uint64_t changed = 0, first = 0;
     for (uint64_t i = 0; i < now.size(); ++i)
-      if (now[i] != g.bytes[i] && changed++ == 0) first = i;
+      if (now[i] != g.bytes[i] && (changed++ == 0 || !g.after)) first = i;
     if (changed == 0) continue;
     if (check->stray_bytes == 0) {
       const fb::Buffer& b = exec.buffer(g.output);
@@ -247,10 +277,29 @@ StatusOr<CrosscheckResult> Crosscheck(const Plan& plan, Backend& reference, Back
   const fb::Plan& root = plan.root();
   const fb::Program& program = want.program(p.train);
   CrosscheckResult result;
-  // The command that last wrote each buffer (-1: the state, constants and
-  // batch set before the step).
-  std::vector<int64_t> written_by(root.buffers()->size(), -1);
-  std::vector<bool> written_wrong(root.buffers()->size(), false);
+  // Who last wrote each byte range of the device's memory, in order: a
+  // command (its output checked), or crosscheck copying the reference's
+  // bytes in. Buffer indices would not do: a reshape is a second buffer over
+  // the same bytes.
+  struct Written {
+    fb::Region region;
+    uint64_t begin, end;
+    int64_t command;  // -1: set before the step
+    bool copied;      // crosscheck's copy before `command`
+    bool wrong;       // the command's outputs did not match
+    double scale;     // the largest |value| the reference wrote there
+  };
+  std::vector<Written> written;
+  auto first_suspect = [](const Written* w) -> int64_t {
+    return w == nullptr ? 0 : w->copied ? w->command : w->command + 1;
+  };
+  auto last_write = [&](const fb::Buffer& b) -> const Written* {
+    for (auto w = written.rbegin(); w != written.rend(); ++w)
+      if (w->region == b.region() && w->begin < b.offset() + b.size() &&
+          b.offset() < w->end)
+        return &*w;
+    return nullptr;
+  };
   for (uint32_t c = 0; c < want.command_count(p.train); ++c) {
     const fb::Command& command = *program.commands()->Get(c);
     if (IsCollective(command.op())) {
@@ -280,20 +329,33 @@ StatusOr<CrosscheckResult> Crosscheck(const Plan& plan, Backend& reference, Back
       const double tolerance =
           options.tolerance > 0 ? options.tolerance : CrosscheckTolerance(buffer.dtype());
       if (drift.mismatches == 0 && drift.difference <= tolerance) continue;
-      if (written_wrong[index]) continue;  // reported at its writer
+      const Written* w = last_write(buffer);
+      if (w != nullptr && w->wrong) continue;  // reported at its writer
+      // Measured at the scale of what the writer wrote, where this input is
+      // a view of part of it (whose own largest value may be smaller).
+      if (w != nullptr && drift.mismatches == 0 && w->scale > drift.scale &&
+          drift.absolute / w->scale <= tolerance)
+        continue;
       if (check.stale_inputs++ == 0) {
-        const int64_t writer = written_by[index];
-        check.stale = PrintableOf(buffer.name()) + "[" + std::to_string(drift.worst) +
-                      "]: cpu " + std::to_string(drift.want) + ", device held " +
-                      std::to_string(drift.got) + "; " +
-                      (writer < 0 ? std::string("set before the step")
-                                  : "written by command " + std::to_string(writer)) +
-                      ", changed since by one of commands " + std::to_string(writer + 1) +
-                      " to " + std::to_string(static_cast<int64_t>(c) - 1);
+        const int64_t writer = w == nullptr ? -1 : w->command;
+        check.stale =
+            PrintableOf(buffer.name()) + "[" + std::to_string(drift.worst) + "]: cpu " +
+            Number(drift.want) + ", device held " + Number(drift.got) + "; " +
+            (writer < 0  ? std::string("set before the step")
+             : w->copied ? "copied in before command " + std::to_string(writer)
+                         : "written by command " + std::to_string(writer)) +
+            // A copy precedes its command, which may itself be the culprit.
+            (first_suspect(w) <= static_cast<int64_t>(c) - 1
+                 ? ", changed since by one of commands " + std::to_string(first_suspect(w)) +
+                       " to " + std::to_string(static_cast<int64_t>(c) - 1)
+                 : ", and nothing ran since");
       }
     }
-    for (uint32_t i = 0; i < inputs.size() && status.ok(); ++i)
+    for (uint32_t i = 0; i < inputs.size() && status.ok(); ++i) {
+      const fb::Buffer& b = got.buffer(command.inputs()->Get(i));
       status = got.Write(command.inputs()->Get(i), inputs[i].data(), inputs[i].size());
+      written.push_back({b.region(), b.offset(), b.offset() + b.size(), c, true, false, 0});
+    }
     if (status.ok()) status = RunWatched(device, got, p.train, c, command, &check);
     if (!status.ok())
       return Status(status.code(), std::string(device.name()) + ", " + where + ": " +
@@ -302,11 +364,13 @@ StatusOr<CrosscheckResult> Crosscheck(const Plan& plan, Backend& reference, Back
     check.what = Describe(root, command);
     check.location = command.location() ? PrintableOf(command.location()) : "";
     double worst_ratio = -1;
+    std::vector<double> scales;
     for (int32_t index : *command.outputs()) {
       const fb::Buffer& buffer = got.buffer(index);
       Bytes a = ReadBuffer(want, index, &status), b = ReadBuffer(got, index, &status);
       if (!status.ok()) return status;
       const OutputCheck out = CompareOutput(buffer, a, b);
+      scales.push_back(out.scale);
       const double tolerance =
           options.tolerance > 0 ? options.tolerance : CrosscheckTolerance(buffer.dtype());
       check.elements += out.elements;
@@ -323,9 +387,10 @@ StatusOr<CrosscheckResult> Crosscheck(const Plan& plan, Backend& reference, Back
         check.device_value = out.got;
       }
     }
-    for (int32_t index : *command.outputs()) {
-      written_by[index] = c;
-      written_wrong[index] = !check.ok();
+    for (uint32_t o = 0; o < command.outputs()->size(); ++o) {
+      const fb::Buffer& b = got.buffer(command.outputs()->Get(o));
+      written.push_back(
+          {b.region(), b.offset(), b.offset() + b.size(), c, false, !check.ok(), scales[o]});
     }
     result.commands.push_back(std::move(check));
   }
