@@ -109,16 +109,29 @@ class CrosscheckTest : public ::testing::Test {
     ASSERT_TRUE(plan.ok()) << plan.status().ToString();
     plan_ = std::move(*plan);
   }
+  const fb::Program* TrainStep() const {
+    for (const fb::Program* program : *plan_->root().programs())
+      if (StringOf(program->name()) == "train_step") return program;
+    return nullptr;
+  }
   // train_step's commands that are not collectives.
   size_t Commands() const {
-    const fb::Plan& root = plan_->root();
-    for (const fb::Program* program : *root.programs())
-      if (StringOf(program->name()) == "train_step") {
-        size_t n = 0;
-        for (const fb::Command* c : *program->commands()) n += !IsCollective(c->op());
-        return n;
-      }
-    return 0;
+    size_t n = 0;
+    for (const fb::Command* c : *TrainStep()->commands()) n += !IsCollective(c->op());
+    return n;
+  }
+  // The index in train_step of the `nth` command of `op`.
+  uint32_t NthOf(fb::Opcode op, int nth) const {
+    const auto& commands = *TrainStep()->commands();
+    uint32_t c = 0;
+    for (int seen = 0; c < commands.size(); ++c)
+      if (commands.Get(c)->op() == op && seen++ == nth) break;
+    return c;
+  }
+  static int Failures(const CrosscheckResult& result) {
+    int failures = 0;
+    for (const CommandCheck& c : result.commands) failures += !c.ok();
+    return failures;
   }
   std::unique_ptr<Plan> plan_;
 };
@@ -155,25 +168,12 @@ TEST_F(CrosscheckTest, NamesTheOneCommandComputedWrongly) {
     const int64_t first = result->first_failure();
     ASSERT_GE(first, 0) << fb::EnumNameOpcode(op);
     const CommandCheck& bad = result->commands[first];
-    int seen = 0;
-    const fb::Program* train = nullptr;
-    for (const fb::Program* program : *plan_->root().programs())
-      if (StringOf(program->name()) == "train_step") train = program;
-    ASSERT_NE(train, nullptr);
-    uint32_t expected = 0;
-    for (uint32_t c = 0; c < train->commands()->size(); ++c)
-      if (train->commands()->Get(c)->op() == op && seen++ == 1) {
-        expected = c;
-        break;
-      }
-    EXPECT_EQ(bad.command, expected);
+    EXPECT_EQ(bad.command, NthOf(op, 1));
     EXPECT_EQ(bad.worst_element, 0);
     EXPECT_NEAR(bad.device_value - bad.reference_value, 0.5, 1e-3);
     EXPECT_GT(bad.difference, bad.tolerance);
     EXPECT_FALSE(bad.output.empty());
-    int failures = 0;
-    for (const CommandCheck& c : result->commands) failures += !c.ok();
-    EXPECT_EQ(failures, 1) << "the error stayed in its command";
+    EXPECT_EQ(Failures(*result), 1) << "the error stayed in its command";
   }
 }
 
@@ -207,9 +207,7 @@ TEST_F(CrosscheckTest, NamesACommandThatWritesPastItsOutput) {
   EXPECT_EQ(bad.stray_bytes, 4u);
   EXPECT_NE(bad.stray.find("wrong-once: 4 bytes changed after "), std::string::npos) << bad.stray;
   EXPECT_NE(bad.stray.find("(the first 32 bytes past its end)"), std::string::npos) << bad.stray;
-  int failures = 0;
-  for (const CommandCheck& c : result->commands) failures += !c.ok();
-  EXPECT_EQ(failures, 1);
+  EXPECT_EQ(Failures(*result), 1);
 }
 
 // A command that changes memory it does not own, far from its outputs (here
@@ -227,11 +225,7 @@ TEST_F(CrosscheckTest, FindsAnInputChangedSinceItWasWritten) {
   EXPECT_EQ(bad.stray_bytes, 0u);
   EXPECT_EQ(bad.stale_inputs, 1u);
   // The filter was copied in before the convolution, which changed it.
-  uint32_t conv = 0;
-  for (const fb::Program* program : *plan_->root().programs())
-    if (StringOf(program->name()) == "train_step")
-      while (program->commands()->Get(conv)->op() != fb::Opcode::Conv2d) ++conv;
-  const std::string c = std::to_string(conv);
+  const std::string c = std::to_string(NthOf(fb::Opcode::Conv2d, 0));
   EXPECT_NE(bad.stale.find("copied in before command " + c + ", changed since by one of commands " +
                            c + " to " + std::to_string(bad.command - 1)),
             std::string::npos)

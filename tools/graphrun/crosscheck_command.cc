@@ -8,12 +8,12 @@
 #include <vector>
 
 #include "contract/files.h"
-#include "contract/plan_integrity.h"
 #include "contract/printable.h"
 #include "nlohmann/json.hpp"
 #include "runtime/backends/backend_factory.h"
 #include "runtime/core/plan_loader.h"
 #include "runtime/train/crosscheck.h"
+#include "tools/graphrun/load_plan.h"
 
 namespace graphc::runtime {
 namespace {
@@ -102,17 +102,11 @@ CLI::App* AddCrosscheckCommand(CLI::App& app, CrosscheckFlags& f) {
 }
 
 int RunCrosscheckCommand(const CrosscheckFlags& f) {
-  std::vector<PublicKey> trusted;
-  if (!f.trusted_keys.empty()) {
-    StatusOr<std::vector<PublicKey>> keys = ReadTrustedKeys(f.trusted_keys);
-    if (!keys.ok()) return Fail(keys.status());
-    trusted = std::move(*keys);
-  }
   if (!f.report.empty()) {
     Status replaceable = CheckReplaceable(f.report);
     if (!replaceable.ok()) return Fail(replaceable);
   }
-  StatusOr<std::unique_ptr<Plan>> plan = Plan::FromFile(f.plan, LoaderLimits(), trusted);
+  StatusOr<std::unique_ptr<Plan>> plan = LoadPlan(f.plan, f.trusted_keys);
   if (!plan.ok()) return Fail(plan.status());
   BackendOptions options;
   options.cpu_threads = static_cast<int>(f.threads);

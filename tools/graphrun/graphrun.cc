@@ -28,6 +28,7 @@
 #include "runtime/core/plan_printer.h"
 #include "runtime/train/trainer.h"
 #include "tools/graphrun/crosscheck_command.h"
+#include "tools/graphrun/load_plan.h"
 
 namespace {
 
@@ -48,18 +49,6 @@ int Fail(const Status& status) {
 
 const int64_t kMaxThreads = MaxCpuThreads();
 
-// The plan at `path`, signed by one of the keys in the comma-separated list
-// of key files `key_files` when it names any (checked by the loader, right
-// after the plan's digests).
-StatusOr<std::unique_ptr<Plan>> LoadPlan(const std::string& path, const std::string& key_files) {
-  std::vector<PublicKey> trusted;
-  if (!key_files.empty()) {
-    StatusOr<std::vector<PublicKey>> keys = ReadTrustedKeys(key_files);
-    if (!keys.ok()) return keys.status();
-    trusted = std::move(*keys);
-  }
-  return Plan::FromFile(path, LoaderLimits(), trusted);
-}
 
 struct DeviceOptions;
 int RunTrainingOn(TrainOptions& o, const DeviceOptions& d, Communicator& comm);
