@@ -45,6 +45,11 @@ namespace {
 
 using BodyFn = llvm::function_ref<SmallVector<Value>(OpBuilder &, Location, ValueRange)>;
 
+void blockTree(OpBuilder &b, Location loc, Value threadId, int64_t block,
+               ArrayRef<Value> buffers,
+               function_ref<Value(OpBuilder &, Location, unsigned, Value, Value)> combine,
+               int64_t lastStride = 1);
+
 class NestBuilder {
 public:
   NestBuilder(Location loc, ValueRange inputs, ValueRange outputs, ArrayRef<AffineMap> maps,
@@ -69,6 +74,7 @@ public:
   }
   void buildColumnChunks(OpBuilder &b, ArrayRef<utils::IteratorType> iterators, int64_t parts);
   void buildGpu(OpBuilder &b, ArrayRef<utils::IteratorType> iterators);
+  void buildGpuColumns(OpBuilder &b, ArrayRef<utils::IteratorType> iterators);
   void buildGpuTwoStage(OpBuilder &b, ArrayRef<unsigned> parallelDims, int64_t outputsCount,
                         int64_t count, int64_t parts, int64_t block, ArrayRef<Type> types);
 
@@ -577,6 +583,165 @@ Value partialsOf(OpBuilder &b, Location loc, Type type, StringRef name) {
   return b.create<memref::GetGlobalOp>(loc, MemRefType::get({kGpuPartialsCapacity}, type), name);
 }
 
+// A reduction that keeps the innermost dim on CUDA ([rows..., C] -> [C],
+// channels-last batch-norm statistics; or [N, rows..., C] -> [N, C]). One
+// block per output would read its values a row apart (C elements: each load
+// of a warp its own memory transaction). Instead a block is a tile of
+// `lanes` consecutive columns by block / lanes row lanes: thread t reads
+// column tile * lanes + t % lanes of rows r = begin + t / lanes, + rowLanes,
+// ... of its chunk, so a warp reads whole rows' consecutive elements
+// (coalesced); then the row lanes of each column combine as a tree in shared
+// memory (strides block / 2 down to `lanes`), and the first `lanes` threads
+// hold the tile's totals. Blocks: outer x tiles x parts, `parts` chunks of
+// rows enough to fill the GPU (kGpuMinThreads, kGpuColumnMinBlocks) while each
+// thread keeps at least kGpuColumnRowsPerThread rows; with more than one
+// part the totals go to the partials global and a second launch, a thread
+// per output, combines each output's partials in chunk order. Every order is
+// fixed by the shapes: the same bits every run.
+void NestBuilder::buildGpuColumns(OpBuilder &b, ArrayRef<utils::IteratorType> iterators) {
+  SmallVector<unsigned> parallelDims = splitDims(iterators);
+  const unsigned column = parallelDims.back();
+  SmallVector<unsigned> outerDims(parallelDims.begin(), parallelDims.end() - 1);
+  int64_t outer = 1, rows = 1;
+  for (unsigned d : outerDims)
+    outer *= extents[d];
+  for (unsigned d : reducedDims)
+    rows *= extents[d];
+  const int64_t columns = extents[column];
+  SmallVector<Type> types;
+  for (unsigned output : reduced)
+    types.push_back(accumulatorType(output));
+  const int64_t block = std::min(kGpuColumnBlock, largestBlock(types));
+  int64_t lanes = 1;
+  while (lanes < 32 && lanes < columns)
+    lanes *= 2;
+  lanes = std::min(lanes, block);
+  const int64_t rowLanes = block / lanes;
+  const int64_t tiles = (columns + lanes - 1) / lanes;
+  const int64_t tileBlocks = outer * tiles;
+  const int64_t outputsCount = outer * columns;
+  int64_t parts = std::max((kGpuMinThreads + tileBlocks * block - 1) / (tileBlocks * block),
+                           (kGpuColumnMinBlocks + tileBlocks - 1) / tileBlocks);
+  parts = std::min(parts, std::max<int64_t>(1, rows / (rowLanes * kGpuColumnRowsPerThread)));
+  const int64_t reducedCount = static_cast<int64_t>(reduced.size());
+  parts = std::min(parts, std::max<int64_t>(1, kGpuPartialsCapacity / (outputsCount * reducedCount)));
+  const int64_t chunk = (rows + parts - 1) / parts;
+  parts = (rows + chunk - 1) / chunk;  // none of them empty
+  const int64_t slots = outputsCount * parts;  // per reduced output
+  SmallVector<std::string> names;
+  if (parts > 1)
+    for (Type type : types)
+      names.push_back(declarePartials(b, loc, type));
+  // The ivs of output (o, c): the outer parallel dims from o.
+  auto setOutputIvs = [&](OpBuilder &nb, Value o, Value c) {
+    setIvs(nb, loc, o, outerDims, extents, ivs);
+    ivs[column] = c;
+  };
+  buildBlockLaunch(
+      b, loc, tileBlocks * parts, block, types,
+      [&](OpBuilder &lb, Location, Value blockId, Value threadId,
+          ArrayRef<BlockArgument> buffers) {
+        setUndefined(lb);
+        Value part = lb.create<arith::RemUIOp>(loc, blockId, constIndex(lb, parts));
+        Value rest = lb.create<arith::DivUIOp>(loc, blockId, constIndex(lb, parts));
+        Value tile = lb.create<arith::RemUIOp>(loc, rest, constIndex(lb, tiles));
+        Value o = lb.create<arith::DivUIOp>(loc, rest, constIndex(lb, tiles));
+        Value lane = lb.create<arith::RemUIOp>(loc, threadId, constIndex(lb, lanes));
+        Value rowLane = lb.create<arith::DivUIOp>(loc, threadId, constIndex(lb, lanes));
+        Value c = lb.create<arith::AddIOp>(
+            loc, lb.create<arith::MulIOp>(loc, tile, constIndex(lb, lanes)), lane);
+        Value valid =
+            lb.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, c, constIndex(lb, columns));
+        // A lane past the last column reads nothing (zero iterations), but
+        // its ivs stay in bounds all the same.
+        setOutputIvs(lb, o, lb.create<arith::MinUIOp>(loc, c, constIndex(lb, columns - 1)));
+        Value begin = lb.create<arith::MulIOp>(loc, part, constIndex(lb, chunk));
+        Value end = lb.create<arith::MinUIOp>(
+            loc, lb.create<arith::AddIOp>(loc, begin, constIndex(lb, chunk)), constIndex(lb, rows));
+        end = lb.create<arith::SelectOp>(loc, valid, end, begin);
+        SmallVector<Value> start;
+        for (unsigned output : reduced)
+          start.push_back(identity(lb, output));
+        auto loop = lb.create<scf::ForOp>(
+            loc, lb.create<arith::AddIOp>(loc, begin, rowLane), end, constIndex(lb, rowLanes),
+            start, [&](OpBuilder &fb, Location, Value r, ValueRange accumulators) {
+              setIvs(fb, loc, r, reducedDims, extents, ivs);
+              fb.create<scf::YieldOp>(loc, iterate(fb, accumulators));
+            });
+        SmallVector<Value> shared(buffers.begin(), buffers.end());
+        for (auto [value, buffer] : llvm::zip(loop.getResults(), shared))
+          lb.create<memref::StoreOp>(loc, value, buffer, threadId);
+        blockTree(
+            lb, loc, threadId, block, shared,
+            [&](OpBuilder &nb, Location, unsigned i, Value x, Value y) {
+              return combine(nb, reduced[i], x, y);
+            },
+            lanes);
+        Value first = lb.create<arith::AndIOp>(
+            loc, valid,
+            lb.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, threadId,
+                                     constIndex(lb, lanes)));
+        lb.create<scf::IfOp>(loc, first, [&](OpBuilder &ib, Location) {
+          SmallVector<Value> totals;
+          for (Value buffer : shared)
+            totals.push_back(ib.create<memref::LoadOp>(loc, buffer, threadId));
+          if (parts == 1) {
+            setOutputIvs(ib, o, c);
+            storeResults(ib, totals);
+          } else {
+            // partials[a][p][o * columns + c]: stage 2 reads them coalesced.
+            Value output = ib.create<arith::AddIOp>(
+                loc, ib.create<arith::MulIOp>(loc, o, constIndex(ib, columns)), c);
+            Value slot = ib.create<arith::AddIOp>(
+                loc, ib.create<arith::MulIOp>(loc, part, constIndex(ib, outputsCount)), output);
+            for (auto [a, total] : llvm::enumerate(totals)) {
+              Value at = ib.create<arith::AddIOp>(loc, slot, constIndex(ib, a * slots));
+              ib.create<memref::StoreOp>(loc, total, partialsOf(ib, loc, types[a], names[a]), at);
+            }
+          }
+          ib.create<scf::YieldOp>(loc);
+        });
+      });
+  if (parts == 1)
+    return;
+  // Stage 2: a thread per output, its partials in chunk order.
+  int64_t finalBlock = 32;
+  while (finalBlock < kGpuColumnBlock && finalBlock < outputsCount)
+    finalBlock *= 2;
+  buildBlockLaunch(
+      b, loc, (outputsCount + finalBlock - 1) / finalBlock, finalBlock, TypeRange{},
+      [&](OpBuilder &lb, Location, Value blockId, Value threadId, ArrayRef<BlockArgument>) {
+        Value output = lb.create<arith::AddIOp>(
+            loc, lb.create<arith::MulIOp>(loc, blockId, constIndex(lb, finalBlock)), threadId);
+        Value inRange = lb.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, output,
+                                                 constIndex(lb, outputsCount));
+        lb.create<scf::IfOp>(loc, inRange, [&](OpBuilder &ib, Location) {
+          SmallVector<Value> start;
+          for (unsigned o : reduced)
+            start.push_back(identity(ib, o));
+          auto loop = ib.create<scf::ForOp>(
+              loc, constIndex(ib, 0), constIndex(ib, parts), constIndex(ib, 1), start,
+              [&](OpBuilder &fb, Location, Value p, ValueRange totals) {
+                Value slot = fb.create<arith::AddIOp>(
+                    loc, fb.create<arith::MulIOp>(loc, p, constIndex(fb, outputsCount)), output);
+                SmallVector<Value> updated;
+                for (auto [a, type] : llvm::enumerate(types)) {
+                  Value at = fb.create<arith::AddIOp>(loc, slot, constIndex(fb, a * slots));
+                  Value partial =
+                      fb.create<memref::LoadOp>(loc, partialsOf(fb, loc, type, names[a]), at);
+                  updated.push_back(combine(fb, reduced[a], totals[a], partial));
+                }
+                fb.create<scf::YieldOp>(loc, updated);
+              });
+          setOutputIvs(ib,
+                       ib.create<arith::DivUIOp>(loc, output, constIndex(ib, columns)),
+                       ib.create<arith::RemUIOp>(loc, output, constIndex(ib, columns)));
+          storeResults(ib, loop.getResults());
+          ib.create<scf::YieldOp>(loc);
+        });
+      });
+}
+
 void NestBuilder::buildGpuTwoStage(OpBuilder &b, ArrayRef<unsigned> parallelDims,
                                    int64_t outputsCount, int64_t count, int64_t parts,
                                    int64_t chunkBlock, ArrayRef<Type> types) {
@@ -723,11 +888,14 @@ namespace {
 
 // The tree over `buffers` (each thread's values already stored at its index):
 // at stride s, thread t < s folds in t + s; a barrier before each level and
-// after the last, so every read sees the level before.
+// after the last, so every read sees the level before. Stopping at a
+// `lastStride` above 1 leaves `lastStride` totals, in threads 0 to
+// lastStride - 1 (each the tree over the threads congruent to it).
 void blockTree(OpBuilder &b, Location loc, Value threadId, int64_t block,
                ArrayRef<Value> buffers,
-               function_ref<Value(OpBuilder &, Location, unsigned, Value, Value)> combine) {
-  for (int64_t stride = block / 2; stride >= 1; stride /= 2) {
+               function_ref<Value(OpBuilder &, Location, unsigned, Value, Value)> combine,
+               int64_t lastStride) {
+  for (int64_t stride = block / 2; stride >= lastStride; stride /= 2) {
     b.create<gpu::BarrierOp>(loc);
     Value s = b.create<arith::ConstantIndexOp>(loc, stride);
     Value active = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, threadId, s);
@@ -821,9 +989,10 @@ void buildReductionNest(OpBuilder &b, Location loc, ValueRange inputs, ValueRang
     NestBuilder(loc, inputs, outputs, maps, extents, accumulate, scales, body)
         .build(nb, iterators);
   };
-  // On the CPU a reduction keeping the innermost dim walks it in lanes of
-  // consecutive outputs (buildColumns); on CUDA consecutive threads already
-  // read consecutive elements there.
+  // A reduction keeping the innermost dim walks it in lanes of consecutive
+  // outputs: on the CPU in vectors (buildColumns, buildColumnChunks), on CUDA
+  // in warps (buildGpuColumns); a thread per output is coalesced there too,
+  // when there are enough outputs for it.
   const bool columns = count > 1 && !iterators.empty() &&
                        iterators.back() == utils::IteratorType::parallel;
   auto cpu = [&](OpBuilder &nb) {
@@ -839,8 +1008,8 @@ void buildReductionNest(OpBuilder &b, Location loc, ValueRange inputs, ValueRang
   if (count <= 1 || outputsCount >= kGpuMinThreads || outputsCount * count < kGpuMinThreads)
     return columns ? buildPerTarget(b, loc, cpu, nest) : cpu(b);
   buildPerTarget(b, loc, cpu, [&](OpBuilder &nb) {
-    NestBuilder(loc, inputs, outputs, maps, extents, accumulate, scales, body)
-        .buildGpu(nb, iterators);
+    NestBuilder builder(loc, inputs, outputs, maps, extents, accumulate, scales, body);
+    columns ? builder.buildGpuColumns(nb, iterators) : builder.buildGpu(nb, iterators);
   });
 }
 

@@ -30,6 +30,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "flatbuffers/flatbuffers.h"
@@ -509,6 +510,23 @@ std::vector<LibraryCommand> NhwcCommands() {
   return commands;
 }
 
+// ResNet's stem on channels-last half data: a 7x7 stride-2 convolution of
+// 3 channels padded by 3, each direction (cuDNN's tensor-core kernels want
+// channels in multiples of 8; 3 takes another path, which on an H200 gave a
+// NaN filter gradient in ResNet-50's first fp16 step where the CPU's was
+// finite), at 112x112 so that the filter gradient sums 3136 positions.
+std::vector<LibraryCommand> StemCommands() {
+  using fb::Opcode;
+  const std::vector<int64_t> x = {1, 112, 112, 3}, w = {64, 3, 7, 7}, y = {1, 56, 56, 64};
+  const std::vector<int64_t> strides = {2, 2}, padding = {3, 3, 3, 3};
+  std::vector<LibraryCommand> c(3);
+  c[0] = {Opcode::Conv2d, {x, w}, y, strides, padding};
+  c[1] = {Opcode::Conv2dBackwardData, {y, w}, x, strides, padding};
+  c[2] = {Opcode::Conv2dBackwardFilter, {x, y}, w, strides, padding};
+  for (LibraryCommand& command : c) command.layout = fb::Layout::NHWC;
+  return c;
+}
+
 // The NHWC convolutions of `commands` with their filters (and filter
 // gradients) stored OHWI, as graphc writes them for cuDNN's channels-last
 // tensor-core kernels.
@@ -863,7 +881,7 @@ TEST_P(BackendConformance, NhwcLibraryCommandsMatchFloat64References) {
 // nearest wherever that result lies farther from a rounding midpoint than
 // FP32 accumulation could move it (a half accumulation, a truncation or a
 // second rounding fails there), which must hold for at least half of each
-// output.
+// output (a quarter for the stem's long sums).
 TEST_P(BackendConformance, HalfLibraryCommandsRoundOnceFromFp32Accumulation) {
   // Which path this run checks: on the CPU the ISA decides (CTest runs the
   // suite again under ONEDNN_MAX_CPU_ISA caps, so that a CPU with bf16
@@ -872,12 +890,17 @@ TEST_P(BackendConformance, HalfLibraryCommandsRoundOnceFromFp32Accumulation) {
     std::cout << "[   INFO   ] " << backend_->LibraryMath(dtype) << "\n";
     RecordProperty(fb::EnumNameDType(dtype), backend_->LibraryMath(dtype));
   }
-  std::vector<std::pair<HalfType, std::vector<LibraryCommand>>> cases;
+  // Each case: the type, the commands, and the least fraction of each output
+  // that must lie far enough from a midpoint to be checked exactly (the
+  // stem's sums are long: their accumulation bound leaves fewer).
+  std::vector<std::tuple<HalfType, std::vector<LibraryCommand>, double>> cases;
   for (const HalfType& type : {kF16, kBF16})
     for (const auto& commands : {HalfCommands(), NhwcCommands(), Ohwi(NhwcCommands())})
-      cases.emplace_back(type, commands);
-  cases.emplace_back(kF16, Batched(NhwcCommands(), 8));  // widened, in chunks
-  for (const auto& [type, commands] : cases) {
+      cases.emplace_back(type, commands, 0.5);
+  cases.emplace_back(kF16, Batched(NhwcCommands(), 8), 0.5);  // widened, in chunks
+  cases.emplace_back(kF16, StemCommands(), 0.25);
+  cases.emplace_back(kF16, Ohwi(StemCommands()), 0.25);
+  for (const auto& [type, commands, least_exact] : cases) {
     const std::string dtype = fb::EnumNameDType(type.dtype);
     std::unique_ptr<Plan> plan = LibraryPlan(type.dtype, commands);
     ASSERT_NE(plan, nullptr);
@@ -935,7 +958,8 @@ TEST_P(BackendConformance, HalfLibraryCommandsRoundOnceFromFp32Accumulation) {
         ASSERT_EQ(got, rounded) << what << " element " << e << ": float64 gives " << want[e];
         ++exact;
       }
-      EXPECT_GE(2 * exact, want.size()) << what << ": too few elements far from a midpoint";
+      EXPECT_GE(static_cast<double>(exact), least_exact * want.size())
+          << what << ": too few elements far from a midpoint";
     }
   }
 }

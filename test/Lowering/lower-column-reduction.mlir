@@ -1,4 +1,4 @@
-// RUN: graphc-opt %s --graphc-lower-to-plan | FileCheck %s
+// RUN: graphc-opt %s --graphc-lower-to-plan | FileCheck %s --check-prefixes=CHECK,CUDA
 
 // Tests the CPU kernel of a reduction that keeps only the innermost dim
 // (channels-last batch-norm statistics: [N, H, W, C] summed over N, H, W),
@@ -35,6 +35,43 @@
 // CHECK: arith.truncf %[[SUM]] : f64 to f32
 // CHECK: memref.store %{{.*}}, %[[Y]]
 // CHECK: } {graphc.target = "cpu"}
+// The CUDA variant: a block is 32 consecutive channels by 8 row lanes (a
+// warp reads 32 consecutive floats of one row: coalesced); 2 channel tiles x
+// 16 chunks of 128 rows = 32 blocks of 256 threads, each thread summing every
+// 8th row of its chunk; the row lanes combine per channel in shared memory
+// (strides 128, 64, 32), and the first 32 threads store their channel's
+// chunk partial at [chunk * 64 + channel]; then one thread per channel sums
+// its 16 partials in chunk order and stores it.
+// CUDA: scf.execute_region {
+// CUDA: gpu.launch blocks(%{{.*}}) in (%{{.*}} = %c32, %{{.*}} = %c1, %{{.*}} = %c1) threads(%[[T:[^,]*]], %{{.*}}) in (%{{.*}} = %c256, {{.*}} workgroup(%[[SH:.*]] : memref<256xf64, #gpu.address_space<workgroup>>)
+// CUDA: %[[LANE:.*]] = arith.remui %[[T]], %c32{{.*}} : index
+// CUDA: %[[ROWLANE:.*]] = arith.divui %[[T]], %c32{{.*}} : index
+// CUDA: %[[C:.*]] = arith.addi %{{.*}}, %[[LANE]] : index
+// CUDA: %[[VALID:.*]] = arith.cmpi ult, %[[C]], %c64{{.*}} : index
+// CUDA: arith.minui %[[C]], %c63{{.*}} : index
+// CUDA: %[[END:.*]] = arith.select %[[VALID]]
+// CUDA: %[[FROM:.*]] = arith.addi %{{.*}}, %[[ROWLANE]] : index
+// CUDA-NEXT: scf.for %{{.*}} = %[[FROM]] to %[[END]] step %c8{{.*}} iter_args
+// CUDA: memref.load %{{.*}}[%{{.*}}, %{{.*}}] : memref<2048x64xf32>
+// CUDA: arith.addf {{.*}} : f64
+// CUDA: memref.store %{{.*}}, %[[SH]][%[[T]]]
+// CUDA-NEXT: gpu.barrier
+// CUDA-NEXT: %c128{{.*}} = arith.constant 128 : index
+// CUDA: gpu.barrier
+// CUDA-NEXT: %c64{{.*}} = arith.constant 64 : index
+// CUDA: gpu.barrier
+// CUDA-NEXT: %c32{{.*}} = arith.constant 32 : index
+// CUDA: gpu.barrier
+// CUDA-NOT: gpu.barrier
+// CUDA: memref.store %{{.*}}, %{{.*}} : memref<65536xf64>
+// CUDA: gpu.terminator
+// CUDA: gpu.launch blocks(%{{.*}}) in (%{{.*}} = %c1{{.*}}, %{{.*}}) threads(%{{.*}}) in (%{{.*}} = %c64,
+// CUDA-NOT: gpu.barrier
+// CUDA: scf.for %{{.*}} = %{{.*}} to %c16 step
+// CUDA: memref.load %{{.*}} : memref<65536xf64>
+// CUDA: arith.truncf
+// CUDA: memref.store %{{.*}} : memref<64xf32>
+// CUDA: } {graphc.target = "cuda"}
 func.func @train_step(%x: tensor<32x8x8x64xf32>) -> tensor<64xf32> {
   %s = nn.reduce_sum %x dims [0, 1, 2] : tensor<32x8x8x64xf32>
   return %s : tensor<64xf32>
