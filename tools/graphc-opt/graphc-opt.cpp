@@ -2,11 +2,13 @@
 //
 // The tool the lit tests drive: parses, verifies, runs passes and prints IR, with
 // only the dialects and passes graphc uses registered (registering everything
-// costs ~40 s of compile time per file on 2 cores).
+// costs ~40 s of compile time per file on 2 cores), and graphc compile's whole
+// pipeline as `graphc-compile` with the same options.
 //
 //===----------------------------------------------------------------------===//
 
 #include "compiler/Lowering/Passes.h"
+#include "compiler/Pipeline/CompileOptions.h"
 #include "compiler/Transforms/Passes.h"
 #include "dialects/dist/IR/DistOps.h"
 #include "dialects/nn/IR/NNDialect.h"
@@ -26,6 +28,7 @@ int main(int argc, char **argv) {
                   mlir::memref::MemRefDialect, mlir::scf::SCFDialect>();
   graphc::registerGraphcPasses();
   graphc::registerGraphcLoweringPasses();
+  graphc::registerCompilePipeline();
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();
   return mlir::asMainReturnCode(

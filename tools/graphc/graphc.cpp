@@ -14,7 +14,7 @@
 
 #include "compiler/Analysis/ModelStats.h"
 #include "compiler/Export/PlanExport.h"
-#include "compiler/Pipeline/Pipeline.h"
+#include "compiler/Pipeline/CompileOptions.h"
 #include "EscapingStream.h"
 #include "NestingCheck.h"
 #include "contract/files.h"
@@ -62,196 +62,37 @@ cl::opt<std::string> keyName(cl::Positional, cl::Required, cl::desc("<name>"),
 cl::opt<std::string> modelPath(cl::Positional, cl::Required,
                                cl::desc("<model.mlir>"), cl::sub(infoCommand),
                                cl::sub(compileCommand));
-cl::opt<int64_t> batchSize("batch-size",
-                           cl::desc("Batch size to infer every shape with "
-                                    "(info: default 1; compile: default 32)"),
-                           cl::init(0), cl::sub(infoCommand), cl::sub(compileCommand));
 cl::opt<bool> showLayers("layers", cl::desc("Also print one line per op"),
                          cl::sub(infoCommand));
-cl::opt<graphc::Phase> compileTo(
-    "compile-to", cl::desc("Stop after this phase and print the IR"),
-    cl::values(clEnumValN(graphc::Phase::Verify, "verify",
-                          "model contract checked, batch size set"),
-               clEnumValN(graphc::Phase::MixedPrecision, "mixed-precision",
-                          "@train_step with gradients, in mixed precision with --amp, "
-                          "before the optimizer"),
-               clEnumValN(graphc::Phase::DataParallel, "data-parallel",
-                          "gradients averaged across ranks in bucketed allreduces, "
-                          "before the optimizer"),
-               clEnumValN(graphc::Phase::Autodiff, "autodiff",
-                          "@train_step with gradients and optimizer, @eval_step"),
-               clEnumValN(graphc::Phase::Lower, "lower",
-                          "plan buffers and commands, memory planned, kernels as MLIR"),
-               clEnumValN(graphc::Phase::Plan, "plan",
-                          "compiled kernels, contract checked (default; -o writes the plan)")),
-    cl::init(graphc::kLastPhase), cl::sub(compileCommand));
 cl::opt<std::string> outputPath("o", cl::desc("Output file: the plan (default: plan.fb), "
                                               "or the IR of --compile-to (default: stdout)"),
                                 cl::value_desc("file"), cl::init("-"),
                                 cl::sub(compileCommand));
 
-// The training-step options, mirrored onto graphc-optimizer's pass options.
-cl::OptionCategory codegenCategory("Code generation (compile)");
-cl::opt<std::string> targetKind("target",
-                                cl::desc("Devices to generate kernels for: cpu (x86-64), "
-                                         "cuda (PTX for sm_80 and sm_90; libdevice from "
-                                         "$CUDA_HOME, default /usr/local/cuda) or all"),
-                                cl::init("cpu"), cl::sub(compileCommand),
-                                cl::cat(codegenCategory));
-cl::opt<std::string> kernelCpu("kernel-cpu",
-                               cl::desc("x86-64 level the CPU kernels target "
-                                        "(x86-64, x86-64-v2, x86-64-v3, x86-64-v4)"),
-                               cl::init("x86-64-v3"), cl::sub(compileCommand),
-                               cl::cat(codegenCategory));
-cl::opt<std::string> dumpKernels("dump-kernels",
-                                 cl::desc("Also write the kernel binaries into this "
-                                          "directory (e.g. to disassemble them), and the "
-                                          "CPU kernels' optimized LLVM IR (cpu_x86_64.ll)"),
-                                 cl::sub(compileCommand), cl::cat(codegenCategory));
-
-cl::opt<bool> noFuse("no-fuse",
-                     cl::desc("Do not fuse elementwise ops: one kernel per op (the unfused "
-                              "baseline; numerically the same)"),
-                     cl::sub(compileCommand), cl::cat(codegenCategory));
-
-cl::opt<std::string> rematMode(
-    "remat",
-    cl::desc("What backward recomputes instead of forward keeping it: all (every cheap "
-             "elementwise value, those convolutions read included: least memory), fused "
-             "(only values the backward kernels that read them can recompute: no extra "
-             "memory traffic) or off (keep everything backward reads; numerically the "
-             "same)"),
-    cl::value_desc("all|fused|off"), cl::init("all"), cl::sub(compileCommand),
-    cl::cat(codegenCategory));
-
-cl::opt<std::string> layoutChoice(
-    "layout",
-    cl::desc("Activation layout through convolutions, pooling and batch norm: nhwc "
-             "(channels last: a transpose where the images enter and before a flatten; "
-             "the default for --target=cpu, where oneDNN's NHWC kernels are faster, and "
-             "with --amp, where cuDNN's tensor cores want it; with a CUDA target the "
-             "filters go OHWI too) or nchw (as written; the default for fp32 with a CUDA "
-             "target until NHWC has been measured on a GPU)"),
-    cl::value_desc("nhwc|nchw"), cl::sub(compileCommand), cl::cat(codegenCategory));
+// What shapes the training step (compiler/Pipeline/CompileOptions.h: names,
+// defaults, descriptions and rules), registered on `compile` in main; below,
+// what only the driver does with the result.
+graphc::CompileOptions &compileOptions() {
+  static graphc::CompileOptions options;
+  return options;
+}
 
 cl::opt<bool> memoryReport("memory-report",
                            cl::desc("Print where train_step's memory peaks and what forward "
                                     "keeps for backward"),
-                           cl::sub(compileCommand), cl::cat(codegenCategory));
+                           cl::sub(compileCommand), cl::cat(graphc::codegenCategory()));
 
 cl::opt<std::string> signKey("sign-key",
                             cl::desc("Sign the plan with this secret key (graphc keygen); "
                                      "graphrun --trusted-keys then runs it only if it trusts "
                                      "the key"),
                             cl::value_desc("file"), cl::sub(compileCommand),
-                            cl::cat(codegenCategory));
+                            cl::cat(graphc::codegenCategory()));
 
 cl::opt<bool> fusionReport("fusion-report",
                            cl::desc("Print each program's generated-kernel launches and the "
                                     "bytes they move per run, fused vs unfused"),
-                           cl::sub(compileCommand), cl::cat(codegenCategory));
-
-cl::OptionCategory distributedCategory("Data-parallel training (compile)");
-cl::opt<bool> noDataParallel(
-    "no-data-parallel",
-    cl::desc("Leave out the gradient allreduces: the plan trains on one rank only (by "
-             "default a plan averages gradients across however many ranks run it; on one "
-             "rank the allreduces are skipped)"),
-    cl::sub(compileCommand), cl::cat(distributedCategory));
-cl::opt<bool> syncBn(
-    "sync-bn",
-    cl::desc("Batch norm over the global batch of all ranks (PyTorch's SyncBatchNorm): "
-             "statistics averaged across ranks in forward and backward, the same on every "
-             "rank (default: each rank's own batch, as PyTorch DDP)"),
-    cl::sub(compileCommand), cl::cat(distributedCategory));
-cl::opt<bool> noAllreduceOverlap(
-    "no-allreduce-overlap",
-    cl::desc("Start every gradient allreduce only after backward (to measure what overlap "
-             "gains; by default each bucket starts as backward completes it)"),
-    cl::sub(compileCommand), cl::cat(distributedCategory));
-cl::opt<double> bucketMb("bucket-mb",
-                         cl::desc("Most MiB of gradients per allreduce bucket (the first "
-                                  "bucket holds at most 1 MiB, so it starts early)"),
-                         cl::init(25.0), cl::sub(compileCommand), cl::cat(distributedCategory));
-cl::opt<std::string> allreduceDtype(
-    "allreduce-dtype",
-    cl::desc("Wire type of fp32 gradients: fp32 (default) or fp16 (compressed: half the "
-             "bytes, each rank's share rounded to fp16)"),
-    cl::value_desc("fp32|fp16"), cl::init("fp32"), cl::sub(compileCommand),
-    cl::cat(distributedCategory));
-
-cl::OptionCategory precisionCategory("Mixed precision (compile)");
-cl::opt<std::string> ampPrecision(
-    "amp",
-    cl::desc("Mixed precision: fp16 (with loss scaling) or bf16; convolutions and matmuls "
-             "in half with fp32 accumulation, activations stored in half, fp32 master "
-             "weights, batch-norm statistics, loss and optimizer (default: fp32 throughout)"),
-    cl::value_desc("fp16|bf16"), cl::sub(compileCommand), cl::cat(precisionCategory));
-cl::opt<std::string> lossScaleMode(
-    "loss-scale",
-    cl::desc("fp16's loss scaling: dynamic (default: x2 after --loss-scale-window finite "
-             "steps, x0.5 on overflow, never below 1) or a number (a static scale)"),
-    cl::value_desc("dynamic|N"), cl::sub(compileCommand), cl::cat(precisionCategory));
-cl::opt<double> initialLossScale("initial-loss-scale",
-                                 cl::desc("Dynamic loss scaling's first scale"),
-                                 cl::init(65536.0), cl::sub(compileCommand),
-                                 cl::cat(precisionCategory));
-cl::opt<int64_t> lossScaleWindow(
-    "loss-scale-window",
-    cl::desc("Finite steps in a row after which dynamic loss scaling doubles the scale"),
-    cl::init(2000), cl::sub(compileCommand), cl::cat(precisionCategory));
-
-cl::OptionCategory trainingCategory("Training step (compile)");
-cl::opt<std::string> optimizerKind("optimizer",
-                                   cl::desc("sgd, momentum, nesterov, lars, adam or adamw"),
-                                   cl::init("momentum"), cl::sub(compileCommand),
-                                   cl::cat(trainingCategory));
-cl::opt<double> learningRate("lr",
-                             cl::desc("Base learning rate (default: 0.1 x batch / 256, the "
-                                      "linear scaling rule, for SGD, momentum, Nesterov and "
-                                      "LARS; 0.001 for Adam and AdamW)"),
-                             cl::init(0.1), cl::sub(compileCommand), cl::cat(trainingCategory));
-cl::opt<double> momentumFactor("momentum", cl::desc("Momentum"), cl::init(0.9),
-                               cl::sub(compileCommand), cl::cat(trainingCategory));
-cl::opt<double> weightDecay("weight-decay",
-                            cl::desc("Weight decay (L2; decoupled for adamw)"),
-                            cl::init(1e-4), cl::sub(compileCommand),
-                            cl::cat(trainingCategory));
-cl::opt<bool> excludeBnBias("exclude-bn-bias",
-                            cl::desc("No weight decay or LARS scaling for batch-norm "
-                                     "and bias parameters (default true)"),
-                            cl::init(true), cl::sub(compileCommand),
-                            cl::cat(trainingCategory));
-cl::opt<double> larsEta("lars-eta", cl::desc("LARS trust coefficient"),
-                        cl::init(0.001), cl::sub(compileCommand),
-                        cl::cat(trainingCategory));
-cl::opt<double> adamBeta1("adam-beta1", cl::desc("Adam's first-moment decay"),
-                          cl::init(0.9), cl::sub(compileCommand),
-                          cl::cat(trainingCategory));
-cl::opt<double> adamBeta2("adam-beta2", cl::desc("Adam's second-moment decay"),
-                          cl::init(0.999), cl::sub(compileCommand),
-                          cl::cat(trainingCategory));
-cl::opt<double> adamEps("adam-eps", cl::desc("Adam's denominator term"), cl::init(1e-8),
-                        cl::sub(compileCommand), cl::cat(trainingCategory));
-cl::opt<std::string> lrDecay("lr-decay",
-                             cl::desc("After warmup: constant, cosine or step"),
-                             cl::init("constant"), cl::sub(compileCommand),
-                             cl::cat(trainingCategory));
-cl::opt<int64_t> warmupSteps("warmup-steps", cl::desc("Steps of linear warmup"),
-                             cl::init(0), cl::sub(compileCommand),
-                             cl::cat(trainingCategory));
-cl::opt<int64_t> totalSteps("total-steps",
-                            cl::desc("Length of the cosine schedule"), cl::init(0),
-                            cl::sub(compileCommand), cl::cat(trainingCategory));
-cl::opt<double> finalLr("final-lr", cl::desc("Learning rate at the cosine's end"),
-                        cl::init(0.0), cl::sub(compileCommand),
-                        cl::cat(trainingCategory));
-cl::opt<int64_t> decayStepSize("decay-step-size", cl::desc("Steps between step decays"),
-                               cl::init(1), cl::sub(compileCommand),
-                               cl::cat(trainingCategory));
-cl::opt<double> decayGamma("decay-gamma", cl::desc("Factor of each step decay"),
-                           cl::init(0.1), cl::sub(compileCommand),
-                           cl::cat(trainingCategory));
+                           cl::sub(compileCommand), cl::cat(graphc::codegenCategory()));
 
 /// Everything graphc prints about its input goes through this stream.
 llvm::raw_ostream &errorStream() {
@@ -432,7 +273,9 @@ void printPlanSummary(ModuleOp module, llvm::StringRef path, uint64_t fileBytes)
 
 /// What graphc-data-parallel did: how many bytes travel per step, in how many
 /// buckets, or that the plan trains on one rank only.
-void printAllreduceSummary(ModuleOp module, bool fp16Wire, bool overlap) {
+void printAllreduceSummary(ModuleOp module, const graphc::PipelineOptions &options) {
+  const bool fp16Wire = options.distributed.allreduceDtype == "fp16";
+  const bool overlap = options.distributed.overlap;
   llvm::raw_ostream &os = llvm::outs();
   auto buckets = module->getAttrOfType<DenseI64ArrayAttr>(graphc::kAllreduceBucketsAttr);
   if (!buckets) {
@@ -451,7 +294,7 @@ void printAllreduceSummary(ModuleOp module, bool fp16Wire, bool overlap) {
                  : "), all started after backward (--no-allreduce-overlap)");
   if (fp16Wire)
     os << "; fp32 gradients travel as fp16";
-  if (syncBn)
+  if (options.syncBn)
     os << "; batch norm synchronized across ranks";
   os << "\n";
 }
@@ -533,6 +376,8 @@ int main(int argc, char **argv) {
   // to graphc, so `graphc --help` lists only the commands and --help itself;
   // each command's options are in its own --help.
   cl::HideUnrelatedOptions(llvm::ArrayRef<const cl::OptionCategory *>());
+  graphc::CompileOptions &options = compileOptions();
+  options.exposeOn(compileCommand, infoCommand);
   cl::SetVersionPrinter([](llvm::raw_ostream &os) {
     os << "graphc " GRAPHC_VERSION " (writes plan schema version "
        << graphc::kPlanSchemaVersion << "; MLIR " LLVM_VERSION_STRING ")\n";
@@ -559,8 +404,7 @@ int main(int argc, char **argv) {
   // An option given an empty value (an unset $VARIABLE) is an error, never
   // the option left out: --sign-key '' would write an unsigned plan.
   for (const cl::Option *option : {static_cast<const cl::Option *>(&signKey),
-                                   static_cast<const cl::Option *>(&outputPath),
-                                   static_cast<const cl::Option *>(&dumpKernels)})
+                                   static_cast<const cl::Option *>(&outputPath)})
     if (option->getNumOccurrences() &&
         static_cast<const cl::opt<std::string> *>(option)->getValue().empty())
       return fail("-" + llvm::Twine(option->ArgStr.size() > 1 ? "-" : "") + option->ArgStr +
@@ -576,13 +420,12 @@ int main(int argc, char **argv) {
                  << publicPath << " (give it to graphrun --trusted-keys)\n";
     return 0;
   }
-  // 2^20 keeps every per-batch count (FLOPs, bytes) far inside int64.
-  constexpr int64_t kMaxBatchSize = int64_t(1) << 20;
-  if (batchSize < 0 || (batchSize == 0 && batchSize.getNumOccurrences()) ||
-      batchSize > kMaxBatchSize)
-    return fail("--batch-size must be in [1, " + llvm::Twine(kMaxBatchSize) +
-                "], got " + llvm::Twine(batchSize));
-
+  // info's shapes default to one image.
+  if (infoCommand && !options.given(options.batchSize))
+    options.batchSize = 1;
+  if (std::string error = options.validate(); !error.empty())
+    return fail(error);
+  const graphc::Phase compileTo = infoCommand ? graphc::Phase::Verify : options.compileTo;
   bool writePlan = compileCommand && compileTo == graphc::Phase::Plan;
   // A plan is binary: without -o it goes to plan.fb (the file graphrun's
   // examples run), never to a terminal.
@@ -592,60 +435,17 @@ int main(int argc, char **argv) {
   if (writePlan && (outputPath.empty() || outputPath == "-"))
     return fail("a plan is a binary file: give -o PLAN (or --compile-to=PHASE to "
                 "print the IR)");
-  if (!(bucketMb > 0.0) || bucketMb > 1024.0 * 1024.0)
-    return fail(llvm::formatv("--bucket-mb must be in (0, 1048576], got {0}", double(bucketMb)).str());
-  if (allreduceDtype != "fp32" && allreduceDtype != "fp16")
-    return fail("--allreduce-dtype must be fp32 or fp16, got '" + allreduceDtype + "'");
-  if (noDataParallel)
-    for (const cl::Option *option : {static_cast<const cl::Option *>(&bucketMb),
-                                     static_cast<const cl::Option *>(&allreduceDtype),
-                                     static_cast<const cl::Option *>(&syncBn),
-                                     static_cast<const cl::Option *>(&noAllreduceOverlap)})
-      if (option->getNumOccurrences())
-        return fail("--" + option->ArgStr + " does not apply to --no-data-parallel");
-  if (layoutChoice.getNumOccurrences() && layoutChoice != "nchw" && layoutChoice != "nhwc")
-    return fail("--layout must be nchw or nhwc, got '" + layoutChoice + "'");
-  if (rematMode != "all" && rematMode != "fused" && rematMode != "off")
-    return fail("--remat must be all, fused or off, got '" + rematMode + "'");
-  if (targetKind != "cpu" && targetKind != "cuda" && targetKind != "all")
-    return fail("--target must be cpu, cuda or all, got '" + targetKind + "'");
-  if (!llvm::is_contained({"x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4"},
-                          kernelCpu.getValue()))
-    return fail("--kernel-cpu must be x86-64, x86-64-v2, x86-64-v3 or x86-64-v4, got '" +
-                kernelCpu + "'");
-
-  // Mixed precision: the combinations graphc-mixed-precision cannot see.
-  if (ampPrecision.getNumOccurrences() && ampPrecision != "fp16" && ampPrecision != "bf16")
-    return fail("--amp must be fp16 or bf16, got '" + ampPrecision + "'");
-  for (const cl::Option *option :
-       {static_cast<const cl::Option *>(&lossScaleMode),
-        static_cast<const cl::Option *>(&initialLossScale),
-        static_cast<const cl::Option *>(&lossScaleWindow)})
-    if (option->getNumOccurrences() && ampPrecision != "fp16")
-      return fail("--" + option->ArgStr + " applies to --amp=fp16 only" +
-                  (ampPrecision == "bf16" ? " (bf16 needs no loss scaling)" : ""));
-  // Below x86-64-v3 there is no F16C: LLVM would convert halves with
-  // compiler-rt calls, which a plan's kernel library may not import.
-  if (ampPrecision == "fp16" && targetKind != "cuda" &&
-      (kernelCpu == "x86-64" || kernelCpu == "x86-64-v2"))
-    return fail("--amp=fp16 needs --kernel-cpu=x86-64-v3 or x86-64-v4 (F16C converts "
-                "halves), got '" + kernelCpu + "'");
-  if (lossScaleMode.getNumOccurrences() && lossScaleMode != "dynamic" &&
-      (initialLossScale.getNumOccurrences() || lossScaleWindow.getNumOccurrences()))
-    return fail("--initial-loss-scale and --loss-scale-window apply to --loss-scale=dynamic");
 
   // The key is read before the work, so a wrong file fails at once.
   std::optional<graphc::SecretKey> signingKey;
   if (!signKey.empty()) {
     if (!writePlan)
       return fail("--sign-key signs plans; it does not apply to --compile-to=" +
-                  llvm::Twine(compileTo.getValue() == graphc::Phase::Verify ? "verify"
-                              : compileTo.getValue() == graphc::Phase::MixedPrecision
-                                  ? "mixed-precision"
-                              : compileTo.getValue() == graphc::Phase::DataParallel
-                                  ? "data-parallel"
-                              : compileTo.getValue() == graphc::Phase::Autodiff ? "autodiff"
-                                                                                : "lower"));
+                  llvm::Twine(compileTo == graphc::Phase::Verify           ? "verify"
+                              : compileTo == graphc::Phase::MixedPrecision ? "mixed-precision"
+                              : compileTo == graphc::Phase::DataParallel   ? "data-parallel"
+                              : compileTo == graphc::Phase::Autodiff       ? "autodiff"
+                                                                           : "lower"));
     auto key = graphc::ReadSecretKey(signKey);
     if (!key.ok())
       return fail("--sign-key: " + key.status().message());
@@ -686,72 +486,9 @@ int main(int argc, char **argv) {
   if (auto loc = llvm::dyn_cast<FileLineColLoc>(module->getLoc()); loc && !loc.getLine())
     (*module)->setLoc(FileLineColLoc::get(loc.getFilename(), 1, 1));
 
-  graphc::PipelineOptions options;
-  options.batchSize = batchSize != 0 ? int64_t(batchSize) : infoCommand ? 1 : 32;
-  options.stopAfter = infoCommand ? graphc::Phase::Verify : compileTo;
-  graphc::OptimizerOptions &opt = options.optimizer;
-  opt.optimizer = optimizerKind;
-  // Unless --lr is given: Goyal et al.'s linear scaling rule (0.1 at batch
-  // 256) for the SGD family, so a small batch does not start with a step
-  // sized for 256 images (ResNet-50 at batch 8 diverged in three steps at
-  // 0.1), and PyTorch's default for Adam, whose steps do not scale with the
-  // batch.
-  std::string lrChoice = "--lr";
-  opt.lr = learningRate;
-  if (!learningRate.getNumOccurrences()) {
-    if (optimizerKind == "adam" || optimizerKind == "adamw") {
-      opt.lr = 0.001;
-      lrChoice = "Adam's default";
-    } else {
-      opt.lr = 0.1 * static_cast<double>(options.batchSize) / 256.0;
-      lrChoice = llvm::formatv("0.1 x batch {0} / 256, the linear scaling rule; --lr sets it",
-                               options.batchSize)
-                     .str();
-    }
-  }
-  opt.momentum = momentumFactor;
-  opt.weightDecay = weightDecay;
-  opt.excludeBnBias = excludeBnBias;
-  opt.larsEta = larsEta;
-  opt.beta1 = adamBeta1;
-  opt.beta2 = adamBeta2;
-  opt.epsilon = adamEps;
-  opt.lrDecay = lrDecay;
-  opt.warmupSteps = warmupSteps;
-  opt.totalSteps = totalSteps;
-  opt.finalLr = finalLr;
-  opt.decayStepSize = decayStepSize;
-  opt.decayGamma = decayGamma;
-  options.fuse = !noFuse;
-  options.remat = rematMode != "off";
-  // Channels-last where its kernels are the fast ones: oneDNN's on the CPU,
-  // cuDNN's tensor-core kernels for half precision on CUDA (which take OHWI
-  // filters; the CPU reads those as well). FP32 on CUDA stays NCHW until a
-  // GPU has measured NHWC against it.
-  options.layout = layoutChoice.getNumOccurrences()                  ? layoutChoice.getValue()
-                   : targetKind == "cpu" || !ampPrecision.empty() ? "nhwc"
-                                                                   : "nchw";
-  options.filters = options.layout == "nhwc" && targetKind != "cpu" ? "ohwi" : "oihw";
-  options.rematerialize.libraryInputs = rematMode == "all";
-  options.dataParallel = !noDataParallel;
-  options.syncBn = syncBn;
-  options.distributed.bucketMb = bucketMb;
-  options.distributed.allreduceDtype = allreduceDtype;
-  options.distributed.overlap = !noAllreduceOverlap;
-  if (!ampPrecision.empty()) {
-    graphc::MixedPrecisionOptions &amp = options.mixedPrecision;
-    amp.precision = ampPrecision;
-    amp.lossScale = lossScaleMode;
-    amp.initialScale = initialLossScale;
-    amp.window = lossScaleWindow;
-  }
-  options.codegen.cpu = kernelCpu;
-  options.codegen.targets = targetKind;
-  if (const char *cudaHome = std::getenv("CUDA_HOME"))
-    options.codegen.cudaPath = cudaHome;
-  options.codegen.dumpDir = dumpKernels;
-  if (!dumpKernels.empty() && !llvm::sys::fs::is_directory(dumpKernels))
-    return fail("--dump-kernels: '" + dumpKernels + "' is not a directory");
+  std::string lrChoice;
+  graphc::PipelineOptions pipeline = options.resolve(&lrChoice);
+  pipeline.stopAfter = compileTo;
   // A plan is for graphrun, which feeds f32 NCHW images and i32 labels; the
   // model contract also admits rank-2 images and i64 labels (for graphc-opt
   // and the IR phases), so a plan checks it here, before the long work.
@@ -771,7 +508,7 @@ int main(int argc, char **argv) {
       }
     }
   PassManager pm(&context, ModuleOp::getOperationName());
-  graphc::buildCompilePipeline(pm, options);
+  graphc::buildCompilePipeline(pm, pipeline);
   if (failed(pm.run(*module)))
     return 1;
 
@@ -789,10 +526,10 @@ int main(int argc, char **argv) {
     graphc::PlanMetadata metadata;
     metadata.signingKey = signingKey;
     metadata.model = llvm::sys::path::stem(modelPath).str();
-    metadata.batchSize = options.batchSize;
-    metadata.fused = options.fuse;
-    if (!ampPrecision.empty())
-      metadata.precision = ampPrecision;
+    metadata.batchSize = pipeline.batchSize;
+    metadata.fused = pipeline.fuse;
+    if (!options.amp.empty())
+      metadata.precision = options.amp;
     std::string plan;
     llvm::raw_string_ostream planStream(plan);
     if (failed(graphc::exportPlan(*module, metadata, planStream)))
@@ -803,18 +540,18 @@ int main(int argc, char **argv) {
     if (defaultOutput)
       llvm::outs() << "wrote plan.fb in the current directory (no -o given); run it with "
                       "graphrun plan.fb\n";
-    llvm::outs() << "learning rate: " << llvm::format("%g", opt.lr) << " (" << lrChoice
+    llvm::outs() << "learning rate: " << llvm::format("%g", pipeline.optimizer.lr) << " (" << lrChoice
                  << ")\n";
     llvm::outs() << "precision: " << metadata.precision;
-    if (ampPrecision == "fp16") {
-      if (lossScaleMode.empty() || lossScaleMode == "dynamic")
+    if (options.amp == "fp16") {
+      if (options.lossScale.empty() || options.lossScale == "dynamic")
         llvm::outs() << llvm::format(", dynamic loss scaling (initial %g, x2 after %lld "
                                      "finite steps, x0.5 on overflow)",
-                                     double(initialLossScale),
-                                     static_cast<long long>(lossScaleWindow));
+                                     double(options.initialLossScale),
+                                     static_cast<long long>(options.lossScaleWindow));
       else
-        llvm::outs() << ", static loss scale " << lossScaleMode;
-    } else if (ampPrecision == "bf16") {
+        llvm::outs() << ", static loss scale " << options.lossScale;
+    } else if (options.amp == "bf16") {
       llvm::outs() << " (no loss scaling: bf16 has fp32's range)";
     }
     llvm::outs() << "\n";
@@ -826,7 +563,7 @@ int main(int argc, char **argv) {
         llvm::outs() << "half storage: train_step stores " << train[0] << " activations in "
                      << metadata.precision << ", " << mebibytes(train[1])
                      << " summed without reuse (fp32: " << mebibytes(2 * train[1]) << ")\n";
-    printAllreduceSummary(*module, allreduceDtype == "fp16", !noAllreduceOverlap);
+    printAllreduceSummary(*module, pipeline);
     if (auto sums = (*module)->getAttrOfType<IntegerAttr>(graphc::kSimplifiedReductionsAttr);
         sums && sums.getInt() > 0)
       llvm::outs() << "reductions: " << sums.getInt() << " sum"
@@ -834,11 +571,11 @@ int main(int argc, char **argv) {
                    << " in backward taken from sums already computed, without a pass over "
                       "memory (batch norm's mean gradients: deviations from a mean sum to "
                       "zero)\n";
-    printRematerializeSummary(*module, options.remat);
+    printRematerializeSummary(*module, pipeline.remat);
     if (memoryReport)
       printMemoryReport(*module);
     if (fusionReport)
-      printFusionReport(*module, options.fuse);
+      printFusionReport(*module, pipeline.fuse);
     return 0;
   }
   if (outputPath == "-") {
