@@ -51,7 +51,7 @@
 // CUDA: arith.minui %[[C]], %c63{{.*}} : index
 // CUDA: %[[END:.*]] = arith.select %[[VALID]]
 // CUDA: %[[FROM:.*]] = arith.addi %{{.*}}, %[[ROWLANE]] : index
-// CUDA-NEXT: scf.for %{{.*}} = %[[FROM]] to %[[END]] step %c8{{.*}} iter_args
+// CUDA: scf.for %{{.*}} = %[[FROM]] to %[[END]] step %c8{{.*}} iter_args
 // CUDA: memref.load %{{.*}}[%{{.*}}, %{{.*}}] : memref<2048x64xf32>
 // CUDA: arith.addf {{.*}} : f64
 // CUDA: memref.store %{{.*}}, %[[SH]][%[[T]]]
