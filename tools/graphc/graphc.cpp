@@ -363,6 +363,63 @@ void printFusionReport(ModuleOp module, bool fused) {
   }
 }
 
+/// A plan is for graphrun, which feeds f32 NCHW images and i32 labels; the
+/// model contract also admits rank-2 images and i64 labels (for graphc-opt
+/// and the IR phases), so a plan checks it before the long work.
+bool trainsOnGraphrunInputs(ModuleOp module) {
+  auto forward = module.lookupSymbol<func::FuncOp>("forward");
+  if (!forward || forward.getFunctionType().getNumInputs() != 2)
+    return true;  // the model contract's own check says what is wrong
+  FunctionType type = forward.getFunctionType();
+  auto images = llvm::dyn_cast<RankedTensorType>(type.getInput(0));
+  auto labels = llvm::dyn_cast<RankedTensorType>(type.getInput(1));
+  if (images && images.getRank() == 4 && images.getElementType().isF32() && labels &&
+      labels.getRank() == 1 && labels.getElementType().isSignlessInteger(32))
+    return true;
+  forward.emitError("a plan trains on f32 NCHW images (rank 4) and i32 labels, as "
+                    "graphrun feeds them; @forward takes ")
+      << type.getInput(0) << " and " << type.getInput(1)
+      << " (--compile-to=PHASE prints the IR of such a model)";
+  return false;
+}
+
+/// What the plan trains with: learning rate, precision and loss scaling, and
+/// what the memory-saving passes did.
+void printTrainingSummary(ModuleOp module, const graphc::CompileOptions &options,
+                          const graphc::PipelineOptions &pipeline, llvm::StringRef lrChoice) {
+  llvm::raw_ostream &os = llvm::outs();
+  const std::string precision = options.amp.empty() ? "fp32" : options.amp.getValue();
+  os << "learning rate: " << llvm::format("%g", pipeline.optimizer.lr) << " (" << lrChoice
+     << ")\n";
+  os << "precision: " << precision;
+  if (options.amp == "fp16") {
+    if (options.lossScale.empty() || options.lossScale == "dynamic")
+      os << llvm::format(", dynamic loss scaling (initial %g, x2 after %lld finite steps, x0.5 "
+                         "on overflow)",
+                         double(options.initialLossScale),
+                         static_cast<long long>(options.lossScaleWindow));
+    else
+      os << ", static loss scale " << options.lossScale;
+  } else if (options.amp == "bf16") {
+    os << " (no loss scaling: bf16 has fp32's range)";
+  }
+  os << "\n";
+  // What storing activations in half saves (each would be twice the bytes),
+  // summed like "sum of tensor sizes": without reuse.
+  if (auto storage = module->getAttrOfType<DictionaryAttr>(graphc::kHalfStorageAttr))
+    if (auto train = storage.getAs<DenseI64ArrayAttr>("train_step"); train && train.size() == 2)
+      os << "half storage: train_step stores " << train[0] << " activations in " << precision
+         << ", " << mebibytes(train[1]) << " summed without reuse (fp32: "
+         << mebibytes(2 * train[1]) << ")\n";
+  printAllreduceSummary(module, pipeline);
+  if (auto sums = module->getAttrOfType<IntegerAttr>(graphc::kSimplifiedReductionsAttr);
+      sums && sums.getInt() > 0)
+    os << "reductions: " << sums.getInt() << " sum" << (sums.getInt() == 1 ? "" : "s")
+       << " in backward taken from sums already computed, without a pass over memory (batch "
+          "norm's mean gradients: deviations from a mean sum to zero)\n";
+  printRematerializeSummary(module, pipeline.remat);
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -489,24 +546,8 @@ int main(int argc, char **argv) {
   std::string lrChoice;
   graphc::PipelineOptions pipeline = options.resolve(&lrChoice);
   pipeline.stopAfter = compileTo;
-  // A plan is for graphrun, which feeds f32 NCHW images and i32 labels; the
-  // model contract also admits rank-2 images and i64 labels (for graphc-opt
-  // and the IR phases), so a plan checks it here, before the long work.
-  if (writePlan)
-    if (auto forward = (*module).lookupSymbol<func::FuncOp>("forward");
-        forward && forward.getFunctionType().getNumInputs() == 2) {
-      FunctionType type = forward.getFunctionType();
-      auto images = llvm::dyn_cast<RankedTensorType>(type.getInput(0));
-      auto labels = llvm::dyn_cast<RankedTensorType>(type.getInput(1));
-      if (!images || images.getRank() != 4 || !images.getElementType().isF32() || !labels ||
-          labels.getRank() != 1 || !labels.getElementType().isSignlessInteger(32)) {
-        forward.emitError("a plan trains on f32 NCHW images (rank 4) and i32 labels, as "
-                          "graphrun feeds them; @forward takes ")
-            << type.getInput(0) << " and " << type.getInput(1)
-            << " (--compile-to=PHASE prints the IR of such a model)";
-        return 1;
-      }
-    }
+  if (writePlan && !trainsOnGraphrunInputs(*module))
+    return 1;
   PassManager pm(&context, ModuleOp::getOperationName());
   graphc::buildCompilePipeline(pm, pipeline);
   if (failed(pm.run(*module)))
@@ -540,38 +581,7 @@ int main(int argc, char **argv) {
     if (defaultOutput)
       llvm::outs() << "wrote plan.fb in the current directory (no -o given); run it with "
                       "graphrun plan.fb\n";
-    llvm::outs() << "learning rate: " << llvm::format("%g", pipeline.optimizer.lr) << " (" << lrChoice
-                 << ")\n";
-    llvm::outs() << "precision: " << metadata.precision;
-    if (options.amp == "fp16") {
-      if (options.lossScale.empty() || options.lossScale == "dynamic")
-        llvm::outs() << llvm::format(", dynamic loss scaling (initial %g, x2 after %lld "
-                                     "finite steps, x0.5 on overflow)",
-                                     double(options.initialLossScale),
-                                     static_cast<long long>(options.lossScaleWindow));
-      else
-        llvm::outs() << ", static loss scale " << options.lossScale;
-    } else if (options.amp == "bf16") {
-      llvm::outs() << " (no loss scaling: bf16 has fp32's range)";
-    }
-    llvm::outs() << "\n";
-    // What storing activations in half saves (each would be twice the
-    // bytes), summed like "sum of tensor sizes": without reuse.
-    if (auto storage = (*module)->getAttrOfType<DictionaryAttr>(graphc::kHalfStorageAttr))
-      if (auto train = storage.getAs<DenseI64ArrayAttr>("train_step");
-          train && train.size() == 2)
-        llvm::outs() << "half storage: train_step stores " << train[0] << " activations in "
-                     << metadata.precision << ", " << mebibytes(train[1])
-                     << " summed without reuse (fp32: " << mebibytes(2 * train[1]) << ")\n";
-    printAllreduceSummary(*module, pipeline);
-    if (auto sums = (*module)->getAttrOfType<IntegerAttr>(graphc::kSimplifiedReductionsAttr);
-        sums && sums.getInt() > 0)
-      llvm::outs() << "reductions: " << sums.getInt() << " sum"
-                   << (sums.getInt() == 1 ? "" : "s")
-                   << " in backward taken from sums already computed, without a pass over "
-                      "memory (batch norm's mean gradients: deviations from a mean sum to "
-                      "zero)\n";
-    printRematerializeSummary(*module, pipeline.remat);
+    printTrainingSummary(*module, options, pipeline, lrChoice);
     if (memoryReport)
       printMemoryReport(*module);
     if (fusionReport)
