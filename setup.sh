@@ -21,6 +21,8 @@ PACKAGES=(
   # runtime: plan format, CPU kernels, multi-rank, data
   flatbuffers-compiler libflatbuffers-dev libcli11-dev nlohmann-json3-dev libdnnl-dev
   libsodium-dev
+  # graphc import: ONNX (protobuf) models, and the Python that writes test models
+  libonnx-dev libprotobuf-dev python3-onnx
   openmpi-bin
   libopenmpi-dev
   dataset-fashion-mnist

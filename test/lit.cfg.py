@@ -58,6 +58,14 @@ for python in (config.python_executable, "/usr/bin/python3"):
         config.substitutions.append(("%numpy_python", python))
         break
 
+# A Python with ONNX (Debian's python3-onnx, which setup.sh installs) to write
+# the models the ONNX import tests read.
+for python in (config.python_executable, "/usr/bin/python3"):
+    if subprocess.run([python, "-c", "import onnx, numpy"], capture_output=True).returncode == 0:
+        config.available_features.add("onnx")
+        config.substitutions.append(("%onnx_python", python))
+        break
+
 # lit runs several tests at once, each graphrun with one OpenMP thread per core:
 # more threads than cores. libgomp's default spin-waiting at every parallel
 # region then burns the time slices the other threads need (steps measured 10x

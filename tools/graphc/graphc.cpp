@@ -4,9 +4,12 @@
 //   graphc compile MODEL [--batch-size N] [--compile-to=PHASE] [-o OUT]
 //                        (a plan goes to plan.fb when -o is not given)
 //                        [--optimizer=...] [--lr=...] [...training options]
+//   graphc import MODEL.onnx [-o MODEL.mlir] [--label-smoothing X]
 //
 // `info` prints the model's parameter count and forward cost; `compile` runs the
-// pipeline (compiler/Pipeline) up to a phase and writes the IR. Every error is one
+// pipeline (compiler/Pipeline) up to a phase and writes the IR; `import` writes
+// an ONNX classifier as an nn model (compiler/Import), which `info` and
+// `compile` also do in memory for a MODEL ending in .onnx. Every error is one
 // located diagnostic (file:line:col: error: ...) or one line naming the problem,
 // and exit status 1.
 //
@@ -14,6 +17,7 @@
 
 #include "compiler/Analysis/ModelStats.h"
 #include "compiler/Export/PlanExport.h"
+#include "compiler/Import/OnnxImport.h"
 #include "compiler/Pipeline/CompileOptions.h"
 #include "EscapingStream.h"
 #include "NestingCheck.h"
@@ -53,6 +57,9 @@ namespace {
 
 cl::SubCommand infoCommand("info", "Print a model's parameter count and forward cost");
 cl::SubCommand compileCommand("compile", "Compile a model through the pipeline");
+cl::SubCommand importCommand("import",
+                             "Import an ONNX classifier as an nn model (MODEL.mlir): its forward "
+                             "graph, softmax cross-entropy appended");
 cl::SubCommand keygenCommand("keygen",
                              "Write an Ed25519 key pair for signing plans: NAME.key (secret) "
                              "and NAME.pub (for graphrun --trusted-keys)");
@@ -60,14 +67,19 @@ cl::opt<std::string> keyName(cl::Positional, cl::Required, cl::desc("<name>"),
                              cl::sub(keygenCommand));
 
 cl::opt<std::string> modelPath(cl::Positional, cl::Required,
-                               cl::desc("<model.mlir>"), cl::sub(infoCommand),
-                               cl::sub(compileCommand));
+                               cl::desc("<model.mlir or model.onnx>"), cl::sub(infoCommand),
+                               cl::sub(compileCommand), cl::sub(importCommand));
 cl::opt<bool> showLayers("layers", cl::desc("Also print one line per op"),
                          cl::sub(infoCommand));
 cl::opt<std::string> outputPath("o", cl::desc("Output file: the plan (default: plan.fb), "
-                                              "or the IR of --compile-to (default: stdout)"),
+                                              "or the IR of --compile-to (default: stdout); "
+                                              "import: the nn model (default: MODEL.mlir "
+                                              "in the current directory)"),
                                 cl::value_desc("file"), cl::init("-"),
-                                cl::sub(compileCommand));
+                                cl::sub(compileCommand), cl::sub(importCommand));
+cl::opt<double> labelSmoothing("label-smoothing",
+                               cl::desc("The appended loss's label smoothing (default 0)"),
+                               cl::init(0.0), cl::sub(importCommand));
 
 // What shapes the training step (compiler/Pipeline/CompileOptions.h: names,
 // defaults, descriptions and rules), registered on `compile` in main; below,
@@ -420,6 +432,61 @@ void printTrainingSummary(ModuleOp module, const graphc::CompileOptions &options
   printRematerializeSummary(module, pipeline.remat);
 }
 
+bool isOnnx(llvm::StringRef path) { return path.ends_with_insensitive(".onnx"); }
+
+/// Prints the diagnostics of an imported model, whose locations name ONNX
+/// nodes ("node 3 'Conv_3' (Conv)"), not lines of a file.
+void printImportedDiagnostic(Diagnostic &diagnostic) {
+  std::string where;
+  if (auto name = llvm::dyn_cast<NameLoc>(diagnostic.getLocation()))
+    where = name.getName().str() + ": ";
+  const char *kind = diagnostic.getSeverity() == DiagnosticSeverity::Error     ? "error"
+                     : diagnostic.getSeverity() == DiagnosticSeverity::Warning ? "warning"
+                                                                               : "note";
+  errorStream() << "graphc: " << kind << ": " << where << diagnostic.str() << "\n";
+}
+
+/// graphc import: the ONNX model as an nn model file.
+int importModel(MLIRContext &context) {
+  graphc::OnnxImportOptions importOptions;
+  importOptions.labelSmoothing = labelSmoothing;
+  std::string why;
+  OwningOpRef<ModuleOp> module = graphc::importOnnx(context, modelPath, importOptions, why);
+  if (!module)
+    return fail("cannot import '" + modelPath + "': " + why);
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << "// " << llvm::sys::path::stem(modelPath) << ": imported from "
+     << llvm::sys::path::filename(modelPath) << " by graphc import.\n"
+     << "// Loss: softmax cross-entropy, "
+     << (labelSmoothing == 0.0 ? std::string("no label smoothing")
+                               : llvm::formatv("label smoothing {0}", double(labelSmoothing)).str())
+     << ".\n";
+  module->print(os);
+  os << "\n";
+  std::string out = outputPath.getNumOccurrences()
+                        ? outputPath.getValue()
+                        : (llvm::sys::path::stem(modelPath) + ".mlir").str();
+  bool same = false;
+  if (out != "-" && llvm::sys::fs::exists(out) &&
+      !llvm::sys::fs::equivalent(modelPath, out, same) && same)
+    return fail("-o '" + out + "' is the model file; refusing to overwrite it");
+  if (out == "-") {
+    llvm::outs() << text;
+    return 0;
+  }
+  if (!writeOutput(out, text))
+    return 1;
+  int64_t parameters = 0, tensors = 0;
+  for (auto parameter : module->getOps<graphc::nn::ParameterOp>()) {
+    parameters += parameter.getNumElements();
+    ++tensors;
+  }
+  llvm::outs() << "wrote " << out << ": " << parameters << " parameters in " << tensors
+               << " tensors; graphc compile " << out << " builds its training step\n";
+  return 0;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -444,6 +511,7 @@ int main(int argc, char **argv) {
                                    "  graphc info MODEL [--batch-size N] [--layers]\n"
                                    "  graphc compile MODEL [--batch-size N] "
                                    "[--compile-to=PHASE] [-o OUT]\n"
+                                   "  graphc import MODEL.onnx [-o MODEL.mlir]\n"
                                    "  graphc keygen NAME\n",
                                    &parseErrorStream)) {
     // Bad option values were already reported, on one line, by LLVM itself.
@@ -456,8 +524,8 @@ int main(int argc, char **argv) {
     first.consume_front("graphc compile: ");
     return fail(first.trim() + " (see graphc --help)");
   }
-  if (!infoCommand && !compileCommand && !keygenCommand)
-    return fail("expected a command, 'info', 'compile' or 'keygen' (see graphc --help)");
+  if (!infoCommand && !compileCommand && !keygenCommand && !importCommand)
+    return fail("expected a command, 'info', 'compile', 'import' or 'keygen' (see graphc --help)");
   // An option given an empty value (an unset $VARIABLE) is an error, never
   // the option left out: --sign-key '' would write an unsigned plan.
   for (const cl::Option *option : {static_cast<const cl::Option *>(&signKey),
@@ -466,7 +534,8 @@ int main(int argc, char **argv) {
         static_cast<const cl::opt<std::string> *>(option)->getValue().empty())
       return fail("-" + llvm::Twine(option->ArgStr.size() > 1 ? "-" : "") + option->ArgStr +
                   " is empty");
-  if ((keygenCommand && keyName.empty()) || ((infoCommand || compileCommand) && modelPath.empty()))
+  if ((keygenCommand && keyName.empty()) ||
+      ((infoCommand || compileCommand || importCommand) && modelPath.empty()))
     return fail(keygenCommand ? "keygen: NAME is empty" : "the model path is empty");
   if (keygenCommand) {
     std::string secretPath = keyName + ".key", publicPath = keyName + ".pub";
@@ -476,6 +545,17 @@ int main(int argc, char **argv) {
     llvm::outs() << "wrote " << secretPath << " (the secret key, mode 0600: keep it private) and "
                  << publicPath << " (give it to graphrun --trusted-keys)\n";
     return 0;
+  }
+  if (importCommand) {
+    if (!(labelSmoothing >= 0.0 && labelSmoothing < 1.0))
+      return fail("--label-smoothing must be in [0, 1)");
+    MLIRContext context;
+    context.printOpOnDiagnostic(false);
+    ScopedDiagnosticHandler diagnostics(&context, [](Diagnostic &diagnostic) {
+      printImportedDiagnostic(diagnostic);
+      return success();
+    });
+    return importModel(context);
   }
   // info's shapes default to one image.
   if (infoCommand && !options.given(options.batchSize))
@@ -509,10 +589,6 @@ int main(int argc, char **argv) {
     signingKey = *key;
   }
 
-  std::string errorMessage;
-  std::unique_ptr<llvm::MemoryBuffer> file = readModel(modelPath, errorMessage);
-  if (!file)
-    return fail("cannot read model '" + modelPath + "': " + errorMessage);
   // -o names the model itself: writing would destroy the input.
   bool same = false;
   if (modelPath != "-" && outputPath != "-" && llvm::sys::fs::exists(outputPath) &&
@@ -528,20 +604,37 @@ int main(int argc, char **argv) {
   // Diagnostics point at the user's file; a dump of the IR would bury them.
   context.printOpOnDiagnostic(false);
   llvm::SourceMgr sourceMgr;
-  sourceMgr.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
-  SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context, errorStream());
-  if (!graphc::checkNesting(sourceMgr, errorStream()))
-    return 1;
-
-  // Diagnostics go to stderr as file:line:col: error: ...
-  OwningOpRef<ModuleOp> module =
-      parseSourceFile<ModuleOp>(sourceMgr, ParserConfig(&context));
-  if (!module)
-    return 1;
-  // The module the parser wraps around top-level ops sits at line 0; errors
-  // about the model as a whole (e.g. no @forward) read better at 1:1.
-  if (auto loc = llvm::dyn_cast<FileLineColLoc>(module->getLoc()); loc && !loc.getLine())
-    (*module)->setLoc(FileLineColLoc::get(loc.getFilename(), 1, 1));
+  std::optional<SourceMgrDiagnosticHandler> diagnostics;
+  std::optional<ScopedDiagnosticHandler> importedDiagnostics;
+  OwningOpRef<ModuleOp> module;
+  if (isOnnx(modelPath)) {
+    // An ONNX model is imported in memory (graphc import writes it out).
+    importedDiagnostics.emplace(&context, [](Diagnostic &diagnostic) {
+      printImportedDiagnostic(diagnostic);
+      return success();
+    });
+    std::string why;
+    module = graphc::importOnnx(context, modelPath, graphc::OnnxImportOptions(), why);
+    if (!module)
+      return fail("cannot import '" + modelPath + "': " + why);
+  } else {
+    std::string errorMessage;
+    std::unique_ptr<llvm::MemoryBuffer> file = readModel(modelPath, errorMessage);
+    if (!file)
+      return fail("cannot read model '" + modelPath + "': " + errorMessage);
+    sourceMgr.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
+    diagnostics.emplace(sourceMgr, &context, errorStream());
+    if (!graphc::checkNesting(sourceMgr, errorStream()))
+      return 1;
+    // Diagnostics go to stderr as file:line:col: error: ...
+    module = parseSourceFile<ModuleOp>(sourceMgr, ParserConfig(&context));
+    if (!module)
+      return 1;
+    // The module the parser wraps around top-level ops sits at line 0; errors
+    // about the model as a whole (e.g. no @forward) read better at 1:1.
+    if (auto loc = llvm::dyn_cast<FileLineColLoc>(module->getLoc()); loc && !loc.getLine())
+      (*module)->setLoc(FileLineColLoc::get(loc.getFilename(), 1, 1));
+  }
 
   std::string lrChoice;
   graphc::PipelineOptions pipeline = options.resolve(&lrChoice);

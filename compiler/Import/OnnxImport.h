@@ -1,0 +1,50 @@
+//===- OnnxImport.h - ONNX model -> nn training model -----------*- C++ -*-===//
+//
+// `graphc import MODEL.onnx` (and `graphc compile|info MODEL.onnx`, which
+// import in memory): an ONNX classifier's forward graph becomes an nn model
+// like the zoo's: @forward(images, labels) -> loss, the graph's one image
+// input with its batch dim made dynamic, its one output taken as logits and
+// softmax cross-entropy against i32 labels appended. Every initializer a node
+// trains becomes an nn.parameter, batch norm's running statistics nn.state,
+// named by their ONNX names (a PyTorch export's state_dict keys).
+//
+// What is imported (opsets 13 to 18), and how:
+//   Conv (2-D, groups, dilations, explicit or VALID padding, bias) -> conv2d;
+//   BatchNormalization (training or inference form; ONNX's momentum m is
+//     nn's 1 - m) -> batch_norm;
+//   Relu, Add (same shapes) -> relu, add;
+//   MaxPool, AveragePool (2-D, floor mode) -> max_pool2d, avg_pool2d;
+//   GlobalAveragePool -> global_avg_pool, reshaped to [N, C, 1, 1];
+//   Flatten (axis 1) -> flatten; Gemm (B transposed, alpha = beta = 1) -> linear;
+//   Dropout -> dropout (its ratio, a seed per node); Identity.
+// Anything else is a one-line error naming the node (index, name, op type)
+// and the opset.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef GRAPHC_COMPILER_IMPORT_ONNXIMPORT_H
+#define GRAPHC_COMPILER_IMPORT_ONNXIMPORT_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+#include "llvm/ADT/StringRef.h"
+
+#include <string>
+
+namespace graphc {
+
+struct OnnxImportOptions {
+  /// The appended loss's label smoothing.
+  double labelSmoothing = 0.0;
+};
+
+/// Imports the ONNX model at `path` into a new module of `context` (which
+/// gets the nn and func dialects loaded). On failure returns null and sets
+/// `error` to one line naming what is wrong and where.
+mlir::OwningOpRef<mlir::ModuleOp> importOnnx(mlir::MLIRContext &context, llvm::StringRef path,
+                                             const OnnxImportOptions &options,
+                                             std::string &error);
+
+} // namespace graphc
+
+#endif // GRAPHC_COMPILER_IMPORT_ONNXIMPORT_H

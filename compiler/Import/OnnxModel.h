@@ -1,0 +1,88 @@
+//===- OnnxModel.h - an ONNX file, read and checked -------------*- C++ -*-===//
+//
+// The ONNX side of `graphc import`: reads a model file (protobuf, through
+// Debian's libonnx), checks it (ONNX's own checker, then what graphc needs:
+// the opset, no external data, no subgraphs), and copies what the importer
+// uses into plain structs. This file is compiled with exceptions and RTTI,
+// which protobuf and ONNX's checker use, and includes nothing from LLVM or
+// MLIR (built without either); OnnxImport.cpp builds the nn module from the
+// structs.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef GRAPHC_COMPILER_IMPORT_ONNXMODEL_H
+#define GRAPHC_COMPILER_IMPORT_ONNXMODEL_H
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace graphc {
+namespace onnx_model {
+
+/// The largest model file read (ONNX's protobuf limit is 2 GiB).
+constexpr int64_t kMaxModelBytes = int64_t(1) << 30;
+/// Opsets of the default domain whose ops the importer knows.
+constexpr int64_t kMinOpset = 13, kMaxOpset = 18;
+/// Initializers with at most this many elements keep their values (scalars
+/// and shapes the importer folds); larger ones keep only their shapes.
+constexpr int64_t kMaxFoldedElements = 4096;
+
+/// TensorProto's element types the importer names.
+enum class ElementType { Other, Float, Double, Float16, BFloat16, Int64, Int32, Bool };
+
+struct Tensor {
+  std::string name;
+  ElementType type = ElementType::Other;
+  std::vector<int64_t> dims;
+  /// The values, for at most kMaxFoldedElements elements of a numeric type.
+  bool hasValues = false;
+  std::vector<double> values;
+};
+
+struct Attribute {
+  enum class Kind { Int, Float, Ints, Floats, String, Tensor, Other } kind = Kind::Other;
+  int64_t i = 0;
+  double f = 0;
+  std::vector<int64_t> ints;
+  std::vector<double> floats;
+  std::string s;
+  Tensor tensor;
+};
+
+struct Node {
+  int index = 0;  // in the graph's node list
+  std::string name, opType, domain;
+  std::vector<std::string> inputs, outputs;  // "" for an omitted optional input
+  std::map<std::string, Attribute> attributes;
+};
+
+/// A graph input or output; a dim that is not a number is -1 (symbolic).
+struct Value {
+  std::string name;
+  ElementType type = ElementType::Other;
+  bool hasShape = false;
+  std::vector<int64_t> dims;
+};
+
+struct Model {
+  std::string path;
+  int64_t irVersion = 0, opset = 0;
+  std::string producer;
+  std::vector<Value> inputs, outputs;  // graph inputs that are initializers left out
+  std::vector<Tensor> initializers;
+  std::vector<Node> nodes;
+};
+
+/// Reads, checks and copies `path`. Returns "" on success, else one line
+/// saying what is wrong (without the path, which the caller prefixes).
+std::string readModel(const std::string &path, Model &model);
+
+/// "Conv", "float32", ...: the name of `type` as ONNX writes it.
+const char *elementTypeName(ElementType type);
+
+} // namespace onnx_model
+} // namespace graphc
+
+#endif // GRAPHC_COMPILER_IMPORT_ONNXMODEL_H

@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""Writes the ONNX models test/tools/onnx-import.test imports, with Debian's
+python3-onnx (no PyTorch): a small classifier using every op graphc import
+takes, and models that must be refused, one fault each.
+
+  make_onnx.py OUT_DIR
+"""
+import os
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+def weight(name, *shape):
+    rng = np.random.default_rng(abs(hash(name)) % (1 << 32))
+    return numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+
+
+def bn(prefix, x, out, c, training=1):
+    inits = [numpy_helper.from_array(np.ones(c, np.float32), f"{prefix}.weight"),
+             numpy_helper.from_array(np.zeros(c, np.float32), f"{prefix}.bias"),
+             numpy_helper.from_array(np.zeros(c, np.float32), f"{prefix}.running_mean"),
+             numpy_helper.from_array(np.ones(c, np.float32), f"{prefix}.running_var")]
+    outputs = [out] + ([f"{prefix}.mean_out", f"{prefix}.var_out"] if training else [])
+    node = helper.make_node(
+        "BatchNormalization", [x] + [i.name for i in inits], outputs, name=f"/{prefix}/BN",
+        epsilon=1e-5, momentum=0.9, **({"training_mode": 1} if training else {}))
+    return node, inits
+
+
+def classifier(opset=17, **faults):
+    """A ResNet-like stem and block, a grouped dilated conv, both poolings, a
+    global average pool, dropout and a linear classifier."""
+    nodes, inits = [], []
+    inits.append(weight("conv1.weight", 8, 5 if faults.get("bad_shapes") else 3, 3, 3))
+    nodes.append(helper.make_node("Conv", ["input", "conv1.weight"], ["c1"], name="/conv1/Conv",
+                                  pads=[1, 1, 1, 1], strides=[1, 1], kernel_shape=[3, 3]))
+    n, i = bn("bn1", "c1", "b1", 8, training=faults.get("bn_training", 1))
+    nodes.append(n)
+    inits += i
+    nodes.append(helper.make_node("Relu", ["b1"], ["r1"], name="/relu/Relu"))
+    nodes.append(helper.make_node("MaxPool", ["r1"], ["p1"], name="/maxpool/MaxPool",
+                                  kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1],
+                                  ceil_mode=faults.get("ceil_mode", 0)))
+    inits.append(weight("layer1.0.conv1.weight", 8, 8, 3, 3))
+    nodes.append(helper.make_node("Conv", ["p1", "layer1.0.conv1.weight"], ["c2"],
+                                  name="/layer1/layer1.0/conv1/Conv", pads=[1, 1, 1, 1]))
+    n, i = bn("layer1.0.bn1", "c2", "b2", 8)
+    nodes.append(n)
+    inits += i
+    nodes.append(helper.make_node("Relu", ["b2"], ["r2"], name="/layer1/layer1.0/relu/Relu"))
+    # Grouped and dilated, with a bias.
+    inits += [weight("layer1.0.conv2.weight", 8, 4, 3, 3),
+              numpy_helper.from_array(np.zeros(8, np.float32), "layer1.0.conv2.bias")]
+    nodes.append(helper.make_node("Conv", ["r2", "layer1.0.conv2.weight", "layer1.0.conv2.bias"],
+                                  ["c3"], name="/layer1/layer1.0/conv2/Conv", group=2,
+                                  dilations=[2, 2], pads=[2, 2, 2, 2]))
+    skip = "p1" if not faults.get("broadcast_add") else "bias_row"
+    if faults.get("broadcast_add"):
+        inits.append(numpy_helper.from_array(np.zeros((1, 8, 1, 1), np.float32), "bias_row"))
+    nodes.append(helper.make_node("Add", ["c3", skip], ["a1"], name="/layer1/layer1.0/Add"))
+    nodes.append(helper.make_node("Relu", ["a1"], ["r3"], name="/layer1/layer1.0/relu_1/Relu"))
+    nodes.append(helper.make_node("AveragePool", ["r3"], ["p2"], name="/avgpool2/AveragePool",
+                                  kernel_shape=[2, 2], strides=[2, 2]))
+    nodes.append(helper.make_node("GlobalAveragePool", ["p2"], ["g"], name="/avgpool/GAP"))
+    nodes.append(helper.make_node("Flatten", ["g"], ["f"], name="/Flatten", axis=1))
+    inits.append(numpy_helper.from_array(np.array(0.25, np.float32), "ratio"))
+    inits.append(numpy_helper.from_array(np.array(True), "training"))
+    nodes.append(helper.make_node("Dropout", ["f", "ratio", "training"], ["d"],
+                                  name="/dropout/Dropout"))
+    inits += [weight("fc.weight", 10, 8) if not faults.get("trans_b0") else weight("fc.weight", 8, 10),
+              numpy_helper.from_array(np.zeros(10, np.float32), "fc.bias")]
+    nodes.append(helper.make_node("Gemm", ["d", "fc.weight", "fc.bias"], ["logits"], name="/fc/Gemm",
+                                  transB=0 if faults.get("trans_b0") else 1))
+    if faults.get("tanh"):
+        nodes.append(helper.make_node("Tanh", ["logits"], ["out"], name="/act/Tanh"))
+    inputs = [helper.make_tensor_value_info("input", TensorProto.FLOAT, [2, 3, 16, 16])]
+    if faults.get("two_inputs"):
+        inputs.append(helper.make_tensor_value_info("extra", TensorProto.FLOAT, [2, 4]))
+    outputs = [helper.make_tensor_value_info("out" if faults.get("tanh") else "logits",
+                                             TensorProto.FLOAT, [2, 10])]
+    graph = helper.make_graph(nodes, "classifier", inputs, outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
+                              producer_name="make_onnx.py")
+    model.ir_version = 8
+    return model
+
+
+def main():
+    out = sys.argv[1]
+    os.makedirs(out, exist_ok=True)
+    onnx.save(classifier(), os.path.join(out, "classifier.onnx"))
+    onnx.save(classifier(bn_training=0), os.path.join(out, "inference.onnx"))
+    for name, faults in {"tanh": {"tanh": 1}, "two_inputs": {"two_inputs": 1},
+                         "trans_b0": {"trans_b0": 1}, "ceil": {"ceil_mode": 1},
+                         "broadcast": {"broadcast_add": 1}, "shapes": {"bad_shapes": 1}}.items():
+        onnx.save(classifier(**faults), os.path.join(out, f"bad_{name}.onnx"))
+    onnx.save(classifier(opset=11), os.path.join(out, "bad_opset.onnx"))
+    # Weights in a file beside the model.
+    model = classifier()
+    onnx.save_model(model, os.path.join(out, "bad_external.onnx"), save_as_external_data=True,
+                    all_tensors_to_one_file=True, location="weights.bin", size_threshold=0)
+    # Control flow: an If whose branches are subgraphs.
+    branch = helper.make_graph([helper.make_node("Identity", ["input"], ["y"])], "branch", [],
+                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 16, 16])])
+    cond = numpy_helper.from_array(np.array(True), "cond")
+    graph = helper.make_graph(
+        [helper.make_node("If", ["cond"], ["logits"], then_branch=branch, else_branch=branch)],
+        "control", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [2, 3, 16, 16])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [2, 3, 16, 16])], [cond])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, os.path.join(out, "bad_if.onnx"))
+    with open(os.path.join(out, "bad_garbage.onnx"), "wb") as f:
+        f.write(b"\xff\xff\xff\xff not a protobuf")
+    # A good model cut short.
+    data = classifier().SerializeToString()
+    with open(os.path.join(out, "bad_truncated.onnx"), "wb") as f:
+        f.write(data[: len(data) // 2])
+    # A node the checker refuses: a Relu with two inputs.
+    model = classifier()
+    model.graph.node[2].input.append("c1")
+    onnx.save(model, os.path.join(out, "bad_checker.onnx"))
+
+
+if __name__ == "__main__":
+    main()
