@@ -19,6 +19,8 @@
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/Verifier.h"
 #include "llvm/ADT/StringMap.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/raw_ostream.h"
 
 #include <cmath>
 #include <cstdio>
@@ -44,6 +46,8 @@ public:
   /// The module, or null with `error` set.
   OwningOpRef<ModuleOp> run();
   std::string error;
+  /// The initializers declared as nn.parameter or nn.state, in order.
+  std::vector<const Tensor *> declared;
 
 private:
   // The error of the node being imported ("" when none).
@@ -285,6 +289,7 @@ Value Importer::variable(const std::string &name, bool trained, nn::Initializer 
   }
   Value loaded = b.create<nn::LoadOp>(loc, type, name);
   variables[name] = {loaded, trained};
+  declared.push_back(&t);
   if (trained)
     parameterCount += type.getNumElements();
   return loaded;
@@ -660,7 +665,8 @@ OwningOpRef<ModuleOp> Importer::run() {
 } // namespace
 
 OwningOpRef<ModuleOp> importOnnx(MLIRContext &context, llvm::StringRef path,
-                                 const OnnxImportOptions &options, std::string &error) {
+                                 const OnnxImportOptions &options, std::string &error,
+                                 std::vector<ImportedWeight> *weights) {
   error.clear();
   if (!(options.labelSmoothing >= 0 && options.labelSmoothing < 1)) {
     error = "--label-smoothing must be in [0, 1)";
@@ -673,9 +679,63 @@ OwningOpRef<ModuleOp> importOnnx(MLIRContext &context, llvm::StringRef path,
   }
   Importer importer(context, model, options);
   OwningOpRef<ModuleOp> module = importer.run();
-  if (!module)
+  if (!module) {
     error = importer.error.empty() ? "import failed" : importer.error;
+    return nullptr;
+  }
+  if (weights) {
+    weights->clear();
+    for (const Tensor *t : importer.declared) {
+      uint64_t count = 1;
+      for (int64_t d : t->dims)
+        count *= static_cast<uint64_t>(d);
+      if (t->float32Bytes.size() != count * 4) {
+        error = "initializer '" + t->name + "' does not hold the " + std::to_string(count) +
+                " float32 values its shape says";
+        return nullptr;
+      }
+      weights->push_back({t->name, t->dims, t->float32Bytes});
+    }
+  }
   return module;
+}
+
+std::string safetensorsOf(const std::vector<ImportedWeight> &weights,
+                          const std::vector<std::pair<std::string, std::string>> &metadata) {
+  std::string header;
+  llvm::raw_string_ostream os(header);
+  llvm::json::OStream json(os);
+  uint64_t offset = 0;
+  json.object([&] {
+    for (const ImportedWeight &w : weights) {
+      json.attributeObject(w.name, [&] {
+        json.attribute("dtype", "F32");
+        json.attributeArray("shape", [&] {
+          for (int64_t d : w.shape)
+            json.value(d);
+        });
+        json.attributeArray("data_offsets", [&] {
+          json.value(static_cast<int64_t>(offset));
+          json.value(static_cast<int64_t>(offset + w.bytes.size()));
+        });
+      });
+      offset += w.bytes.size();
+    }
+    json.attributeObject("__metadata__", [&] {
+      for (const auto &[key, value] : metadata)
+        json.attribute(key, value);
+    });
+  });
+  os.flush();
+  // The format pads the header with spaces to a multiple of 8 bytes.
+  header.append((8 - header.size() % 8) % 8, ' ');
+  std::string file(8, '\0');
+  for (int i = 0; i < 8; ++i)
+    file[i] = static_cast<char>((static_cast<uint64_t>(header.size()) >> (8 * i)) & 0xff);
+  file += header;
+  for (const ImportedWeight &w : weights)
+    file += w.bytes;
+  return file;
 }
 
 } // namespace graphc

@@ -30,6 +30,8 @@
 #include "llvm/ADT/StringRef.h"
 
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace graphc {
 
@@ -38,12 +40,28 @@ struct OnnxImportOptions {
   double labelSmoothing = 0.0;
 };
 
+/// The value of one nn.parameter or nn.state of an imported model, as the
+/// ONNX file gives it: float32, little-endian.
+struct ImportedWeight {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::string bytes;
+};
+
 /// Imports the ONNX model at `path` into a new module of `context` (which
 /// gets the nn and func dialects loaded). On failure returns null and sets
-/// `error` to one line naming what is wrong and where.
+/// `error` to one line naming what is wrong and where. With `weights`, also
+/// gives every parameter's and statistic's value, in declaration order (an
+/// initializer without its values is then an error).
 mlir::OwningOpRef<mlir::ModuleOp> importOnnx(mlir::MLIRContext &context, llvm::StringRef path,
                                              const OnnxImportOptions &options,
-                                             std::string &error);
+                                             std::string &error,
+                                             std::vector<ImportedWeight> *weights = nullptr);
+
+/// `weights` as a safetensors file (F32 tensors in order, `metadata` as its
+/// __metadata__): what `graphrun --init` and PyTorch's safetensors read.
+std::string safetensorsOf(const std::vector<ImportedWeight> &weights,
+                          const std::vector<std::pair<std::string, std::string>> &metadata);
 
 } // namespace graphc
 

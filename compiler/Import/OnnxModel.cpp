@@ -169,6 +169,24 @@ std::string copyTensor(const onnx::TensorProto &proto, Tensor &tensor) {
            "' keeps its data in an external file, which graphc does not read; save the "
            "model with its weights inside (onnx.save_model(..., save_as_external_data=False))";
   copyValues(proto, tensor);
+  if (tensor.type == ElementType::Float) {
+    uint64_t count = 1;
+    bool fits = true;
+    for (int64_t d : tensor.dims) {
+      if (d != 0 && count > (uint64_t(kMaxModelBytes) / 4) / uint64_t(d))
+        fits = false;
+      count *= uint64_t(d);
+    }
+    if (fits && proto.has_raw_data() && proto.raw_data().size() == count * 4) {
+      tensor.float32Bytes = proto.raw_data();
+    } else if (fits && !proto.has_raw_data() && uint64_t(proto.float_data_size()) == count) {
+      tensor.float32Bytes.resize(count * 4);
+      for (uint64_t i = 0; i < count; ++i) {
+        const float x = proto.float_data(static_cast<int>(i));
+        std::memcpy(&tensor.float32Bytes[i * 4], &x, 4);
+      }
+    }
+  }
   return "";
 }
 

@@ -39,6 +39,9 @@ struct Tensor {
   /// The values, for at most kMaxFoldedElements elements of a numeric type.
   bool hasValues = false;
   std::vector<double> values;
+  /// A float32 tensor's bytes, little-endian (the weights graphc import
+  /// writes); empty when the file holds fewer or more than its shape says.
+  std::string float32Bytes;
 };
 
 struct Attribute {

@@ -226,9 +226,60 @@ Status SaveCheckpoint(const Executor& exec, const std::string& path,
   return Status::Ok();
 }
 
+namespace {
+
+// What a load takes from the file: every state (a checkpoint), or the model's
+// own (initial weights: parameters and batch-norm statistics).
+enum class LoadKind { kCheckpoint, kInitialWeights };
+
+// The optimizer's slots of trainable `names` (momentum_buffer, exp_avg,
+// exp_avg_sq), which initial weights leave at zero.
+bool IsOptimizerSlot(const std::string& name, const std::set<std::string>& trainable) {
+  for (const char* suffix : {".momentum_buffer", ".exp_avg", ".exp_avg_sq"}) {
+    const size_t n = std::strlen(suffix);
+    if (name.size() > n && name.compare(name.size() - n, n, suffix) == 0 &&
+        trainable.count(name.substr(0, name.size() - n)))
+      return true;
+  }
+  return false;
+}
+
+Status LoadStates(Executor& exec, const std::string& path, LoadKind kind,
+                  std::map<std::string, std::string>* metadata, size_t* loaded);
+
+}  // namespace
+
+bool IsModelState(const Plan& plan, const std::string& name) {
+  std::set<std::string> trainable;
+  bool found = false, found_trainable = false;
+  if (plan.root().states() != nullptr)
+    for (const fb::State* state : *plan.root().states()) {
+      const std::string n = StringOf(plan.root().buffers()->Get(state->buffer())->name());
+      if (state->trainable()) trainable.insert(n);
+      if (n == name) {
+        found = true;
+        found_trainable = state->trainable();
+      }
+    }
+  if (!found) return false;
+  return found_trainable || (name.rfind("graphc.", 0) != 0 && !IsOptimizerSlot(name, trainable));
+}
+
+Status LoadInitialWeights(Executor& exec, const std::string& path, size_t* loaded) {
+  return LoadStates(exec, path, LoadKind::kInitialWeights, nullptr, loaded);
+}
+
 Status LoadCheckpoint(Executor& exec, const std::string& path,
                       std::map<std::string, std::string>* metadata) {
-  StatusOr<int> opened = OpenRegular(path, "checkpoint");
+  return LoadStates(exec, path, LoadKind::kCheckpoint, metadata, nullptr);
+}
+
+namespace {
+
+Status LoadStates(Executor& exec, const std::string& path, LoadKind kind,
+                  std::map<std::string, std::string>* metadata, size_t* loaded) {
+  const bool initial = kind == LoadKind::kInitialWeights;
+  StatusOr<int> opened = OpenRegular(path, initial ? "initial weights" : "checkpoint");
   if (!opened.ok()) return opened.status();
   const int fd = *opened;
   struct Closer {
@@ -264,7 +315,7 @@ Status LoadCheckpoint(Executor& exec, const std::string& path,
     for (const fb::State* state : *root.states()) {
       const fb::Buffer& b = exec.buffer(state->buffer());
       const std::string name = StringOf(b.name());
-      if (IsRuntimeOwnedState(name)) continue;
+      if (IsRuntimeOwnedState(name) || (initial && !IsModelState(exec.plan(), name))) continue;
       wanted.insert(name);
       auto it = header.find(name);
       if (it == header.end())
@@ -296,9 +347,25 @@ Status LoadCheckpoint(Executor& exec, const std::string& path,
                             std::to_string(data_size));
       loads.push_back({state->buffer(), begin, end});
     }
+  // PyTorch's batch norm counts its batches; graphc's momentum does not.
+  auto ignored = [&](const std::string& name) {
+    const std::string suffix = ".num_batches_tracked";
+    return initial && name.size() > suffix.size() &&
+           name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
   for (const auto& [name, value] : header.items())
-    if (name != "__metadata__" && !wanted.count(name))
-      return Io(path, "has tensor '" + Printable(name) + "', which the model does not");
+    if (name != "__metadata__" && !wanted.count(name) && !ignored(name))
+      return Io(path, "has tensor '" + Printable(name) + "', which the model does not" +
+                          (initial && exec.plan().root().states() != nullptr &&
+                                   std::any_of(exec.plan().root().states()->begin(),
+                                               exec.plan().root().states()->end(),
+                                               [&](const fb::State* s) {
+                                                 return StringOf(exec.buffer(s->buffer()).name()) ==
+                                                        name;
+                                               })
+                               ? " among its weights (an optimizer slot or a counter: initial "
+                                 "weights start those at zero)"
+                               : ""));
   // As the safetensors format says: the tensors tile the data, no two sharing
   // a byte, no byte left over (a file that is more is not what was saved).
   std::vector<Load> sorted = loads;
@@ -307,14 +374,16 @@ Status LoadCheckpoint(Executor& exec, const std::string& path,
   });
   uint64_t covered = 0;
   for (const Load& load : sorted) {
-    if (load.begin != covered)
+    if (initial ? load.begin < covered : load.begin != covered)
       return Io(path, "tensor '" + PrintableOf(exec.buffer(load.buffer).name()) + "' starts at " +
                           std::to_string(load.begin) + " of the data, not at " +
                           std::to_string(covered) +
                           (load.begin < covered ? ": tensors overlap" : ": a gap"));
     covered = load.end;
   }
-  if (covered != data_size)
+  // Initial weights may hold tensors left out (num_batches_tracked): their
+  // bytes are the gaps; a checkpoint is exactly what was saved.
+  if (!initial && covered != data_size)
     return Io(path, "holds " + std::to_string(data_size) + " bytes of tensor data, its tensors " +
                         std::to_string(covered));
 
@@ -332,8 +401,8 @@ Status LoadCheckpoint(Executor& exec, const std::string& path,
         if (uint64_t bad = NonFiniteValues(data.data(), data.size(), b.dtype()))
           return Status(ErrorCode::kNonFinite,
                         Printable(path) + ": tensor '" + PrintableOf(b.name()) + "' holds " +
-                            std::to_string(bad) + " NaN or infinite values; refusing to resume "
-                            "from it");
+                            std::to_string(bad) + " NaN or infinite values; refusing to " +
+                            (initial ? "start" : "resume") + " from it");
         continue;
       }
       Status status = exec.Write(load.buffer, data.data(), data.size());
@@ -346,7 +415,10 @@ Status LoadCheckpoint(Executor& exec, const std::string& path,
       for (const auto& [key, value] : it->items())
         if (value.is_string()) (*metadata)[key] = value.get<std::string>();
   }
+  if (loaded != nullptr) *loaded = loads.size();
   return Status::Ok();
 }
+
+}  // namespace
 
 }  // namespace graphc::runtime

@@ -49,6 +49,20 @@ Status SaveCheckpoint(const Executor& exec, const std::string& path,
 Status LoadCheckpoint(Executor& exec, const std::string& path,
                       std::map<std::string, std::string>* metadata = nullptr);
 
+// Whether state `name` of `plan` is the model's own: a parameter, or state
+// the model declared (batch-norm statistics), not one the compiler added
+// (an optimizer slot of a parameter, graphc.step and the other graphc.*).
+bool IsModelState(const Plan& plan, const std::string& name);
+
+// Sets the model's own state (IsModelState) from the safetensors file `path`,
+// as `graphrun --init` starts a run from given weights (PyTorch's
+// state_dict, or what graphc import wrote): strict like LoadCheckpoint for
+// those tensors (missing, mis-shaped, another dtype, NaN or infinity: an error
+// naming it, nothing written), PyTorch's num_batches_tracked ignored; the
+// rest of the state (optimizer slots, the step counter) is left as it is.
+// `loaded` (if given) gets the number of tensors set.
+Status LoadInitialWeights(Executor& exec, const std::string& path, size_t* loaded = nullptr);
+
 }  // namespace graphc::runtime
 
 #endif  // GRAPHC_RUNTIME_TRAIN_CHECKPOINT_H_

@@ -27,7 +27,8 @@ std::string TracePathOf(const std::string& path, int rank, int ranks) {
 
 Status CheckOutputs(const TrainOptions& o, int rank, int ranks) {
   std::vector<std::pair<std::string, std::string>> inputs = {{"the plan", o.plan_path},
-                                                             {"--resume", o.resume}};
+                                                             {"--resume", o.resume},
+                                                             {"--init", o.init}};
   for (const std::string& path : DataFiles(o.data)) inputs.emplace_back("--data", path);
   std::stringstream keys(o.trusted_keys);
   for (std::string path; std::getline(keys, path, ',');)

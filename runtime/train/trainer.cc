@@ -1,6 +1,6 @@
 // The training loop (see trainer.h), in the stages of a Trainer:
 //   Load       executor, kernels and the libraries' choices, initial state
-//   Resume     --resume: a checkpoint's state and step
+//   Resume     --resume: a checkpoint's state and step; --init: given weights
 //   JoinRanks  what every rank agrees on (state, collectives)
 //   OpenData   the sources of this rank's shards, the run's length
 //   Loop       the steps: feed, enqueue, and at display and save points read
@@ -185,6 +185,15 @@ Status Trainer::Load() {
 }
 
 Status Trainer::Resume() {
+  if (!o_.init.empty()) {
+    if (!o_.resume.empty())
+      return Status(ErrorCode::kInvalidArgument, "--init excludes --resume");
+    size_t loaded = 0;
+    GRAPHC_RETURN_IF_ERROR(LoadInitialWeights(*exec_, o_.init, &loaded));
+    out_ << "initialized " << loaded << " tensors (parameters and statistics) from "
+         << Printable(o_.init) << "\n";
+    return Status::Ok();
+  }
   if (o_.resume.empty()) return Status::Ok();
   std::map<std::string, std::string> metadata;
   GRAPHC_RETURN_IF_ERROR(LoadCheckpoint(*exec_, o_.resume, &metadata));

@@ -43,6 +43,9 @@ struct TrainOptions {
   bool graphs = true;  // replay train_step as a CUDA Graph where the device has them
   uint64_t seed = 42;
   std::string report, save, resume;
+  // Initial weights (safetensors: the model's parameters and statistics by
+  // name), instead of the plan's initializers; excludes `resume`.
+  std::string init;
   // A Chrome trace (chrome://tracing, Perfetto) of kTraceSteps timed steps:
   // per rank, FILE itself on one rank, FILE with ".rankR" before its
   // extension on several.

@@ -4,7 +4,8 @@
 //   graphc compile MODEL [--batch-size N] [--compile-to=PHASE] [-o OUT]
 //                        (a plan goes to plan.fb when -o is not given)
 //                        [--optimizer=...] [--lr=...] [...training options]
-//   graphc import MODEL.onnx [-o MODEL.mlir] [--label-smoothing X]
+//   graphc import MODEL.onnx [-o MODEL.mlir] [--weights-out W.safetensors]
+//                            [--label-smoothing X]
 //
 // `info` prints the model's parameter count and forward cost; `compile` runs the
 // pipeline (compiler/Pipeline) up to a phase and writes the IR; `import` writes
@@ -77,6 +78,10 @@ cl::opt<std::string> outputPath("o", cl::desc("Output file: the plan (default: p
                                               "in the current directory)"),
                                 cl::value_desc("file"), cl::init("-"),
                                 cl::sub(compileCommand), cl::sub(importCommand));
+cl::opt<std::string> weightsOut("weights-out",
+                               cl::desc("Where the model's initial weights go (safetensors; "
+                                        "default: the output's name with .safetensors)"),
+                               cl::value_desc("file"), cl::sub(importCommand));
 cl::opt<double> labelSmoothing("label-smoothing",
                                cl::desc("The appended loss's label smoothing (default 0)"),
                                cl::init(0.0), cl::sub(importCommand));
@@ -451,7 +456,9 @@ int importModel(MLIRContext &context) {
   graphc::OnnxImportOptions importOptions;
   importOptions.labelSmoothing = labelSmoothing;
   std::string why;
-  OwningOpRef<ModuleOp> module = graphc::importOnnx(context, modelPath, importOptions, why);
+  std::vector<graphc::ImportedWeight> weights;
+  OwningOpRef<ModuleOp> module =
+      graphc::importOnnx(context, modelPath, importOptions, why, &weights);
   if (!module)
     return fail("cannot import '" + modelPath + "': " + why);
   std::string text;
@@ -467,10 +474,25 @@ int importModel(MLIRContext &context) {
   std::string out = outputPath.getNumOccurrences()
                         ? outputPath.getValue()
                         : (llvm::sys::path::stem(modelPath) + ".mlir").str();
-  bool same = false;
-  if (out != "-" && llvm::sys::fs::exists(out) &&
-      !llvm::sys::fs::equivalent(modelPath, out, same) && same)
-    return fail("-o '" + out + "' is the model file; refusing to overwrite it");
+  llvm::SmallString<256> weightsPath(out == "-" ? llvm::sys::path::filename(modelPath) : out);
+  llvm::sys::path::replace_extension(weightsPath, ".safetensors");
+  if (weightsOut.getNumOccurrences())
+    weightsPath = weightsOut.getValue();
+  if (weightsPath.empty())
+    return fail("--weights-out is empty");
+  for (const std::string &written : {out, std::string(weightsPath)}) {
+    bool same = false;
+    if (written != "-" && llvm::sys::fs::exists(written) &&
+        !llvm::sys::fs::equivalent(modelPath, written, same) && same)
+      return fail("'" + written + "' is the model file; refusing to overwrite it");
+  }
+  if (out == weightsPath)
+    return fail("the model and its weights would both be written to '" + out + "'");
+  const std::string safetensors = graphc::safetensorsOf(
+      weights, {{"format", "pt"},
+                {"graphc.imported_from", llvm::sys::path::filename(modelPath).str()}});
+  if (!writeOutput(std::string(weightsPath), safetensors))
+    return 1;
   if (out == "-") {
     llvm::outs() << text;
     return 0;
@@ -483,7 +505,10 @@ int importModel(MLIRContext &context) {
     ++tensors;
   }
   llvm::outs() << "wrote " << out << ": " << parameters << " parameters in " << tensors
-               << " tensors; graphc compile " << out << " builds its training step\n";
+               << " tensors; graphc compile " << out << " builds its training step\n"
+               << "wrote " << weightsPath << ": the model file's values of its " << weights.size()
+               << " parameters and statistics; graphrun PLAN --init " << weightsPath
+               << " starts from them\n";
   return 0;
 }
 

@@ -396,9 +396,15 @@ int Main(int argc, char** argv) {
   app.add_option("--save-every", train.save_every, "also save every K steps (needs --save)")
       ->check(InRange(1, kMaxSteps))
       ->needs(save_option);
-  app.add_option("--resume", train.resume,
-                 "start from this safetensors checkpoint (its step counter positions the data "
-                 "and the schedules; --steps/--epochs count from there)");
+  auto* resume_option = app.add_option(
+      "--resume", train.resume,
+      "start from this safetensors checkpoint (its step counter positions the data "
+      "and the schedules; --steps/--epochs count from there)");
+  app.add_option("--init", train.init,
+                 "start from these weights (safetensors, e.g. what graphc import wrote or a "
+                 "PyTorch state_dict): the model's parameters and batch-norm statistics by "
+                 "name, strictly (num_batches_tracked ignored); optimizer state zero, step 0")
+      ->excludes(resume_option);
   app.add_option("--seed", train.seed, "seed of the initial parameters and data order")
       ->check(InRange(0, std::numeric_limits<int64_t>::max()));
   app.add_option(
