@@ -66,6 +66,16 @@ private:
   bool pool(const Node &n, bool max);
   bool gemm(const Node &n);
   bool dropout(const Node &n);
+  bool binary(const Node &n);
+  bool clip(const Node &n);
+  bool hardSigmoid(const Node &n, bool swish);
+
+  // A float32 scalar as a tensor of `like`'s shape.
+  Value scalarLike(double value, Value like);
+  // `v` broadcast to `like`'s shape (numpy's rules, `v` of no higher rank).
+  Value broadcastTo(Value v, Value like);
+  // min(max(x, lo), hi), either bound optional: PyTorch's clamp (and ReLU6).
+  Value clamp(Value x, std::optional<double> lo, std::optional<double> hi);
 
   // The activation named `name` (an op's result or the images).
   Value activation(const std::string &name);
@@ -511,6 +521,146 @@ bool Importer::dropout(const Node &n) {
                                             b.getI64IntegerAttr(std::llabs(*seed) % (int64_t(1) << 31))));
 }
 
+Value Importer::scalarLike(double value, Value like) {
+  auto scalar = RankedTensorType::get({}, b.getF32Type());
+  Value c = tryCreate<nn::ConstantOp>(
+      DenseElementsAttr::get(scalar, static_cast<float>(value)).cast<ElementsAttr>());
+  if (!c)
+    return nullptr;
+  return tryCreate<nn::BroadcastOp>(c, like, b.getDenseI64ArrayAttr({}));
+}
+
+Value Importer::broadcastTo(Value v, Value like) {
+  if (v.getType() == like.getType())
+    return v;
+  auto from = llvm::cast<RankedTensorType>(v.getType());
+  auto to = llvm::cast<RankedTensorType>(like.getType());
+  if (from.getRank() > to.getRank()) {
+    fail("cannot broadcast a tensor of rank " + std::to_string(from.getRank()) + " to rank " +
+         std::to_string(to.getRank()));
+    return nullptr;
+  }
+  SmallVector<int64_t> dims;
+  for (int64_t d = 0; d < from.getRank(); ++d)
+    dims.push_back(to.getRank() - from.getRank() + d);
+  return tryCreate<nn::BroadcastOp>(v, like, b.getDenseI64ArrayAttr(dims));
+}
+
+Value Importer::clamp(Value x, std::optional<double> lo, std::optional<double> hi) {
+  Value y = x;
+  if (lo) {
+    // ReLU where the bound is 0 (its gradient at 0 is PyTorch's: none).
+    Value bound = *lo == 0 ? Value() : scalarLike(*lo, x);
+    if (*lo != 0 && !bound)
+      return nullptr;
+    y = *lo == 0 ? tryCreate<nn::ReluOp>(x) : tryCreate<nn::MaxOp>(x, bound);
+    if (!y)
+      return nullptr;
+  }
+  if (hi) {
+    Value bound = scalarLike(*hi, y);
+    Value above = bound ? tryCreate<nn::CmpOp>(nn::CmpPredicate::gt, y, bound) : Value();
+    y = above ? tryCreate<nn::SelectOp>(above, bound, y) : Value();
+  }
+  return y;
+}
+
+// Add, Sub, Mul, Div: two activations of one shape, one broadcast to the
+// other's (a squeeze-excite gate [N, C, 1, 1] on [N, C, H, W]), or an
+// activation and a constant scalar.
+bool Importer::binary(const Node &n) {
+  if (!knownAttributes(n, {}))
+    return false;
+  if (n.inputs.size() != 2)
+    return fail("expected two inputs");
+  auto operand = [&](const std::string &name, Value other) -> Value {
+    if (values.count(name))
+      return values[name];
+    if (std::optional<double> c = scalar(name)) {
+      if (!other)
+        return nullptr;
+      return scalarLike(*c, other);
+    }
+    return activation(name);
+  };
+  Value lhs = values.count(n.inputs[0]) ? values[n.inputs[0]] : Value();
+  Value rhs = values.count(n.inputs[1]) ? values[n.inputs[1]] : Value();
+  if (!lhs && !rhs)
+    return fail("graphc takes at least one activation operand");
+  lhs = lhs ? lhs : operand(n.inputs[0], rhs);
+  rhs = rhs ? rhs : operand(n.inputs[1], lhs);
+  if (!lhs || !rhs)
+    return error.empty() ? fail("an operand must be an activation or a constant scalar") : false;
+  auto lt = llvm::cast<RankedTensorType>(lhs.getType());
+  auto rt = llvm::cast<RankedTensorType>(rhs.getType());
+  if (lt != rt) {
+    // The operand with fewer elements (or lower rank) is broadcast; both
+    // needing it ([N, 1] and [1, C]) is refused.
+    auto count = [](RankedTensorType t) {
+      int64_t c = 1;
+      for (int64_t d : t.getShape())
+        c *= ShapedType::isDynamic(d) ? 1 << 20 : d;
+      return c;
+    };
+    const bool rightSmaller =
+        rt.getRank() < lt.getRank() || (rt.getRank() == lt.getRank() && count(rt) <= count(lt));
+    if (rightSmaller)
+      rhs = broadcastTo(rhs, lhs);
+    else
+      lhs = broadcastTo(lhs, rhs);
+    if (!lhs || !rhs)
+      return false;
+  }
+  const std::string &op = n.opType;
+  return define(n, op == "Add"   ? tryCreate<nn::AddOp>(lhs, rhs)
+                   : op == "Sub" ? tryCreate<nn::SubOp>(lhs, rhs)
+                   : op == "Mul" ? tryCreate<nn::MulOp>(lhs, rhs)
+                                 : tryCreate<nn::DivOp>(lhs, rhs));
+}
+
+bool Importer::clip(const Node &n) {
+  if (!knownAttributes(n, {}))
+    return false;
+  Value x = n.inputs.empty() ? Value() : activation(n.inputs[0]);
+  if (!x)
+    return n.inputs.empty() ? fail("expected an input") : false;
+  std::optional<double> lo, hi;
+  for (size_t i = 1; i < 3 && i < n.inputs.size(); ++i) {
+    if (n.inputs[i].empty())
+      continue;
+    std::optional<double> bound = scalar(n.inputs[i]);
+    if (!bound || !std::isfinite(*bound))
+      return fail("its bounds must be constant finite scalars");
+    (i == 1 ? lo : hi) = bound;
+  }
+  if (lo && hi && *lo > *hi)
+    return fail("min is above max");
+  return define(n, clamp(x, lo, hi));
+}
+
+// HardSigmoid: clamp(alpha * x + beta, 0, 1); HardSwish: x * HardSigmoid(x)
+// with alpha 1/6 and beta 1/2.
+bool Importer::hardSigmoid(const Node &n, bool swish) {
+  if (!knownAttributes(n, swish ? std::initializer_list<const char *>{}
+                                : std::initializer_list<const char *>{"alpha", "beta"}))
+    return false;
+  Value x = n.inputs.size() == 1 ? activation(n.inputs[0]) : Value();
+  if (!x)
+    return n.inputs.size() == 1 ? false : fail("expected one input");
+  auto alpha = swish ? std::optional<double>(1.0 / 6.0) : floatAttr(n, "alpha", 0.2);
+  auto beta = swish ? std::optional<double>(0.5) : floatAttr(n, "beta", 0.5);
+  if (!alpha || !beta)
+    return false;
+  Value a = scalarLike(*alpha, x);
+  Value scaled = a ? tryCreate<nn::MulOp>(x, a) : Value();
+  Value bias = scaled ? scalarLike(*beta, x) : Value();
+  Value shifted = bias ? tryCreate<nn::AddOp>(scaled, bias) : Value();
+  Value gate = shifted ? clamp(shifted, 0.0, 1.0) : Value();
+  if (!gate)
+    return false;
+  return define(n, swish ? tryCreate<nn::MulOp>(x, gate) : gate);
+}
+
 bool Importer::importNode(const Node &n) {
   node = &n;
   loc = NameLoc::get(b.getStringAttr(where(n)),
@@ -543,17 +693,12 @@ bool Importer::importNode(const Node &n) {
       return n.inputs.size() == 1 ? false : fail("expected one input");
     return define(n, op == "Relu" ? tryCreate<nn::ReluOp>(x) : x);
   }
-  if (op == "Add") {
-    if (n.inputs.size() != 2)
-      return fail("expected two inputs");
-    Value lhs = activation(n.inputs[0]);
-    Value rhs = lhs ? activation(n.inputs[1]) : Value();
-    if (!rhs)
-      return false;
-    if (lhs.getType() != rhs.getType())
-      return fail("broadcasting is not supported: the operands' shapes differ");
-    return define(n, tryCreate<nn::AddOp>(lhs, rhs));
-  }
+  if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div")
+    return binary(n);
+  if (op == "Clip")
+    return clip(n);
+  if (op == "HardSigmoid" || op == "HardSwish")
+    return hardSigmoid(n, op == "HardSwish");
   if (op == "GlobalAveragePool") {
     Value x = n.inputs.size() == 1 ? activation(n.inputs[0]) : Value();
     if (!x)

@@ -12,7 +12,11 @@
 //   Conv (2-D, groups, dilations, explicit or VALID padding, bias) -> conv2d;
 //   BatchNormalization (training or inference form; ONNX's momentum m is
 //     nn's 1 - m) -> batch_norm;
-//   Relu, Add (same shapes) -> relu, add;
+//   Relu -> relu; Add, Sub, Mul, Div (two activations, one broadcast to the
+//     other's shape, or an activation and a constant scalar) -> add, sub,
+//     mul, div (with broadcast);
+//   Clip (constant bounds: ReLU6) -> relu or max, then cmp + select;
+//   HardSigmoid, HardSwish -> mul, add, the same clamp (and mul);
 //   MaxPool, AveragePool (2-D, floor mode) -> max_pool2d, avg_pool2d;
 //   GlobalAveragePool -> global_avg_pool, reshaped to [N, C, 1, 1];
 //   Flatten (axis 1) -> flatten; Gemm (B transposed, alpha = beta = 1) -> linear;

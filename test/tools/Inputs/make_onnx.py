@@ -88,11 +88,53 @@ def classifier(opset=17, **faults):
     return model
 
 
+def mobile():
+    """MobileNet's pieces: ReLU6 (Clip with bound inputs), a depthwise
+    convolution, HardSwish, a squeeze-excite gate (HardSigmoid) multiplied in
+    by broadcasting, and arithmetic with constant scalars."""
+    inits = [weight("stem.weight", 8, 3, 3, 3), weight("dw.weight", 8, 1, 3, 3),
+             weight("se.weight", 8, 8, 1, 1),
+             numpy_helper.from_array(np.zeros(8, np.float32), "se.bias"),
+             numpy_helper.from_array(np.array(0.0, np.float32), "zero"),
+             numpy_helper.from_array(np.array(6.0, np.float32), "six"),
+             numpy_helper.from_array(np.array(2.0, np.float32), "two"),
+             weight("fc.weight", 10, 8), numpy_helper.from_array(np.zeros(10, np.float32), "fc.bias")]
+    n, bn_inits = bn("bn", "c1", "b1", 8)
+    inits += bn_inits
+    half = helper.make_tensor("half", TensorProto.FLOAT, [], [0.5])
+    nodes = [
+        helper.make_node("Conv", ["input", "stem.weight"], ["c1"], name="/stem/Conv", pads=[1, 1, 1, 1]),
+        n,
+        helper.make_node("Clip", ["b1", "zero", "six"], ["r6"], name="/relu6/Clip"),
+        helper.make_node("Conv", ["r6", "dw.weight"], ["dw"], name="/dw/Conv", group=8,
+                         pads=[1, 1, 1, 1]),
+        helper.make_node("HardSwish", ["dw"], ["hs"], name="/hswish/HardSwish"),
+        helper.make_node("GlobalAveragePool", ["hs"], ["squeeze"], name="/se/GAP"),
+        helper.make_node("Conv", ["squeeze", "se.weight", "se.bias"], ["excite"], name="/se/Conv"),
+        helper.make_node("HardSigmoid", ["excite"], ["gate"], name="/se/HardSigmoid",
+                         alpha=1.0 / 6, beta=0.5),
+        helper.make_node("Mul", ["hs", "gate"], ["scaled"], name="/se/Mul"),
+        helper.make_node("Constant", [], ["half"], name="/Constant", value=half),
+        helper.make_node("Sub", ["scaled", "half"], ["shifted"], name="/Sub"),
+        helper.make_node("Div", ["shifted", "two"], ["halved"], name="/Div"),
+        helper.make_node("GlobalAveragePool", ["halved"], ["g"], name="/pool/GAP"),
+        helper.make_node("Flatten", ["g"], ["f"], name="/Flatten"),
+        helper.make_node("Gemm", ["f", "fc.weight", "fc.bias"], ["logits"], name="/fc/Gemm", transB=1),
+    ]
+    graph = helper.make_graph(
+        nodes, "mobile", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [2, 3, 16, 16])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [2, 10])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
 def main():
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
     onnx.save(classifier(), os.path.join(out, "classifier.onnx"))
     onnx.save(classifier(bn_training=0), os.path.join(out, "inference.onnx"))
+    onnx.save(mobile(), os.path.join(out, "mobile.onnx"))
     for name, faults in {"tanh": {"tanh": 1}, "two_inputs": {"two_inputs": 1},
                          "trans_b0": {"trans_b0": 1}, "ceil": {"ceil_mode": 1},
                          "broadcast": {"broadcast_add": 1}, "shapes": {"bad_shapes": 1}}.items():
