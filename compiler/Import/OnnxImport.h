@@ -8,7 +8,7 @@
 // trains becomes an nn.parameter, batch norm's running statistics nn.state,
 // named by their ONNX names (a PyTorch export's state_dict keys).
 //
-// What is imported (opsets 13 to 18), and how:
+// What is imported (opsets 13 to 17), and how:
 //   Conv (2-D, groups, dilations, explicit or VALID padding, bias) -> conv2d;
 //   BatchNormalization (training or inference form; ONNX's momentum m is
 //     nn's 1 - m) -> batch_norm;

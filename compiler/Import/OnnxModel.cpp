@@ -16,6 +16,20 @@
 
 namespace graphc {
 namespace onnx_model {
+
+// A name from the file, shown on one line: control characters and bytes
+// outside printable ASCII as \xNN.
+std::string shown(const std::string &name) {
+  static const char hex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : name)
+    if (c >= 0x20 && c < 0x7f && c != '\\')
+      out += static_cast<char>(c);
+    else
+      out += std::string("\\x") + hex[c >> 4] + hex[c & 15];
+  return out;
+}
+
 namespace {
 
 ElementType elementTypeOf(int32_t type) {
@@ -161,11 +175,11 @@ std::string copyTensor(const onnx::TensorProto &proto, Tensor &tensor) {
   tensor.type = elementTypeOf(proto.data_type());
   for (int64_t d : proto.dims()) {
     if (d < 0)
-      return "tensor '" + tensor.name + "' has a negative dimension";
+      return "tensor '" + shown(tensor.name) + "' has a negative dimension";
     tensor.dims.push_back(d);
   }
   if (proto.data_location() == onnx::TensorProto::EXTERNAL || proto.external_data_size() > 0)
-    return "tensor '" + tensor.name +
+    return "tensor '" + shown(tensor.name) +
            "' keeps its data in an external file, which graphc does not read; save the "
            "model with its weights inside (onnx.save_model(..., save_as_external_data=False))";
   copyValues(proto, tensor);
@@ -206,8 +220,8 @@ Value copyValue(const onnx::ValueInfoProto &info) {
 }
 
 std::string where(const onnx::NodeProto &node, int index) {
-  return "node " + std::to_string(index) + " '" + node.name() + "' (" +
-         (node.domain().empty() ? "" : node.domain() + ".") + node.op_type() + ")";
+  return "node " + std::to_string(index) + " '" + shown(node.name()) + "' (" +
+         (node.domain().empty() ? "" : shown(node.domain()) + ".") + shown(node.op_type()) + ")";
 }
 
 } // namespace
@@ -252,6 +266,9 @@ std::string readModel(const std::string &path, Model &model) {
   bool found = false;
   for (const onnx::OperatorSetIdProto &set : proto.opset_import())
     if (set.domain().empty() || set.domain() == "ai.onnx") {
+      if (found && set.version() != model.opset)
+        return "the model imports two opsets of the default ONNX domain (" +
+               std::to_string(model.opset) + " and " + std::to_string(set.version()) + ")";
       model.opset = set.version();
       found = true;
     }
@@ -264,22 +281,34 @@ std::string readModel(const std::string &path, Model &model) {
   if (!proto.has_graph())
     return "the model has no graph";
   const onnx::GraphProto &graph = proto.graph();
+  // What graphc does not take, refused before ONNX's checker sees it (the
+  // checker itself can crash on a malformed sparse tensor, and function
+  // bodies would escape the checks below).
+  if (proto.functions_size() > 0)
+    return "model-local functions are not supported (export without them)";
+  if (graph.sparse_initializer_size() > 0)
+    return "sparse initializers are not supported";
   // External data first: the checker would try to open the files.
   for (const onnx::TensorProto &tensor : graph.initializer())
     if (tensor.data_location() == onnx::TensorProto::EXTERNAL || tensor.external_data_size() > 0)
-      return "tensor '" + tensor.name() +
+      return "tensor '" + shown(tensor.name()) +
              "' keeps its data in an external file, which graphc does not read; save the "
              "model with its weights inside (onnx.save_model(..., save_as_external_data=False))";
   for (int i = 0; i < graph.node_size(); ++i) {
     const onnx::NodeProto &node = graph.node(i);
     if (!node.domain().empty() && node.domain() != "ai.onnx")
-      return where(node, i) + ": ops of domain '" + node.domain() + "' are not supported";
+      return where(node, i) + ": ops of domain '" + shown(node.domain()) + "' are not supported";
     for (const onnx::AttributeProto &attribute : node.attribute())
-      if (attribute.has_g() || attribute.graphs_size() > 0 ||
+      if (attribute.has_sparse_tensor() || attribute.sparse_tensors_size() > 0 ||
+          attribute.type() == onnx::AttributeProto::SPARSE_TENSOR ||
+          attribute.type() == onnx::AttributeProto::SPARSE_TENSORS)
+        return where(node, i) + ": sparse tensor attribute '" + attribute.name() +
+               "' is not supported";
+      else if (attribute.has_g() || attribute.graphs_size() > 0 ||
           attribute.type() == onnx::AttributeProto::GRAPH ||
           attribute.type() == onnx::AttributeProto::GRAPHS)
         return where(node, i) +
-               ": control flow (a subgraph in attribute '" + attribute.name() +
+               ": control flow (a subgraph in attribute '" + shown(attribute.name()) +
                "') is not supported: graphc trains static graphs";
       else if (attribute.has_t() && (attribute.t().data_location() == onnx::TensorProto::EXTERNAL ||
                                      attribute.t().external_data_size() > 0))
@@ -298,7 +327,7 @@ std::string readModel(const std::string &path, Model &model) {
     if (std::string error = copyTensor(proto, tensor); !error.empty())
       return error;
     if (!initialized.insert(tensor.name).second)
-      return "initializer '" + tensor.name + "' is defined twice";
+      return "initializer '" + shown(tensor.name) + "' is defined twice";
   }
   for (const onnx::ValueInfoProto &input : graph.input())
     if (!initialized.count(input.name()))

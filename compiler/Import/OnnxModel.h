@@ -24,7 +24,7 @@ namespace onnx_model {
 /// The largest model file read (ONNX's protobuf limit is 2 GiB).
 constexpr int64_t kMaxModelBytes = int64_t(1) << 30;
 /// Opsets of the default domain whose ops the importer knows.
-constexpr int64_t kMinOpset = 13, kMaxOpset = 18;
+constexpr int64_t kMinOpset = 13, kMaxOpset = 17;  // libonnx 1.12 knows 17
 /// Initializers with at most this many elements keep their values (scalars
 /// and shapes the importer folds); larger ones keep only their shapes.
 constexpr int64_t kMaxFoldedElements = 4096;
@@ -82,8 +82,12 @@ struct Model {
 /// saying what is wrong (without the path, which the caller prefixes).
 std::string readModel(const std::string &path, Model &model);
 
-/// "Conv", "float32", ...: the name of `type` as ONNX writes it.
+/// "float32", ...: the name of `type` as ONNX writes it.
 const char *elementTypeName(ElementType type);
+
+/// `name` (from the file) on one line: bytes outside printable ASCII and
+/// backslashes as \xNN.
+std::string shown(const std::string &name);
 
 } // namespace onnx_model
 } // namespace graphc

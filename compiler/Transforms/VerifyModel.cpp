@@ -141,15 +141,25 @@ struct VerifyModelPass : impl::VerifyModelBase<VerifyModelPass> {
       const bool printable =
           llvm::none_of(name, [](char c) { return c >= 0 && c < 0x20; }) &&
           llvm::isLegalUTF8String(&bytes, name.bytes_end());
-      if (name.empty() || !printable || name.starts_with("graphc.")) {
+      if (name.empty() || !printable || name.starts_with("graphc.") || name == "__metadata__") {
         std::string shown;
         llvm::raw_string_ostream os(shown);
         llvm::printEscapedString(name, os);
         op.emitError("a parameter or state needs a name in printable UTF-8 that does not "
-                     "start with 'graphc.' (graphc's own states), got '")
+                     "start with 'graphc.' (graphc's own states) and is not __metadata__ "
+                     "(safetensors' own key), got '")
             << shown << "'";
         return signalPassFailure();
       }
+      // The optimizer keeps parameter P's slots as P.momentum_buffer,
+      // P.exp_avg and P.exp_avg_sq: a variable of the model may not be one.
+      for (StringRef suffix : {".momentum_buffer", ".exp_avg", ".exp_avg_sq"})
+        if (name.ends_with(suffix) && name.size() > suffix.size())
+          if (auto owner = module.lookupSymbol<nn::ParameterOp>(name.drop_back(suffix.size()))) {
+            op.emitError("@") << name << " is the name graphc's optimizer gives a slot of "
+                              << "parameter @" << owner.getSymName() << "; rename it";
+            return signalPassFailure();
+          }
     }
 
     for (auto param : module.getOps<nn::ParameterOp>()) {

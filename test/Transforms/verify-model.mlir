@@ -149,7 +149,7 @@ func.func @forward(%images: tensor<?x3x65536x65536xf32>, %labels: tensor<?xi32>)
 
 // Names become safetensors keys and plan state names: printable UTF-8, and
 // graphc.* is graphc's own.
-// expected-error@+1 {{a parameter or state needs a name in printable UTF-8 that does not start with 'graphc.' (graphc's own states), got ''}}
+// expected-error@+1 {{a parameter or state needs a name in printable UTF-8 that does not start with 'graphc.' (graphc's own states) and is not __metadata__ (safetensors' own key), got ''}}
 nn.parameter @"" : tensor<4xf32> = zeros
 func.func @forward(%images: tensor<?x4xf32>, %labels: tensor<?xi32>) -> tensor<f32> {
   %loss = nn.softmax_cross_entropy %images, %labels label_smoothing 0.0 : tensor<?x4xf32>, tensor<?xi32>
@@ -171,5 +171,32 @@ func.func @forward(%images: tensor<?x4xf32>, %labels: tensor<?xi32>) -> tensor<f
 nn.state @graphc.step : tensor<i64> = zeros
 func.func @forward(%images: tensor<?x4xf32>, %labels: tensor<?xi32>) -> tensor<f32> {
   %loss = nn.softmax_cross_entropy %images, %labels label_smoothing 0.0 : tensor<?x4xf32>, tensor<?xi32>
+  return %loss : tensor<f32>
+}
+
+// -----
+
+// expected-error@+1 {{got '__metadata__'}}
+nn.state @__metadata__ : tensor<4xf32> = zeros
+func.func @forward(%images: tensor<?x4xf32>, %labels: tensor<?xi32>) -> tensor<f32> {
+  %loss = nn.softmax_cross_entropy %images, %labels label_smoothing 0.0 : tensor<?x4xf32>, tensor<?xi32>
+  return %loss : tensor<f32>
+}
+
+// -----
+
+// The optimizer's slot names of a parameter are its own: a statistic named
+// like one would be updated as both.
+nn.parameter @s : tensor<4xf32> = ones
+// expected-error@+1 {{@s.momentum_buffer is the name graphc's optimizer gives a slot of parameter @s; rename it}}
+nn.state @s.momentum_buffer : tensor<4xf32> = zeros
+func.func @forward(%images: tensor<?x4xf32>, %labels: tensor<?xi32>) -> tensor<f32> {
+  %s = nn.load @s : tensor<4xf32>
+  %m = nn.load @s.momentum_buffer : tensor<4xf32>
+  %b = nn.broadcast %s to %images dims [1] : tensor<4xf32>, tensor<?x4xf32>
+  %c = nn.broadcast %m to %images dims [1] : tensor<4xf32>, tensor<?x4xf32>
+  %x = nn.mul %images, %b : tensor<?x4xf32>
+  %y = nn.add %x, %c : tensor<?x4xf32>
+  %loss = nn.softmax_cross_entropy %y, %labels label_smoothing 0.0 : tensor<?x4xf32>, tensor<?xi32>
   return %loss : tensor<f32>
 }

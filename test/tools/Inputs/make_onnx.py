@@ -155,6 +155,47 @@ def main():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.save(model, os.path.join(out, "bad_if.onnx"))
+    # Pooling of stride 1 (ONNX's default): the output keeps its size.
+    model = classifier()
+    for node in model.graph.node:
+        if node.op_type == "AveragePool":
+            del node.attribute[:]
+            node.attribute.extend([helper.make_attribute("kernel_shape", [3, 3]),
+                                   helper.make_attribute("pads", [1, 1, 1, 1])])
+    onnx.save(model, os.path.join(out, "stride1.onnx"))
+    # Names graphc keeps for itself, or that cannot be keys; shared statistics.
+    for name, old, new in [("metadata", "fc.bias", "__metadata__"),
+                           ("slot", "bn1.running_mean", "bn1.weight.momentum_buffer"),
+                           ("graphc_name", "fc.bias", "graphc.step")]:
+        model = classifier()
+        for t in model.graph.initializer:
+            if t.name == old:
+                t.name = new
+        for node in model.graph.node:
+            node.input[:] = [new if i == old else i for i in node.input]
+        onnx.save(model, os.path.join(out, f"bad_{name}.onnx"))
+    model = classifier()
+    bn_node = next(n for n in model.graph.node if n.op_type == "BatchNormalization")
+    bn_node.input[4] = bn_node.input[3]  # the mean as the variance too
+    onnx.save(model, os.path.join(out, "bad_shared_stat.onnx"))
+    # A node name with a line break: the error stays on one line.
+    model = classifier(tanh=1)
+    model.graph.node[-1].name = "/act/Tanh\nsecond line"
+    onnx.save(model, os.path.join(out, "bad_newline.onnx"))
+    # Two versions of the default domain; a model-local function; a sparse initializer.
+    model = classifier()
+    model.opset_import.append(helper.make_opsetid("ai.onnx", 13))
+    onnx.save(model, os.path.join(out, "bad_two_opsets.onnx"))
+    model = classifier()
+    model.functions.append(helper.make_function("local", "f", ["x"], ["y"],
+                                                [helper.make_node("Relu", ["x"], ["y"])],
+                                                [helper.make_opsetid("", 17)]))
+    onnx.save(model, os.path.join(out, "bad_function.onnx"))
+    model = classifier()
+    values = numpy_helper.from_array(np.ones(2, np.float32), "sparse")
+    indices = numpy_helper.from_array(np.array([0, 1], np.int64), "sparse_indices")
+    model.graph.sparse_initializer.append(helper.make_sparse_tensor(values, indices, [4]))
+    onnx.save(model, os.path.join(out, "bad_sparse.onnx"))
     with open(os.path.join(out, "bad_garbage.onnx"), "wb") as f:
         f.write(b"\xff\xff\xff\xff not a protobuf")
     # A good model cut short.

@@ -1,0 +1,154 @@
+//===- Importer.h - the state of one ONNX import (private) ------*- C++ -*-===//
+//
+// Private to compiler/Import: the importer's state, shared by OnnxImport.cpp
+// (the walk over the graph, variables, attributes, the module) and
+// OnnxOps.cpp (each ONNX op as nn ops). OnnxImport.h says what is imported.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef GRAPHC_COMPILER_IMPORT_IMPORTER_H
+#define GRAPHC_COMPILER_IMPORT_IMPORTER_H
+
+#include "compiler/Import/OnnxImport.h"
+#include "compiler/Import/OnnxModel.h"
+#include "dialects/nn/IR/NNOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Verifier.h"
+
+#include <map>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace graphc {
+namespace onnx_import {
+using namespace mlir;
+
+using onnx_model::Attribute;
+using onnx_model::ElementType;
+using onnx_model::Node;
+using onnx_model::Tensor;
+
+class Importer {
+public:
+  Importer(MLIRContext &context, const onnx_model::Model &model,
+           const OnnxImportOptions &options)
+      : context(context), model(model), options(options), b(&context) {}
+
+  /// The module, or null with `error` set.
+  OwningOpRef<ModuleOp> run();
+  std::string error;
+  /// The initializers declared as nn.parameter or nn.state, in order.
+  std::vector<const Tensor *> declared;
+
+private:
+  // The error of the node being imported ("" when none).
+  bool fail(const std::string &message) {
+    if (error.empty())
+      error = (node ? where(*node) + ": " : std::string()) + message;
+    return false;
+  }
+  static std::string where(const Node &n) {
+    return "node " + std::to_string(n.index) + " '" + onnx_model::shown(n.name) + "' (" +
+           onnx_model::shown(n.opType) + ")";
+  }
+
+  bool importNode(const Node &n);
+  bool conv(const Node &n);
+  bool batchNorm(const Node &n);
+  bool pool(const Node &n, bool max);
+  bool gemm(const Node &n);
+  bool dropout(const Node &n);
+  bool binary(const Node &n);
+  bool clip(const Node &n);
+  bool hardSigmoid(const Node &n, bool swish);
+
+  // A float32 scalar as a tensor of `like`'s shape.
+  Value scalarLike(double value, Value like);
+  // `v` broadcast to `like`'s shape (numpy's rules, `v` of no higher rank).
+  Value broadcastTo(Value v, Value like);
+  // min(max(x, lo), hi), either bound optional: PyTorch's clamp (and ReLU6).
+  Value clamp(Value x, std::optional<double> lo, std::optional<double> hi);
+
+  // The activation named `name` (an op's result or the images).
+  Value activation(const std::string &name);
+  // The initializer `name` as a trained parameter or as state, declared on
+  // first use, loaded in @forward.
+  Value variable(const std::string &name, bool trained, nn::Initializer init,
+                 std::optional<int64_t> rank = std::nullopt);
+  // The value of a scalar initializer or Constant, if it has one.
+  std::optional<double> scalar(const std::string &name, int64_t maxRank = 8);
+  std::string unusableName(const std::string &name) const;
+  // The first node reading `name`, if any (its extra outputs: none may).
+  std::optional<int> readerOf(const std::string &name) const {
+    auto it = firstReader.find(name);
+    return it == firstReader.end() ? std::nullopt : std::optional<int>(it->second);
+  }
+  bool define(const Node &n, Value value, size_t output = 0);
+
+  // Attribute accessors: the default when absent, an error when of another kind.
+  std::optional<int64_t> intAttr(const Node &n, const char *name, int64_t fallback);
+  std::optional<double> floatAttr(const Node &n, const char *name, double fallback);
+  std::optional<std::vector<int64_t>> intsAttr(const Node &n, const char *name,
+                                               std::vector<int64_t> fallback);
+  std::optional<std::string> stringAttr(const Node &n, const char *name,
+                                        const std::string &fallback);
+  // Pads as nn writes them ([top, bottom, left, right]), from ONNX's
+  // [top, left, bottom, right] and auto_pad (NOTSET or VALID).
+  std::optional<std::vector<int64_t>> pads(const Node &n);
+  bool knownAttributes(const Node &n, std::initializer_list<const char *> names);
+
+  template <typename OpTy, typename... Args>
+  Value tryCreate(Args &&...args);
+
+  MLIRContext &context;
+  const onnx_model::Model &model;
+  const OnnxImportOptions &options;
+  OpBuilder b;
+  ModuleOp module;
+  Block *body = nullptr;  // @forward's
+  Location loc = UnknownLoc::get(&context);
+  const Node *node = nullptr;
+  std::map<std::string, Value> values;
+  std::map<std::string, const Tensor *> initializers;
+  std::map<std::string, int> firstReader;
+  std::map<std::string, const Tensor *> constants;  // Constant nodes' outputs
+  std::map<std::string, std::pair<Value, bool>> variables;  // loaded, trained
+  int64_t parameterCount = 0;
+};
+
+// Whether an op keeps its inherent attributes as properties (inference then
+// reads them from there).
+template <typename T, typename = void>
+struct HasProperties : std::false_type {};
+template <typename T>
+struct HasProperties<T, std::void_t<typename T::Properties>> : std::true_type {};
+
+template <typename OpTy, typename... Args>
+Value Importer::tryCreate(Args &&...args) {
+  OperationState state(loc, OpTy::getOperationName());
+  OpTy::build(b, state, TypeRange{}, std::forward<Args>(args)...);
+  if constexpr (HasProperties<OpTy>::value)
+    state.getOrAddProperties<typename OpTy::Properties>();
+  SmallVector<Type> types;
+  if (failed(OpTy::inferReturnTypes(&context, loc, state.operands,
+                                    state.attributes.getDictionary(&context),
+                                    state.getRawProperties(), state.regions, types))) {
+    fail("graphc's " + OpTy::getOperationName().str() + " does not take these operands");
+    return nullptr;
+  }
+  state.addTypes(types);
+  Operation *op = b.create(state);
+  if (failed(verify(op))) {
+    fail("graphc's " + OpTy::getOperationName().str() + " refuses these attributes");
+    return nullptr;
+  }
+  return op->getResult(0);
+}
+
+} // namespace onnx_import
+} // namespace graphc
+
+#endif // GRAPHC_COMPILER_IMPORT_IMPORTER_H

@@ -1,0 +1,355 @@
+//===- OnnxOps.cpp - each ONNX op as nn ops -------------------------------===//
+//
+// The conversions Importer::importNode dispatches to (OnnxImport.h lists
+// them). Each checks its node's attributes and operands, and creates its nn
+// ops through tryCreate; a refusal is the node's error.
+//
+//===----------------------------------------------------------------------===//
+
+#include "compiler/Import/Importer.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+namespace graphc {
+namespace onnx_import {
+
+// 1 - x without the binary residue (1 - 0.9 is 0.09999999999999998).
+double complement(double x) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.15g", 1.0 - x);
+  return std::strtod(text, nullptr);
+}
+
+bool Importer::conv(const Node &n) {
+  if (!knownAttributes(n, {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}))
+    return false;
+  if (n.inputs.size() < 2)
+    return fail("expected an input and a weight");
+  Value x = activation(n.inputs[0]);
+  if (!x)
+    return false;
+  Value w = variable(n.inputs[1], true, nn::Initializer::kaiming_normal_fan_out, 4);
+  if (!w)
+    return false;
+  Value bias;
+  if (n.inputs.size() > 2 && !n.inputs[2].empty())
+    if (!(bias = variable(n.inputs[2], true, nn::Initializer::zeros, 1)))
+      return false;
+  auto strides = intsAttr(n, "strides", {1, 1});
+  auto dilations = intsAttr(n, "dilations", {1, 1});
+  auto group = intAttr(n, "group", 1);
+  auto padding = pads(n);
+  if (!strides || !dilations || !group || !padding)
+    return false;
+  auto kernel = intsAttr(n, "kernel_shape", {});
+  if (!kernel)
+    return false;
+  auto wShape = llvm::cast<RankedTensorType>(w.getType()).getShape();
+  if (!kernel->empty() && (kernel->size() != 2 || (*kernel)[0] != wShape[2] ||
+                           (*kernel)[1] != wShape[3]))
+    return fail("kernel_shape does not match the weight's shape");
+  if (strides->size() != 2 || dilations->size() != 2)
+    return fail("strides and dilations must have two entries (a 2-D convolution)");
+  auto positive = [](const std::vector<int64_t> &v) {
+    return llvm::all_of(v, [](int64_t x) { return x >= 1 && x <= (1 << 20); });
+  };
+  if (!positive(*strides) || !positive(*dilations) || *group < 1 || *group > (1 << 20))
+    return fail("strides, dilations and group must be positive");
+  auto ones = [](const std::vector<int64_t> &v) {
+    return llvm::all_of(v, [](int64_t x) { return x == 1; });
+  };
+  auto unlessOnes = [&](const std::vector<int64_t> &v) {
+    return ones(v) ? DenseI64ArrayAttr() : b.getDenseI64ArrayAttr(v);
+  };
+  DenseI64ArrayAttr padAttr = llvm::all_of(*padding, [](int64_t p) { return p == 0; })
+                                  ? DenseI64ArrayAttr()
+                                  : b.getDenseI64ArrayAttr(*padding);
+  return define(n, tryCreate<nn::Conv2DOp>(
+                       x, w, bias, unlessOnes(*strides), padAttr, unlessOnes(*dilations),
+                       *group == 1 ? IntegerAttr() : b.getI64IntegerAttr(*group), UnitAttr(),
+                       UnitAttr()));
+}
+
+bool Importer::batchNorm(const Node &n) {
+  if (!knownAttributes(n, {"epsilon", "momentum", "training_mode", "spatial"}))
+    return false;
+  if (n.inputs.size() != 5)
+    return fail("expected 5 inputs (X, scale, B, input_mean, input_var)");
+  // The training form's running-statistic outputs are what nn.batch_norm
+  // updates in place: nothing may read them.
+  for (size_t i = 1; i < n.outputs.size(); ++i)
+    if (std::optional<int> reader = n.outputs[i].empty() ? std::nullopt : readerOf(n.outputs[i]))
+      return fail("output '" + onnx_model::shown(n.outputs[i]) +
+                  "' (a running statistic) is read by node " + std::to_string(*reader) +
+                  "; graphc updates the statistics in place");
+  auto epsilon = floatAttr(n, "epsilon", 1e-5);
+  auto momentum = floatAttr(n, "momentum", 0.9);
+  auto training = intAttr(n, "training_mode", 0);
+  if (!epsilon || !momentum || !training)
+    return false;
+  if (!(*epsilon > 0) || !(*momentum >= 0 && *momentum <= 1))
+    return fail("epsilon must be > 0 and momentum in [0, 1]");
+  Value x = activation(n.inputs[0]);
+  if (!x)
+    return false;
+  if (llvm::cast<RankedTensorType>(x.getType()).getRank() != 4)
+    return fail("graphc's batch norm takes NCHW activations (rank 4)");
+  Value scale = variable(n.inputs[1], true, nn::Initializer::ones, 1);
+  Value shift = scale ? variable(n.inputs[2], true, nn::Initializer::zeros, 1) : Value();
+  Value mean = shift ? variable(n.inputs[3], false, nn::Initializer::zeros, 1) : Value();
+  Value var = mean ? variable(n.inputs[4], false, nn::Initializer::ones, 1) : Value();
+  if (!var)
+    return false;
+  // ONNX's running statistic is momentum * old + (1 - momentum) * batch;
+  // nn's (PyTorch's) is (1 - momentum) * old + momentum * batch.
+  return define(n, tryCreate<nn::BatchNormOp>(x, scale, shift, mean, var,
+                                              b.getF64FloatAttr(*epsilon),
+                                              b.getF64FloatAttr(complement(*momentum))));
+}
+
+bool Importer::pool(const Node &n, bool max) {
+  if (max ? !knownAttributes(n, {"auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads",
+                                 "storage_order", "strides"})
+          : !knownAttributes(n, {"auto_pad", "ceil_mode", "count_include_pad", "kernel_shape",
+                                 "pads", "strides"}))
+    return false;
+  if (n.outputs.size() > 1 && !n.outputs[1].empty())
+    if (std::optional<int> reader = readerOf(n.outputs[1]))
+      return fail("its indices output is read by node " + std::to_string(*reader) +
+                  "; graphc's max pooling has none");
+  Value x = n.inputs.empty() ? Value() : activation(n.inputs[0]);
+  if (!x)
+    return n.inputs.empty() ? fail("expected an input") : false;
+  auto kernel = intsAttr(n, "kernel_shape", {});
+  auto strides = intsAttr(n, "strides", {1, 1});
+  auto ceil = intAttr(n, "ceil_mode", 0);
+  auto dilations = intsAttr(n, "dilations", {1, 1});
+  auto padding = pads(n);
+  auto includePad = intAttr(n, "count_include_pad", 0);
+  if (!kernel || !strides || !ceil || !dilations || !padding || !includePad)
+    return false;
+  if (kernel->size() != 2 || strides->size() != 2 ||
+      llvm::any_of(*kernel, [](int64_t k) { return k < 1 || k > (1 << 20); }) ||
+      llvm::any_of(*strides, [](int64_t s) { return s < 1 || s > (1 << 20); }))
+    return fail("kernel_shape and strides must be two positive sizes (a 2-D pooling)");
+  if (*ceil != 0)
+    return fail("ceil_mode 1 is not supported (graphc's pooling rounds the output size down)");
+  if (llvm::any_of(*dilations, [](int64_t d) { return d != 1; }))
+    return fail("dilated pooling is not supported");
+  // Always given: nn's pooling strides default to the window, ONNX's to 1.
+  auto stridesAttr = b.getDenseI64ArrayAttr(*strides);
+  auto padAttr = llvm::all_of(*padding, [](int64_t p) { return p == 0; })
+                     ? DenseI64ArrayAttr()
+                     : b.getDenseI64ArrayAttr(*padding);
+  if (max)
+    return define(n, tryCreate<nn::MaxPool2DOp>(x, b.getDenseI64ArrayAttr(*kernel), stridesAttr,
+                                                padAttr, UnitAttr()));
+  return define(n, tryCreate<nn::AvgPool2DOp>(x, b.getDenseI64ArrayAttr(*kernel), stridesAttr,
+                                              padAttr,
+                                              *includePad ? UnitAttr() : b.getUnitAttr(),
+                                              UnitAttr()));
+}
+
+bool Importer::gemm(const Node &n) {
+  if (!knownAttributes(n, {"alpha", "beta", "transA", "transB"}))
+    return false;
+  auto alpha = floatAttr(n, "alpha", 1.0);
+  auto beta = floatAttr(n, "beta", 1.0);
+  auto transA = intAttr(n, "transA", 0);
+  auto transB = intAttr(n, "transB", 0);
+  if (!alpha || !beta || !transA || !transB)
+    return false;
+  if (*alpha != 1.0 || *beta != 1.0 || *transA != 0)
+    return fail("only alpha = beta = 1 without transA is supported (a linear layer)");
+  if (*transB != 1)
+    return fail("only transB = 1 is supported (a linear layer's [out, in] weight, as "
+                "PyTorch exports it)");
+  if (n.inputs.size() < 2)
+    return fail("expected an input and a weight");
+  Value x = activation(n.inputs[0]);
+  if (!x)
+    return false;
+  if (llvm::cast<RankedTensorType>(x.getType()).getRank() != 2)
+    return fail("the input must have rank 2");
+  Value w = variable(n.inputs[1], true, nn::Initializer::kaiming_uniform, 2);
+  if (!w)
+    return false;
+  Value bias;
+  if (n.inputs.size() > 2 && !n.inputs[2].empty())
+    if (!(bias = variable(n.inputs[2], true, nn::Initializer::zeros, 1)))
+      return false;
+  return define(n, tryCreate<nn::LinearOp>(x, w, bias));
+}
+
+bool Importer::dropout(const Node &n) {
+  if (!knownAttributes(n, {"seed"}))
+    return false;
+  Value x = n.inputs.empty() ? Value() : activation(n.inputs[0]);
+  if (!x)
+    return n.inputs.empty() ? fail("expected an input") : false;
+  double ratio = 0.5;
+  if (n.inputs.size() > 1 && !n.inputs[1].empty()) {
+    std::optional<double> given = scalar(n.inputs[1]);
+    if (!given)
+      return fail("its ratio must be a constant scalar");
+    ratio = *given;
+  }
+  if (!(ratio >= 0 && ratio < 1))
+    return fail("its ratio must be in [0, 1)");
+  if (n.outputs.size() > 1 && !n.outputs[1].empty())
+    if (std::optional<int> reader = readerOf(n.outputs[1]))
+      return fail("its mask output is read by node " + std::to_string(*reader));
+  if (ratio == 0)
+    return define(n, x);
+  auto seed = intAttr(n, "seed", n.index + 1);
+  if (!seed)
+    return false;
+  return define(n, tryCreate<nn::DropoutOp>(x, b.getF64FloatAttr(ratio),
+                                            b.getI64IntegerAttr(static_cast<int64_t>(static_cast<uint64_t>(*seed) % (uint64_t(1) << 31)))));
+}
+
+Value Importer::scalarLike(double value, Value like) {
+  auto scalar = RankedTensorType::get({}, b.getF32Type());
+  Value c = tryCreate<nn::ConstantOp>(
+      llvm::cast<ElementsAttr>(DenseElementsAttr::get(scalar, static_cast<float>(value))));
+  if (!c)
+    return nullptr;
+  return tryCreate<nn::BroadcastOp>(c, like, b.getDenseI64ArrayAttr({}));
+}
+
+Value Importer::broadcastTo(Value v, Value like) {
+  if (v.getType() == like.getType())
+    return v;
+  auto from = llvm::cast<RankedTensorType>(v.getType());
+  auto to = llvm::cast<RankedTensorType>(like.getType());
+  if (from.getRank() > to.getRank()) {
+    fail("cannot broadcast a tensor of rank " + std::to_string(from.getRank()) + " to rank " +
+         std::to_string(to.getRank()));
+    return nullptr;
+  }
+  SmallVector<int64_t> dims;
+  for (int64_t d = 0; d < from.getRank(); ++d)
+    dims.push_back(to.getRank() - from.getRank() + d);
+  return tryCreate<nn::BroadcastOp>(v, like, b.getDenseI64ArrayAttr(dims));
+}
+
+Value Importer::clamp(Value x, std::optional<double> lo, std::optional<double> hi) {
+  Value y = x;
+  if (lo) {
+    // ReLU where the bound is 0 (its gradient at 0 is PyTorch's: none).
+    Value bound = *lo == 0 ? Value() : scalarLike(*lo, x);
+    if (*lo != 0 && !bound)
+      return nullptr;
+    y = *lo == 0 ? tryCreate<nn::ReluOp>(x) : tryCreate<nn::MaxOp>(x, bound);
+    if (!y)
+      return nullptr;
+  }
+  if (hi) {
+    Value bound = scalarLike(*hi, y);
+    Value above = bound ? tryCreate<nn::CmpOp>(nn::CmpPredicate::gt, y, bound) : Value();
+    y = above ? tryCreate<nn::SelectOp>(above, bound, y) : Value();
+  }
+  return y;
+}
+
+// Add, Sub, Mul, Div: two activations of one shape, one broadcast to the
+// other's (a squeeze-excite gate [N, C, 1, 1] on [N, C, H, W]), or an
+// activation and a constant scalar.
+bool Importer::binary(const Node &n) {
+  if (!knownAttributes(n, {}))
+    return false;
+  if (n.inputs.size() != 2)
+    return fail("expected two inputs");
+  auto operand = [&](const std::string &name, Value other) -> Value {
+    if (values.count(name))
+      return values[name];
+    // A one-element constant of no higher rank than the activation (a
+    // higher one would raise the result's rank, as numpy broadcasts).
+    if (std::optional<double> c =
+            other ? scalar(name, llvm::cast<RankedTensorType>(other.getType()).getRank())
+                  : std::nullopt)
+      return scalarLike(*c, other);
+    return activation(name);
+  };
+  Value lhs = values.count(n.inputs[0]) ? values[n.inputs[0]] : Value();
+  Value rhs = values.count(n.inputs[1]) ? values[n.inputs[1]] : Value();
+  if (!lhs && !rhs)
+    return fail("graphc takes at least one activation operand");
+  lhs = lhs ? lhs : operand(n.inputs[0], rhs);
+  rhs = rhs ? rhs : operand(n.inputs[1], lhs);
+  if (!lhs || !rhs)
+    return error.empty() ? fail("an operand must be an activation or a constant scalar") : false;
+  auto lt = llvm::cast<RankedTensorType>(lhs.getType());
+  auto rt = llvm::cast<RankedTensorType>(rhs.getType());
+  if (lt != rt) {
+    // The operand with fewer elements (or lower rank) is broadcast; both
+    // needing it ([N, 1] and [1, C]) is refused.
+    auto count = [](RankedTensorType t) {
+      double c = 1;
+      for (int64_t d : t.getShape())
+        c *= ShapedType::isDynamic(d) ? double(1 << 20) : double(d);
+      return c;
+    };
+    const bool rightSmaller =
+        rt.getRank() < lt.getRank() || (rt.getRank() == lt.getRank() && count(rt) <= count(lt));
+    if (rightSmaller)
+      rhs = broadcastTo(rhs, lhs);
+    else
+      lhs = broadcastTo(lhs, rhs);
+    if (!lhs || !rhs)
+      return false;
+  }
+  const std::string &op = n.opType;
+  return define(n, op == "Add"   ? tryCreate<nn::AddOp>(lhs, rhs)
+                   : op == "Sub" ? tryCreate<nn::SubOp>(lhs, rhs)
+                   : op == "Mul" ? tryCreate<nn::MulOp>(lhs, rhs)
+                                 : tryCreate<nn::DivOp>(lhs, rhs));
+}
+
+bool Importer::clip(const Node &n) {
+  if (!knownAttributes(n, {}))
+    return false;
+  Value x = n.inputs.empty() ? Value() : activation(n.inputs[0]);
+  if (!x)
+    return n.inputs.empty() ? fail("expected an input") : false;
+  std::optional<double> lo, hi;
+  for (size_t i = 1; i < 3 && i < n.inputs.size(); ++i) {
+    if (n.inputs[i].empty())
+      continue;
+    std::optional<double> bound = scalar(n.inputs[i]);
+    if (!bound || !std::isfinite(*bound))
+      return fail("its bounds must be constant finite scalars");
+    (i == 1 ? lo : hi) = bound;
+  }
+  if (lo && hi && *lo > *hi)
+    return fail("min is above max");
+  return define(n, clamp(x, lo, hi));
+}
+
+// HardSigmoid: clamp(alpha * x + beta, 0, 1); HardSwish: x * HardSigmoid(x)
+// with alpha 1/6 and beta 1/2.
+bool Importer::hardSigmoid(const Node &n, bool swish) {
+  if (!knownAttributes(n, swish ? std::initializer_list<const char *>{}
+                                : std::initializer_list<const char *>{"alpha", "beta"}))
+    return false;
+  Value x = n.inputs.size() == 1 ? activation(n.inputs[0]) : Value();
+  if (!x)
+    return n.inputs.size() == 1 ? false : fail("expected one input");
+  auto alpha = swish ? std::optional<double>(1.0 / 6.0) : floatAttr(n, "alpha", 0.2);
+  auto beta = swish ? std::optional<double>(0.5) : floatAttr(n, "beta", 0.5);
+  if (!alpha || !beta)
+    return false;
+  Value a = scalarLike(*alpha, x);
+  Value scaled = a ? tryCreate<nn::MulOp>(x, a) : Value();
+  Value bias = scaled ? scalarLike(*beta, x) : Value();
+  Value shifted = bias ? tryCreate<nn::AddOp>(scaled, bias) : Value();
+  Value gate = shifted ? clamp(shifted, 0.0, 1.0) : Value();
+  if (!gate)
+    return false;
+  return define(n, swish ? tryCreate<nn::MulOp>(x, gate) : gate);
+}
+
+} // namespace onnx_import
+} // namespace graphc
