@@ -235,8 +235,27 @@ void printImportedDiagnostic(Diagnostic &diagnostic) {
   errorStream() << "graphc: " << kind << ": " << where << diagnostic.str() << "\n";
 }
 
+/// graphc keygen: a key pair for signing plans.
+int keygen() {
+  std::string secretPath = keyName + ".key", publicPath = keyName + ".pub";
+  graphc::Status made = graphc::GenerateKeyPair(secretPath, publicPath);
+  if (!made.ok())
+    return fail(made.message());
+  llvm::outs() << "wrote " << secretPath << " (the secret key, mode 0600: keep it private) and "
+               << publicPath << " (give it to graphrun --trusted-keys)\n";
+  return 0;
+}
+
 /// graphc import: the ONNX model as an nn model file.
-int importModel(MLIRContext &context) {
+int importModel() {
+  if (!(labelSmoothing >= 0.0 && labelSmoothing < 1.0))
+    return fail("--label-smoothing must be in [0, 1)");
+  MLIRContext context;
+  context.printOpOnDiagnostic(false);
+  ScopedDiagnosticHandler diagnostics(&context, [](Diagnostic &diagnostic) {
+    printImportedDiagnostic(diagnostic);
+    return success();
+  });
   graphc::OnnxImportOptions importOptions;
   importOptions.labelSmoothing = labelSmoothing;
   std::string why;
@@ -296,6 +315,103 @@ int importModel(MLIRContext &context) {
   return 0;
 }
 
+
+/// --sign-key's key, read before the work so that a wrong file fails at once.
+bool readSigningKey(graphc::Phase compileTo, std::optional<graphc::SecretKey> &signingKey) {
+  if (compileTo != graphc::Phase::Plan) {
+    fail("--sign-key signs plans; it does not apply to --compile-to=" +
+         llvm::Twine(compileTo == graphc::Phase::Verify           ? "verify"
+                     : compileTo == graphc::Phase::MixedPrecision ? "mixed-precision"
+                     : compileTo == graphc::Phase::DataParallel   ? "data-parallel"
+                     : compileTo == graphc::Phase::Autodiff       ? "autodiff"
+                                                                  : "lower"));
+    return false;
+  }
+  auto key = graphc::ReadSecretKey(signKey);
+  if (!key.ok()) {
+    fail("--sign-key: " + key.status().message());
+    return false;
+  }
+  signingKey = *key;
+  return true;
+}
+
+/// Where a model's diagnostics go: file:line:col of an MLIR file, or the
+/// ONNX node of an imported one. Lives as long as the module.
+struct ModelSource {
+  llvm::SourceMgr sourceMgr;
+  std::optional<SourceMgrDiagnosticHandler> diagnostics;
+  std::optional<ScopedDiagnosticHandler> importedDiagnostics;
+};
+
+/// The model of info and compile: an nn model file, or an ONNX model
+/// imported in memory (graphc import writes it out). Null after an error,
+/// which it printed.
+OwningOpRef<ModuleOp> loadModel(MLIRContext &context, ModelSource &source) {
+  if (isOnnx(modelPath)) {
+    source.importedDiagnostics.emplace(&context, [](Diagnostic &diagnostic) {
+      printImportedDiagnostic(diagnostic);
+      return success();
+    });
+    std::string why;
+    OwningOpRef<ModuleOp> module =
+        graphc::importOnnx(context, modelPath, graphc::OnnxImportOptions(), why);
+    if (!module)
+      fail("cannot import '" + modelPath + "': " + why);
+    return module;
+  }
+  std::string errorMessage;
+  std::unique_ptr<llvm::MemoryBuffer> file = readModel(modelPath, errorMessage);
+  if (!file) {
+    fail("cannot read model '" + modelPath + "': " + errorMessage);
+    return nullptr;
+  }
+  source.sourceMgr.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
+  source.diagnostics.emplace(source.sourceMgr, &context, errorStream());
+  if (!graphc::checkNesting(source.sourceMgr, errorStream()))
+    return nullptr;
+  // Diagnostics go to stderr as file:line:col: error: ...
+  OwningOpRef<ModuleOp> module =
+      parseSourceFile<ModuleOp>(source.sourceMgr, ParserConfig(&context));
+  if (!module)
+    return nullptr;
+  // The module the parser wraps around top-level ops sits at line 0; errors
+  // about the model as a whole (e.g. no @forward) read better at 1:1.
+  if (auto loc = llvm::dyn_cast<FileLineColLoc>(module->getLoc()); loc && !loc.getLine())
+    (*module)->setLoc(FileLineColLoc::get(loc.getFilename(), 1, 1));
+  return module;
+}
+
+/// graphc compile's plan: exported, written, summarized.
+int writePlanFile(ModuleOp module, const graphc::PipelineOptions &pipeline,
+                  const std::optional<graphc::SecretKey> &signingKey, bool defaultOutput,
+                  llvm::StringRef lrChoice) {
+  const graphc::CompileOptions &options = compileOptions();
+  graphc::PlanMetadata metadata;
+  metadata.signingKey = signingKey;
+  metadata.model = llvm::sys::path::stem(modelPath).str();
+  metadata.batchSize = pipeline.batchSize;
+  metadata.fused = pipeline.fuse;
+  if (!options.amp.empty())
+    metadata.precision = options.amp;
+  std::string plan;
+  llvm::raw_string_ostream planStream(plan);
+  if (failed(graphc::exportPlan(module, metadata, planStream)))
+    return 1;
+  if (!writeOutput(outputPath, plan))
+    return 1;
+  graphc::printPlanSummary(module, outputPath, plan.size());
+  if (defaultOutput)
+    llvm::outs() << "wrote plan.fb in the current directory (no -o given); run it with "
+                    "graphrun plan.fb\n";
+  graphc::printTrainingSummary(module, options, pipeline, lrChoice);
+  if (memoryReport)
+    graphc::printMemoryReport(module);
+  if (fusionReport)
+    graphc::printFusionReport(module, pipeline.fuse);
+  return 0;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -346,26 +462,10 @@ int main(int argc, char **argv) {
   if ((keygenCommand && keyName.empty()) ||
       ((infoCommand || compileCommand || importCommand) && modelPath.empty()))
     return fail(keygenCommand ? "keygen: NAME is empty" : "the model path is empty");
-  if (keygenCommand) {
-    std::string secretPath = keyName + ".key", publicPath = keyName + ".pub";
-    graphc::Status made = graphc::GenerateKeyPair(secretPath, publicPath);
-    if (!made.ok())
-      return fail(made.message());
-    llvm::outs() << "wrote " << secretPath << " (the secret key, mode 0600: keep it private) and "
-                 << publicPath << " (give it to graphrun --trusted-keys)\n";
-    return 0;
-  }
-  if (importCommand) {
-    if (!(labelSmoothing >= 0.0 && labelSmoothing < 1.0))
-      return fail("--label-smoothing must be in [0, 1)");
-    MLIRContext context;
-    context.printOpOnDiagnostic(false);
-    ScopedDiagnosticHandler diagnostics(&context, [](Diagnostic &diagnostic) {
-      printImportedDiagnostic(diagnostic);
-      return success();
-    });
-    return importModel(context);
-  }
+  if (keygenCommand)
+    return keygen();
+  if (importCommand)
+    return importModel();
   // info's shapes default to one image.
   if (infoCommand && !options.given(options.batchSize))
     options.batchSize = 1;
@@ -384,19 +484,8 @@ int main(int argc, char **argv) {
 
   // The key is read before the work, so a wrong file fails at once.
   std::optional<graphc::SecretKey> signingKey;
-  if (!signKey.empty()) {
-    if (!writePlan)
-      return fail("--sign-key signs plans; it does not apply to --compile-to=" +
-                  llvm::Twine(compileTo == graphc::Phase::Verify           ? "verify"
-                              : compileTo == graphc::Phase::MixedPrecision ? "mixed-precision"
-                              : compileTo == graphc::Phase::DataParallel   ? "data-parallel"
-                              : compileTo == graphc::Phase::Autodiff       ? "autodiff"
-                                                                           : "lower"));
-    auto key = graphc::ReadSecretKey(signKey);
-    if (!key.ok())
-      return fail("--sign-key: " + key.status().message());
-    signingKey = *key;
-  }
+  if (!signKey.empty() && !readSigningKey(compileTo, signingKey))
+    return 1;
 
   // -o names the model itself: writing would destroy the input.
   bool same = false;
@@ -412,38 +501,10 @@ int main(int argc, char **argv) {
   context.disableMultithreading();
   // Diagnostics point at the user's file; a dump of the IR would bury them.
   context.printOpOnDiagnostic(false);
-  llvm::SourceMgr sourceMgr;
-  std::optional<SourceMgrDiagnosticHandler> diagnostics;
-  std::optional<ScopedDiagnosticHandler> importedDiagnostics;
-  OwningOpRef<ModuleOp> module;
-  if (isOnnx(modelPath)) {
-    // An ONNX model is imported in memory (graphc import writes it out).
-    importedDiagnostics.emplace(&context, [](Diagnostic &diagnostic) {
-      printImportedDiagnostic(diagnostic);
-      return success();
-    });
-    std::string why;
-    module = graphc::importOnnx(context, modelPath, graphc::OnnxImportOptions(), why);
-    if (!module)
-      return fail("cannot import '" + modelPath + "': " + why);
-  } else {
-    std::string errorMessage;
-    std::unique_ptr<llvm::MemoryBuffer> file = readModel(modelPath, errorMessage);
-    if (!file)
-      return fail("cannot read model '" + modelPath + "': " + errorMessage);
-    sourceMgr.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
-    diagnostics.emplace(sourceMgr, &context, errorStream());
-    if (!graphc::checkNesting(sourceMgr, errorStream()))
-      return 1;
-    // Diagnostics go to stderr as file:line:col: error: ...
-    module = parseSourceFile<ModuleOp>(sourceMgr, ParserConfig(&context));
-    if (!module)
-      return 1;
-    // The module the parser wraps around top-level ops sits at line 0; errors
-    // about the model as a whole (e.g. no @forward) read better at 1:1.
-    if (auto loc = llvm::dyn_cast<FileLineColLoc>(module->getLoc()); loc && !loc.getLine())
-      (*module)->setLoc(FileLineColLoc::get(loc.getFilename(), 1, 1));
-  }
+  ModelSource source;
+  OwningOpRef<ModuleOp> module = loadModel(context, source);
+  if (!module)
+    return 1;
 
   std::string lrChoice;
   graphc::PipelineOptions pipeline = options.resolve(&lrChoice);
@@ -465,31 +526,8 @@ int main(int argc, char **argv) {
     return 0;
   }
 
-  if (writePlan) {
-    graphc::PlanMetadata metadata;
-    metadata.signingKey = signingKey;
-    metadata.model = llvm::sys::path::stem(modelPath).str();
-    metadata.batchSize = pipeline.batchSize;
-    metadata.fused = pipeline.fuse;
-    if (!options.amp.empty())
-      metadata.precision = options.amp;
-    std::string plan;
-    llvm::raw_string_ostream planStream(plan);
-    if (failed(graphc::exportPlan(*module, metadata, planStream)))
-      return 1;
-    if (!writeOutput(outputPath, plan))
-      return 1;
-    graphc::printPlanSummary(*module, outputPath, plan.size());
-    if (defaultOutput)
-      llvm::outs() << "wrote plan.fb in the current directory (no -o given); run it with "
-                      "graphrun plan.fb\n";
-    graphc::printTrainingSummary(*module, options, pipeline, lrChoice);
-    if (memoryReport)
-      graphc::printMemoryReport(*module);
-    if (fusionReport)
-      graphc::printFusionReport(*module, pipeline.fuse);
-    return 0;
-  }
+  if (writePlan)
+    return writePlanFile(*module, pipeline, signingKey, defaultOutput, lrChoice);
   if (outputPath == "-") {
     module->print(llvm::outs());
     llvm::outs() << "\n";
