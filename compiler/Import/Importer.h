@@ -61,6 +61,9 @@ private:
   bool pool(const Node &n, bool max);
   bool gemm(const Node &n);
   bool dropout(const Node &n);
+  // Input `index` of `n`, if given, as a trained bias vector (zeros); false
+  // after an error.
+  bool optionalBias(const Node &n, size_t index, Value &bias);
   bool binary(const Node &n);
   bool clip(const Node &n);
   bool hardSigmoid(const Node &n, bool swish);

@@ -22,6 +22,13 @@ double complement(double x) {
   return std::strtod(text, nullptr);
 }
 
+bool Importer::optionalBias(const Node &n, size_t index, Value &bias) {
+  if (n.inputs.size() <= index || n.inputs[index].empty())
+    return true;
+  bias = variable(n.inputs[index], true, nn::Initializer::zeros, 1);
+  return static_cast<bool>(bias);
+}
+
 bool Importer::conv(const Node &n) {
   if (!knownAttributes(n, {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}))
     return false;
@@ -34,9 +41,8 @@ bool Importer::conv(const Node &n) {
   if (!w)
     return false;
   Value bias;
-  if (n.inputs.size() > 2 && !n.inputs[2].empty())
-    if (!(bias = variable(n.inputs[2], true, nn::Initializer::zeros, 1)))
-      return false;
+  if (!optionalBias(n, 2, bias))
+    return false;
   auto strides = intsAttr(n, "strides", {1, 1});
   auto dilations = intsAttr(n, "dilations", {1, 1});
   auto group = intAttr(n, "group", 1);
@@ -177,9 +183,8 @@ bool Importer::gemm(const Node &n) {
   if (!w)
     return false;
   Value bias;
-  if (n.inputs.size() > 2 && !n.inputs[2].empty())
-    if (!(bias = variable(n.inputs[2], true, nn::Initializer::zeros, 1)))
-      return false;
+  if (!optionalBias(n, 2, bias))
+    return false;
   return define(n, tryCreate<nn::LinearOp>(x, w, bias));
 }
 
