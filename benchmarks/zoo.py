@@ -29,12 +29,14 @@ layer4 of a ResNet at 64 px and batch 4 normalizes 16 values per channel),
 the verdict says whether graphrun is within twice PyTorch float32's error.
 """
 import argparse
+import collections
 import json
 import os
 import struct
 import subprocess
 import sys
 import time
+import warnings
 
 import numpy as np
 import torch
@@ -70,13 +72,19 @@ def run(cmd, **kwargs):
     return result.stdout
 
 
+def no_randomness(model):
+    """Dropout's masks and stochastic depth's are random on both sides: off
+    (graphc import refuses stochastic depth's random ops; see the README)."""
+    for module in model.modules():
+        if isinstance(module, (torch.nn.Dropout, torchvision.ops.StochasticDepth)):
+            module.p = 0.0
+
+
 def one_model(name, args, work):
     os.makedirs(work, exist_ok=True)
     torch.manual_seed(0)
     model = getattr(torchvision.models, name)()
-    for module in model.modules():  # dropout's masks are random on both sides
-        if isinstance(module, torch.nn.Dropout):
-            module.p = 0.0
+    no_randomness(model)
     model.train()
     x = torch.randn(args.batch, 3, args.size, args.size)
     y = torch.randint(0, 1000, (args.batch,))
@@ -118,13 +126,13 @@ def one_model(name, args, work):
     # PyTorch from the same weights (what graphc import wrote), in float64
     # (the reference) and in float32 (the floor: how far float32 arithmetic
     # alone strays from float64 on this model, batch and learning rate).
-    start = {k: torch.from_numpy(v.copy()) for k, v in load_safetensors(weights).items()}
+    start = collections.OrderedDict(
+        (k, torch.from_numpy(v.copy())) for k, v in load_safetensors(weights).items())
+    start._metadata = {"": {"version": 2}}  # MNASNet's loader asks which layout it is
 
     def train_torch(dtype):
         m = getattr(torchvision.models, name)()
-        for module in m.modules():
-            if isinstance(module, torch.nn.Dropout):
-                module.p = 0.0
+        no_randomness(m)
         missing, unexpected = m.load_state_dict(start, strict=False)
         assert not unexpected, unexpected
         assert all(k.endswith("num_batches_tracked") for k in missing), missing
@@ -183,6 +191,7 @@ def main():
     parser.add_argument("--work", default="/tmp/graphc-zoo")
     args = parser.parse_args()
     torch.set_num_threads(2)
+    warnings.filterwarnings("ignore")  # the legacy exporter's notes on every batch norm
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
                 if line.startswith("model name")), "unknown CPU")
     print(f"torch {torch.__version__}, torchvision {torchvision.__version__}; {cpu}")

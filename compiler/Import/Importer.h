@@ -16,6 +16,7 @@
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/Verifier.h"
 
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -67,6 +68,20 @@ private:
   bool binary(const Node &n);
   bool clip(const Node &n);
   bool hardSigmoid(const Node &n, bool swish);
+  // OnnxShapes.cpp: shape arithmetic folded at import, and the data movers.
+  bool foldsToInts(const Node &n);
+  bool foldInts(const Node &n);
+  // A folded vector, or an integer constant of rank 0 or 1.
+  std::optional<std::vector<int64_t>> knownInts(const std::string &name);
+  bool concat(const Node &n);
+  bool slice(const Node &n);
+  bool split(const Node &n);
+  bool transpose(const Node &n);
+  bool reshape(const Node &n);
+  bool reduceMean(const Node &n);
+  // [start, end) of `dim`, numpy's rules (negative from the end, clamped);
+  // null after an error.
+  Value sliceOf(Value x, int64_t dim, int64_t start, int64_t end);
 
   // A float32 scalar as a tensor of `like`'s shape.
   Value scalarLike(double value, Value like);
@@ -118,6 +133,9 @@ private:
   std::map<std::string, const Tensor *> initializers;
   std::map<std::string, int> firstReader;
   std::map<std::string, const Tensor *> constants;  // Constant nodes' outputs
+  // Integer vectors folded at import (shapes), the batch as kBatch.
+  static constexpr int64_t kBatch = std::numeric_limits<int64_t>::min();
+  std::map<std::string, std::vector<int64_t>> known;
   std::map<std::string, std::pair<Value, bool>> variables;  // loaded, trained
   int64_t parameterCount = 0;
 };

@@ -247,6 +247,8 @@ bool Importer::importNode(const Node &n) {
     constants[n.outputs[0]] = &it->second.tensor;
     return true;
   }
+  if (foldsToInts(n))
+    return foldInts(n);
   if (op == "Conv")
     return conv(n);
   if (op == "BatchNormalization")
@@ -257,14 +259,28 @@ bool Importer::importNode(const Node &n) {
     return gemm(n);
   if (op == "Dropout")
     return dropout(n);
-  if (op == "Relu" || op == "Identity") {
+  if (op == "Relu" || op == "Sigmoid" || op == "Identity") {
     if (!knownAttributes(n, {}))
       return false;
     Value x = n.inputs.size() == 1 ? activation(n.inputs[0]) : Value();
     if (!x)
       return n.inputs.size() == 1 ? false : fail("expected one input");
-    return define(n, op == "Relu" ? tryCreate<nn::ReluOp>(x) : x);
+    return define(n, op == "Relu"      ? tryCreate<nn::ReluOp>(x)
+                     : op == "Sigmoid" ? tryCreate<nn::SigmoidOp>(x)
+                                       : x);
   }
+  if (op == "Concat")
+    return concat(n);
+  if (op == "Slice")
+    return slice(n);
+  if (op == "Split")
+    return split(n);
+  if (op == "Transpose")
+    return transpose(n);
+  if (op == "Reshape")
+    return reshape(n);
+  if (op == "ReduceMean")
+    return reduceMean(n);
   if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div")
     return binary(n);
   if (op == "Clip")
@@ -298,6 +314,11 @@ bool Importer::importNode(const Node &n) {
       return n.inputs.size() == 1 ? false : fail("expected one input");
     return define(n, tryCreate<nn::FlattenOp>(x, b.getI64IntegerAttr(1)));
   }
+  if (op == "RandomUniformLike" || op == "RandomUniform" || op == "RandomNormalLike" ||
+      op == "RandomNormal" || op == "Bernoulli")
+    return fail("op " + op + " (opset " + std::to_string(model.opset) +
+                ") is not supported: graphc's only randomness is dropout's; a random mask "
+                "(stochastic depth, drop path) must be exported with its probability 0");
   return fail("op " + op + " (opset " + std::to_string(model.opset) +
               ") is not supported by graphc import");
 }

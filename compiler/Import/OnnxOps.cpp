@@ -8,6 +8,7 @@
 
 #include "compiler/Import/Importer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -140,10 +141,32 @@ bool Importer::pool(const Node &n, bool max) {
       llvm::any_of(*kernel, [](int64_t k) { return k < 1 || k > (1 << 20); }) ||
       llvm::any_of(*strides, [](int64_t s) { return s < 1 || s > (1 << 20); }))
     return fail("kernel_shape and strides must be two positive sizes (a 2-D pooling)");
-  if (*ceil != 0)
-    return fail("ceil_mode 1 is not supported (graphc's pooling rounds the output size down)");
   if (llvm::any_of(*dilations, [](int64_t d) { return d != 1; }))
     return fail("dilated pooling is not supported");
+  if (*ceil != 0) {
+    // Rounding the output size up is rounding down over more padding at the
+    // bottom and right, which max pooling never picks and an average
+    // without padding never counts. PyTorch's rule: the last window starts
+    // inside the input or its top/left padding.
+    if (!max && *includePad)
+      return fail("ceil_mode with count_include_pad is not supported (the extra cells "
+                  "would count)");
+    auto type = llvm::cast<RankedTensorType>(x.getType());
+    if (type.getRank() != 4)
+      return fail("only NCHW inputs (rank 4) are supported");
+    for (int axis = 0; axis < 2; ++axis) {
+      const int64_t size = type.getDimSize(2 + axis), k = (*kernel)[axis],
+                    s = (*strides)[axis];
+      const int64_t before = (*padding)[2 * axis], after = (*padding)[2 * axis + 1];
+      const int64_t span = size + before + after - k;
+      if (span < 0)
+        break; // the window does not fit: nn's error
+      int64_t out = (span + s - 1) / s + 1;
+      if ((out - 1) * s >= size + before)
+        --out;
+      (*padding)[2 * axis + 1] += std::max<int64_t>(0, (out - 1) * s + k - (size + before + after));
+    }
+  }
   // Always given: nn's pooling strides default to the window, ONNX's to 1.
   auto stridesAttr = b.getDenseI64ArrayAttr(*strides);
   auto padAttr = llvm::all_of(*padding, [](int64_t p) { return p == 0; })

@@ -1,7 +1,8 @@
 //===- ElementwiseKernels.cpp - elementwise and copy kernels ----------------===//
 //
-// Elementwise ops (one flat loop), broadcasts and transposes (one indexed
-// copy each) and the dropout keep mask.
+// Elementwise ops (one flat loop), broadcasts, transposes and slices (one
+// indexed copy each), concats (one copy per operand) and the dropout keep
+// mask.
 //
 //===----------------------------------------------------------------------===//
 
@@ -82,6 +83,66 @@ KernelSignature emitTranspose(nn::TransposeOp op, ModuleOp kernels, StringRef na
   return emitIndexedCopy(op, inExprs, kernels, name);
 }
 
+/// One parallel loop over the elements of `from` (the input when
+/// `shiftOutput`, else the output) copying input to output, with the index of
+/// the side that is not iterated shifted by `shift` along `dim`.
+static void buildShiftedCopy(OpBuilder &b, Location loc, Value input, Value output,
+                             unsigned dim, int64_t shift, bool shiftOutput) {
+  Value from = shiftOutput ? input : output;
+  auto type = llvm::cast<MemRefType>(from.getType());
+  SmallVector<Value> lower, upper, steps;
+  for (unsigned d = 0; d < type.getRank(); ++d) {
+    lower.push_back(constIndex(b, loc, 0));
+    steps.push_back(constIndex(b, loc, 1));
+    upper.push_back(type.isDynamicDim(d) ? b.create<memref::DimOp>(loc, from, d).getResult()
+                                         : constIndex(b, loc, type.getDimSize(d)));
+  }
+  b.create<scf::ParallelOp>(
+      loc, lower, upper, steps, [&](OpBuilder &nb, Location l, ValueRange ivs) {
+        SmallVector<Value> shifted(ivs);
+        if (shift != 0)
+          shifted[dim] = nb.create<arith::AddIOp>(l, ivs[dim], constIndex(nb, l, shift));
+        Value x = nb.create<memref::LoadOp>(l, input, shiftOutput ? ValueRange(ivs)
+                                                                  : ValueRange(shifted));
+        nb.create<memref::StoreOp>(l, x, output,
+                                   shiftOutput ? ValueRange(shifted) : ValueRange(ivs));
+      });
+}
+
+/// A slice: one loop over the result, reading the input `start` further
+/// along `dim`.
+KernelSignature emitSlice(nn::SliceOp op, ModuleOp kernels, StringRef name) {
+  OpBuilder b(op->getContext());
+  Location loc = op->getLoc();
+  func::FuncOp func = createKernelFunc(
+      b, kernels, name, loc, {naturalType(op.getInput().getType()), naturalType(op.getType())});
+  buildShiftedCopy(b, loc, func.getArgument(0), func.getArgument(1),
+                   static_cast<unsigned>(op.getDim()), op.getStart(), /*shiftOutput=*/false);
+  b.create<func::ReturnOp>(loc);
+  return {{op.getInput()}, false};
+}
+
+/// A concat: one loop per operand (one launch each, in order) over that
+/// operand, storing each element the extents of the operands before it
+/// further along `dim`.
+KernelSignature emitConcat(nn::ConcatOp op, ModuleOp kernels, StringRef name) {
+  OpBuilder b(op->getContext());
+  Location loc = op->getLoc();
+  SmallVector<Type> types;
+  for (Value v : op.getInputs())
+    types.push_back(naturalType(v.getType()));
+  types.push_back(naturalType(op.getType()));
+  func::FuncOp func = createKernelFunc(b, kernels, name, loc, types);
+  auto dim = static_cast<unsigned>(op.getDim());
+  int64_t offset = 0;
+  for (auto [i, v] : llvm::enumerate(op.getInputs())) {
+    buildShiftedCopy(b, loc, func.getArgument(static_cast<unsigned>(i)),
+                     func.getArguments().back(), dim, offset, /*shiftOutput=*/true);
+    offset += llvm::cast<RankedTensorType>(v.getType()).getDimSize(dim);
+  }
+  b.create<func::ReturnOp>(loc);
+  return {llvm::to_vector(op.getInputs()), false};
+}
 
 /// Inverted-dropout keep mask from a counter-based hash of (seed, step, index):
 /// splitmix64's finalizer, top 24 bits as a uniform in [0, 1).

@@ -3,7 +3,8 @@
 // Private to the kernel emitters (KernelEmitter.cpp dispatches to them): the
 // helpers every family builds with (KernelBuilders.cpp) and one entry point
 // per family file:
-//   ElementwiseKernels.cpp  elementwise ops, broadcasts, transposes, dropout masks
+//   ElementwiseKernels.cpp  elementwise ops, broadcasts, transposes, concats,
+//                           slices, dropout masks
 //   FusionKernel.cpp        nn.fusion regions
 //   ReductionKernels.cpp    reductions, the global average pool, argmax
 //   LossKernels.cpp         softmax cross-entropy and its gradient
@@ -62,6 +63,8 @@ KernelSignature emitElementwise(mlir::Operation *op, mlir::ModuleOp kernels,
                                 llvm::StringRef name);
 KernelSignature emitBroadcast(nn::BroadcastOp op, mlir::ModuleOp kernels, llvm::StringRef name);
 KernelSignature emitTranspose(nn::TransposeOp op, mlir::ModuleOp kernels, llvm::StringRef name);
+KernelSignature emitConcat(nn::ConcatOp op, mlir::ModuleOp kernels, llvm::StringRef name);
+KernelSignature emitSlice(nn::SliceOp op, mlir::ModuleOp kernels, llvm::StringRef name);
 KernelSignature emitDropoutMask(nn::DropoutMaskOp op, mlir::ModuleOp kernels,
                                 llvm::StringRef name);
 KernelSignature emitFusion(nn::FusionOp op, mlir::ModuleOp kernels, llvm::StringRef name);

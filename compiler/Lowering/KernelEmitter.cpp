@@ -39,6 +39,13 @@ Value emitScalarOp(OpBuilder &b, Location loc, Operation *op, ValueRange args) {
       .Case([&](nn::ExpOp) { return b.create<math::ExpOp>(loc, args[0]); })
       .Case([&](nn::LogOp) { return b.create<math::LogOp>(loc, args[0]); })
       .Case([&](nn::RsqrtOp) { return b.create<math::RsqrtOp>(loc, args[0]); })
+      .Case([&](nn::SigmoidOp) -> Value {
+        // 1 / (1 + e^-x): e^-x overflows to inf for x below about -88 and
+        // the quotient is then 0, the right limit; no NaN either way.
+        Value one = constFloat(b, loc, resultElem, 1.0);
+        Value e = b.create<math::ExpOp>(loc, b.create<arith::NegFOp>(loc, args[0]));
+        return b.create<arith::DivFOp>(loc, one, b.create<arith::AddFOp>(loc, one, e));
+      })
       .Case([&](nn::AddOp) -> Value {
         if (isFloat)
           return b.create<arith::AddFOp>(loc, args[0], args[1]);
@@ -71,20 +78,22 @@ Value emitScalarOp(OpBuilder &b, Location loc, Operation *op, ValueRange args) {
 }
 
 bool isKernelOp(Operation *op) {
-  return llvm::isa<nn::ReluOp, nn::NegOp, nn::ExpOp, nn::LogOp, nn::RsqrtOp, nn::AddOp,
-                   nn::SubOp, nn::MulOp, nn::DivOp, nn::MaxOp, nn::SelectOp, nn::CmpOp,
+  return llvm::isa<nn::ReluOp, nn::NegOp, nn::ExpOp, nn::LogOp, nn::RsqrtOp, nn::SigmoidOp,
+                   nn::AddOp, nn::SubOp, nn::MulOp, nn::DivOp, nn::MaxOp, nn::SelectOp, nn::CmpOp,
                    nn::CastOp, nn::BroadcastOp, nn::ReduceSumOp, nn::ReduceMeanOp,
                    nn::ReduceMaxOp, nn::GlobalAvgPoolOp, nn::ArgmaxOp,
                    nn::SoftmaxCrossEntropyOp, nn::SoftmaxCrossEntropyBackwardOp,
                    nn::LrScheduleOp, nn::SgdOp, nn::SgdMomentumOp, nn::LarsOp, nn::AdamOp,
                    nn::DropoutMaskOp, nn::NonfiniteFlagsOp, nn::FusionOp,
-                   nn::MultiTensorOp, nn::TransposeOp>(op);
+                   nn::MultiTensorOp, nn::TransposeOp, nn::ConcatOp, nn::SliceOp>(op);
 }
 
 FailureOr<KernelSignature> emitKernel(Operation *op, ModuleOp kernels, StringRef name) {
   return llvm::TypeSwitch<Operation *, FailureOr<KernelSignature>>(op)
       .Case([&](nn::BroadcastOp o) { return emitBroadcast(o, kernels, name); })
       .Case([&](nn::TransposeOp o) { return emitTranspose(o, kernels, name); })
+      .Case([&](nn::ConcatOp o) { return emitConcat(o, kernels, name); })
+      .Case([&](nn::SliceOp o) { return emitSlice(o, kernels, name); })
       .Case([&](nn::FusionOp o) { return emitFusion(o, kernels, name); })
       .Case([&](nn::MultiTensorOp o) { return emitMultiTensor(o, kernels, name); })
       .Case<nn::ReduceSumOp, nn::ReduceMeanOp, nn::ReduceMaxOp>(

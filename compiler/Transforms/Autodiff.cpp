@@ -159,6 +159,15 @@ LogicalResult Differentiator::backprop(Operation *op) {
         });
         return success();
       })
+      .Case([&](nn::SigmoidOp sigmoid) {
+        // d/dx sigmoid(x) = y (1 - y).
+        accumulate(sigmoid.getInput(), [&] {
+          Value y = sigmoid.getResult();
+          Value oneMinusY = b.create<nn::SubOp>(loc, splatLike(b, loc, y, 1.0), y);
+          return mul(dy, mul(y, oneMinusY));
+        });
+        return success();
+      })
       .Case([&](nn::AddOp add) {
         accumulate(add.getLhs(), [&] { return dy; });
         accumulate(add.getRhs(), [&] { return dy; });
@@ -296,6 +305,44 @@ LogicalResult Differentiator::backprop(Operation *op) {
           for (auto [i, p] : llvm::enumerate(perm))
             inverse[p] = static_cast<int64_t>(i);
           return b.create<nn::TransposeOp>(loc, dy, b.getDenseI64ArrayAttr(inverse));
+        });
+        return success();
+      })
+      .Case([&](nn::ConcatOp concat) {
+        // Each operand's adjoint is its window of dy.
+        int64_t dim = concat.getDim(), start = 0;
+        for (Value input : concat.getInputs()) {
+          int64_t size = typeOf(input).getDimSize(dim);
+          accumulate(input, [&]() -> Value {
+            return b.create<nn::SliceOp>(loc, dy, dim, start, size);
+          });
+          start += size;
+        }
+        return success();
+      })
+      .Case([&](nn::SliceOp slice) {
+        // dy written into zeros of the input's shape: a concat of dy with the
+        // zeros before and after its window.
+        accumulate(slice.getInput(), [&]() -> Value {
+          int64_t dim = slice.getDim(), start = slice.getStart(), size = slice.getSize();
+          int64_t extent = typeOf(slice.getInput()).getDimSize(dim);
+          Value zeros;
+          auto zerosOf = [&](int64_t from, int64_t count) -> Value {
+            if (count == size)
+              return zerosLike(loc, dy);
+            if (!zeros)
+              zeros = zerosLike(loc, slice.getInput());
+            return b.create<nn::SliceOp>(loc, zeros, dim, from, count);
+          };
+          SmallVector<Value> parts;
+          if (start > 0)
+            parts.push_back(zerosOf(0, start));
+          parts.push_back(dy);
+          if (start + size < extent)
+            parts.push_back(zerosOf(start + size, extent - start - size));
+          if (parts.size() == 1)
+            return dy;
+          return b.create<nn::ConcatOp>(loc, parts, dim).getResult();
         });
         return success();
       })

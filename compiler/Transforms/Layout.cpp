@@ -1,9 +1,10 @@
 //===- Layout.cpp - channels-last activations -----------------------------===//
 //
-// Implements --graphc-layout: convolutions, pooling, batch norm's reductions
-// and the elementwise ops between them compute on NHWC activations, with a
-// transpose only where an NCHW value enters the region (the images) or an op
-// that reads NCHW leaves it (a flatten before a linear). See Passes.td.
+// Implements --graphc-layout: convolutions, pooling, batch norm's reductions,
+// concats, slices and the elementwise ops between them compute on NHWC
+// activations, with a transpose only where an NCHW value enters the region
+// (the images) or an op that reads NCHW leaves it (a flatten before a
+// linear). See Passes.td.
 //
 //===----------------------------------------------------------------------===//
 
@@ -201,6 +202,20 @@ bool Converter::convert(Operation *op) {
     } else {
       op->getResult(0).replaceAllUsesWith(clone->getResult(0));
     }
+    return true;
+  }
+  if (isa<nn::ConcatOp, nn::SliceOp>(op)) {
+    // Copies along one dim: the same copy along that dim's NHWC position.
+    if (!isRank4(op->getResult(0)) || !anyTwin())
+      return false;
+    SmallVector<Value> operands;
+    for (Value v : op->getOperands())
+      operands.push_back(convertOperand(v));
+    Operation *clone = cloneWith(operands);
+    int64_t dim = op->getAttrOfType<IntegerAttr>("dim").getInt();
+    clone->setAttr("dim", b.getI64IntegerAttr(kNhwcPosition[dim]));
+    clone->getResult(0).setType(nhwcType(op->getResult(0).getType()));
+    twins[op->getResult(0)] = clone->getResult(0);
     return true;
   }
   if (auto pool = dyn_cast<nn::GlobalAvgPoolOp>(op)) {

@@ -13,7 +13,8 @@
 //  2. convolutions, linear and matmul read half operands (one cast per value,
 //     placed at its definition, so a weight's half copy is made once and
 //     shared by forward and backward) and produce half results;
-//  3. pooling, reshape and flatten keep the precision of their data operand;
+//  3. pooling, reshape, flatten and the copies (transpose, concat, slice)
+//     keep the precision of their data operand;
 //  4. every other op computes in f32: a half operand is widened by a cast in
 //     front of that reader alone, which fusion then folds into the reader's
 //     kernel.
@@ -54,10 +55,12 @@ bool isHalfCompute(Operation *op) {
 }
 
 /// Ops that compute in the precision of their data operand (the first):
-/// pooling picks or averages values, reshape and flatten move none.
+/// pooling picks or averages values, reshape and flatten move none, the
+/// copies (transpose, concat, slice) move them unchanged.
 bool followsOperand(Operation *op) {
   return isa<nn::MaxPool2DOp, nn::AvgPool2DOp, nn::MaxPool2DBackwardOp,
-             nn::AvgPool2DBackwardOp, nn::ReshapeOp, nn::FlattenOp, nn::TransposeOp>(op);
+             nn::AvgPool2DBackwardOp, nn::ReshapeOp, nn::FlattenOp, nn::TransposeOp,
+             nn::ConcatOp, nn::SliceOp>(op);
 }
 
 bool isFloatTensor(Value v, Type element) {
@@ -97,6 +100,8 @@ bool carriesBatch(Operation *op, const llvm::DenseSet<Value> &batched) {
   if (isa<nn::ReshapeOp, nn::FlattenOp>(op))
     return has(0) && llvm::cast<RankedTensorType>(op->getOperand(0).getType()).getDimSize(0) ==
                          type.getDimSize(0);
+  if (isa<nn::ConcatOp, nn::SliceOp>(op))
+    return has(0); // never along the batch dim
   if (auto transpose = dyn_cast<nn::TransposeOp>(op))
     return has(0) && !transpose.getPermutation().empty() &&
            transpose.getPermutation()[0] == 0;

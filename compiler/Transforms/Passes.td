@@ -221,7 +221,7 @@ def Layout : Pass<"graphc-layout", "::mlir::ModuleOp"> {
     does every pool, elementwise op, broadcast and reduction whose activation
     operand is NHWC already. Broadcast and reduction dims move with their
     dims (a per-channel scale broadcasts along dim 3, batch-norm statistics
-    reduce dims [0, 1, 2]), and a global average pool becomes the mean over
+    reduce dims [0, 1, 2], a channel concat or slice works on dim 3), and a global average pool becomes the mean over
     dims [1, 2], whose [N, C] result is the NCHW op's. A transpose is inserted
     where an NCHW value enters the region (the images) and where an op the
     pass leaves in NCHW (a flatten, a reshape, a reduction whose remaining

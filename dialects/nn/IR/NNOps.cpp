@@ -964,6 +964,79 @@ OpFoldResult FlattenOp::fold(FoldAdaptor) {
   return {};
 }
 
+LogicalResult ConcatOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                         Adaptor adaptor, SmallVectorImpl<Type> &types) {
+  using Op = ConcatOp;
+  ValueRange inputs = adaptor.getInputs();
+  if (inputs.empty())
+    return inferError<Op>(loc, "expects at least one operand");
+  auto first = rankedOf(inputs.front());
+  if (!first)
+    return inferError<Op>(loc, "expects ranked tensor operands");
+  int64_t dim = adaptor.getDim(), rank = first.getRank();
+  if (dim < 1 || dim >= rank)
+    return inferError<Op>(loc, "'dim' ", dim, " is not in [1, ", rank,
+                          "): the batch dim 0 cannot be joined");
+  SmallVector<int64_t> shape(first.getShape());
+  shape[dim] = 0;
+  for (auto [i, v] : llvm::enumerate(inputs)) {
+    auto type = rankedOf(v);
+    if (!type || type.getRank() != rank || type.getElementType() != first.getElementType())
+      return inferError<Op>(loc, "operand ", i, " is not a rank-", rank, " tensor of ",
+                            first.getElementType());
+    for (int64_t d = 0; d < rank; ++d) {
+      int64_t size = type.getDimSize(d);
+      if (d == dim) {
+        shape[d] = isStatic(shape[d]) && isStatic(size) ? shape[d] + size : kDynamic;
+      } else if (extentsConflict(shape[d], size)) {
+        return inferError<Op>(loc, "operand ", i, " has shape ", shapeString(type.getShape()),
+                              ", which differs from operand 0's ",
+                              shapeString(first.getShape()), " outside dim ", dim);
+      } else if (!isStatic(shape[d])) {
+        shape[d] = size;
+      }
+    }
+    if (isStatic(shape[dim]) && shape[dim] > (int64_t{1} << 40))
+      return inferError<Op>(loc, "the joined dim exceeds 2^40");
+  }
+  types.push_back(first.clone(shape));
+  return success();
+}
+
+OpFoldResult ConcatOp::fold(FoldAdaptor) {
+  if (getInputs().size() == 1 && getInputs().front().getType() == getType())
+    return foldTo(*this, getInputs().front());
+  return {};
+}
+
+LogicalResult SliceOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                        Adaptor adaptor, SmallVectorImpl<Type> &types) {
+  using Op = SliceOp;
+  auto input = rankedOf(adaptor.getInput());
+  if (!input)
+    return inferError<Op>(loc, "expects a ranked tensor operand");
+  int64_t dim = adaptor.getDim(), start = adaptor.getStart(), size = adaptor.getSize();
+  if (dim < 1 || dim >= input.getRank())
+    return inferError<Op>(loc, "'dim' ", dim, " is not in [1, ", input.getRank(),
+                          "): the batch dim 0 cannot be sliced");
+  int64_t extent = input.getDimSize(dim);
+  if (!isStatic(extent))
+    return inferError<Op>(loc, "dim ", dim, " of the input is dynamic");
+  if (start < 0 || size < 1 || start > extent || size > extent - start)
+    return inferError<Op>(loc, "[", start, ", ", start, " + ", size,
+                          ") is not a non-empty window of dim ", dim, " (size ", extent, ")");
+  SmallVector<int64_t> shape(input.getShape());
+  shape[dim] = size;
+  types.push_back(input.clone(shape));
+  return success();
+}
+
+OpFoldResult SliceOp::fold(FoldAdaptor) {
+  if (getInput().getType() == getType())
+    return foldTo(*this, getInput());
+  return {};
+}
+
 //===----------------------------------------------------------------------===//
 // Dense layers
 //===----------------------------------------------------------------------===//
@@ -1284,8 +1357,8 @@ LogicalResult NonfiniteFlagsOp::verify() {
 //===----------------------------------------------------------------------===//
 
 bool graphc::nn::isFusibleElementwise(Operation *op) {
-  return isa<ReluOp, NegOp, ExpOp, LogOp, RsqrtOp, AddOp, SubOp, MulOp, DivOp, MaxOp,
-             SelectOp, CmpOp, CastOp>(op);
+  return isa<ReluOp, NegOp, ExpOp, LogOp, RsqrtOp, SigmoidOp, AddOp, SubOp, MulOp, DivOp,
+             MaxOp, SelectOp, CmpOp, CastOp>(op);
 }
 
 bool FusionOp::isInputRead(unsigned i) {

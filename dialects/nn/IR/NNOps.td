@@ -144,6 +144,19 @@ def NN_RsqrtOp : NN_UnaryFloatOp<"rsqrt"> {
   let description = "`%y = nn.rsqrt %x : tensor<4xf32>`";
 }
 
+def NN_SigmoidOp : NN_UnaryFloatOp<"sigmoid"> {
+  let summary = "1 / (1 + e^-x)";
+  let description = [{
+    The logistic function: squeeze-excite gates (EfficientNet, RegNetY) and
+    SiLU (`x * sigmoid(x)`). Its gradient is `dy * y * (1 - y)`, from the
+    result, finite wherever the result is.
+
+    ```mlir
+    %y = nn.sigmoid %x : tensor<?x96x1x1xf32>
+    ```
+  }];
+}
+
 class NN_BinaryOp<string mnemonic, list<Trait> traits = []> :
     NN_Op<mnemonic, !listconcat(traits,
         [Pure, AllTypesMatch<["lhs", "rhs", "result"]>,
@@ -440,6 +453,42 @@ def NN_TransposeOp : NN_Op<"transpose", [Pure, InferTypeOpAdaptor]> {
   let arguments = (ins NN_AnyTensor:$input, DenseI64ArrayAttr:$permutation);
   let results = (outs NN_AnyTensor:$result);
   let assemblyFormat = "$input `permutation` $permutation attr-dict `:` type($input)";
+}
+
+def NN_ConcatOp : NN_Op<"concat", [Pure, InferTypeOpAdaptor]> {
+  let summary = "joins its operands along `dim`";
+  let description = [{
+    Two or more operands of one element type and rank, equal in every dim
+    but `dim`, which cannot be the batch dim 0 (DenseNet's dense blocks,
+    SqueezeNet's fire modules, ShuffleNet's channel halves).
+
+    ```mlir
+    %y = nn.concat %a, %b dim 1 : tensor<?x64x28x28xf32>, tensor<?x32x28x28xf32>
+    ```
+  }];
+  let arguments = (ins Variadic<NN_AnyTensor>:$inputs, I64Attr:$dim);
+  let results = (outs NN_AnyTensor:$result);
+  let assemblyFormat = "$inputs `dim` $dim attr-dict `:` type($inputs)";
+  let hasFolder = 1;
+}
+
+def NN_SliceOp : NN_Op<"slice", [Pure, InferTypeOpAdaptor]> {
+  let summary = "elements [start, start + size) of `dim`, unit stride";
+  let description = [{
+    A static window of one dim (not the batch dim 0); the other dims are
+    kept whole. Its gradient writes the incoming one back into zeros of the
+    input's shape, as a concat.
+
+    ```mlir
+    %y = nn.slice %x dim 1 start 58 size 58 : tensor<?x116x28x28xf32>
+    ```
+  }];
+  let arguments = (ins NN_AnyTensor:$input, I64Attr:$dim, I64Attr:$start, I64Attr:$size);
+  let results = (outs NN_AnyTensor:$result);
+  let assemblyFormat = [{
+    $input `dim` $dim `start` $start `size` $size attr-dict `:` type($input)
+  }];
+  let hasFolder = 1;
 }
 
 //===----------------------------------------------------------------------===//

@@ -1246,3 +1246,48 @@ func.func @channels_last_channels(%x: tensor<8x16x16x4xf32>, %w: tensor<8x3x3x3x
   %0 = nn.conv2d %x, %w channels_last : tensor<8x16x16x4xf32>, tensor<8x3x3x3xf32>
   return
 }
+
+// -----
+
+// Tests that a concat never joins along the batch dim.
+func.func @concat_batch(%a: tensor<?x3x5x5xf32>) {
+  // expected-error@+1 {{'dim' 0 is not in [1, 4): the batch dim 0 cannot be joined}}
+  %0 = nn.concat %a, %a dim 0 : tensor<?x3x5x5xf32>, tensor<?x3x5x5xf32>
+  return
+}
+
+// -----
+
+// Tests that concat operands agree outside the joined dim.
+func.func @concat_shapes(%a: tensor<?x3x5x5xf32>, %b: tensor<?x3x4x5xf32>) {
+  // expected-error@+1 {{operand 1 has shape [?, 3, 4, 5], which differs from operand 0's [?, 3, 5, 5] outside dim 1}}
+  %0 = nn.concat %a, %b dim 1 : tensor<?x3x5x5xf32>, tensor<?x3x4x5xf32>
+  return
+}
+
+// -----
+
+// Tests that concat operands share an element type and rank.
+func.func @concat_types(%a: tensor<?x3x5x5xf32>, %b: tensor<?x3x5x5xf16>) {
+  // expected-error@+1 {{operand 1 is not a rank-4 tensor of 'f32'}}
+  %0 = nn.concat %a, %b dim 1 : tensor<?x3x5x5xf32>, tensor<?x3x5x5xf16>
+  return
+}
+
+// -----
+
+// Tests that a slice is a non-empty window inside its dim.
+func.func @slice_window(%a: tensor<?x3x5x5xf32>) {
+  // expected-error@+1 {{[2, 2 + 2) is not a non-empty window of dim 1 (size 3)}}
+  %0 = nn.slice %a dim 1 start 2 size 2 : tensor<?x3x5x5xf32>
+  return
+}
+
+// -----
+
+// Tests that a slice never cuts the batch dim.
+func.func @slice_batch(%a: tensor<8x3x5x5xf32>) {
+  // expected-error@+1 {{'dim' 0 is not in [1, 4): the batch dim 0 cannot be sliced}}
+  %0 = nn.slice %a dim 0 start 0 size 2 : tensor<8x3x5x5xf32>
+  return
+}

@@ -202,3 +202,16 @@ func.func @channels_last(%x: tensor<8x16x16x4xf32>, %w: tensor<8x4x3x3xf32>,
       tensor<8x4x3x3xf32>, tensor<8x8x8x4xf32>, tensor<8x16x16x4xf32>, tensor<8x16x16x4xf32>,
       tensor<8x4x16x16xf32>
 }
+
+// Concat, slice and sigmoid: the joined dim sums, dynamic batch kept.
+// CHECK-LABEL: func.func @concat_slice_sigmoid
+func.func @concat_slice_sigmoid(%a: tensor<?x3x5x5xf32>, %b: tensor<?x2x5x5xf32>)
+    -> (tensor<?x5x5x5xf32>, tensor<?x2x5x5xf32>, tensor<?x3x5x5xf32>) {
+  // CHECK: nn.concat %{{.+}}, %{{.+}} dim 1 : tensor<?x3x5x5xf32>, tensor<?x2x5x5xf32>
+  %c = nn.concat %a, %b dim 1 : tensor<?x3x5x5xf32>, tensor<?x2x5x5xf32>
+  // CHECK: nn.slice %{{.+}} dim 1 start 3 size 2 : tensor<?x5x5x5xf32>
+  %s = nn.slice %c dim 1 start 3 size 2 : tensor<?x5x5x5xf32>
+  // CHECK: nn.sigmoid %{{.+}} : tensor<?x3x5x5xf32>
+  %g = nn.sigmoid %a : tensor<?x3x5x5xf32>
+  return %c, %s, %g : tensor<?x5x5x5xf32>, tensor<?x2x5x5xf32>, tensor<?x3x5x5xf32>
+}

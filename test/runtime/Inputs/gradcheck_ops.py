@@ -125,6 +125,20 @@ CASES = {
         f"%s = nn.add %ea, %eb : {t(A)}", f"%l = nn.log %s : {t(A)}",
         f"%r = nn.rsqrt %s : {t(A)}", f"%y = nn.div %l, %r : {t(A)}"],
         lambda p, a, b: np.log(np.exp(a) + np.exp(b)) * np.sqrt(np.exp(a) + np.exp(b))),
+    "sigmoid": ({}, lambda: [
+        f"%s = nn.sigmoid %a : {t(A)}", f"%y = nn.mul %s, %b : {t(A)}"],
+        lambda p, a, b: b / (1 + np.exp(-a))),
+    "concat_slice": ({}, lambda: [
+        f"%c = nn.concat %a, %b dim 1 : {t(A)}, {t(A)}",
+        f"%s = nn.slice %c dim 1 start 2 size 3 : {t((N, 6, 5, 5))}",
+        f"%y = nn.slice %s dim 3 start 1 size 3 : {t((N, 3, 5, 5))}"],
+        lambda p, a, b: np.concatenate([a, b], axis=1)[:, 2:5, :, 1:4]),
+    "split_shuffle": ({}, lambda: [
+        f"%c = nn.concat %a, %b dim 1 : {t(A)}, {t(A)}",
+        f"%l = nn.slice %c dim 1 start 0 size 3 : {t((N, 6, 5, 5))}",
+        f"%r = nn.slice %c dim 1 start 3 size 3 : {t((N, 6, 5, 5))}",
+        f"%y = nn.concat %r, %l, %a dim 2 : {t(A)}, {t(A)}, {t(A)}"],
+        lambda p, a, b: np.concatenate([b, a, a], axis=2)),
     "max": ({}, lambda: [f"%y = nn.max %a, %b : {t(A)}"],
             lambda p, a, b: np.maximum(a, b)),
     "select_cmp": ({}, lambda: [

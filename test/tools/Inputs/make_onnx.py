@@ -42,8 +42,7 @@ def classifier(opset=17, **faults):
     inits += i
     nodes.append(helper.make_node("Relu", ["b1"], ["r1"], name="/relu/Relu"))
     nodes.append(helper.make_node("MaxPool", ["r1"], ["p1"], name="/maxpool/MaxPool",
-                                  kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1],
-                                  ceil_mode=faults.get("ceil_mode", 0)))
+                                  kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]))
     inits.append(weight("layer1.0.conv1.weight", 8, 8, 3, 3))
     nodes.append(helper.make_node("Conv", ["p1", "layer1.0.conv1.weight"], ["c2"],
                                   name="/layer1/layer1.0/conv1/Conv", pads=[1, 1, 1, 1]))
@@ -63,7 +62,9 @@ def classifier(opset=17, **faults):
     nodes.append(helper.make_node("Add", ["c3", skip], ["a1"], name="/layer1/layer1.0/Add"))
     nodes.append(helper.make_node("Relu", ["a1"], ["r3"], name="/layer1/layer1.0/relu_1/Relu"))
     nodes.append(helper.make_node("AveragePool", ["r3"], ["p2"], name="/avgpool2/AveragePool",
-                                  kernel_shape=[2, 2], strides=[2, 2]))
+                                  kernel_shape=[2, 2], strides=[2, 2],
+                                  **({"ceil_mode": 1, "count_include_pad": 1}
+                                     if faults.get("ceil_mode") else {})))
     nodes.append(helper.make_node("GlobalAveragePool", ["p2"], ["g"], name="/avgpool/GAP"))
     nodes.append(helper.make_node("Flatten", ["g"], ["f"], name="/Flatten", axis=1))
     inits.append(numpy_helper.from_array(np.array(0.25, np.float32), "ratio"))
@@ -129,12 +130,83 @@ def mobile():
     return model
 
 
+def shuffle(fault=None):
+    """ShuffleNet's and SqueezeNet's pieces: max pooling with ceil_mode, a
+    channel split (Split), a sigmoid gate, Concat, the channel shuffle as
+    Reshape / Transpose / Reshape with its shape computed in the graph
+    (Shape, Gather, Div, Unsqueeze, Concat), a Slice, and ReduceMean over
+    the spatial dims."""
+    i64 = lambda name, values: numpy_helper.from_array(np.array(values, np.int64), name)
+    inits = [weight("stem.weight", 8, 3, 3, 3), weight("branch.weight", 4, 4, 1, 1),
+             weight("fc.weight", 10, 6), numpy_helper.from_array(np.zeros(10, np.float32), "fc.bias"),
+             i64("halves", [4, 4]), i64("zero", 0), i64("one", 1), i64("two", 2), i64("three", 3),
+             i64("groups", [2]), i64("axis0", [0]), i64("flat", [0, -1, 8, 8]),
+             i64("from", [0]), i64("to", [6]), i64("on", [1]), i64("spatial", [2, 3])]
+    n, bn_inits = bn("bn", "c1", "b1", 8)
+    inits += bn_inits
+    nodes = [
+        helper.make_node("Conv", ["input", "stem.weight"], ["c1"], name="/stem/Conv", pads=[1, 1, 1, 1]),
+        n,
+        helper.make_node("Relu", ["b1"], ["r1"], name="/relu/Relu"),
+        helper.make_node("MaxPool", ["r1"], ["p1"], name="/maxpool/MaxPool", kernel_shape=[3, 3],
+                         strides=[2, 2], ceil_mode=1),
+        helper.make_node("Split", ["p1", "halves"], ["left", "right"], name="/Split", axis=1),
+        helper.make_node("Conv", ["right", "branch.weight"], ["c2"], name="/branch/Conv"),
+        helper.make_node("Sigmoid", ["c2"], ["gate"], name="/branch/Sigmoid"),
+        helper.make_node("Mul", ["right", "gate"], ["gated"], name="/branch/Mul"),
+        helper.make_node("Concat", ["left", "gated"], ["joined"], name="/Concat", axis=1),
+        # The shuffle's shape, computed as torchvision's channel_shuffle exports it.
+        helper.make_node("Shape", ["joined"], ["shape"], name="/Shape"),
+        helper.make_node("Gather", ["shape", "zero"], ["n"], name="/Gather", axis=0),
+        helper.make_node("Gather", ["shape", "one"], ["c"], name="/Gather_1", axis=0),
+        helper.make_node("Gather", ["shape", "two"], ["h"], name="/Gather_2", axis=0),
+        helper.make_node("Gather", ["shape", "three"], ["w"], name="/Gather_3", axis=0),
+        helper.make_node("Div", ["c", "two"], ["per_group"], name="/Div"),
+        helper.make_node("Unsqueeze", ["n", "axis0"], ["n1"], name="/Unsqueeze"),
+        helper.make_node("Unsqueeze", ["per_group", "axis0"], ["pg1"], name="/Unsqueeze_1"),
+        helper.make_node("Unsqueeze", ["h", "axis0"], ["h1"], name="/Unsqueeze_2"),
+        helper.make_node("Unsqueeze", ["w", "axis0"], ["w1"], name="/Unsqueeze_3"),
+        helper.make_node("Concat", ["n1", "groups", "pg1", "h1", "w1"], ["grouped_shape"],
+                         name="/Concat_1", axis=0),
+        helper.make_node("Reshape", ["joined", "grouped_shape"], ["grouped"], name="/Reshape"),
+        helper.make_node("Transpose", ["grouped"], ["swapped"], name="/Transpose",
+                         perm=[0, 2, 1, 3, 4]),
+        helper.make_node("Reshape", ["swapped", "flat"], ["shuffled"], name="/Reshape_1"),
+        helper.make_node("Slice", ["shuffled", "from", "to", "on"], ["kept"], name="/Slice"),
+        helper.make_node("ReduceMean", ["kept"], ["pooled"], name="/ReduceMean", axes=[2, 3],
+                         keepdims=0),
+        helper.make_node("Gemm", ["pooled", "fc.weight", "fc.bias"], ["logits"], name="/fc/Gemm",
+                         transB=1),
+    ]
+    if fault == "batch_arithmetic":  # the batch size doubled: not a shape graphc can keep
+        nodes[15] = helper.make_node("Unsqueeze", ["n2", "axis0"], ["n1"], name="/Unsqueeze")
+        nodes.insert(15, helper.make_node("Mul", ["n", "two"], ["n2"], name="/Mul"))
+    if fault == "random":  # stochastic depth's mask, as torchvision exports it
+        nodes.insert(9, helper.make_node("RandomUniformLike", ["joined"], ["noise"],
+                                         name="/RandomUniformLike"))
+    if fault == "slice_batch":
+        nodes[-3] = helper.make_node("Slice", ["shuffled", "from", "one_i", "axis0"], ["kept"],
+                                     name="/Slice")
+        inits.append(i64("one_i", [1]))
+    if fault == "reshape_batch":  # the batch folded into the channels
+        inits[inits.index(next(t for t in inits if t.name == "flat"))] = i64("flat", [1, -1, 8, 8])
+    graph = helper.make_graph(
+        nodes, "shuffle", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [2, 3, 16, 16])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [2, 10])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)])
+    model.ir_version = 8
+    return model
+
+
 def main():
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
     onnx.save(classifier(), os.path.join(out, "classifier.onnx"))
     onnx.save(classifier(bn_training=0), os.path.join(out, "inference.onnx"))
     onnx.save(mobile(), os.path.join(out, "mobile.onnx"))
+    onnx.save(shuffle(), os.path.join(out, "shuffle.onnx"))
+    for fault in ["batch_arithmetic", "slice_batch", "reshape_batch", "random"]:
+        onnx.save(shuffle(fault), os.path.join(out, f"bad_{fault}.onnx"))
     for name, faults in {"tanh": {"tanh": 1}, "two_inputs": {"two_inputs": 1},
                          "trans_b0": {"trans_b0": 1}, "ceil": {"ceil_mode": 1},
                          "broadcast": {"broadcast_add": 1}, "shapes": {"bad_shapes": 1}}.items():

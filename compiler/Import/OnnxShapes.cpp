@@ -1,0 +1,417 @@
+//===- OnnxShapes.cpp - shape arithmetic and the ops that move data --------===//
+//
+// Exporters compute shapes inside the graph: ShuffleNet's channel shuffle
+// reshapes to Concat(Unsqueeze(Gather(Shape(x), 0)), 2, Div(C, 2), H, W).
+// With every non-batch dim of the images fixed, all of it is known at import
+// but the batch: such integer vectors are folded here into `known`, the
+// batch as the marker kBatch, and the ops that read them (Reshape, Slice,
+// Split, ReduceMean's axes) take them as constants. Then the data movers:
+// Concat, Slice, Split, Transpose, Reshape, ReduceMean.
+//
+//===----------------------------------------------------------------------===//
+
+#include "compiler/Import/Importer.h"
+
+#include <algorithm>
+
+namespace graphc {
+namespace onnx_import {
+
+namespace {
+
+/// `axis` of a rank-`rank` tensor, negative counting from the end; nullopt
+/// when out of range.
+std::optional<int64_t> normalizedAxis(int64_t axis, int64_t rank) {
+  if (axis < -rank || axis >= rank)
+    return std::nullopt;
+  return axis < 0 ? axis + rank : axis;
+}
+
+} // namespace
+
+std::optional<std::vector<int64_t>> Importer::knownInts(const std::string &name) {
+  if (auto it = known.find(name); it != known.end())
+    return it->second;
+  const Tensor *t = nullptr;
+  if (auto it = constants.find(name); it != constants.end())
+    t = it->second;
+  else if (auto it = initializers.find(name); it != initializers.end())
+    t = it->second;
+  if (!t || !t->hasValues || t->dims.size() > 1 ||
+      (t->type != ElementType::Int64 && t->type != ElementType::Int32))
+    return std::nullopt;
+  std::vector<int64_t> ints;
+  for (double v : t->values)
+    ints.push_back(static_cast<int64_t>(v));
+  return ints;
+}
+
+bool Importer::foldsToInts(const Node &n) {
+  const std::string &op = n.opType;
+  if (op == "Shape")
+    return n.inputs.size() == 1 && values.count(n.inputs[0]);
+  static const char *const folded[] = {"Gather", "Unsqueeze", "Squeeze", "Concat", "Add",
+                                       "Sub",    "Mul",       "Div",     "Cast",   "Slice",
+                                       "Identity"};
+  if (std::none_of(std::begin(folded), std::end(folded), [&](const char *f) { return op == f; }))
+    return false;
+  // Every operand an integer vector known here: folded from the images'
+  // shape, or constant (the legacy exporter writes the batch it traced as
+  // one).
+  bool any = false;
+  for (const std::string &input : n.inputs) {
+    if (input.empty())
+      continue;
+    if (!knownInts(input))
+      return false;
+    any = true;
+  }
+  return any;
+}
+
+bool Importer::foldInts(const Node &n) {
+  const std::string &op = n.opType;
+  std::vector<int64_t> result;
+  auto in = [&](size_t i) { return *knownInts(n.inputs[i]); };
+  if (op == "Shape") {
+    if (!knownAttributes(n, {"start", "end"}))
+      return false;
+    auto type = llvm::cast<RankedTensorType>(values[n.inputs[0]].getType());
+    for (int64_t d : type.getShape())
+      result.push_back(ShapedType::isDynamic(d) ? kBatch : d);
+    const auto rank = static_cast<int64_t>(result.size());
+    auto start = intAttr(n, "start", 0), end = intAttr(n, "end", rank);
+    if (!start || !end)
+      return false;
+    int64_t s = std::clamp(*start < 0 ? *start + rank : *start, int64_t{0}, rank);
+    int64_t e = std::clamp(*end < 0 ? *end + rank : *end, int64_t{0}, rank);
+    result = s < e ? std::vector<int64_t>(result.begin() + s, result.begin() + e)
+                   : std::vector<int64_t>{};
+  } else if (op == "Gather") {
+    if (!knownAttributes(n, {"axis"}) || n.inputs.size() != 2)
+      return n.inputs.size() == 2 ? false : fail("expected two inputs");
+    auto axis = intAttr(n, "axis", 0);
+    if (!axis)
+      return false;
+    if (*axis != 0 && *axis != -1)
+      return fail("a shape is gathered along axis 0 only");
+    std::vector<int64_t> data = in(0);
+    for (int64_t i : in(1)) {
+      auto at = normalizedAxis(i, static_cast<int64_t>(data.size()));
+      if (!at)
+        return fail("index " + std::to_string(i) + " is outside the " +
+                    std::to_string(data.size()) + " entries of '" +
+                    onnx_model::shown(n.inputs[0]) + "'");
+      result.push_back(data[*at]);
+    }
+  } else if (op == "Unsqueeze" || op == "Squeeze" || op == "Identity" || op == "Cast") {
+    if (!knownAttributes(n, op == "Cast" ? std::initializer_list<const char *>{"to", "saturate"}
+                                         : std::initializer_list<const char *>{"axes"}))
+      return false;
+    if (op == "Cast") {
+      auto to = intAttr(n, "to", 0);
+      if (!to)
+        return false;
+      if (*to != 7 && *to != 6) // INT64, INT32
+        return fail("a shape is cast to an integer type only");
+    }
+    result = in(0);
+  } else if (op == "Concat") {
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      std::vector<int64_t> part = in(i);
+      result.insert(result.end(), part.begin(), part.end());
+    }
+  } else if (op == "Slice") {
+    if (!knownAttributes(n, {}) || n.inputs.size() < 3)
+      return n.inputs.size() < 3 ? fail("expected data, starts and ends") : false;
+    std::vector<int64_t> data = in(0), starts = in(1), ends = in(2);
+    if (starts.size() != 1 || ends.size() != 1 ||
+        (n.inputs.size() > 3 && !n.inputs[3].empty() && in(3) != std::vector<int64_t>{0}) ||
+        (n.inputs.size() > 4 && !n.inputs[4].empty() && in(4) != std::vector<int64_t>{1}))
+      return fail("a shape is sliced along axis 0 with step 1 only");
+    const auto size = static_cast<int64_t>(data.size());
+    auto clampIndex = [&](int64_t i) {
+      return std::clamp(i < 0 ? i + size : i, int64_t{0}, size);
+    };
+    int64_t s = clampIndex(starts[0]), e = clampIndex(ends[0]);
+    if (s < e)
+      result.assign(data.begin() + s, data.begin() + e);
+  } else { // Add, Sub, Mul, Div: numpy broadcasting of vectors
+    if (!knownAttributes(n, {}) || n.inputs.size() != 2)
+      return n.inputs.size() == 2 ? false : fail("expected two inputs");
+    std::vector<int64_t> lhs = in(0), rhs = in(1);
+    if (lhs.size() != rhs.size() && lhs.size() != 1 && rhs.size() != 1)
+      return fail("shape arithmetic on " + std::to_string(lhs.size()) + " and " +
+                  std::to_string(rhs.size()) + " entries");
+    for (size_t i = 0; i < std::max(lhs.size(), rhs.size()); ++i) {
+      int64_t l = lhs[lhs.size() == 1 ? 0 : i], r = rhs[rhs.size() == 1 ? 0 : i];
+      // The batch passes through arithmetic that leaves it as it is.
+      if (l == kBatch || r == kBatch) {
+        const int64_t other = l == kBatch ? r : l;
+        const bool identity = (op == "Mul" && other == 1) || (op == "Div" && r == 1) ||
+                              ((op == "Add" || op == "Sub") && other == 0);
+        if (!identity || (l == kBatch && r == kBatch))
+          return fail("arithmetic on the batch size, which graphc leaves open until compile");
+        result.push_back(kBatch);
+        continue;
+      }
+      if (op == "Div" && r == 0)
+        return fail("division by zero in shape arithmetic");
+      // Within int32 either way: shapes here are dims of at most 2^20.
+      if (std::abs(l) > (int64_t{1} << 31) || std::abs(r) > (int64_t{1} << 31))
+        return fail("shape arithmetic on values beyond 2^31");
+      result.push_back(op == "Add"   ? l + r
+                       : op == "Sub" ? l - r
+                       : op == "Mul" ? l * r
+                                     : l / r); // ONNX's integer Div truncates, as C++
+    }
+  }
+  if (n.outputs.empty() || n.outputs[0].empty())
+    return true;
+  if (values.count(n.outputs[0]) || !known.emplace(n.outputs[0], result).second)
+    return fail("output '" + onnx_model::shown(n.outputs[0]) + "' is defined twice");
+  return true;
+}
+
+bool Importer::concat(const Node &n) {
+  if (!knownAttributes(n, {"axis"}))
+    return false;
+  auto axis = intAttr(n, "axis", 0);
+  if (!axis)
+    return false;
+  if (n.inputs.empty())
+    return fail("expected at least one input");
+  SmallVector<Value> inputs;
+  for (const std::string &name : n.inputs) {
+    Value v = activation(name);
+    if (!v)
+      return false;
+    inputs.push_back(v);
+  }
+  auto rank = llvm::cast<RankedTensorType>(inputs.front().getType()).getRank();
+  auto dim = normalizedAxis(*axis, rank);
+  if (!dim)
+    return fail("axis " + std::to_string(*axis) + " is outside rank " + std::to_string(rank));
+  if (inputs.size() == 1)
+    return define(n, inputs.front());
+  return define(n, tryCreate<nn::ConcatOp>(ValueRange(inputs), b.getI64IntegerAttr(*dim)));
+}
+
+Value Importer::sliceOf(Value x, int64_t dim, int64_t start, int64_t end) {
+  auto type = llvm::cast<RankedTensorType>(x.getType());
+  const int64_t extent = type.getDimSize(dim);
+  if (dim == 0) {
+    // The batch is open; only the whole of it can be taken.
+    if (start == 0 && end >= (int64_t{1} << 31))
+      return x;
+    fail("it slices the batch dim 0, which graphc leaves open until compile");
+    return nullptr;
+  }
+  start = std::clamp(start < 0 ? start + extent : start, int64_t{0}, extent);
+  end = std::clamp(end < 0 ? end + extent : end, int64_t{0}, extent);
+  if (start >= end) {
+    fail("an empty slice [" + std::to_string(start) + ", " + std::to_string(end) + ") of dim " +
+         std::to_string(dim));
+    return nullptr;
+  }
+  if (start == 0 && end == extent)
+    return x;
+  return tryCreate<nn::SliceOp>(x, b.getI64IntegerAttr(dim), b.getI64IntegerAttr(start),
+                                b.getI64IntegerAttr(end - start));
+}
+
+bool Importer::slice(const Node &n) {
+  if (!knownAttributes(n, {}))
+    return false;
+  if (n.inputs.size() < 3 || n.inputs.size() > 5)
+    return fail("expected data, starts, ends and optional axes and steps");
+  Value x = activation(n.inputs[0]);
+  if (!x)
+    return false;
+  const auto rank = llvm::cast<RankedTensorType>(x.getType()).getRank();
+  std::vector<std::optional<std::vector<int64_t>>> args;
+  for (size_t i = 1; i < 5; ++i)
+    args.push_back(i < n.inputs.size() && !n.inputs[i].empty() ? knownInts(n.inputs[i])
+                                                               : std::nullopt);
+  if (!args[0] || !args[1] || (n.inputs.size() > 3 && !n.inputs[3].empty() && !args[2]) ||
+      (n.inputs.size() > 4 && !n.inputs[4].empty() && !args[3]))
+    return fail("its starts, ends, axes and steps must be constants");
+  const std::vector<int64_t> &starts = *args[0], &ends = *args[1];
+  std::vector<int64_t> axes = args[2] ? *args[2] : std::vector<int64_t>();
+  if (!args[2])
+    for (size_t i = 0; i < starts.size(); ++i)
+      axes.push_back(static_cast<int64_t>(i));
+  if (ends.size() != starts.size() || axes.size() != starts.size() ||
+      (args[3] && args[3]->size() != starts.size()))
+    return fail("starts, ends, axes and steps differ in length");
+  if (args[3] && llvm::any_of(*args[3], [](int64_t s) { return s != 1; }))
+    return fail("only step 1 is supported");
+  std::vector<bool> seen(rank, false);
+  for (size_t i = 0; i < axes.size(); ++i) {
+    auto dim = normalizedAxis(axes[i], rank);
+    if (!dim || seen[*dim])
+      return fail("axes must be distinct dims of the rank-" + std::to_string(rank) + " input");
+    seen[*dim] = true;
+    if (!(x = sliceOf(x, *dim, starts[i], ends[i])))
+      return false;
+  }
+  return define(n, x);
+}
+
+bool Importer::split(const Node &n) {
+  if (!knownAttributes(n, {"axis", "num_outputs"}))
+    return false;
+  auto axis = intAttr(n, "axis", 0);
+  if (!axis)
+    return false;
+  Value x = n.inputs.empty() ? Value() : activation(n.inputs[0]);
+  if (!x)
+    return n.inputs.empty() ? fail("expected an input") : false;
+  auto type = llvm::cast<RankedTensorType>(x.getType());
+  auto dim = normalizedAxis(*axis, type.getRank());
+  if (!dim || *dim == 0)
+    return fail("axis " + std::to_string(*axis) + " is not a non-batch dim of rank " +
+                std::to_string(type.getRank()));
+  const int64_t extent = type.getDimSize(*dim);
+  const auto parts = static_cast<int64_t>(n.outputs.size());
+  std::vector<int64_t> sizes;
+  if (n.inputs.size() > 1 && !n.inputs[1].empty()) {
+    auto given = knownInts(n.inputs[1]);
+    if (!given)
+      return fail("its split sizes must be constants");
+    sizes = *given;
+  } else {
+    // Equal parts, the last smaller when they do not divide (opset 18).
+    const int64_t part = (extent + parts - 1) / parts;
+    for (int64_t i = 0, left = extent; i < parts; ++i, left -= part)
+      sizes.push_back(std::min(part, left));
+  }
+  int64_t total = 0;
+  for (int64_t s : sizes)
+    total += s < 1 ? extent + 1 : s;
+  if (static_cast<int64_t>(sizes.size()) != parts || total != extent)
+    return fail("its " + std::to_string(parts) + " outputs do not split dim " +
+                std::to_string(*dim) + " of size " + std::to_string(extent));
+  for (int64_t i = 0, start = 0; i < parts; start += sizes[i++]) {
+    Value part = sliceOf(x, *dim, start, start + sizes[i]);
+    if (!define(n, part, static_cast<size_t>(i)))
+      return false;
+  }
+  return true;
+}
+
+bool Importer::transpose(const Node &n) {
+  if (!knownAttributes(n, {"perm"}))
+    return false;
+  Value x = n.inputs.size() == 1 ? activation(n.inputs[0]) : Value();
+  if (!x)
+    return n.inputs.size() == 1 ? false : fail("expected one input");
+  const auto rank = llvm::cast<RankedTensorType>(x.getType()).getRank();
+  std::vector<int64_t> reversed;
+  for (int64_t d = rank - 1; d >= 0; --d)
+    reversed.push_back(d);
+  auto perm = intsAttr(n, "perm", reversed);
+  if (!perm)
+    return false;
+  if (perm->empty() || perm->front() != 0)
+    return fail("the batch must stay dim 0");
+  return define(n, tryCreate<nn::TransposeOp>(x, b.getDenseI64ArrayAttr(*perm)));
+}
+
+bool Importer::reshape(const Node &n) {
+  if (!knownAttributes(n, {"allowzero"}))
+    return false;
+  auto allowZero = intAttr(n, "allowzero", 0);
+  if (!allowZero)
+    return false;
+  if (n.inputs.size() != 2)
+    return fail("expected data and shape");
+  Value x = activation(n.inputs[0]);
+  if (!x)
+    return false;
+  auto shape = knownInts(n.inputs[1]);
+  if (!shape)
+    return fail("its shape '" + onnx_model::shown(n.inputs[1]) +
+                "' is not known at import (a constant, or arithmetic on static shapes)");
+  auto type = llvm::cast<RankedTensorType>(x.getType());
+  // The first entry must be the batch: the batch itself, a copy of dim 0,
+  // the batch the file was exported with, or -1 over whole samples.
+  std::vector<int64_t> target = *shape;
+  if (target.empty())
+    return fail("a reshape to a scalar drops the batch");
+  const int64_t exportedBatch = model.inputs.front().dims.front();
+  const bool batchFirst = target[0] == kBatch || (target[0] == 0 && !*allowZero) ||
+                          (exportedBatch > 0 && target[0] == exportedBatch) || target[0] == -1;
+  if (!batchFirst)
+    return fail("its shape must keep the batch as dim 0");
+  int64_t perSample = 1;
+  for (int64_t d : type.getShape().drop_front())
+    perSample *= d;
+  int64_t product = 1, inferred = -1;
+  for (size_t i = 1; i < target.size(); ++i) {
+    int64_t &d = target[i];
+    if (d == 0 && !*allowZero) {
+      if (static_cast<int64_t>(i) >= type.getRank())
+        return fail("entry " + std::to_string(i) + " copies a dim the input does not have");
+      d = type.getDimSize(i);
+    }
+    if (d == -1 && inferred < 0 && target[0] != -1) {
+      inferred = static_cast<int64_t>(i);
+      continue;
+    }
+    if (d < 1 || d > (int64_t{1} << 31))
+      return fail("entry " + std::to_string(i) + " of its shape is " +
+                  (d == kBatch ? std::string("the batch size") : std::to_string(d)));
+    product *= d;
+    if (product > perSample)
+      break;
+  }
+  if (inferred > 0) {
+    if (product == 0 || perSample % product != 0)
+      return fail("the -1 of its shape does not divide " + std::to_string(perSample));
+    target[inferred] = perSample / product;
+    product = perSample;
+  }
+  if (product != perSample)
+    return fail("its shape holds " + std::to_string(product) + " elements per sample, the input " +
+                std::to_string(perSample));
+  target[0] = -1;
+  return define(n, tryCreate<nn::ReshapeOp>(x, b.getDenseI64ArrayAttr(target)));
+}
+
+bool Importer::reduceMean(const Node &n) {
+  if (!knownAttributes(n, {"axes", "keepdims", "noop_with_empty_axes"}))
+    return false;
+  auto keepDims = intAttr(n, "keepdims", 1);
+  auto noop = intAttr(n, "noop_with_empty_axes", 0);
+  auto axesAttr = intsAttr(n, "axes", {});
+  if (!keepDims || !noop || !axesAttr)
+    return false;
+  Value x = n.inputs.empty() ? Value() : activation(n.inputs[0]);
+  if (!x)
+    return n.inputs.empty() ? fail("expected an input") : false;
+  std::vector<int64_t> axes = *axesAttr;
+  if (n.inputs.size() > 1 && !n.inputs[1].empty()) {
+    auto given = knownInts(n.inputs[1]);
+    if (!given)
+      return fail("its axes must be constants");
+    axes = *given;
+  }
+  if (axes.empty())
+    return *noop ? define(n, x) : fail("a mean over every dim includes the batch");
+  const auto rank = llvm::cast<RankedTensorType>(x.getType()).getRank();
+  SmallVector<int64_t> dims;
+  for (int64_t a : axes) {
+    auto dim = normalizedAxis(a, rank);
+    if (!dim || *dim == 0 || llvm::is_contained(dims, *dim))
+      return fail("axes must be distinct non-batch dims of the rank-" + std::to_string(rank) +
+                  " input");
+    dims.push_back(*dim);
+  }
+  llvm::sort(dims);
+  return define(n, tryCreate<nn::ReduceMeanOp>(x, b.getDenseI64ArrayAttr(dims),
+                                               *keepDims ? b.getUnitAttr() : UnitAttr()));
+}
+
+} // namespace onnx_import
+} // namespace graphc
