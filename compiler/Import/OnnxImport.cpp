@@ -88,9 +88,11 @@ std::optional<std::string> Importer::stringAttr(const Node &n, const char *name,
 }
 
 bool Importer::knownAttributes(const Node &n, std::initializer_list<const char *> names) {
-  for (const auto &[name, attribute] : n.attributes)
+  for (const auto &attribute : n.attributes) {
+    const std::string &name = attribute.first;
     if (std::none_of(names.begin(), names.end(), [&](const char *known) { return name == known; }))
       return fail("attribute '" + onnx_model::shown(name) + "' is not supported");
+  }
   return true;
 }
 

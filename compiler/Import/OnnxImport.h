@@ -12,17 +12,25 @@
 //   Conv (2-D, groups, dilations, explicit or VALID padding, bias) -> conv2d;
 //   BatchNormalization (training or inference form; ONNX's momentum m is
 //     nn's 1 - m) -> batch_norm;
-//   Relu -> relu; Add, Sub, Mul, Div (two activations, one broadcast to the
-//     other's shape, or an activation and a constant scalar) -> add, sub,
-//     mul, div (with broadcast);
+//   Relu -> relu; Sigmoid -> sigmoid; Add, Sub, Mul, Div (two activations,
+//     one broadcast to the other's shape, or an activation and a constant
+//     scalar) -> add, sub, mul, div (with broadcast);
 //   Clip (constant bounds: ReLU6) -> relu or max, then cmp + select;
 //   HardSigmoid, HardSwish -> mul, add, the same clamp (and mul);
-//   MaxPool, AveragePool (2-D, floor mode) -> max_pool2d, avg_pool2d;
+//   MaxPool, AveragePool (2-D; ceil_mode as more bottom/right padding, for
+//     max pooling or an average that excludes padding) -> max_pool2d,
+//     avg_pool2d;
 //   GlobalAveragePool -> global_avg_pool, reshaped to [N, C, 1, 1];
+//   ReduceMean (non-batch axes) -> reduce_mean;
+//   Concat -> concat; Slice (step 1), Split -> slice each;
+//   Transpose (batch kept first) -> transpose; Reshape (batch kept first) ->
+//     reshape;
 //   Flatten (axis 1) -> flatten; Gemm (B transposed, alpha = beta = 1) -> linear;
 //   Dropout -> dropout (its ratio, a seed per node); Identity.
-// Anything else is a one-line error naming the node (index, name, op type)
-// and the opset.
+// Shape arithmetic (Shape, Gather, Unsqueeze, Squeeze, Concat, Cast, Slice,
+// Add, Sub, Mul, Div on integer vectors) is folded at import, the batch size
+// kept open (OnnxShapes.cpp). Anything else is a one-line error naming the
+// node (index, name, op type) and the opset.
 //
 //===----------------------------------------------------------------------===//
 
