@@ -2,10 +2,13 @@
 """graphrun beside PyTorch on the CPU: throughput, peak memory, and contention.
 
   benchmarks/pytorch_cpu.py [--rounds 3] [--cases resnet50:8,resnet50:32,vgg16:8]
-                            [--torch-python PY] [--out benchmarks/results]
+                            [--torch-python PY] [--out benchmarks/results] [--name NAME]
 
-For each case (model, batch) it trains ResNet-50 v1.5 or VGG16 (224 px, FP32,
-random data, SGD with momentum 0.9 and weight decay 1e-4) four ways:
+For each case (model, batch) it trains ResNet-50 v1.5 or VGG16 from graphc's
+zoo, or any torchvision classifier graphc import takes (mobilenet_v2,
+densenet121, ...: exported to ONNX by --torch-python in training form at
+224 px, stochastic depth off on both sides, then imported), at 224 px, FP32,
+random data, SGD with momentum 0.9 and weight decay 1e-4, four ways:
 
   fused     graphrun on graphc's default plan (fusion, recomputation, NHWC)
   nchw      the same with `--layout=nchw` (what channels-last gains)
@@ -24,8 +27,7 @@ high-water mark, so torch.compile's compiler is not counted), graphc's arena,
 and the slowdown of each with one competing CPU-bound process (a busy loop)
 running beside it: the median over the quiet rounds against the median over
 the contended ones, which are spread between the quiet ones. The CPU model
-is recorded. Writes pytorch_cpu.json and
-pytorch_cpu.png into --out.
+is recorded. Writes NAME.json and NAME.png (default pytorch_cpu) into --out.
 
 Needs a build (`./setup.sh build`), Debian's python3-matplotlib (this script
 runs under /usr/bin/python3) and a Python with torch and torchvision for the
@@ -81,6 +83,30 @@ def fmnist_cnn():
                          nn.ReLU(), nn.Linear(128, 10))
 
 
+def torchvision_model(name):
+    """torchvision's `name` with stochastic depth off (graphc import refuses
+    its random mask; dropout stays, graphc has it)."""
+    import torch
+    import torchvision
+    model = getattr(torchvision.models, name)(num_classes=1000)
+    for module in model.modules():
+        if isinstance(module, torchvision.ops.StochasticDepth):
+            module.p = 0.0
+    return model
+
+
+def export(name, path):
+    """Runs under --torch-python: torchvision's `name` as ONNX, training form."""
+    import torch
+    import warnings
+    warnings.filterwarnings("ignore")
+    torch.manual_seed(0)
+    model = torchvision_model(name).train()
+    torch.onnx.export(model, (torch.randn(1, 3, 224, 224),), path, opset_version=17,
+                      training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
+                      dynamo=False, input_names=["input"], output_names=["logits"])
+
+
 def worker(model_name, batch, mode, threads):
     """One PyTorch variant: builds it, answers `run STEPS` lines on stdin with
     a JSON line of step times and the peak RSS since the timed steps began.
@@ -92,9 +118,7 @@ def worker(model_name, batch, mode, threads):
     if model_name == "fmnist_cnn":
         model, shape, classes = fmnist_cnn(), (1, 28, 28), 10
     else:
-        import torchvision
-        model = getattr(torchvision.models, model_name)(num_classes=1000)
-        shape, classes = (3, 224, 224), 1000
+        model, shape, classes = torchvision_model(model_name), (3, 224, 224), 1000
     model = model.to(memory_format=torch.channels_last).train()
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
     images = torch.randn(batch, *shape).to(memory_format=torch.channels_last)
@@ -189,12 +213,16 @@ def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
         model, batch, mode, threads = sys.argv[2:6]
         return worker(model, int(batch), mode, int(threads))
+    if len(sys.argv) > 1 and sys.argv[1] == "--export":
+        return export(sys.argv[2], sys.argv[3])
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3, help="quiet rounds (median)")
     parser.add_argument("--contended-rounds", type=int, default=1,
                         help="rounds with one competing CPU-bound process")
     parser.add_argument("--cases", default="resnet50:8,resnet50:32,vgg16:8",
-                        help="MODEL:BATCH,... (models: resnet50, vgg16)")
+                        help="MODEL:BATCH,... (models: resnet50, vgg16, or a torchvision "
+                             "classifier graphc import takes)")
+    parser.add_argument("--name", default="pytorch_cpu", help="the output files' name")
     parser.add_argument("--steps", type=int, default=0,
                         help="timed steps per run (default: 4 at batch 8, 3 above)")
     parser.add_argument("--systems", default=",".join(SYSTEMS))
@@ -213,9 +241,9 @@ def main():
     cases = []
     for item in args.cases.split(","):
         model, _, batch = item.partition(":")
-        if model not in MODELS or not batch.isdigit() or int(batch) < 1:
+        if not re.fullmatch(r"[a-z0-9_]+", model) or not batch.isdigit() or int(batch) < 1:
             sys.exit(f"pytorch_cpu.py: bad case '{item}' (MODEL:BATCH, MODEL one of "
-                     f"{sorted(MODELS)})")
+                     f"{sorted(MODELS)} or a torchvision classifier)")
         cases.append((model, int(batch)))
     graphc = os.path.join(args.build, "bin", "graphc")
     graphrun_bin = os.path.join(args.build, "bin", "graphrun")
@@ -224,6 +252,19 @@ def main():
             sys.exit(f"pytorch_cpu.py: {path} not found; run ./setup.sh build first")
     plans = os.path.join(args.out, "plans")
     os.makedirs(plans, exist_ok=True)
+
+    # torchvision models: exported by --torch-python, imported by graphc.
+    sources = dict((m, os.path.join(ROOT, f)) for m, f in MODELS.items())
+    for model, _ in cases:
+        if model in sources:
+            continue
+        onnx_path = os.path.join(plans, f"{model}.onnx")
+        if subprocess.run([args.torch_python, os.path.abspath(__file__), "--export", model,
+                           onnx_path]).returncode != 0:
+            sys.exit(f"pytorch_cpu.py: exporting torchvision's {model} failed")
+        sources[model] = os.path.join(plans, f"{model}.mlir")
+        subprocess.run([graphc, "import", onnx_path, "-o", sources[model]], check=True,
+                       stdout=subprocess.DEVNULL)
 
     results = {}
     for model, batch in cases:
@@ -236,7 +277,7 @@ def main():
         entry["arena_mib"] = {}
         for remat in ("all", "fused", "off"):
             plan = os.path.join(plans, f"{model}-b{batch}-remat-{remat}.plan")
-            out = subprocess.run([graphc, "compile", os.path.join(ROOT, MODELS[model]),
+            out = subprocess.run([graphc, "compile", sources[model],
                                   "--batch-size", str(batch), "--remat", remat,
                                   "--memory-report", "-o", plan],
                                  check=True, capture_output=True, text=True).stdout
@@ -245,7 +286,7 @@ def main():
         for s, flags in GRAPHRUN.items():
             if s in systems:
                 plan = os.path.join(plans, f"{model}-b{batch}-{s}.plan")
-                subprocess.run([graphc, "compile", os.path.join(ROOT, MODELS[model]),
+                subprocess.run([graphc, "compile", sources[model],
                                 "--batch-size", str(batch), "-o", plan] + flags,
                                check=True, stdout=subprocess.DEVNULL)
                 entry["systems"][s]["plan"] = plan
@@ -361,7 +402,7 @@ def main():
                 line += f"  slowdown beside a busy process {v['slowdown']:.2f}x"
             print(line)
 
-    with open(os.path.join(args.out, "pytorch_cpu.json"), "w") as f:
+    with open(os.path.join(args.out, f"{args.name}.json"), "w") as f:
         json.dump(summary, f, indent=2)
     try:
         import matplotlib
@@ -396,8 +437,8 @@ def main():
     fig.suptitle(f"graphrun vs PyTorch, FP32 training on the CPU:\n{summary['machine']}, "
                  f"{args.threads} threads, PyTorch {summary['pytorch']}", fontsize=8)
     fig.tight_layout()
-    fig.savefig(os.path.join(args.out, "pytorch_cpu.png"), dpi=120)
-    print(f"\nwrote {os.path.join(args.out, 'pytorch_cpu.json')} and pytorch_cpu.png")
+    fig.savefig(os.path.join(args.out, f"{args.name}.png"), dpi=120)
+    print(f"\nwrote {os.path.join(args.out, args.name + '.json')} and {args.name}.png")
 
 
 if __name__ == "__main__":

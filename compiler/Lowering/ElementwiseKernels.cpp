@@ -83,62 +83,75 @@ KernelSignature emitTranspose(nn::TransposeOp op, ModuleOp kernels, StringRef na
   return emitIndexedCopy(op, inExprs, kernels, name);
 }
 
-/// One parallel loop over the elements of `from` (the input when
-/// `shiftOutput`, else the output) copying input to output, with the index of
-/// the side that is not iterated shifted by `shift` along `dim`.
-static void buildShiftedCopy(OpBuilder &b, Location loc, Value input, Value output,
-                             unsigned dim, int64_t shift, bool shiftOutput) {
-  Value from = shiftOutput ? input : output;
-  auto type = llvm::cast<MemRefType>(from.getType());
-  SmallVector<Value> lower, upper, steps;
-  for (unsigned d = 0; d < type.getRank(); ++d) {
-    lower.push_back(constIndex(b, loc, 0));
-    steps.push_back(constIndex(b, loc, 1));
-    upper.push_back(type.isDynamicDim(d) ? b.create<memref::DimOp>(loc, from, d).getResult()
-                                         : constIndex(b, loc, type.getDimSize(d)));
-  }
+/// The product of `shape[from:]`.
+static int64_t extentFrom(ArrayRef<int64_t> shape, size_t from) {
+  int64_t n = 1;
+  for (int64_t d : shape.drop_front(from))
+    n *= d;
+  return n;
+}
+
+/// A copy between flat buffers as a 2-D loop [outer, inner]: element (o, i)
+/// goes from `input[o * inStride + inOffset + i]` to
+/// `output[o * outStride + outOffset + i]`. A concat's operand or a slice
+/// along dim d of a row-major tensor is one: outer runs over dims [0, d),
+/// inner over the contiguous rest, so loops stay two deep whatever the rank
+/// and the inner one reads and writes consecutive elements.
+static void buildStridedCopy(OpBuilder &b, Location loc, Value input, Value output,
+                             int64_t outer, int64_t inner, int64_t inStride, int64_t inOffset,
+                             int64_t outStride, int64_t outOffset) {
+  Value zero = constIndex(b, loc, 0), one = constIndex(b, loc, 1);
   b.create<scf::ParallelOp>(
-      loc, lower, upper, steps, [&](OpBuilder &nb, Location l, ValueRange ivs) {
-        SmallVector<Value> shifted(ivs);
-        if (shift != 0)
-          shifted[dim] = nb.create<arith::AddIOp>(l, ivs[dim], constIndex(nb, l, shift));
-        Value x = nb.create<memref::LoadOp>(l, input, shiftOutput ? ValueRange(ivs)
-                                                                  : ValueRange(shifted));
-        nb.create<memref::StoreOp>(l, x, output,
-                                   shiftOutput ? ValueRange(shifted) : ValueRange(ivs));
+      loc, ValueRange{zero, zero}, ValueRange{constIndex(b, loc, outer), constIndex(b, loc, inner)},
+      ValueRange{one, one}, [&](OpBuilder &nb, Location l, ValueRange ivs) {
+        auto at = [&](int64_t stride, int64_t offset) -> Value {
+          Value row = nb.create<arith::MulIOp>(l, ivs[0], constIndex(nb, l, stride));
+          Value base = nb.create<arith::AddIOp>(l, row, ivs[1]);
+          return offset ? nb.create<arith::AddIOp>(l, base, constIndex(nb, l, offset)).getResult()
+                        : base;
+        };
+        Value x = nb.create<memref::LoadOp>(l, input, at(inStride, inOffset));
+        nb.create<memref::StoreOp>(l, x, output, at(outStride, outOffset));
       });
 }
 
-/// A slice: one loop over the result, reading the input `start` further
-/// along `dim`.
+/// A slice: one copy over the result, reading each row of the input `start`
+/// further along `dim`.
 KernelSignature emitSlice(nn::SliceOp op, ModuleOp kernels, StringRef name) {
   OpBuilder b(op->getContext());
   Location loc = op->getLoc();
   func::FuncOp func = createKernelFunc(
-      b, kernels, name, loc, {naturalType(op.getInput().getType()), naturalType(op.getType())});
-  buildShiftedCopy(b, loc, func.getArgument(0), func.getArgument(1),
-                   static_cast<unsigned>(op.getDim()), op.getStart(), /*shiftOutput=*/false);
+      b, kernels, name, loc, {flatType(op.getInput().getType()), flatType(op.getType())});
+  ArrayRef<int64_t> in = op.getInput().getType().getShape(), out = op.getType().getShape();
+  const auto dim = static_cast<size_t>(op.getDim());
+  const int64_t inner = extentFrom(out, dim);
+  buildStridedCopy(b, loc, func.getArgument(0), func.getArgument(1),
+                   extentFrom(out, 0) / inner, inner, extentFrom(in, dim),
+                   op.getStart() * extentFrom(in, dim + 1), inner, 0);
   b.create<func::ReturnOp>(loc);
   return {{op.getInput()}, false};
 }
 
-/// A concat: one loop per operand (one launch each, in order) over that
-/// operand, storing each element the extents of the operands before it
-/// further along `dim`.
+/// A concat: one copy per operand (one launch each, in order), each row
+/// stored the extents of the operands before it further along `dim`.
 KernelSignature emitConcat(nn::ConcatOp op, ModuleOp kernels, StringRef name) {
   OpBuilder b(op->getContext());
   Location loc = op->getLoc();
   SmallVector<Type> types;
   for (Value v : op.getInputs())
-    types.push_back(naturalType(v.getType()));
-  types.push_back(naturalType(op.getType()));
+    types.push_back(flatType(v.getType()));
+  types.push_back(flatType(op.getType()));
   func::FuncOp func = createKernelFunc(b, kernels, name, loc, types);
-  auto dim = static_cast<unsigned>(op.getDim());
+  const auto dim = static_cast<size_t>(op.getDim());
+  ArrayRef<int64_t> out = op.getType().getShape();
   int64_t offset = 0;
   for (auto [i, v] : llvm::enumerate(op.getInputs())) {
-    buildShiftedCopy(b, loc, func.getArgument(static_cast<unsigned>(i)),
-                     func.getArguments().back(), dim, offset, /*shiftOutput=*/true);
-    offset += llvm::cast<RankedTensorType>(v.getType()).getDimSize(dim);
+    ArrayRef<int64_t> in = llvm::cast<RankedTensorType>(v.getType()).getShape();
+    const int64_t inner = extentFrom(in, dim);
+    buildStridedCopy(b, loc, func.getArgument(static_cast<unsigned>(i)),
+                     func.getArguments().back(), extentFrom(in, 0) / inner, inner, inner, 0,
+                     extentFrom(out, dim), offset * extentFrom(out, dim + 1));
+    offset += in[dim];
   }
   b.create<func::ReturnOp>(loc);
   return {llvm::to_vector(op.getInputs()), false};
