@@ -21,8 +21,9 @@ PACKAGES=(
   # runtime: plan format, CPU kernels, multi-rank, data
   flatbuffers-compiler libflatbuffers-dev libcli11-dev nlohmann-json3-dev libdnnl-dev
   libsodium-dev
-  # graphc import: ONNX (protobuf) models, and the Python that writes test models
-  libonnx-dev libprotobuf-dev python3-onnx
+  # graphc import: ONNX (protobuf) models, the Python that writes test models,
+  # and ONNX's own backend node tests (run through graphc compile --forward)
+  libonnx-dev libprotobuf-dev python3-onnx libonnx-testdata
   openmpi-bin
   libopenmpi-dev
   dataset-fashion-mnist

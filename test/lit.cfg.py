@@ -66,6 +66,10 @@ for python in (config.python_executable, "/usr/bin/python3"):
         config.substitutions.append(("%onnx_python", python))
         break
 
+# ONNX's backend node tests (Debian's libonnx-testdata, which setup.sh installs).
+if os.path.isdir("/usr/share/libonnx-testdata/data/node"):
+    config.available_features.add("onnx-testdata")
+
 # lit runs several tests at once, each graphrun with one OpenMP thread per core:
 # more threads than cores. libgomp's default spin-waiting at every parallel
 # region then burns the time slices the other threads need (steps measured 10x

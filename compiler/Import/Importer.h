@@ -40,6 +40,8 @@ public:
 
   /// The module, or null with `error` set.
   OwningOpRef<ModuleOp> run();
+  /// run()'s inference model (options.forward): @infer.
+  OwningOpRef<ModuleOp> runInference(Location fileLoc, OwningOpRef<ModuleOp> owned);
   std::string error;
   /// The initializers declared as nn.parameter or nn.state, in order.
   std::vector<const Tensor *> declared;
@@ -67,6 +69,7 @@ private:
   bool optionalBias(const Node &n, size_t index, Value &bias);
   bool binary(const Node &n);
   bool clip(const Node &n);
+  bool clipByInputs(const Node &n, Value x);
   bool hardSigmoid(const Node &n, bool swish);
   // OnnxShapes.cpp: shape arithmetic folded at import, and the data movers.
   bool foldsToInts(const Node &n);
@@ -114,8 +117,11 @@ private:
   std::optional<std::string> stringAttr(const Node &n, const char *name,
                                         const std::string &fallback);
   // Pads as nn writes them ([top, bottom, left, right]), from ONNX's
-  // [top, left, bottom, right] and auto_pad (NOTSET or VALID).
-  std::optional<std::vector<int64_t>> pads(const Node &n);
+  // [top, left, bottom, right] and auto_pad (NOTSET, VALID, or SAME_UPPER /
+  // SAME_LOWER computed from `x`'s H and W and the window).
+  std::optional<std::vector<int64_t>> pads(const Node &n, Value x, llvm::ArrayRef<int64_t> kernel,
+                                           llvm::ArrayRef<int64_t> strides,
+                                           llvm::ArrayRef<int64_t> dilations);
   bool knownAttributes(const Node &n, std::initializer_list<const char *> names);
 
   template <typename OpTy, typename... Args>

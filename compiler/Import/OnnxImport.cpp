@@ -11,6 +11,8 @@
 #include "compiler/Import/OnnxImport.h"
 
 #include "compiler/Import/Importer.h"
+
+#include <algorithm>
 #include "dialects/nn/IR/NNDialect.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Diagnostics.h"
@@ -96,12 +98,36 @@ bool Importer::knownAttributes(const Node &n, std::initializer_list<const char *
   return true;
 }
 
-std::optional<std::vector<int64_t>> Importer::pads(const Node &n) {
+std::optional<std::vector<int64_t>> Importer::pads(const Node &n, Value x,
+                                                   llvm::ArrayRef<int64_t> kernel,
+                                                   llvm::ArrayRef<int64_t> strides,
+                                                   llvm::ArrayRef<int64_t> dilations) {
   std::optional<std::string> autoPad = stringAttr(n, "auto_pad", "NOTSET");
   if (!autoPad)
     return std::nullopt;
+  if (*autoPad == "SAME_UPPER" || *autoPad == "SAME_LOWER") {
+    // Output ceil(in / stride), the padding split evenly, the odd one at the
+    // end (UPPER) or the start (LOWER).
+    auto type = llvm::cast<RankedTensorType>(x.getType());
+    if (type.getRank() != 4 || type.isDynamicDim(2) || type.isDynamicDim(3) ||
+        kernel.size() != 2 || strides.size() != 2 || dilations.size() != 2) {
+      fail("auto_pad " + *autoPad + " needs a 2-D op on static H and W");
+      return std::nullopt;
+    }
+    std::vector<int64_t> result(4);
+    for (int axis = 0; axis < 2; ++axis) {
+      const int64_t in = type.getDimSize(2 + axis), s = strides[axis];
+      const int64_t out = (in + s - 1) / s;
+      const int64_t span = (kernel[axis] - 1) * dilations[axis] + 1;
+      const int64_t total = std::max<int64_t>(0, (out - 1) * s + span - in);
+      const int64_t small = total / 2, large = total - small;
+      result[2 * axis] = *autoPad == "SAME_UPPER" ? small : large;
+      result[2 * axis + 1] = *autoPad == "SAME_UPPER" ? large : small;
+    }
+    return result;
+  }
   if (*autoPad != "NOTSET" && *autoPad != "VALID") {
-    fail("auto_pad " + *autoPad + " is not supported (export with explicit pads)");
+    fail("auto_pad " + *autoPad + " is not supported");
     return std::nullopt;
   }
   std::optional<std::vector<int64_t>> onnxPads = intsAttr(n, "pads", {0, 0, 0, 0});
@@ -153,6 +179,17 @@ std::string Importer::unusableName(const std::string &name) const {
 
 Value Importer::variable(const std::string &name, bool trained, nn::Initializer init,
                          std::optional<int64_t> rank) {
+  // An inference model takes weights as inputs too (ONNX's node tests do).
+  if (options.forward && values.count(name)) {
+    Value v = values[name];
+    if (rank && llvm::cast<RankedTensorType>(v.getType()).getRank() != *rank) {
+      fail("input '" + onnx_model::shown(name) + "' has rank " +
+           std::to_string(llvm::cast<RankedTensorType>(v.getType()).getRank()) + ", not " +
+           std::to_string(*rank));
+      return nullptr;
+    }
+    return v;
+  }
   auto it = variables.find(name);
   if (it != variables.end()) {
     if (it->second.second != trained) {
@@ -309,11 +346,22 @@ bool Importer::importNode(const Node &n) {
     auto axis = intAttr(n, "axis", 1);
     if (!axis)
       return false;
-    if (*axis != 1)
-      return fail("only axis 1 is supported (the batch stays the first dim)");
     Value x = n.inputs.size() == 1 ? activation(n.inputs[0]) : Value();
     if (!x)
       return n.inputs.size() == 1 ? false : fail("expected one input");
+    auto type = llvm::cast<RankedTensorType>(x.getType());
+    if (*axis != 1 && type.hasStaticShape() && *axis >= -type.getRank() &&
+        *axis <= type.getRank()) {
+      // An inference model's: [prod(dims before axis), prod(the rest)].
+      const int64_t at = *axis < 0 ? *axis + type.getRank() : *axis;
+      int64_t outer = 1;
+      for (int64_t d = 0; d < at; ++d)
+        outer *= type.getDimSize(d);
+      return define(n, tryCreate<nn::ReshapeOp>(
+                           x, b.getDenseI64ArrayAttr({outer, type.getNumElements() / outer})));
+    }
+    if (*axis != 1)
+      return fail("only axis 1 is supported (the batch stays the first dim)");
     return define(n, tryCreate<nn::FlattenOp>(x, b.getI64IntegerAttr(1)));
   }
   if (op == "RandomUniformLike" || op == "RandomUniform" || op == "RandomNormalLike" ||
@@ -344,6 +392,8 @@ OwningOpRef<ModuleOp> Importer::run() {
   for (const Node &n : model.nodes)
     for (const std::string &input : n.inputs)
       firstReader.emplace(input, n.index);
+  if (options.forward)
+    return runInference(fileLoc, std::move(owned));
   if (model.inputs.size() != 1) {
     error = "the graph has " + std::to_string(model.inputs.size()) +
             " inputs besides its initializers; graphc imports classifiers of one image input";
@@ -397,6 +447,57 @@ OwningOpRef<ModuleOp> Importer::run() {
     return nullptr;
   b.create<func::ReturnOp>(fileLoc, loss);
   // Every op was verified as it was made; the module's symbols now too.
+  if (failed(verify(module))) {
+    if (error.empty())
+      error = "the imported module does not verify";
+    return nullptr;
+  }
+  return owned;
+}
+
+OwningOpRef<ModuleOp> Importer::runInference(Location fileLoc, OwningOpRef<ModuleOp> owned) {
+  // @infer(inputs...) -> (outputs...), every shape as the file gives it.
+  SmallVector<Type> inputTypes;
+  for (const onnx_model::Value &input : model.inputs) {
+    if (input.type != ElementType::Float || !input.hasShape ||
+        llvm::any_of(input.dims, [](int64_t d) { return d < 1 || d > (1 << 20); })) {
+      error = "input '" + onnx_model::shown(input.name) +
+              "' must be a float32 tensor of fixed, non-empty shape (an inference model's "
+              "shapes are the file's)";
+      return nullptr;
+    }
+    inputTypes.push_back(RankedTensorType::get(input.dims, b.getF32Type()));
+  }
+  if (model.outputs.empty()) {
+    error = "the graph has no outputs";
+    return nullptr;
+  }
+  b.setInsertionPointToEnd(module.getBody());
+  auto infer = b.create<func::FuncOp>(fileLoc, "infer", b.getFunctionType(inputTypes, {}));
+  body = infer.addEntryBlock();
+  for (auto [i, input] : llvm::enumerate(model.inputs))
+    if (!values.emplace(input.name, body->getArgument(static_cast<unsigned>(i))).second) {
+      error = "input '" + onnx_model::shown(input.name) + "' is named twice";
+      return nullptr;
+    }
+  b.setInsertionPointToEnd(body);
+  for (const Node &n : model.nodes)
+    if (!importNode(n))
+      return nullptr;
+  node = nullptr;
+  loc = fileLoc;
+  SmallVector<Value> results;
+  for (const onnx_model::Value &output : model.outputs) {
+    auto it = values.find(output.name);
+    if (it == values.end()) {
+      error = "output '" + onnx_model::shown(output.name) +
+              "' is not an activation graphc computes (a constant or a shape)";
+      return nullptr;
+    }
+    results.push_back(it->second);
+  }
+  b.create<func::ReturnOp>(fileLoc, results);
+  infer.setFunctionType(b.getFunctionType(inputTypes, ValueRange(results).getTypes()));
   if (failed(verify(module))) {
     if (error.empty())
       error = "the imported module does not verify";

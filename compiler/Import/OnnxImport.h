@@ -8,7 +8,7 @@
 // trains becomes an nn.parameter, batch norm's running statistics nn.state,
 // named by their ONNX names (a PyTorch export's state_dict keys).
 //
-// What is imported (opsets 13 to 17), and how:
+// What is imported (opsets 11 to 17), and how:
 //   Conv (2-D, groups, dilations, explicit or VALID padding, bias) -> conv2d;
 //   BatchNormalization (training or inference form; ONNX's momentum m is
 //     nn's 1 - m) -> batch_norm;
@@ -30,7 +30,9 @@
 // Shape arithmetic (Shape, Gather, Unsqueeze, Squeeze, Concat, Cast, Slice,
 // Add, Sub, Mul, Div on integer vectors) is folded at import, the batch size
 // kept open (OnnxShapes.cpp). Anything else is a one-line error naming the
-// node (index, name, op type) and the opset.
+// node (index, name, op type) and the opset. With `forward`, an inference
+// model instead (@infer: the graph's inputs and outputs as they are, no
+// loss), where dim 0 is an ordinary static dim and weights may be inputs.
 //
 //===----------------------------------------------------------------------===//
 
@@ -50,6 +52,10 @@ namespace graphc {
 struct OnnxImportOptions {
   /// The appended loss's label smoothing.
   double labelSmoothing = 0.0;
+  /// An inference model instead of a classifier to train: `@infer` takes
+  /// every graph input (static shapes, as in the file) and returns every
+  /// graph output; no loss. A node's weight may then be a graph input too.
+  bool forward = false;
 };
 
 /// The value of one nn.parameter or nn.state of an imported model, as the

@@ -24,7 +24,9 @@ namespace onnx_model {
 /// The largest model file read (ONNX's protobuf limit is 2 GiB).
 constexpr int64_t kMaxModelBytes = int64_t(1) << 30;
 /// Opsets of the default domain whose ops the importer knows.
-constexpr int64_t kMinOpset = 13, kMaxOpset = 17;  // libonnx 1.12 knows 17
+// Opsets 11 and 12 define the ops graphc takes as 13 does, or differ only in
+// attributes the importer refuses by name (Split's and Dropout's old ones).
+constexpr int64_t kMinOpset = 11, kMaxOpset = 17;  // libonnx 1.12 knows 17
 /// Initializers with at most this many elements keep their values (scalars
 /// and shapes the importer folds); larger ones keep only their shapes.
 constexpr int64_t kMaxFoldedElements = 4096;

@@ -47,13 +47,15 @@ bool Importer::conv(const Node &n) {
   auto strides = intsAttr(n, "strides", {1, 1});
   auto dilations = intsAttr(n, "dilations", {1, 1});
   auto group = intAttr(n, "group", 1);
-  auto padding = pads(n);
-  if (!strides || !dilations || !group || !padding)
+  if (!strides || !dilations || !group)
     return false;
   auto kernel = intsAttr(n, "kernel_shape", {});
   if (!kernel)
     return false;
   auto wShape = llvm::cast<RankedTensorType>(w.getType()).getShape();
+  auto padding = pads(n, x, wShape.drop_front(2), *strides, *dilations);
+  if (!padding)
+    return false;
   if (!kernel->empty() && (kernel->size() != 2 || (*kernel)[0] != wShape[2] ||
                            (*kernel)[1] != wShape[3]))
     return fail("kernel_shape does not match the weight's shape");
@@ -133,9 +135,11 @@ bool Importer::pool(const Node &n, bool max) {
   auto strides = intsAttr(n, "strides", {1, 1});
   auto ceil = intAttr(n, "ceil_mode", 0);
   auto dilations = intsAttr(n, "dilations", {1, 1});
-  auto padding = pads(n);
   auto includePad = intAttr(n, "count_include_pad", 0);
-  if (!kernel || !strides || !ceil || !dilations || !padding || !includePad)
+  if (!kernel || !strides || !ceil || !dilations || !includePad)
+    return false;
+  auto padding = pads(n, x, *kernel, *strides, *dilations);
+  if (!padding)
     return false;
   if (kernel->size() != 2 || strides->size() != 2 ||
       llvm::any_of(*kernel, [](int64_t k) { return k < 1 || k > (1 << 20); }) ||
@@ -190,11 +194,6 @@ bool Importer::gemm(const Node &n) {
   auto transB = intAttr(n, "transB", 0);
   if (!alpha || !beta || !transA || !transB)
     return false;
-  if (*alpha != 1.0 || *beta != 1.0 || *transA != 0)
-    return fail("only alpha = beta = 1 without transA is supported (a linear layer)");
-  if (*transB != 1)
-    return fail("only transB = 1 is supported (a linear layer's [out, in] weight, as "
-                "PyTorch exports it)");
   if (n.inputs.size() < 2)
     return fail("expected an input and a weight");
   Value x = activation(n.inputs[0]);
@@ -202,13 +201,45 @@ bool Importer::gemm(const Node &n) {
     return false;
   if (llvm::cast<RankedTensorType>(x.getType()).getRank() != 2)
     return fail("the input must have rank 2");
+  // C, if given, as a vector initializer (a bias) or anything else.
+  auto isBiasVector = [&](const std::string &name) {
+    auto it = initializers.find(name);
+    return it != initializers.end() && it->second->dims.size() == 1;
+  };
+  if (*alpha == 1.0 && *beta == 1.0 && *transA == 0 && *transB == 1 &&
+      (n.inputs.size() < 3 || n.inputs[2].empty() || isBiasVector(n.inputs[2]))) {
+    // PyTorch's linear layer: an [out, in] weight and a bias vector.
+    Value w = variable(n.inputs[1], true, nn::Initializer::kaiming_uniform, 2);
+    if (!w)
+      return false;
+    Value bias;
+    if (!optionalBias(n, 2, bias))
+      return false;
+    return define(n, tryCreate<nn::LinearOp>(x, w, bias));
+  }
+  // alpha * op(A) op(B) + beta * C, C broadcast as numpy does.
   Value w = variable(n.inputs[1], true, nn::Initializer::kaiming_uniform, 2);
   if (!w)
     return false;
-  Value bias;
-  if (!optionalBias(n, 2, bias))
-    return false;
-  return define(n, tryCreate<nn::LinearOp>(x, w, bias));
+  Value y = tryCreate<nn::MatmulOp>(x, w, *transA ? b.getUnitAttr() : UnitAttr(),
+                                    *transB ? b.getUnitAttr() : UnitAttr());
+  if (y && *alpha != 1.0) {
+    Value a = scalarLike(*alpha, y);
+    y = a ? tryCreate<nn::MulOp>(y, a) : Value();
+  }
+  if (y && n.inputs.size() > 2 && !n.inputs[2].empty() && *beta != 0.0) {
+    Value c = values.count(n.inputs[2])
+                  ? values[n.inputs[2]]
+                  : variable(n.inputs[2], true, nn::Initializer::zeros);
+    if (c && c.getType() != y.getType())
+      c = broadcastTo(c, y);
+    if (c && *beta != 1.0) {
+      Value s = scalarLike(*beta, c);
+      c = s ? tryCreate<nn::MulOp>(c, s) : Value();
+    }
+    y = c ? tryCreate<nn::AddOp>(y, c) : Value();
+  }
+  return define(n, y);
 }
 
 bool Importer::dropout(const Node &n) {
@@ -217,6 +248,16 @@ bool Importer::dropout(const Node &n) {
   Value x = n.inputs.empty() ? Value() : activation(n.inputs[0]);
   if (!x)
     return n.inputs.empty() ? fail("expected an input") : false;
+  if (options.forward) {
+    // Inference: the identity, unless training_mode is given and not a
+    // constant false.
+    if (n.inputs.size() > 2 && !n.inputs[2].empty()) {
+      std::optional<double> training = scalar(n.inputs[2]);
+      if (!training || *training != 0)
+        return fail("training-mode dropout in an inference model");
+    }
+    return define(n, x);
+  }
   double ratio = 0.5;
   if (n.inputs.size() > 1 && !n.inputs[1].empty()) {
     std::optional<double> given = scalar(n.inputs[1]);
@@ -336,6 +377,37 @@ bool Importer::binary(const Node &n) {
                                  : tryCreate<nn::DivOp>(lhs, rhs));
 }
 
+// An inference model's Clip whose bounds are inputs: max(x, lo), then the
+// select of min(., hi), each bound broadcast to x (a scalar, as ONNX has it).
+bool Importer::clipByInputs(const Node &n, Value x) {
+  Value y = x;
+  for (size_t i = 1; i < 3 && i < n.inputs.size(); ++i) {
+    if (n.inputs[i].empty())
+      continue;
+    Value bound;
+    if (values.count(n.inputs[i])) {
+      bound = values[n.inputs[i]];
+      if (bound.getType() != y.getType())
+        bound = broadcastTo(bound, y);
+    } else if (std::optional<double> c = scalar(n.inputs[i])) {
+      bound = scalarLike(*c, y);
+    } else {
+      return fail("its bounds must be scalars");
+    }
+    if (!bound)
+      return false;
+    if (i == 1) {
+      y = tryCreate<nn::MaxOp>(y, bound);
+    } else {
+      Value above = tryCreate<nn::CmpOp>(nn::CmpPredicate::gt, y, bound);
+      y = above ? tryCreate<nn::SelectOp>(above, bound, y) : Value();
+    }
+    if (!y)
+      return false;
+  }
+  return define(n, y);
+}
+
 bool Importer::clip(const Node &n) {
   if (!knownAttributes(n, {}))
     return false;
@@ -346,6 +418,8 @@ bool Importer::clip(const Node &n) {
   for (size_t i = 1; i < 3 && i < n.inputs.size(); ++i) {
     if (n.inputs[i].empty())
       continue;
+    if (options.forward && values.count(n.inputs[i]))
+      return clipByInputs(n, x);
     std::optional<double> bound = scalar(n.inputs[i]);
     if (!bound || !std::isfinite(*bound))
       return fail("its bounds must be constant finite scalars");

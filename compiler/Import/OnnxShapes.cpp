@@ -200,7 +200,7 @@ bool Importer::concat(const Node &n) {
 Value Importer::sliceOf(Value x, int64_t dim, int64_t start, int64_t end) {
   auto type = llvm::cast<RankedTensorType>(x.getType());
   const int64_t extent = type.getDimSize(dim);
-  if (dim == 0) {
+  if (dim == 0 && type.isDynamicDim(0)) {
     // The batch is open; only the whole of it can be taken.
     if (start == 0 && end >= (int64_t{1} << 31))
       return x;
@@ -269,7 +269,7 @@ bool Importer::split(const Node &n) {
     return n.inputs.empty() ? fail("expected an input") : false;
   auto type = llvm::cast<RankedTensorType>(x.getType());
   auto dim = normalizedAxis(*axis, type.getRank());
-  if (!dim || *dim == 0)
+  if (!dim || type.isDynamicDim(*dim))
     return fail("axis " + std::to_string(*axis) + " is not a non-batch dim of rank " +
                 std::to_string(type.getRank()));
   const int64_t extent = type.getDimSize(*dim);
@@ -313,7 +313,8 @@ bool Importer::transpose(const Node &n) {
   auto perm = intsAttr(n, "perm", reversed);
   if (!perm)
     return false;
-  if (perm->empty() || perm->front() != 0)
+  auto type = llvm::cast<RankedTensorType>(x.getType());
+  if (perm->empty() || (type.isDynamicDim(0) && perm->front() != 0))
     return fail("the batch must stay dim 0");
   return define(n, tryCreate<nn::TransposeOp>(x, b.getDenseI64ArrayAttr(*perm)));
 }
@@ -334,9 +335,38 @@ bool Importer::reshape(const Node &n) {
     return fail("its shape '" + onnx_model::shown(n.inputs[1]) +
                 "' is not known at import (a constant, or arithmetic on static shapes)");
   auto type = llvm::cast<RankedTensorType>(x.getType());
+  std::vector<int64_t> target = *shape;
+  if (type.hasStaticShape()) {
+    // An inference model's reshape: every extent known.
+    int64_t total = type.getNumElements(), product = 1, inferred = -1;
+    for (size_t i = 0; i < target.size(); ++i) {
+      int64_t &d = target[i];
+      if (d == 0 && !*allowZero) {
+        if (static_cast<int64_t>(i) >= type.getRank())
+          return fail("entry " + std::to_string(i) + " copies a dim the input does not have");
+        d = type.getDimSize(i);
+      }
+      if (d == -1 && inferred < 0) {
+        inferred = static_cast<int64_t>(i);
+        continue;
+      }
+      if (d < 1 || d > (int64_t{1} << 31) || (product *= d) > total)
+        return fail("its shape does not hold the input's " + std::to_string(total) +
+                    " elements");
+    }
+    if (inferred >= 0) {
+      if (total % product != 0)
+        return fail("the -1 of its shape does not divide " + std::to_string(total));
+      target[inferred] = total / product;
+      product = total;
+    }
+    if (product != total)
+      return fail("its shape holds " + std::to_string(product) + " elements, the input " +
+                  std::to_string(total));
+    return define(n, tryCreate<nn::ReshapeOp>(x, b.getDenseI64ArrayAttr(target)));
+  }
   // The first entry must be the batch: the batch itself, a copy of dim 0,
   // the batch the file was exported with, or -1 over whole samples.
-  std::vector<int64_t> target = *shape;
   if (target.empty())
     return fail("a reshape to a scalar drops the batch");
   const int64_t exportedBatch = model.inputs.front().dims.front();
@@ -397,13 +427,20 @@ bool Importer::reduceMean(const Node &n) {
       return fail("its axes must be constants");
     axes = *given;
   }
-  if (axes.empty())
-    return *noop ? define(n, x) : fail("a mean over every dim includes the batch");
-  const auto rank = llvm::cast<RankedTensorType>(x.getType()).getRank();
+  auto type = llvm::cast<RankedTensorType>(x.getType());
+  const auto rank = type.getRank();
+  if (axes.empty()) {
+    if (*noop)
+      return define(n, x);
+    if (type.isDynamicDim(0))
+      return fail("a mean over every dim includes the batch");
+    for (int64_t d = 0; d < rank; ++d)
+      axes.push_back(d);
+  }
   SmallVector<int64_t> dims;
   for (int64_t a : axes) {
     auto dim = normalizedAxis(a, rank);
-    if (!dim || *dim == 0 || llvm::is_contained(dims, *dim))
+    if (!dim || type.isDynamicDim(*dim) || llvm::is_contained(dims, *dim))
       return fail("axes must be distinct non-batch dims of the rank-" + std::to_string(rank) +
                   " input");
     dims.push_back(*dim);

@@ -78,6 +78,21 @@ std::string CompileOptions::validate() const {
   if (!dumpKernels.empty() && !llvm::sys::fs::is_directory(dumpKernels))
     return "--dump-kernels: '" + dumpKernels + "' is not a directory";
 
+  // An inference-only plan trains nothing.
+  if (forward)
+    for (const llvm::cl::Option *option :
+         {static_cast<const llvm::cl::Option *>(&amp),
+          static_cast<const llvm::cl::Option *>(&optimizer),
+          static_cast<const llvm::cl::Option *>(&lr),
+          static_cast<const llvm::cl::Option *>(&remat),
+          static_cast<const llvm::cl::Option *>(&syncBn),
+          static_cast<const llvm::cl::Option *>(&bucketMb),
+          static_cast<const llvm::cl::Option *>(&allreduceDtype),
+          static_cast<const llvm::cl::Option *>(&noAllreduceOverlap),
+          static_cast<const llvm::cl::Option *>(&noDataParallel)})
+      if (given(*option))
+        return ("--" + option->ArgStr + " does not apply to --forward (nothing trains)").str();
+
   // Mixed precision: the combinations graphc-mixed-precision cannot see.
   if (given(amp) && amp != "fp16" && amp != "bf16")
     return "--amp must be fp16 or bf16, got '" + amp + "'";
@@ -141,6 +156,7 @@ PipelineOptions CompileOptions::resolve(std::string *lrChoice) const {
   opt.decayStepSize = decayStepSize;
   opt.decayGamma = decayGamma;
   options.fuse = !noFuse;
+  options.forward = forward;
   options.remat = remat != "off";
   options.rematerialize.libraryInputs = remat == "all";
   // Channels-last where its kernels are the fast ones: oneDNN's on the CPU,

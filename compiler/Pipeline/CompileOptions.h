@@ -76,6 +76,12 @@ struct CompileOptions : public mlir::PassPipelineOptions<CompileOptions> {
                      "disassemble them), and the CPU kernels' optimized LLVM IR "
                      "(cpu_x86_64.ll)"),
       llvm::cl::cat(codegenCategory())};
+  Option<bool> forward{
+      *this, "forward",
+      llvm::cl::desc("An inference-only plan: one program, infer (the model's forward with "
+                     "batch norm on its running statistics and dropout off, returning the "
+                     "logits; or an inference model's @infer), run by graphrun infer; no "
+                     "training step")};
   Option<bool> noFuse{*this, "no-fuse",
                       llvm::cl::desc("Do not fuse elementwise ops: one kernel per op (the "
                                      "unfused baseline; numerically the same)"),

@@ -39,6 +39,9 @@
 //    recomputed ops into the backward kernels that read them.
 //  - graphc-fuse-elementwise last at the nn level: it sees the whole step
 //    (forward, backward, update) as written, and its groups become kernels.
+//  - With --forward, graphc-build-infer right after the contract: @infer is
+//    @forward in inference form (or an inference model's own), and of the
+//    rest only layout, fusion and lowering apply.
 //
 //===----------------------------------------------------------------------===//
 
@@ -49,11 +52,30 @@
 namespace graphc {
 
 void buildCompilePipeline(mlir::OpPassManager &pm, const PipelineOptions &options) {
-  pm.addPass(createVerifyModel());
+  pm.addPass(createVerifyModel(VerifyModelOptions{options.forward}));
   if (options.batchSize > 0)
     pm.addPass(createSetBatchSize(SetBatchSizeOptions{options.batchSize}));
   if (options.stopAfter == Phase::Verify)
     return;
+
+  if (options.forward) {
+    // Inference only: @infer, nothing trained; the training phases have
+    // nothing to do.
+    pm.addPass(createBuildInfer());
+    if (options.layout != "nchw")
+      pm.addPass(createLayout(LayoutOptions{options.layout, options.filters}));
+    if (options.stopAfter < Phase::Lower)
+      return;
+    if (options.fuse)
+      pm.addPass(createFuseElementwise());
+    pm.addPass(createLowerToPlan());
+    pm.addPass(createPlanMemory());
+    if (options.stopAfter == Phase::Lower)
+      return;
+    pm.addPass(createCodegenKernels(options.codegen));
+    pm.addPass(createPlanContract());
+    return;
+  }
 
   pm.addPass(createBuildEvalStep());
   pm.addPass(createDecomposeTrainingOps(DecomposeTrainingOpsOptions{options.syncBn}));

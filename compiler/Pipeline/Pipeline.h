@@ -71,6 +71,9 @@ struct PipelineOptions {
   /// Batch-norm statistics over the global batch (graphc-decompose-training-
   /// ops' sync-bn): identical on every rank, one blocking allreduce each.
   bool syncBn = false;
+  /// An inference-only plan: one program, @infer (graphc-build-infer); no
+  /// training phases.
+  bool forward = false;
 };
 
 /// Adds the passes of every phase up to `options.stopAfter` to `pm`, which must

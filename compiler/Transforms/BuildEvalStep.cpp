@@ -2,7 +2,8 @@
 //
 // Implements --graphc-build-eval-step: adds `@eval_step(images, labels) ->
 // (logits, correct)` beside @forward, so the runtime can measure test accuracy
-// with the same compiled plan that trains.
+// with the same compiled plan that trains; and --graphc-build-infer, the
+// `@infer` of an inference-only plan (graphc compile --forward).
 //
 //===----------------------------------------------------------------------===//
 
@@ -16,6 +17,7 @@
 
 namespace graphc {
 #define GEN_PASS_DEF_BUILDEVALSTEP
+#define GEN_PASS_DEF_BUILDINFER
 #include "compiler/Transforms/Passes.h.inc"
 } // namespace graphc
 
@@ -39,6 +41,25 @@ Value inferenceBatchNorm(OpBuilder &b, nn::BatchNormOp bn) {
   return b.create<nn::AddOp>(loc, scaled, broadcastChannels(b, loc, offset, input));
 }
 
+/// Replaces each batch norm of `func` by its running-statistics form and
+/// each dropout by its input.
+void useInferenceForms(func::FuncOp func) {
+  SmallVector<Operation *> ops;
+  func.walk([&](Operation *op) {
+    if (llvm::isa<nn::BatchNormOp, nn::DropoutOp>(op))
+      ops.push_back(op);
+  });
+  OpBuilder b(func);
+  for (Operation *op : ops) {
+    b.setInsertionPoint(op);
+    Value replacement = llvm::isa<nn::DropoutOp>(op)
+                            ? op->getOperand(0)
+                            : inferenceBatchNorm(b, llvm::cast<nn::BatchNormOp>(op));
+    op->getResult(0).replaceAllUsesWith(replacement);
+    op->erase();
+  }
+}
+
 /// Algorithm: 1) clone @forward as @eval_step; 2) replace each batch norm by
 /// its running-statistics form and each dropout by its input; 3) replace the
 /// loss by the logits and the count of rows whose argmax equals the label.
@@ -54,19 +75,7 @@ struct BuildEvalStepPass : impl::BuildEvalStepBase<BuildEvalStepPass> {
     auto eval = llvm::cast<func::FuncOp>(b.clone(*forward));
     eval.setSymName("eval_step");
 
-    SmallVector<Operation *> ops;
-    eval.walk([&](Operation *op) {
-      if (llvm::isa<nn::BatchNormOp, nn::DropoutOp>(op))
-        ops.push_back(op);
-    });
-    for (Operation *op : ops) {
-      b.setInsertionPoint(op);
-      Value replacement = llvm::isa<nn::DropoutOp>(op)
-                              ? op->getOperand(0)
-                              : inferenceBatchNorm(b, llvm::cast<nn::BatchNormOp>(op));
-      op->getResult(0).replaceAllUsesWith(replacement);
-      op->erase();
-    }
+    useInferenceForms(eval);
 
     Operation *terminator = eval.getBody().front().getTerminator();
     auto loss = terminator->getOperand(0).getDefiningOp<nn::SoftmaxCrossEntropyOp>();
@@ -90,6 +99,48 @@ struct BuildEvalStepPass : impl::BuildEvalStepBase<BuildEvalStepPass> {
     loss.erase();
     eval.setFunctionType(b.getFunctionType(
         eval.getArgumentTypes(), {logits.getType(), correct.getType()}));
+  }
+};
+
+/// Algorithm: a training model's @forward becomes `@infer(images) -> logits`
+/// (its labels argument and loss dropped); an inference model's @infer (what
+/// graphc import --forward writes) is kept; either way batch norm takes its
+/// running-statistics form and dropout is the identity.
+struct BuildInferPass : impl::BuildInferBase<BuildInferPass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    auto forward = module.lookupSymbol<func::FuncOp>("forward");
+    auto infer = module.lookupSymbol<func::FuncOp>("infer");
+    if (!forward == !infer || (forward && forward.isExternal()) ||
+        (infer && infer.isExternal())) {
+      module.emitError("graphc-build-infer needs a func.func @forward (a training model) or "
+                       "@infer (an inference model), not both");
+      return signalPassFailure();
+    }
+    if (infer) {
+      useInferenceForms(infer);
+      return;
+    }
+    Block &body = forward.getBody().front();
+    Operation *terminator = body.getTerminator();
+    auto loss = terminator->getNumOperands() == 1
+                    ? terminator->getOperand(0).getDefiningOp<nn::SoftmaxCrossEntropyOp>()
+                    : nn::SoftmaxCrossEntropyOp();
+    if (!loss || forward.getNumArguments() != 2 || loss.getLabels() != forward.getArgument(1) ||
+        !loss->hasOneUse() || !forward.getArgument(1).hasOneUse()) {
+      forward.emitError("@forward must return the result of nn.softmax_cross_entropy on its "
+                        "labels, which nothing else reads");
+      return signalPassFailure();
+    }
+    OpBuilder b(terminator);
+    Value logits = loss.getLogits();
+    b.create<func::ReturnOp>(loss.getLoc(), logits);
+    terminator->erase();
+    loss.erase();
+    forward.eraseArgument(1);
+    forward.setFunctionType(b.getFunctionType(forward.getArgumentTypes(), {logits.getType()}));
+    forward.setSymName("infer");
+    useInferenceForms(forward);
   }
 };
 

@@ -264,7 +264,7 @@ struct LayoutPass : impl::LayoutBase<LayoutPass> {
       module.emitError("graphc-layout: filters must be oihw or ohwi, got '") << filters << "'";
       return signalPassFailure();
     }
-    for (StringRef name : {"forward", "eval_step"})
+    for (StringRef name : {"forward", "eval_step", "infer"})
       if (auto func = module.lookupSymbol<func::FuncOp>(name); func && !func.isExternal())
         Converter(func, filters == "ohwi").run();
   }

@@ -56,6 +56,23 @@ def BuildEvalStep : Pass<"graphc-build-eval-step", "::mlir::ModuleOp"> {
   let dependentDialects = ["::graphc::nn::NNDialect"];
 }
 
+def BuildInfer : Pass<"graphc-build-infer", "::mlir::ModuleOp"> {
+  let summary = "Makes @infer, the inference-only program of graphc compile --forward";
+  let description = [{
+    A training model's @forward becomes `@infer(images) -> logits`: the
+    labels argument and the loss are dropped. An inference model's @infer
+    (graphc import --forward: any inputs and outputs) is kept as it is.
+    Either way batch norm normalizes with the running statistics and dropout
+    is the identity, as in @eval_step. Nothing trains: no gradients, no
+    optimizer, and every parameter keeps its value.
+
+    ```mlir
+    func.func @infer(%images: tensor<8x1x28x28xf32>) -> tensor<8x10xf32>
+    ```
+  }];
+  let dependentDialects = ["::graphc::nn::NNDialect"];
+}
+
 def DataParallel : Pass<"graphc-data-parallel", "::mlir::ModuleOp"> {
   let summary = "Averages every gradient across ranks in overlapped, bucketed allreduces";
   let description = [{
@@ -512,6 +529,11 @@ def VerifyModel : Pass<"graphc-verify-model", "::mlir::ModuleOp"> {
     5. every `nn.parameter` is read by `@forward` (an unread one would get no
        gradient).
 
+    With `forward-only` (graphc compile --forward) the function may instead
+    be `@infer`, an inference model (graphc import --forward): any number of
+    static, non-empty tensors in, at least one out, only `nn` ops in one
+    block, no loss and no `nn.assign`.
+
     ```mlir
     module {
       nn.parameter @fc.weight : tensor<10x784xf32> = zeros
@@ -520,6 +542,10 @@ def VerifyModel : Pass<"graphc-verify-model", "::mlir::ModuleOp"> {
     }
     ```
   }];
+  let options = [
+    Option<"forwardOnly", "forward-only", "bool", /*default=*/"false",
+           "Also accept an inference model (@infer), for an inference-only plan">,
+  ];
 }
 
 #endif // GRAPHC_TRANSFORMS_PASSES

@@ -39,6 +39,10 @@ struct SetBatchSizePass : impl::SetBatchSizeBase<SetBatchSizePass> {
           << static_cast<int64_t>(batchSize);
       return signalPassFailure();
     }
+    // An inference model (@infer, graphc import --forward) is static as
+    // imported: it has no batch dimension to set.
+    if (!module.lookupSymbol("forward") && module.lookupSymbol<func::FuncOp>("infer"))
+      return;
     FailureOr<func::FuncOp> found = lookupModelFunction(module, "forward");
     if (failed(found))
       return signalPassFailure();

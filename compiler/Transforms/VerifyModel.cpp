@@ -73,7 +73,26 @@ LogicalResult verifyForwardSignature(func::FuncOp forward) {
   return success();
 }
 
+/// An inference model's @infer: static float (or integer) tensors in, at
+/// least one tensor out.
+LogicalResult verifyInferSignature(func::FuncOp infer) {
+  FunctionType type = infer.getFunctionType();
+  if (type.getNumResults() == 0)
+    return infer.emitError("@infer must return at least one value");
+  for (Type t : llvm::concat<const Type>(type.getInputs(), type.getResults())) {
+    auto tensor = llvm::dyn_cast<RankedTensorType>(t);
+    if (!tensor || !tensor.hasStaticShape() || tensor.getNumElements() == 0 ||
+        tensor.getNumElements() > (int64_t{1} << 31))
+      return infer.emitError("@infer's inputs and outputs must be non-empty tensors of static "
+                             "shape with at most 2^31 values, got ")
+             << t;
+  }
+  return success();
+}
+
 struct VerifyModelPass : impl::VerifyModelBase<VerifyModelPass> {
+  using VerifyModelBase::VerifyModelBase;
+
   void runOnOperation() override {
     ModuleOp module = getOperation();
     func::FuncOp forward;
@@ -81,12 +100,12 @@ struct VerifyModelPass : impl::VerifyModelBase<VerifyModelPass> {
       if (llvm::isa<nn::ParameterOp, nn::StateOp>(op))
         continue;
       auto func = llvm::dyn_cast<func::FuncOp>(op);
-      if (func && func.getSymName() == "forward" && !forward) {
+      if (func && (func.getSymName() == "forward" || func.getSymName() == "infer") && !forward) {
         forward = func;
         continue;
       }
       op.emitError("a model holds only nn.parameter, nn.state and one "
-                   "func.func @forward; found ")
+                   "func.func @forward (or @infer, an inference model); found ")
           << (func ? "func.func @" + func.getSymName().str()
                    : op.getName().getStringRef().str());
       return signalPassFailure();
@@ -95,14 +114,21 @@ struct VerifyModelPass : impl::VerifyModelBase<VerifyModelPass> {
       module.emitError("the model has no func.func @forward");
       return signalPassFailure();
     }
-    if (forward.isExternal()) {
-      forward.emitError("@forward has no body");
+    const bool inference = forward.getSymName() == "infer";
+    if (inference && !forwardOnly) {
+      forward.emitError("@infer is an inference model: it compiles with --forward only");
       return signalPassFailure();
     }
-    if (failed(verifyForwardSignature(forward)))
+    if (forward.isExternal()) {
+      forward.emitError("@") << forward.getSymName() << " has no body";
+      return signalPassFailure();
+    }
+    if (inference ? failed(verifyInferSignature(forward))
+                  : failed(verifyForwardSignature(forward)))
       return signalPassFailure();
     if (!forward.getBody().hasOneBlock()) {
-      forward.emitError("@forward must be a single block (no control flow)");
+      forward.emitError("@") << forward.getSymName()
+                             << " must be a single block (no control flow)";
       return signalPassFailure();
     }
 
@@ -116,19 +142,25 @@ struct VerifyModelPass : impl::VerifyModelBase<VerifyModelPass> {
                              << "' is not an nn op; a model body holds only nn ops";
         return signalPassFailure();
       }
+      if (inference && llvm::isa<nn::SoftmaxCrossEntropyOp, nn::AssignOp>(op)) {
+        op.emitError("an inference model computes no loss and assigns no state");
+        return signalPassFailure();
+      }
     }
 
-    Value loss = forward.getBody().front().getTerminator()->getOperand(0);
-    auto lossOp = loss.getDefiningOp<nn::SoftmaxCrossEntropyOp>();
-    if (!lossOp) {
-      forward.emitError("@forward must return the result of "
-                        "nn.softmax_cross_entropy (the loss)");
-      return signalPassFailure();
-    }
-    if (lossOp.getLabels() != forward.getArgument(1)) {
-      lossOp.emitError("the loss must compare the logits with %labels, "
-                       "@forward's second argument");
-      return signalPassFailure();
+    if (!inference) {
+      Value loss = forward.getBody().front().getTerminator()->getOperand(0);
+      auto lossOp = loss.getDefiningOp<nn::SoftmaxCrossEntropyOp>();
+      if (!lossOp) {
+        forward.emitError("@forward must return the result of "
+                          "nn.softmax_cross_entropy (the loss)");
+        return signalPassFailure();
+      }
+      if (lossOp.getLabels() != forward.getArgument(1)) {
+        lossOp.emitError("the loss must compare the logits with %labels, "
+                         "@forward's second argument");
+        return signalPassFailure();
+      }
     }
 
     // Names become checkpoint tensor names (safetensors keys: UTF-8 JSON
@@ -163,7 +195,7 @@ struct VerifyModelPass : impl::VerifyModelBase<VerifyModelPass> {
     }
 
     for (auto param : module.getOps<nn::ParameterOp>()) {
-      if (!read.contains(param.getSymName())) {
+      if (!inference && !read.contains(param.getSymName())) {
         param.emitError("parameter @")
             << param.getSymName()
             << " is never read by @forward, so it would get no gradient";

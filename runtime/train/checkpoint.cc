@@ -230,7 +230,7 @@ namespace {
 
 // What a load takes from the file: every state (a checkpoint), or the model's
 // own (initial weights: parameters and batch-norm statistics).
-enum class LoadKind { kCheckpoint, kInitialWeights };
+enum class LoadKind { kCheckpoint, kInitialWeights, kInferenceWeights };
 
 // The optimizer's slots of trainable `names` (momentum_buffer, exp_avg,
 // exp_avg_sq), which initial weights leave at zero.
@@ -269,6 +269,10 @@ Status LoadInitialWeights(Executor& exec, const std::string& path, size_t* loade
   return LoadStates(exec, path, LoadKind::kInitialWeights, nullptr, loaded);
 }
 
+Status LoadInferenceWeights(Executor& exec, const std::string& path, size_t* loaded) {
+  return LoadStates(exec, path, LoadKind::kInferenceWeights, nullptr, loaded);
+}
+
 Status LoadCheckpoint(Executor& exec, const std::string& path,
                       std::map<std::string, std::string>* metadata) {
   return LoadStates(exec, path, LoadKind::kCheckpoint, metadata, nullptr);
@@ -278,7 +282,8 @@ namespace {
 
 Status LoadStates(Executor& exec, const std::string& path, LoadKind kind,
                   std::map<std::string, std::string>* metadata, size_t* loaded) {
-  const bool initial = kind == LoadKind::kInitialWeights;
+  const bool initial = kind != LoadKind::kCheckpoint;
+  const bool inference = kind == LoadKind::kInferenceWeights;
   StatusOr<int> opened = OpenRegular(path, initial ? "initial weights" : "checkpoint");
   if (!opened.ok()) return opened.status();
   const int fd = *opened;
@@ -348,10 +353,14 @@ Status LoadStates(Executor& exec, const std::string& path, LoadKind kind,
       loads.push_back({state->buffer(), begin, end});
     }
   // PyTorch's batch norm counts its batches; graphc's momentum does not.
+  // For inference, also what graphc's training keeps beside the weights (a
+  // checkpoint of --save): optimizer slots of the model's tensors, graphc.*.
   auto ignored = [&](const std::string& name) {
     const std::string suffix = ".num_batches_tracked";
-    return initial && name.size() > suffix.size() &&
-           name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+    if (initial && name.size() > suffix.size() &&
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
+      return true;
+    return inference && (name.rfind("graphc.", 0) == 0 || IsOptimizerSlot(name, wanted));
   };
   for (const auto& [name, value] : header.items())
     if (name != "__metadata__" && !wanted.count(name) && !ignored(name))

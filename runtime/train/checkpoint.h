@@ -63,6 +63,11 @@ bool IsModelState(const Plan& plan, const std::string& name);
 // `loaded` (if given) gets the number of tensors set.
 Status LoadInitialWeights(Executor& exec, const std::string& path, size_t* loaded = nullptr);
 
+// As LoadInitialWeights, for an inference-only plan (graphrun infer): the
+// file may also be a training checkpoint (--save), whose optimizer slots of
+// the model's tensors and graphc.* states are left out.
+Status LoadInferenceWeights(Executor& exec, const std::string& path, size_t* loaded = nullptr);
+
 }  // namespace graphc::runtime
 
 #endif  // GRAPHC_RUNTIME_TRAIN_CHECKPOINT_H_

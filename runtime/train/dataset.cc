@@ -532,6 +532,45 @@ Status ReadIdxData(IdxFile& idx, std::vector<uint8_t>& out) {
 
 }  // namespace
 
+StatusOr<NpyArray> ReadNpyFloat32(const std::string& path) {
+  StatusOr<NpyFile> npy = OpenNpy(path);
+  if (!npy.ok()) return npy.status();
+  if (npy->descr != "<f4")
+    return IoError(path, "an array of dtype '" + npy->descr + "'; give float32 ('<f4')");
+  if (npy->shape.size() > 8)
+    return IoError(path, "an array of rank " + std::to_string(npy->shape.size()) +
+                             "; at most 8");
+  if (Status s = CheckNpyDataSize(*npy, 4); !s.ok()) return s;
+  NpyArray array;
+  array.shape = npy->shape;
+  array.values.resize(npy->data_bytes / 4);
+  if (Status s = ReadNpyData(*npy, array.values.data()); !s.ok()) return s;
+  return array;
+}
+
+std::string NpyFloat32File(const std::vector<int64_t>& shape, const float* values,
+                           uint64_t count) {
+  // Python's tuple: (), (2,), (2, 3).
+  std::string dims;
+  for (size_t i = 0; i < shape.size(); ++i)
+    dims += (i ? ", " : "") + std::to_string(shape[i]);
+  if (shape.size() == 1) dims += ",";
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + dims + "), }";
+  // Magic, version 1.0, the header's length; the header padded with spaces
+  // to end, newline included, on a multiple of 64 bytes.
+  const size_t unpadded = 10 + header.size() + 1;
+  header.append((64 - unpadded % 64) % 64, ' ');
+  header += '\n';
+  std::string file("\x93NUMPY", 6);
+  file += '\x01';
+  file += '\x00';
+  file += static_cast<char>(header.size() & 0xff);
+  file += static_cast<char>((header.size() >> 8) & 0xff);
+  file += header;
+  file.append(reinterpret_cast<const char*>(values), count * sizeof(float));
+  return file;
+}
+
 StatusOr<Examples> ReadNpy(const std::string& images_path, const std::string& labels_path) {
   // Both headers are checked before any data is read.
   StatusOr<NpyFile> images = OpenNpy(images_path);

@@ -62,6 +62,20 @@ StatusOr<Examples> ReadIdx(const std::string& images_path, const std::string& la
 // such example) and, as kNonFinite, a NaN or infinite float32 pixel.
 StatusOr<Examples> ReadNpy(const std::string& images_path, const std::string& labels_path);
 
+// One float32 array of a .npy file (C order, little-endian, rank at most 8),
+// checked as ReadNpy checks its files; non-finite values are kept (graphrun
+// infer's inputs may hold them on purpose).
+struct NpyArray {
+  std::vector<int64_t> shape;
+  std::vector<float> values;
+};
+StatusOr<NpyArray> ReadNpyFloat32(const std::string& path);
+
+// The bytes of a .npy file (format 1.0) holding `count` float32 values of
+// `shape`, as numpy.save writes it.
+std::string NpyFloat32File(const std::vector<int64_t>& shape, const float* values,
+                           uint64_t count);
+
 // Fashion-MNIST's training or test split from DIR (train-*/t10k-*-idx?-ubyte.gz).
 StatusOr<Examples> ReadFashionMnist(const std::string& dir, bool train);
 inline constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";

@@ -180,6 +180,31 @@ TEST_F(DatasetNpyTest, Float32ImagesWithInt32Labels) {
   EXPECT_EQ(e->labels, (std::vector<int32_t>{3, 1}));
 }
 
+// graphrun infer's arrays: what NpyFloat32File writes reads back, for a
+// scalar, a vector and a matrix; numpy's header rules (64-byte alignment).
+TEST_F(DatasetNpyTest, Float32ArraysRoundTrip) {
+  const std::vector<float> values = {1.5f, -2.0f, 0.25f, 7.0f, -0.0f, 3.0f};
+  for (const std::vector<int64_t>& shape :
+       {std::vector<int64_t>{}, std::vector<int64_t>{6}, std::vector<int64_t>{2, 3}}) {
+    const uint64_t count = shape.empty() ? 1 : 6;
+    const std::string bytes = NpyFloat32File(shape, values.data(), count);
+    EXPECT_EQ((bytes.size() - count * 4) % 64, 0u) << shape.size();
+    StatusOr<NpyArray> a = ReadNpyFloat32(Write("a.npy", bytes));
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    EXPECT_EQ(a->shape, shape);
+    EXPECT_EQ(a->values, std::vector<float>(values.begin(), values.begin() + count));
+  }
+  // Another dtype, or a size the shape does not say, is refused naming the file.
+  StatusOr<NpyArray> wrong =
+      ReadNpyFloat32(Write("f8.npy", Npy(NpyDict("<f8", "(2,)"), std::string(16, '\0'))));
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_NE(wrong.status().message().find("f8.npy: an array of dtype '<f8'"), std::string::npos)
+      << wrong.status().ToString();
+  StatusOr<NpyArray> short_data =
+      ReadNpyFloat32(Write("short.npy", Npy(NpyDict("<f4", "(3,)"), std::string(8, '\0'))));
+  EXPECT_FALSE(short_data.ok());
+}
+
 TEST_F(DatasetNpyTest, Uint8ImagesWithInt64LabelsAndLaterVersions) {
   const std::vector<uint8_t> pixels = {0, 255, 51, 102, 7, 8, 9, 10, 11, 12, 13, 200};
   const std::string images = Write("u8.npy", Npy(NpyDict("|u1", "(3, 2, 2)"), Bytes(pixels), 2));

@@ -23,7 +23,7 @@ module {
 // -----
 
 // Tests that a model holds nothing but variables and @forward.
-// expected-error@+1 {{a model holds only nn.parameter, nn.state and one func.func @forward; found func.func @helper}}
+// expected-error@+1 {{a model holds only nn.parameter, nn.state and one func.func @forward (or @infer, an inference model); found func.func @helper}}
 func.func @helper() { return }
 
 // -----
@@ -199,4 +199,13 @@ func.func @forward(%images: tensor<?x4xf32>, %labels: tensor<?xi32>) -> tensor<f
   %y = nn.add %x, %c : tensor<?x4xf32>
   %loss = nn.softmax_cross_entropy %y, %labels label_smoothing 0.0 : tensor<?x4xf32>, tensor<?xi32>
   return %loss : tensor<f32>
+}
+
+// -----
+
+// Tests that an inference model compiles with --forward only.
+// expected-error@+1 {{@infer is an inference model: it compiles with --forward only}}
+func.func @infer(%x: tensor<2x3xf32>) -> tensor<2x3xf32> {
+  %y = nn.relu %x : tensor<2x3xf32>
+  return %y : tensor<2x3xf32>
 }

@@ -86,6 +86,11 @@ cl::opt<std::string> weightsOut("weights-out",
 cl::opt<double> labelSmoothing("label-smoothing",
                                cl::desc("The appended loss's label smoothing (default 0)"),
                                cl::init(0.0), cl::sub(importCommand));
+cl::opt<bool> importForward(
+    "forward",
+    cl::desc("An inference model instead (@infer): every graph input an argument and every "
+             "output a result, shapes as in the file, no loss; for graphc compile --forward"),
+    cl::sub(importCommand));
 
 // What shapes the training step (compiler/Pipeline/CompileOptions.h: names,
 // defaults, descriptions and rules), registered on `compile` in main; below,
@@ -250,6 +255,8 @@ int keygen() {
 int importModel() {
   if (!(labelSmoothing >= 0.0 && labelSmoothing < 1.0))
     return fail("--label-smoothing must be in [0, 1)");
+  if (importForward && labelSmoothing.getNumOccurrences())
+    return fail("--label-smoothing does not apply to --forward (no loss)");
   MLIRContext context;
   context.printOpOnDiagnostic(false);
   ScopedDiagnosticHandler diagnostics(&context, [](Diagnostic &diagnostic) {
@@ -258,6 +265,7 @@ int importModel() {
   });
   graphc::OnnxImportOptions importOptions;
   importOptions.labelSmoothing = labelSmoothing;
+  importOptions.forward = importForward;
   std::string why;
   std::vector<graphc::ImportedWeight> weights;
   OwningOpRef<ModuleOp> module =
@@ -268,10 +276,14 @@ int importModel() {
   llvm::raw_string_ostream os(text);
   os << "// " << llvm::sys::path::stem(modelPath) << ": imported from "
      << llvm::sys::path::filename(modelPath) << " by graphc import.\n"
-     << "// Loss: softmax cross-entropy, "
-     << (labelSmoothing == 0.0 ? std::string("no label smoothing")
-                               : llvm::formatv("label smoothing {0}", double(labelSmoothing)).str())
-     << ".\n";
+     << (importForward
+             ? std::string("// An inference model: graphc compile --forward.")
+             : "// Loss: softmax cross-entropy, " +
+                   (labelSmoothing == 0.0
+                        ? std::string("no label smoothing")
+                        : llvm::formatv("label smoothing {0}", double(labelSmoothing)).str()) +
+                   ".")
+     << "\n";
   module->print(os);
   os << "\n";
   std::string out = outputPath.getNumOccurrences()
@@ -308,7 +320,8 @@ int importModel() {
     ++tensors;
   }
   llvm::outs() << "wrote " << out << ": " << parameters << " parameters in " << tensors
-               << " tensors; graphc compile " << out << " builds its training step\n"
+               << " tensors; graphc compile " << (importForward ? "--forward " : "") << out
+               << (importForward ? " builds its inference plan\n" : " builds its training step\n")
                << "wrote " << weightsPath << ": the model file's values of its " << weights.size()
                << " parameters and statistics; graphrun PLAN --init " << weightsPath
                << " starts from them\n";
@@ -354,8 +367,9 @@ OwningOpRef<ModuleOp> loadModel(MLIRContext &context, ModelSource &source) {
       return success();
     });
     std::string why;
-    OwningOpRef<ModuleOp> module =
-        graphc::importOnnx(context, modelPath, graphc::OnnxImportOptions(), why);
+    graphc::OnnxImportOptions importOptions;
+    importOptions.forward = compileOptions().forward;
+    OwningOpRef<ModuleOp> module = graphc::importOnnx(context, modelPath, importOptions, why);
     if (!module)
       fail("cannot import '" + modelPath + "': " + why);
     return module;
@@ -404,7 +418,11 @@ int writePlanFile(ModuleOp module, const graphc::PipelineOptions &pipeline,
   if (defaultOutput)
     llvm::outs() << "wrote plan.fb in the current directory (no -o given); run it with "
                     "graphrun plan.fb\n";
-  graphc::printTrainingSummary(module, options, pipeline, lrChoice);
+  if (pipeline.forward)
+    llvm::outs() << "inference only (--forward): graphrun infer " << outputPath
+                 << " --inputs X.npy[,...] --outputs Y.npy[,...] runs it\n";
+  else
+    graphc::printTrainingSummary(module, options, pipeline, lrChoice);
   if (memoryReport)
     graphc::printMemoryReport(module);
   if (fusionReport)
@@ -509,7 +527,7 @@ int main(int argc, char **argv) {
   std::string lrChoice;
   graphc::PipelineOptions pipeline = options.resolve(&lrChoice);
   pipeline.stopAfter = compileTo;
-  if (writePlan && !trainsOnGraphrunInputs(*module))
+  if (writePlan && !pipeline.forward && !trainsOnGraphrunInputs(*module))
     return 1;
   PassManager pm(&context, ModuleOp::getOperationName());
   graphc::buildCompilePipeline(pm, pipeline);

@@ -2,7 +2,8 @@
 // synthetic or real data and reports throughput the way tf_cnn_benchmarks does;
 // `graphrun PLAN --nodes N` does so on N ranks (data-parallel), re-executing
 // itself under Open MPI's mpirun unless an MPI launcher already started it;
-// `graphrun inspect PLAN` verifies the plan fully, then prints what it holds.
+// `graphrun inspect PLAN` verifies the plan fully, then prints what it holds;
+// `graphrun infer PLAN` runs an inference-only plan on .npy arrays.
 // Every error is one line on stderr and exit code 1.
 
 #include <sys/stat.h>
@@ -28,6 +29,7 @@
 #include "runtime/core/plan_printer.h"
 #include "runtime/train/trainer.h"
 #include "tools/graphrun/crosscheck_command.h"
+#include "tools/graphrun/infer_command.h"
 #include "tools/graphrun/load_plan.h"
 
 namespace {
@@ -459,6 +461,8 @@ int Main(int argc, char** argv) {
       ->check(CLI::IsMember({"none", "cpu", "cuda"}));
   CrosscheckFlags crosscheck_flags;
   CLI::App* crosscheck = AddCrosscheckCommand(app, crosscheck_flags);
+  InferFlags infer_flags;
+  CLI::App* infer = AddInferCommand(app, infer_flags);
   std::string inspect_keys;
   inspect->add_option("--trusted-keys", inspect_keys,
                       "also check the plan is signed by one of these public keys");
@@ -476,7 +480,8 @@ int Main(int argc, char** argv) {
   // An option given an empty value ("--save ''", an unset $VARIABLE) is an
   // error, never the option left out: --trusted-keys '' would otherwise run
   // unsigned plans. (A flag given reports "true", so flags never trip it.)
-  for (const CLI::App* command : std::initializer_list<const CLI::App*>{&app, inspect, crosscheck})
+  for (const CLI::App* command :
+       std::initializer_list<const CLI::App*>{&app, inspect, crosscheck, infer})
     for (const CLI::Option* option : command->get_options()) {
       if (option->count() == 0) continue;
       for (const std::string& value : option->results())
@@ -490,6 +495,7 @@ int Main(int argc, char** argv) {
     }
   train.graphs = !no_graphs;
   if (*crosscheck) return RunCrosscheckCommand(crosscheck_flags);
+  if (*infer) return RunInferCommand(infer_flags);
   if (!*inspect) {
     if (train.plan_path.empty()) {
       std::cerr << "graphrun: error[invalid-argument]: give a plan: graphrun PLAN [options] "

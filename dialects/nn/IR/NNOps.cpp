@@ -974,9 +974,8 @@ LogicalResult ConcatOp::inferReturnTypes(MLIRContext *, std::optional<Location> 
   if (!first)
     return inferError<Op>(loc, "expects ranked tensor operands");
   int64_t dim = adaptor.getDim(), rank = first.getRank();
-  if (dim < 1 || dim >= rank)
-    return inferError<Op>(loc, "'dim' ", dim, " is not in [1, ", rank,
-                          "): the batch dim 0 cannot be joined");
+  if (dim < 0 || dim >= rank)
+    return inferError<Op>(loc, "'dim' ", dim, " is not in [0, ", rank, ")");
   SmallVector<int64_t> shape(first.getShape());
   shape[dim] = 0;
   for (auto [i, v] : llvm::enumerate(inputs)) {
@@ -984,6 +983,8 @@ LogicalResult ConcatOp::inferReturnTypes(MLIRContext *, std::optional<Location> 
     if (!type || type.getRank() != rank || type.getElementType() != first.getElementType())
       return inferError<Op>(loc, "operand ", i, " is not a rank-", rank, " tensor of ",
                             first.getElementType());
+    if (dim == 0 && type.isDynamicDim(0))
+      return inferError<Op>(loc, "joins along dim 0, the dynamic batch");
     for (int64_t d = 0; d < rank; ++d) {
       int64_t size = type.getDimSize(d);
       if (d == dim) {
@@ -1016,9 +1017,8 @@ LogicalResult SliceOp::inferReturnTypes(MLIRContext *, std::optional<Location> l
   if (!input)
     return inferError<Op>(loc, "expects a ranked tensor operand");
   int64_t dim = adaptor.getDim(), start = adaptor.getStart(), size = adaptor.getSize();
-  if (dim < 1 || dim >= input.getRank())
-    return inferError<Op>(loc, "'dim' ", dim, " is not in [1, ", input.getRank(),
-                          "): the batch dim 0 cannot be sliced");
+  if (dim < 0 || dim >= input.getRank())
+    return inferError<Op>(loc, "'dim' ", dim, " is not in [0, ", input.getRank(), ")");
   int64_t extent = input.getDimSize(dim);
   if (!isStatic(extent))
     return inferError<Op>(loc, "dim ", dim, " of the input is dynamic");

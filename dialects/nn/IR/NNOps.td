@@ -458,9 +458,9 @@ def NN_TransposeOp : NN_Op<"transpose", [Pure, InferTypeOpAdaptor]> {
 def NN_ConcatOp : NN_Op<"concat", [Pure, InferTypeOpAdaptor]> {
   let summary = "joins its operands along `dim`";
   let description = [{
-    Two or more operands of one element type and rank, equal in every dim
-    but `dim`, which cannot be the batch dim 0 (DenseNet's dense blocks,
-    SqueezeNet's fire modules, ShuffleNet's channel halves).
+    Operands of one element type and rank, equal in every dim but `dim`
+    (DenseNet's dense blocks, SqueezeNet's fire modules, ShuffleNet's channel
+    halves); along dim 0 only where it is static (never the dynamic batch).
 
     ```mlir
     %y = nn.concat %a, %b dim 1 : tensor<?x64x28x28xf32>, tensor<?x32x28x28xf32>
@@ -475,8 +475,8 @@ def NN_ConcatOp : NN_Op<"concat", [Pure, InferTypeOpAdaptor]> {
 def NN_SliceOp : NN_Op<"slice", [Pure, InferTypeOpAdaptor]> {
   let summary = "elements [start, start + size) of `dim`, unit stride";
   let description = [{
-    A static window of one dim (not the batch dim 0); the other dims are
-    kept whole. Its gradient writes the incoming one back into zeros of the
+    A static window of one dim, whose extent must be static (so never the
+    dynamic batch); the other dims are kept whole. Its gradient writes the incoming one back into zeros of the
     input's shape, as a concat.
 
     ```mlir

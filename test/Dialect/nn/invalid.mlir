@@ -1249,9 +1249,9 @@ func.func @channels_last_channels(%x: tensor<8x16x16x4xf32>, %w: tensor<8x3x3x3x
 
 // -----
 
-// Tests that a concat never joins along the batch dim.
+// Tests that a concat never joins along the dynamic batch dim.
 func.func @concat_batch(%a: tensor<?x3x5x5xf32>) {
-  // expected-error@+1 {{'dim' 0 is not in [1, 4): the batch dim 0 cannot be joined}}
+  // expected-error@+1 {{joins along dim 0, the dynamic batch}}
   %0 = nn.concat %a, %a dim 0 : tensor<?x3x5x5xf32>, tensor<?x3x5x5xf32>
   return
 }
@@ -1285,9 +1285,18 @@ func.func @slice_window(%a: tensor<?x3x5x5xf32>) {
 
 // -----
 
-// Tests that a slice never cuts the batch dim.
-func.func @slice_batch(%a: tensor<8x3x5x5xf32>) {
-  // expected-error@+1 {{'dim' 0 is not in [1, 4): the batch dim 0 cannot be sliced}}
-  %0 = nn.slice %a dim 0 start 0 size 2 : tensor<8x3x5x5xf32>
+// Tests that a slice never cuts the dynamic batch dim.
+func.func @slice_batch(%a: tensor<?x3x5x5xf32>) {
+  // expected-error@+1 {{dim 0 of the input is dynamic}}
+  %0 = nn.slice %a dim 0 start 0 size 2 : tensor<?x3x5x5xf32>
+  return
+}
+
+// -----
+
+// Tests that a slice's dim is one of the input's.
+func.func @slice_dim(%a: tensor<?x3x5x5xf32>) {
+  // expected-error@+1 {{'dim' 4 is not in [0, 4)}}
+  %0 = nn.slice %a dim 4 start 0 size 2 : tensor<?x3x5x5xf32>
   return
 }

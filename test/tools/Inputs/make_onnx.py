@@ -71,7 +71,8 @@ def classifier(opset=17, **faults):
     inits.append(numpy_helper.from_array(np.array(True), "training"))
     nodes.append(helper.make_node("Dropout", ["f", "ratio", "training"], ["d"],
                                   name="/dropout/Dropout"))
-    inits += [weight("fc.weight", 10, 8) if not faults.get("trans_b0") else weight("fc.weight", 8, 10),
+    inits += [weight("fc.weight", 10, 8) if not faults.get("trans_b0")
+              else weight("fc.weight", faults["trans_b0"], 10),
               numpy_helper.from_array(np.zeros(10, np.float32), "fc.bias")]
     nodes.append(helper.make_node("Gemm", ["d", "fc.weight", "fc.bias"], ["logits"], name="/fc/Gemm",
                                   transB=0 if faults.get("trans_b0") else 1))
@@ -205,13 +206,14 @@ def main():
     onnx.save(classifier(bn_training=0), os.path.join(out, "inference.onnx"))
     onnx.save(mobile(), os.path.join(out, "mobile.onnx"))
     onnx.save(shuffle(), os.path.join(out, "shuffle.onnx"))
+    onnx.save(classifier(trans_b0=8), os.path.join(out, "gemm_b0.onnx"))
     for fault in ["batch_arithmetic", "slice_batch", "reshape_batch", "random"]:
         onnx.save(shuffle(fault), os.path.join(out, f"bad_{fault}.onnx"))
     for name, faults in {"tanh": {"tanh": 1}, "two_inputs": {"two_inputs": 1},
-                         "trans_b0": {"trans_b0": 1}, "ceil": {"ceil_mode": 1},
+                         "trans_b0": {"trans_b0": 9}, "ceil": {"ceil_mode": 1},
                          "broadcast": {"broadcast_add": 1}, "shapes": {"bad_shapes": 1}}.items():
         onnx.save(classifier(**faults), os.path.join(out, f"bad_{name}.onnx"))
-    onnx.save(classifier(opset=11), os.path.join(out, "bad_opset.onnx"))
+    onnx.save(classifier(opset=10), os.path.join(out, "bad_opset.onnx"))
     # Weights in a file beside the model.
     model = classifier()
     onnx.save_model(model, os.path.join(out, "bad_external.onnx"), save_as_external_data=True,
