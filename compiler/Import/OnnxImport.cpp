@@ -114,6 +114,13 @@ std::optional<std::vector<int64_t>> Importer::pads(const Node &n, Value x,
       fail("auto_pad " + *autoPad + " needs a 2-D op on static H and W");
       return std::nullopt;
     }
+    auto inRange = [](llvm::ArrayRef<int64_t> v) {
+      return llvm::all_of(v, [](int64_t x) { return x >= 1 && x <= (1 << 20); });
+    };
+    if (!inRange(kernel) || !inRange(strides) || !inRange(dilations)) {
+      fail("kernel, strides and dilations must be in [1, 2^20]");
+      return std::nullopt;
+    }
     std::vector<int64_t> result(4);
     for (int axis = 0; axis < 2; ++axis) {
       const int64_t in = type.getDimSize(2 + axis), s = strides[axis];
@@ -459,11 +466,15 @@ OwningOpRef<ModuleOp> Importer::runInference(Location fileLoc, OwningOpRef<Modul
   // @infer(inputs...) -> (outputs...), every shape as the file gives it.
   SmallVector<Type> inputTypes;
   for (const onnx_model::Value &input : model.inputs) {
-    if (input.type != ElementType::Float || !input.hasShape ||
-        llvm::any_of(input.dims, [](int64_t d) { return d < 1 || d > (1 << 20); })) {
+    int64_t count = 1;
+    bool bounded = input.dims.size() <= 8;
+    for (int64_t d : input.dims)
+      bounded = bounded && d >= 1 && d <= (1 << 20) && d <= (int64_t{1} << 31) / count &&
+                (count *= d) > 0;
+    if (input.type != ElementType::Float || !input.hasShape || !bounded) {
       error = "input '" + onnx_model::shown(input.name) +
-              "' must be a float32 tensor of fixed, non-empty shape (an inference model's "
-              "shapes are the file's)";
+              "' must be a float32 tensor of fixed, non-empty shape, at most 2^31 values and "
+              "rank 8 (an inference model's shapes are the file's)";
       return nullptr;
     }
     inputTypes.push_back(RankedTensorType::get(input.dims, b.getF32Type()));

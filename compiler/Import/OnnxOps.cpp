@@ -100,6 +100,14 @@ bool Importer::batchNorm(const Node &n) {
     return false;
   if (!(*epsilon > 0) || !(*momentum >= 0 && *momentum <= 1))
     return fail("epsilon must be > 0 and momentum in [0, 1]");
+  // An inference model normalizes with the running statistics; a training
+  // form (training_mode, or before opset 14 the statistics' outputs) would
+  // normalize with the batch's.
+  if (options.forward &&
+      (*training != 0 ||
+       std::any_of(n.outputs.begin() + 1, n.outputs.end(),
+                   [](const std::string &o) { return !o.empty(); })))
+    return fail("training-mode batch norm in an inference model");
   Value x = activation(n.inputs[0]);
   if (!x)
     return false;
@@ -203,8 +211,10 @@ bool Importer::gemm(const Node &n) {
     return fail("the input must have rank 2");
   // C, if given, as a vector initializer (a bias) or anything else.
   auto isBiasVector = [&](const std::string &name) {
-    auto it = initializers.find(name);
-    return it != initializers.end() && it->second->dims.size() == 1;
+    auto it = initializers.find(name), weight = initializers.find(n.inputs[1]);
+    return it != initializers.end() && weight != initializers.end() &&
+           it->second->dims.size() == 1 && !weight->second->dims.empty() &&
+           it->second->dims[0] == weight->second->dims[0];
   };
   if (*alpha == 1.0 && *beta == 1.0 && *transA == 0 && *transB == 1 &&
       (n.inputs.size() < 3 || n.inputs[2].empty() || isBiasVector(n.inputs[2]))) {

@@ -13,6 +13,7 @@
 #include "compiler/Import/Importer.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace graphc {
 namespace onnx_import {
@@ -40,9 +41,13 @@ std::optional<std::vector<int64_t>> Importer::knownInts(const std::string &name)
   if (!t || !t->hasValues || t->dims.size() > 1 ||
       (t->type != ElementType::Int64 && t->type != ElementType::Int32))
     return std::nullopt;
+  // Values are kept as doubles: the int64 extremes exporters write for "to
+  // the end" (INT64_MAX, INT64_MIN) saturate, never to the batch marker.
   std::vector<int64_t> ints;
   for (double v : t->values)
-    ints.push_back(static_cast<int64_t>(v));
+    ints.push_back(v >= 9.2e18    ? std::numeric_limits<int64_t>::max()
+                   : v <= -9.2e18 ? std::numeric_limits<int64_t>::min() + 1
+                                  : static_cast<int64_t>(v));
   return ints;
 }
 
@@ -118,6 +123,8 @@ bool Importer::foldInts(const Node &n) {
     result = in(0);
   } else if (op == "Concat") {
     for (size_t i = 0; i < n.inputs.size(); ++i) {
+      if (n.inputs[i].empty())
+        continue;
       std::vector<int64_t> part = in(i);
       result.insert(result.end(), part.begin(), part.end());
     }
@@ -149,7 +156,7 @@ bool Importer::foldInts(const Node &n) {
       if (l == kBatch || r == kBatch) {
         const int64_t other = l == kBatch ? r : l;
         const bool identity = (op == "Mul" && other == 1) || (op == "Div" && r == 1) ||
-                              ((op == "Add" || op == "Sub") && other == 0);
+                              (op == "Add" && other == 0) || (op == "Sub" && r == 0);
         if (!identity || (l == kBatch && r == kBatch))
           return fail("arithmetic on the batch size, which graphc leaves open until compile");
         result.push_back(kBatch);
@@ -288,7 +295,7 @@ bool Importer::split(const Node &n) {
   }
   int64_t total = 0;
   for (int64_t s : sizes)
-    total += s < 1 ? extent + 1 : s;
+    total += s < 1 || s > extent ? extent + 1 : s;  // at most parts * (extent + 1)
   if (static_cast<int64_t>(sizes.size()) != parts || total != extent)
     return fail("its " + std::to_string(parts) + " outputs do not split dim " +
                 std::to_string(*dim) + " of size " + std::to_string(extent));
@@ -350,9 +357,10 @@ bool Importer::reshape(const Node &n) {
         inferred = static_cast<int64_t>(i);
         continue;
       }
-      if (d < 1 || d > (int64_t{1} << 31) || (product *= d) > total)
+      if (d < 1 || d > total / product)
         return fail("its shape does not hold the input's " + std::to_string(total) +
                     " elements");
+      product *= d;
     }
     if (inferred >= 0) {
       if (total % product != 0)
@@ -392,9 +400,10 @@ bool Importer::reshape(const Node &n) {
     if (d < 1 || d > (int64_t{1} << 31))
       return fail("entry " + std::to_string(i) + " of its shape is " +
                   (d == kBatch ? std::string("the batch size") : std::to_string(d)));
+    if (d > perSample / product)
+      return fail("its shape holds more than the input's " + std::to_string(perSample) +
+                  " elements per sample");
     product *= d;
-    if (product > perSample)
-      break;
   }
   if (inferred > 0) {
     if (product == 0 || perSample % product != 0)

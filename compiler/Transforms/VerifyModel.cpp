@@ -81,8 +81,11 @@ LogicalResult verifyInferSignature(func::FuncOp infer) {
     return infer.emitError("@infer must return at least one value");
   for (Type t : llvm::concat<const Type>(type.getInputs(), type.getResults())) {
     auto tensor = llvm::dyn_cast<RankedTensorType>(t);
-    if (!tensor || !tensor.hasStaticShape() || tensor.getNumElements() == 0 ||
-        tensor.getNumElements() > (int64_t{1} << 31))
+    int64_t count = 1;
+    bool bounded = tensor && tensor.hasStaticShape();
+    for (int64_t d : bounded ? tensor.getShape() : ArrayRef<int64_t>())
+      bounded = bounded && d >= 1 && d <= (int64_t{1} << 31) / count && (count *= d) > 0;
+    if (!bounded)
       return infer.emitError("@infer's inputs and outputs must be non-empty tensors of static "
                              "shape with at most 2^31 values, got ")
              << t;

@@ -3,7 +3,8 @@
 // An ONNX file is user input: whatever the bytes, graphc import gives a
 // verified module or a one-line error, never a crash, a hang or both. Each
 // input is written to a file (the importer reads paths, with its size
-// limits) and imported into a fresh context, weights included.
+// limits) and imported into a fresh context, weights included, both as a
+// classifier to train and as an inference model (--forward).
 //
 //===----------------------------------------------------------------------===//
 
@@ -24,15 +25,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   FILE *f = std::fopen(path.c_str(), "wb");
   if (!f || std::fwrite(data, 1, size, f) != size || std::fclose(f) != 0)
     std::abort();
-  mlir::MLIRContext context(mlir::MLIRContext::Threading::DISABLED);
-  std::string error;
-  std::vector<graphc::ImportedWeight> weights;
-  mlir::OwningOpRef<mlir::ModuleOp> module =
-      graphc::importOnnx(context, path, graphc::OnnxImportOptions{}, error, &weights);
-  // A refusal says why, on one line; a module comes with no error.
-  if (static_cast<bool>(module) == !error.empty() || error.find('\n') != std::string::npos)
-    std::abort();
-  if (module)
-    (void)graphc::safetensorsOf(weights, {{"format", "pt"}});
+  // Both kinds of import: a classifier to train, and an inference model.
+  for (bool forward : {false, true}) {
+    mlir::MLIRContext context(mlir::MLIRContext::Threading::DISABLED);
+    std::string error;
+    std::vector<graphc::ImportedWeight> weights;
+    graphc::OnnxImportOptions options;
+    options.forward = forward;
+    mlir::OwningOpRef<mlir::ModuleOp> module =
+        graphc::importOnnx(context, path, options, error, &weights);
+    // A refusal says why, on one line; a module comes with no error.
+    if (static_cast<bool>(module) == !error.empty() || error.find('\n') != std::string::npos)
+      std::abort();
+    if (module)
+      (void)graphc::safetensorsOf(weights, {{"format", "pt"}});
+  }
   return 0;
 }

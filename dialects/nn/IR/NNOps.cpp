@@ -988,6 +988,9 @@ LogicalResult ConcatOp::inferReturnTypes(MLIRContext *, std::optional<Location> 
     for (int64_t d = 0; d < rank; ++d) {
       int64_t size = type.getDimSize(d);
       if (d == dim) {
+        if (isStatic(shape[d]) && isStatic(size) &&
+            (size > (int64_t{1} << 40) || shape[d] > (int64_t{1} << 40)))
+          return inferError<Op>(loc, "the joined dim exceeds 2^40");
         shape[d] = isStatic(shape[d]) && isStatic(size) ? shape[d] + size : kDynamic;
       } else if (extentsConflict(shape[d], size)) {
         return inferError<Op>(loc, "operand ", i, " has shape ", shapeString(type.getShape()),

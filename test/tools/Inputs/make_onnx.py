@@ -142,7 +142,7 @@ def shuffle(fault=None):
              weight("fc.weight", 10, 6), numpy_helper.from_array(np.zeros(10, np.float32), "fc.bias"),
              i64("halves", [4, 4]), i64("zero", 0), i64("one", 1), i64("two", 2), i64("three", 3),
              i64("groups", [2]), i64("axis0", [0]), i64("flat", [0, -1, 8, 8]),
-             i64("from", [0]), i64("to", [6]), i64("on", [1]), i64("spatial", [2, 3])]
+             i64("from", [2]), i64("to", [2**63 - 1]), i64("on", [1]), i64("spatial", [2, 3])]
     n, bn_inits = bn("bn", "c1", "b1", 8)
     inits += bn_inits
     nodes = [
@@ -185,6 +185,9 @@ def shuffle(fault=None):
     if fault == "random":  # stochastic depth's mask, as torchvision exports it
         nodes.insert(9, helper.make_node("RandomUniformLike", ["joined"], ["noise"],
                                          name="/RandomUniformLike"))
+    if fault == "same_stride0":  # SAME padding over a zero stride: no division by it
+        nodes[3] = helper.make_node("MaxPool", ["r1"], ["p1"], name="/maxpool/MaxPool",
+                                    kernel_shape=[3, 3], strides=[0, 2], auto_pad="SAME_UPPER")
     if fault == "slice_batch":
         nodes[-3] = helper.make_node("Slice", ["shuffled", "from", "one_i", "axis0"], ["kept"],
                                      name="/Slice")
@@ -207,7 +210,7 @@ def main():
     onnx.save(mobile(), os.path.join(out, "mobile.onnx"))
     onnx.save(shuffle(), os.path.join(out, "shuffle.onnx"))
     onnx.save(classifier(trans_b0=8), os.path.join(out, "gemm_b0.onnx"))
-    for fault in ["batch_arithmetic", "slice_batch", "reshape_batch", "random"]:
+    for fault in ["batch_arithmetic", "slice_batch", "reshape_batch", "random", "same_stride0"]:
         onnx.save(shuffle(fault), os.path.join(out, f"bad_{fault}.onnx"))
     for name, faults in {"tanh": {"tanh": 1}, "two_inputs": {"two_inputs": 1},
                          "trans_b0": {"trans_b0": 9}, "ceil": {"ceil_mode": 1},
