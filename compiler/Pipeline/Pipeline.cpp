@@ -51,6 +51,23 @@
 
 namespace graphc {
 
+/// What every plan ends with, training or inference: fusion (before
+/// bufferization, which turns each nn.fusion into one kernel), lowering,
+/// memory placement, codegen and the contract.
+static void addFusionAndLowering(mlir::OpPassManager &pm, const PipelineOptions &options) {
+  if (options.fuse)
+    pm.addPass(createFuseElementwise());
+  // Bufferize first, then place: placement needs the final command order and
+  // the in-place opportunities only the commands show.
+  pm.addPass(createLowerToPlan());
+  pm.addPass(createPlanMemory());
+  if (options.stopAfter == Phase::Lower)
+    return;
+  pm.addPass(createCodegenKernels(options.codegen));
+  // Last, so a compiler bug is a compile error rather than a refused plan.
+  pm.addPass(createPlanContract());
+}
+
 void buildCompilePipeline(mlir::OpPassManager &pm, const PipelineOptions &options) {
   pm.addPass(createVerifyModel(VerifyModelOptions{options.forward}));
   if (options.batchSize > 0)
@@ -64,16 +81,8 @@ void buildCompilePipeline(mlir::OpPassManager &pm, const PipelineOptions &option
     pm.addPass(createBuildInfer());
     if (options.layout != "nchw")
       pm.addPass(createLayout(LayoutOptions{options.layout, options.filters}));
-    if (options.stopAfter < Phase::Lower)
-      return;
-    if (options.fuse)
-      pm.addPass(createFuseElementwise());
-    pm.addPass(createLowerToPlan());
-    pm.addPass(createPlanMemory());
-    if (options.stopAfter == Phase::Lower)
-      return;
-    pm.addPass(createCodegenKernels(options.codegen));
-    pm.addPass(createPlanContract());
+    if (options.stopAfter >= Phase::Lower)
+      addFusionAndLowering(pm, options);
     return;
   }
 
@@ -96,20 +105,8 @@ void buildCompilePipeline(mlir::OpPassManager &pm, const PipelineOptions &option
     return;
   if (options.remat)
     pm.addPass(createRematerialize(options.rematerialize));
-  // Fusion after the optimizer, so the update's elementwise ops are visible,
-  // and before bufferization, which turns each nn.fusion into one kernel.
-  if (options.fuse)
-    pm.addPass(createFuseElementwise());
-
-  // Bufferize first, then place: placement needs the final command order and
-  // the in-place opportunities only the commands show.
-  pm.addPass(createLowerToPlan());
-  pm.addPass(createPlanMemory());
-  if (options.stopAfter == Phase::Lower)
-    return;
-  pm.addPass(createCodegenKernels(options.codegen));
-  // Last, so a compiler bug is a compile error rather than a refused plan.
-  pm.addPass(createPlanContract());
+  // Fusion after the optimizer, so the update's elementwise ops are visible.
+  addFusionAndLowering(pm, options);
 }
 
 } // namespace graphc
