@@ -83,24 +83,41 @@ def no_randomness(model):
             module.p = 0.0
 
 
+def build(name, size):
+    """torchvision's `name`; vit_tiny: ViT's structure at a size whose parity
+    check takes seconds (2 layers, 4 heads, width 64, 8x8 patches)."""
+    if name == "vit_tiny":
+        from torchvision.models.vision_transformer import VisionTransformer
+        return VisionTransformer(image_size=size, patch_size=size // 8, num_layers=2,
+                                 num_heads=4, hidden_dim=64, mlp_dim=128)
+    if name.startswith("vit_"):
+        return getattr(torchvision.models, name)(image_size=size)
+    return getattr(torchvision.models, name)()
+
+
 def one_model(name, args, work):
     os.makedirs(work, exist_ok=True)
     torch.manual_seed(0)
-    model = getattr(torchvision.models, name)()
+    transformer = name.startswith(("vit_", "swin_"))
+    model = build(name, args.size)
     no_randomness(model)
     model.train()
     x = torch.randn(args.batch, 3, args.size, args.size)
     y = torch.randint(0, 1000, (args.batch,))
     onnx_path = os.path.join(work, f"{name}.onnx")
     started = time.time()
+    # Attention merges the batch with its heads: a batch axis the exporter
+    # keeps symbolic, and graphc import fixes it (--batch).
+    dynamic = {"dynamic_axes": {"input": {0: "batch"}, "logits": {0: "batch"}}} if transformer else {}
     torch.onnx.export(model, (x,), onnx_path, opset_version=17,
                       training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
-                      dynamo=False, input_names=["input"], output_names=["logits"])
+                      dynamo=False, input_names=["input"], output_names=["logits"], **dynamic)
     export_s = time.time() - started
     mlir = os.path.join(work, f"{name}.mlir")
     weights = os.path.join(work, f"{name}.safetensors")
     started = time.time()
-    run([os.path.join(BIN, "graphc"), "import", onnx_path, "-o", mlir])
+    run([os.path.join(BIN, "graphc"), "import", onnx_path, "-o", mlir] +
+        (["--batch", str(args.batch)] if transformer else []))
     import_s = time.time() - started
     plan = os.path.join(work, f"{name}.plan")
     started = time.time()
@@ -134,7 +151,7 @@ def one_model(name, args, work):
     start._metadata = {"": {"version": 2}}  # MNASNet's loader asks which layout it is
 
     def train_torch(dtype):
-        m = getattr(torchvision.models, name)()
+        m = build(name, args.size)
         no_randomness(m)
         missing, unexpected = m.load_state_dict(start, strict=False)
         assert not unexpected, unexpected

@@ -80,7 +80,7 @@ std::pair<int64_t, int64_t> opCost(Operation *op) {
       .Case([&](nn::SoftmaxCrossEntropyOp loss) {
         return std::make_pair(int64_t(0), checkedMul(5, numElements(loss.getLogits())));
       })
-      .Case<nn::ReluOp, nn::NegOp, nn::ExpOp, nn::LogOp, nn::RsqrtOp, nn::SigmoidOp,
+      .Case<nn::ReluOp, nn::NegOp, nn::ExpOp, nn::LogOp, nn::RsqrtOp, nn::SigmoidOp, nn::ErfOp,
             nn::AddOp, nn::SubOp, nn::MulOp, nn::DivOp, nn::MaxOp, nn::SelectOp, nn::CmpOp,
             nn::CastOp>([&](Operation *) { return std::make_pair(int64_t(0), out); })
       .Default([](Operation *) { return std::make_pair(int64_t(0), int64_t(0)); });

@@ -43,6 +43,8 @@ public:
   /// run()'s inference model (options.forward): @infer.
   OwningOpRef<ModuleOp> runInference(Location fileLoc, OwningOpRef<ModuleOp> owned);
   std::string error;
+  /// Whether the error is one a fixed batch size would avoid.
+  bool needsFixedBatch = false;
   /// The initializers declared as nn.parameter or nn.state, in order.
   std::vector<const Tensor *> declared;
 
@@ -52,6 +54,13 @@ private:
     if (error.empty())
       error = (node ? where(*node) + ": " : std::string()) + message;
     return false;
+  }
+  // An error the open batch causes: the graph merges it with other dims or
+  // moves it from dim 0. A fixed batch (OnnxImportOptions::batch) imports it.
+  bool failBatch(const std::string &message) {
+    needsFixedBatch = true;
+    return fail(message + (options.batch ? std::string()
+                                         : " (graphc import --batch N fixes the batch size)"));
   }
   static std::string where(const Node &n) {
     return "node " + std::to_string(n.index) + " '" + onnx_model::shown(n.name) + "' (" +
@@ -82,6 +91,22 @@ private:
   bool transpose(const Node &n);
   bool reshape(const Node &n);
   bool reduceMean(const Node &n);
+  // OnnxTransformer.cpp: the ops vision transformers add.
+  bool foldsToScalar(const Node &n);
+  bool foldScalar(const Node &n);
+  bool matmul(const Node &n);
+  bool softmax(const Node &n);
+  bool layerNorm(const Node &n);
+  bool expand(const Node &n);
+  bool gatherOne(const Node &n);
+  bool squeeze(const Node &n, bool unsqueeze);
+  bool castActivation(const Node &n);
+  // `x` reduced over `dims` (mean, or max) and broadcast back to its shape.
+  Value keptReduction(Value x, ArrayRef<int64_t> dims, bool max);
+  // `x` reshaped to `shape` (a dynamic entry: the open batch, dim 0).
+  Value reshaped(Value x, ArrayRef<int64_t> shape);
+  // An activation, or an initializer as a trained parameter.
+  Value operand(const std::string &name);
   // [start, end) of `dim`, numpy's rules (negative from the end, clamped);
   // null after an error.
   Value sliceOf(Value x, int64_t dim, int64_t start, int64_t end);
@@ -142,6 +167,8 @@ private:
   // Integer vectors folded at import (shapes), the batch as kBatch.
   static constexpr int64_t kBatch = std::numeric_limits<int64_t>::min();
   std::map<std::string, std::vector<int64_t>> known;
+  // Float scalars folded at import (attention's scale from a shape).
+  std::map<std::string, double> knownScalars;
   std::map<std::string, std::pair<Value, bool>> variables;  // loaded, trained
   int64_t parameterCount = 0;
 };

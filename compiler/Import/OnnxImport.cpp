@@ -154,6 +154,14 @@ Value Importer::activation(const std::string &name) {
   auto it = values.find(name);
   if (it != values.end())
     return it->second;
+  // A float initializer read as a tensor (ViT's class token and position
+  // embedding, a bias added by Add, a weight MatMul reads) is trained.
+  if (auto init = initializers.find(name);
+      init != initializers.end() && init->second->type == ElementType::Float &&
+      !init->second->dims.empty())
+    return variable(name, true,
+                    init->second->dims.size() == 1 ? nn::Initializer::zeros
+                                                   : nn::Initializer::xavier_uniform);
   if (initializers.count(name) || constants.count(name))
     fail("input '" + onnx_model::shown(name) + "' is a constant where graphc takes an activation");
   else
@@ -258,6 +266,12 @@ Value Importer::variable(const std::string &name, bool trained, nn::Initializer 
 }
 
 std::optional<double> Importer::scalar(const std::string &name, int64_t maxRank) {
+  if (auto it = knownScalars.find(name); it != knownScalars.end())
+    return it->second;
+  if (auto it = known.find(name); it != known.end())
+    return it->second.size() == 1 && it->second[0] != kBatch
+               ? std::optional<double>(static_cast<double>(it->second[0]))
+               : std::nullopt;
   const Tensor *t = nullptr;
   if (auto it = initializers.find(name); it != initializers.end())
     t = it->second;
@@ -293,6 +307,8 @@ bool Importer::importNode(const Node &n) {
     constants[n.outputs[0]] = &it->second.tensor;
     return true;
   }
+  if (foldsToScalar(n))
+    return foldScalar(n);
   if (foldsToInts(n))
     return foldInts(n);
   if (op == "Conv")
@@ -315,6 +331,28 @@ bool Importer::importNode(const Node &n) {
                      : op == "Sigmoid" ? tryCreate<nn::SigmoidOp>(x)
                                        : x);
   }
+  if (op == "MatMul")
+    return matmul(n);
+  if (op == "Softmax")
+    return softmax(n);
+  if (op == "LayerNormalization")
+    return layerNorm(n);
+  if (op == "Erf") {
+    if (!knownAttributes(n, {}))
+      return false;
+    Value x = n.inputs.size() == 1 ? activation(n.inputs[0]) : Value();
+    if (!x)
+      return n.inputs.size() == 1 ? false : fail("expected one input");
+    return define(n, tryCreate<nn::ErfOp>(x));
+  }
+  if (op == "Expand")
+    return expand(n);
+  if (op == "Gather")
+    return gatherOne(n);
+  if (op == "Squeeze" || op == "Unsqueeze")
+    return squeeze(n, op == "Unsqueeze");
+  if (op == "Cast")
+    return castActivation(n);
   if (op == "Concat")
     return concat(n);
   if (op == "Slice")
@@ -420,9 +458,12 @@ OwningOpRef<ModuleOp> Importer::run() {
     return nullptr;
   }
   SmallVector<int64_t> imageShape(images.dims.begin(), images.dims.end());
-  imageShape[0] = ShapedType::kDynamic;
+  const int64_t batch = options.batch > 0 ? options.batch : ShapedType::kDynamic;
+  imageShape[0] = batch;
   auto imageType = RankedTensorType::get(imageShape, b.getF32Type());
-  auto labelType = RankedTensorType::get({ShapedType::kDynamic}, b.getI32Type());
+  auto labelType = RankedTensorType::get({batch}, b.getI32Type());
+  if (options.batch > 0)
+    module->setAttr("graphc.fixed_batch", b.getI64IntegerAttr(options.batch));
   b.setInsertionPointToEnd(module.getBody());
   auto forward = b.create<func::FuncOp>(
       fileLoc, "forward",
@@ -465,19 +506,26 @@ OwningOpRef<ModuleOp> Importer::run() {
 OwningOpRef<ModuleOp> Importer::runInference(Location fileLoc, OwningOpRef<ModuleOp> owned) {
   // @infer(inputs...) -> (outputs...), every shape as the file gives it.
   SmallVector<Type> inputTypes;
+  const int64_t batch = options.batch > 0 ? options.batch : options.fallbackBatch;
   for (const onnx_model::Value &input : model.inputs) {
     int64_t count = 1;
     bool bounded = input.dims.size() <= 8;
-    for (int64_t d : input.dims)
+    std::vector<int64_t> dims = input.dims;
+    // A symbolic batch axis (an export's dynamic_axes) takes the batch size
+    // given (graphc import --batch, graphc compile --batch-size).
+    if (!dims.empty() && dims[0] < 0 && batch > 0)
+      dims[0] = batch;
+    for (int64_t d : dims)
       bounded = bounded && d >= 1 && d <= (1 << 20) && d <= (int64_t{1} << 31) / count &&
                 (count *= d) > 0;
     if (input.type != ElementType::Float || !input.hasShape || !bounded) {
       error = "input '" + onnx_model::shown(input.name) +
               "' must be a float32 tensor of fixed, non-empty shape, at most 2^31 values and "
-              "rank 8 (an inference model's shapes are the file's)";
+              "rank 8 (an inference model's shapes are the file's; a symbolic batch axis "
+              "takes --batch)";
       return nullptr;
     }
-    inputTypes.push_back(RankedTensorType::get(input.dims, b.getF32Type()));
+    inputTypes.push_back(RankedTensorType::get(dims, b.getF32Type()));
   }
   if (model.outputs.empty()) {
     error = "the graph has no outputs";
@@ -535,15 +583,27 @@ OwningOpRef<ModuleOp> importOnnx(MLIRContext &context, llvm::StringRef path,
     error = why;
     return nullptr;
   }
-  Importer importer(context, model, options);
-  OwningOpRef<ModuleOp> module = importer.run();
+  if (options.batch < 0 || options.batch > (1 << 20)) {
+    error = "--batch must be in [1, 2^20]";
+    return nullptr;
+  }
+  std::optional<Importer> importer;
+  importer.emplace(context, model, options);
+  OwningOpRef<ModuleOp> module = importer->run();
+  OnnxImportOptions fixed = options;
+  if (!module && importer->needsFixedBatch && !options.batch && options.fallbackBatch > 0) {
+    // The graph needs the batch size: import at the one compile uses.
+    fixed.batch = options.fallbackBatch;
+    importer.emplace(context, model, fixed);
+    module = importer->run();
+  }
   if (!module) {
-    error = importer.error.empty() ? "import failed" : importer.error;
+    error = importer->error.empty() ? "import failed" : importer->error;
     return nullptr;
   }
   if (weights) {
     weights->clear();
-    for (const Tensor *t : importer.declared) {
+    for (const Tensor *t : importer->declared) {
       uint64_t count = 1;
       for (int64_t d : t->dims)
         count *= static_cast<uint64_t>(d);

@@ -27,9 +27,17 @@
 //     reshape;
 //   Flatten (axis 1) -> flatten; Gemm (B transposed, alpha = beta = 1) -> linear;
 //   Dropout -> dropout (its ratio, a seed per node); Identity.
-// Shape arithmetic (Shape, Gather, Unsqueeze, Squeeze, Concat, Cast, Slice,
-// Add, Sub, Mul, Div on integer vectors) is folded at import, the batch size
-// kept open (OnnxShapes.cpp). Anything else is a one-line error naming the
+//   MatMul (a 2-D weight, or equal batch dims) -> matmul between reshapes;
+//   Softmax -> reduce_max, sub, exp, reduce_sum, div; LayerNormalization ->
+//     reduce_mean twice, rsqrt, mul, add; Erf -> erf; Expand -> broadcast;
+//     Gather of one constant index -> slice (and reshape); Squeeze,
+//     Unsqueeze -> reshape; Cast between float types -> nothing
+//     (OnnxTransformer.cpp).
+// A float initializer read as a tensor is a trained parameter. Shape
+// arithmetic (Shape, Gather, Unsqueeze, Squeeze, Concat, Cast, Slice, Add,
+// Sub, Mul, Div, Mod, Equal, Where, ConstantOfShape, Reshape, Expand on
+// integer vectors; Cast, Sqrt, Div, ... of them as floats) is folded at
+// import, the batch size kept open (OnnxShapes.cpp) unless fixed. Anything else is a one-line error naming the
 // node (index, name, op type) and the opset. With `forward`, an inference
 // model instead (@infer: the graph's inputs and outputs as they are, no
 // loss), where dim 0 is an ordinary static dim and weights may be inputs.
@@ -56,6 +64,16 @@ struct OnnxImportOptions {
   /// every graph input (static shapes, as in the file) and returns every
   /// graph output; no loss. A node's weight may then be a graph input too.
   bool forward = false;
+  /// A fixed batch size (0: the batch left open, set at compile; with
+  /// `forward`, what a symbolic dim 0 of an input becomes): the images
+  /// [batch, C, H, W] and every shape static, so that the graph may move the
+  /// batch out of dim 0 or merge it with another dim (attention's heads).
+  /// The module then records it (graphc.fixed_batch), and compiling it at
+  /// another batch size is an error.
+  int64_t batch = 0;
+  /// When the open batch fails and `batch` is 0, import again with this one
+  /// (graphc compile MODEL.onnx passes its --batch-size).
+  int64_t fallbackBatch = 0;
 };
 
 /// The value of one nn.parameter or nn.state of an imported model, as the

@@ -260,10 +260,12 @@ bool Importer::dropout(const Node &n) {
     return n.inputs.empty() ? fail("expected an input") : false;
   if (options.forward) {
     // Inference: the identity, unless training_mode is given and not a
-    // constant false.
+    // constant false and the ratio is not a constant 0.
     if (n.inputs.size() > 2 && !n.inputs[2].empty()) {
       std::optional<double> training = scalar(n.inputs[2]);
-      if (!training || *training != 0)
+      std::optional<double> ratio =
+          n.inputs.size() > 1 && !n.inputs[1].empty() ? scalar(n.inputs[1]) : std::nullopt;
+      if ((!training || *training != 0) && ratio != 0.0)
         return fail("training-mode dropout in an inference model");
     }
     return define(n, x);

@@ -54,10 +54,11 @@ std::optional<std::vector<int64_t>> Importer::knownInts(const std::string &name)
 bool Importer::foldsToInts(const Node &n) {
   const std::string &op = n.opType;
   if (op == "Shape")
-    return n.inputs.size() == 1 && values.count(n.inputs[0]);
+    return n.inputs.size() == 1 && (values.count(n.inputs[0]) || known.count(n.inputs[0]));
   static const char *const folded[] = {"Gather", "Unsqueeze", "Squeeze", "Concat", "Add",
                                        "Sub",    "Mul",       "Div",     "Cast",   "Slice",
-                                       "Identity"};
+                                       "Identity", "Reshape", "ConstantOfShape", "Equal",
+                                       "Where",  "Mod",       "Expand"};
   if (std::none_of(std::begin(folded), std::end(folded), [&](const char *f) { return op == f; }))
     return false;
   // Every operand an integer vector known here: folded from the images'
@@ -81,9 +82,14 @@ bool Importer::foldInts(const Node &n) {
   if (op == "Shape") {
     if (!knownAttributes(n, {"start", "end"}))
       return false;
-    auto type = llvm::cast<RankedTensorType>(values[n.inputs[0]].getType());
-    for (int64_t d : type.getShape())
-      result.push_back(ShapedType::isDynamic(d) ? kBatch : d);
+    if (auto it = known.find(n.inputs[0]); it != known.end()) {
+      // The shape of a shape: its length.
+      result.push_back(static_cast<int64_t>(it->second.size()));
+    } else {
+      auto type = llvm::cast<RankedTensorType>(values[n.inputs[0]].getType());
+      for (int64_t d : type.getShape())
+        result.push_back(ShapedType::isDynamic(d) ? kBatch : d);
+    }
     const auto rank = static_cast<int64_t>(result.size());
     auto start = intAttr(n, "start", 0), end = intAttr(n, "end", rank);
     if (!start || !end)
@@ -143,9 +149,57 @@ bool Importer::foldInts(const Node &n) {
     int64_t s = clampIndex(starts[0]), e = clampIndex(ends[0]);
     if (s < e)
       result.assign(data.begin() + s, data.begin() + e);
-  } else { // Add, Sub, Mul, Div: numpy broadcasting of vectors
-    if (!knownAttributes(n, {}) || n.inputs.size() != 2)
+  } else if (op == "Reshape" || op == "Expand") {
+    // Of a vector to a vector: the values as they are (shapes of rank 1 only).
+    if (!knownAttributes(n, {"allowzero"}) || n.inputs.size() != 2)
+      return n.inputs.size() == 2 ? false : fail("expected data and shape");
+    std::vector<int64_t> target = in(1);
+    result = in(0);
+    const auto count = static_cast<int64_t>(result.size());
+    if (op == "Reshape" ? target.size() != 1 || (target[0] != -1 && target[0] != count)
+                        : target.size() != 1 || (target[0] != 1 && target[0] != count &&
+                                                 count != 1))
+      return fail("a shape vector is " + op + "d to a shape other than a vector");
+    if (op == "Expand" && count == 1 && target[0] > 1) {
+      if (target[0] > 8)
+        return fail("a shape vector of more than 8 entries");
+      result.assign(target[0], result[0]);
+    }
+  } else if (op == "ConstantOfShape") {
+    if (!knownAttributes(n, {"value"}) || n.inputs.size() != 1)
+      return n.inputs.size() == 1 ? false : fail("expected a shape");
+    std::vector<int64_t> shape = in(0);
+    int64_t value = 0;
+    if (auto it = n.attributes.find("value"); it != n.attributes.end()) {
+      const Tensor &t = it->second.tensor;
+      if (it->second.kind != Attribute::Kind::Tensor || !t.hasValues || t.values.size() != 1 ||
+          (t.type != ElementType::Int64 && t.type != ElementType::Int32))
+        return fail("only an integer 'value' is folded");
+      value = static_cast<int64_t>(t.values.front());
+    }
+    if (shape.size() != 1 || shape[0] < 0 || shape[0] > 8)
+      return fail("only a vector of at most 8 entries is folded");
+    result.assign(shape[0], value);
+  } else if (op == "Where") {
+    if (!knownAttributes(n, {}) || n.inputs.size() != 3)
+      return n.inputs.size() == 3 ? false : fail("expected a condition and two vectors");
+    std::vector<int64_t> cond = in(0), x = in(1), y = in(2);
+    const size_t size = std::max({cond.size(), x.size(), y.size()});
+    for (const auto *v : {&cond, &x, &y})
+      if (v->size() != size && v->size() != 1)
+        return fail("vectors of " + std::to_string(cond.size()) + ", " +
+                    std::to_string(x.size()) + " and " + std::to_string(y.size()) + " entries");
+    auto at = [&](const std::vector<int64_t> &v, size_t i) { return v[v.size() == 1 ? 0 : i]; };
+    for (size_t i = 0; i < size; ++i)
+      result.push_back(at(cond, i) ? at(x, i) : at(y, i));
+  } else { // Add, Sub, Mul, Div, Mod, Equal: numpy broadcasting of vectors
+    if (!knownAttributes(n, op == "Mod" ? std::initializer_list<const char *>{"fmod"}
+                                        : std::initializer_list<const char *>{}) ||
+        n.inputs.size() != 2)
       return n.inputs.size() == 2 ? false : fail("expected two inputs");
+    auto fmod = intAttr(n, "fmod", 0);
+    if (!fmod)
+      return false;
     std::vector<int64_t> lhs = in(0), rhs = in(1);
     if (lhs.size() != rhs.size() && lhs.size() != 1 && rhs.size() != 1)
       return fail("shape arithmetic on " + std::to_string(lhs.size()) + " and " +
@@ -153,24 +207,36 @@ bool Importer::foldInts(const Node &n) {
     for (size_t i = 0; i < std::max(lhs.size(), rhs.size()); ++i) {
       int64_t l = lhs[lhs.size() == 1 ? 0 : i], r = rhs[rhs.size() == 1 ? 0 : i];
       // The batch passes through arithmetic that leaves it as it is.
+      if (op == "Equal") {
+        // The batch equals itself and no constant (it is at least 1; the
+        // constants compared with shapes are -1 and 0).
+        if ((l == kBatch) != (r == kBatch) && (l == kBatch ? r : l) > 0)
+          return failBatch("compares the batch size, which graphc leaves open until compile");
+        result.push_back(l == r ? 1 : 0);
+        continue;
+      }
       if (l == kBatch || r == kBatch) {
         const int64_t other = l == kBatch ? r : l;
         const bool identity = (op == "Mul" && other == 1) || (op == "Div" && r == 1) ||
                               (op == "Add" && other == 0) || (op == "Sub" && r == 0);
         if (!identity || (l == kBatch && r == kBatch))
-          return fail("arithmetic on the batch size, which graphc leaves open until compile");
+          return failBatch("arithmetic on the batch size, which graphc leaves open until compile");
         result.push_back(kBatch);
         continue;
       }
-      if (op == "Div" && r == 0)
+      if ((op == "Div" || op == "Mod") && r == 0)
         return fail("division by zero in shape arithmetic");
       // Within int32 either way: shapes here are dims of at most 2^20.
       if (std::abs(l) > (int64_t{1} << 31) || std::abs(r) > (int64_t{1} << 31))
         return fail("shape arithmetic on values beyond 2^31");
+      // ONNX's integer Div truncates, as C++; Mod (fmod 0) takes the
+      // divisor's sign, as Python.
+      const int64_t mod = *fmod ? l % r : ((l % r) + r) % r;
       result.push_back(op == "Add"   ? l + r
                        : op == "Sub" ? l - r
                        : op == "Mul" ? l * r
-                                     : l / r); // ONNX's integer Div truncates, as C++
+                       : op == "Mod" ? mod
+                                     : l / r);
     }
   }
   if (n.outputs.empty() || n.outputs[0].empty())
@@ -211,7 +277,7 @@ Value Importer::sliceOf(Value x, int64_t dim, int64_t start, int64_t end) {
     // The batch is open; only the whole of it can be taken.
     if (start == 0 && end >= (int64_t{1} << 31))
       return x;
-    fail("it slices the batch dim 0, which graphc leaves open until compile");
+    failBatch("it slices the batch dim 0, which graphc leaves open until compile");
     return nullptr;
   }
   start = std::clamp(start < 0 ? start + extent : start, int64_t{0}, extent);
@@ -322,7 +388,7 @@ bool Importer::transpose(const Node &n) {
     return false;
   auto type = llvm::cast<RankedTensorType>(x.getType());
   if (perm->empty() || (type.isDynamicDim(0) && perm->front() != 0))
-    return fail("the batch must stay dim 0");
+    return failBatch("the batch must stay dim 0");
   return define(n, tryCreate<nn::TransposeOp>(x, b.getDenseI64ArrayAttr(*perm)));
 }
 
@@ -376,12 +442,12 @@ bool Importer::reshape(const Node &n) {
   // The first entry must be the batch: the batch itself, a copy of dim 0,
   // the batch the file was exported with, or -1 over whole samples.
   if (target.empty())
-    return fail("a reshape to a scalar drops the batch");
+    return failBatch("a reshape to a scalar drops the batch");
   const int64_t exportedBatch = model.inputs.front().dims.front();
   const bool batchFirst = target[0] == kBatch || (target[0] == 0 && !*allowZero) ||
                           (exportedBatch > 0 && target[0] == exportedBatch) || target[0] == -1;
   if (!batchFirst)
-    return fail("its shape must keep the batch as dim 0");
+    return failBatch("its shape must keep the batch as dim 0");
   int64_t perSample = 1;
   for (int64_t d : type.getShape().drop_front())
     perSample *= d;
@@ -390,7 +456,7 @@ bool Importer::reshape(const Node &n) {
     int64_t &d = target[i];
     if (d == 0 && !*allowZero) {
       if (static_cast<int64_t>(i) >= type.getRank())
-        return fail("entry " + std::to_string(i) + " copies a dim the input does not have");
+        return failBatch("entry " + std::to_string(i) + " copies a dim the input does not have");
       d = type.getDimSize(i);
     }
     if (d == -1 && inferred < 0 && target[0] != -1) {
@@ -398,21 +464,21 @@ bool Importer::reshape(const Node &n) {
       continue;
     }
     if (d < 1 || d > (int64_t{1} << 31))
-      return fail("entry " + std::to_string(i) + " of its shape is " +
+      return failBatch("entry " + std::to_string(i) + " of its shape is " +
                   (d == kBatch ? std::string("the batch size") : std::to_string(d)));
     if (d > perSample / product)
-      return fail("its shape holds more than the input's " + std::to_string(perSample) +
+      return failBatch("its shape holds more than the input's " + std::to_string(perSample) +
                   " elements per sample");
     product *= d;
   }
   if (inferred > 0) {
     if (product == 0 || perSample % product != 0)
-      return fail("the -1 of its shape does not divide " + std::to_string(perSample));
+      return failBatch("the -1 of its shape does not divide " + std::to_string(perSample));
     target[inferred] = perSample / product;
     product = perSample;
   }
   if (product != perSample)
-    return fail("its shape holds " + std::to_string(product) + " elements per sample, the input " +
+    return failBatch("its shape holds " + std::to_string(product) + " elements per sample, the input " +
                 std::to_string(perSample));
   target[0] = -1;
   return define(n, tryCreate<nn::ReshapeOp>(x, b.getDenseI64ArrayAttr(target)));

@@ -37,6 +37,7 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Arith/Transforms/Passes.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/Math/Transforms/Passes.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Utils/StaticValueUtils.h"
 #include "mlir/IR/IRMapping.h"
@@ -334,6 +335,9 @@ LogicalResult CodegenKernelsPass::lowerToLLVMDialect(ModuleOp kernels) {
   {
     RewritePatternSet patterns(kernels->getContext());
     arith::populateExpandBFloat16Patterns(patterns);
+    // erf has no LLVM intrinsic and libm's erff would be an import: MLIR's
+    // rational approximation instead (nn.erf, GELU).
+    populatePolynomialApproximateErfPattern(patterns);
     if (failed(applyPatternsAndFoldGreedily(kernels, std::move(patterns))))
       return kernels.emitError("cannot expand the kernels' bf16 conversions");
   }

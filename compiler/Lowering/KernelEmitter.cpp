@@ -46,6 +46,16 @@ Value emitScalarOp(OpBuilder &b, Location loc, Operation *op, ValueRange args) {
         Value e = b.create<math::ExpOp>(loc, b.create<arith::NegFOp>(loc, args[0]));
         return b.create<arith::DivFOp>(loc, one, b.create<arith::AddFOp>(loc, one, e));
       })
+      // The CPU codegen expands math.erf into a rational approximation
+      // (MLIR's, within a few ulp); the GPU one calls libdevice's erff.
+      // Computed in f32 whatever the storage type (the approximation is
+      // written for f32).
+      .Case([&](nn::ErfOp) -> Value {
+        Type f32 = b.getF32Type();
+        Value x = resultElem == f32 ? args[0] : castScalar(b, loc, args[0], f32);
+        Value y = b.create<math::ErfOp>(loc, x);
+        return resultElem == f32 ? y : castScalar(b, loc, y, resultElem);
+      })
       .Case([&](nn::AddOp) -> Value {
         if (isFloat)
           return b.create<arith::AddFOp>(loc, args[0], args[1]);
@@ -79,7 +89,8 @@ Value emitScalarOp(OpBuilder &b, Location loc, Operation *op, ValueRange args) {
 
 bool isKernelOp(Operation *op) {
   return llvm::isa<nn::ReluOp, nn::NegOp, nn::ExpOp, nn::LogOp, nn::RsqrtOp, nn::SigmoidOp,
-                   nn::AddOp, nn::SubOp, nn::MulOp, nn::DivOp, nn::MaxOp, nn::SelectOp, nn::CmpOp,
+                   nn::ErfOp, nn::AddOp, nn::SubOp, nn::MulOp, nn::DivOp, nn::MaxOp,
+                   nn::SelectOp, nn::CmpOp,
                    nn::CastOp, nn::BroadcastOp, nn::ReduceSumOp, nn::ReduceMeanOp,
                    nn::ReduceMaxOp, nn::GlobalAvgPoolOp, nn::ArgmaxOp,
                    nn::SoftmaxCrossEntropyOp, nn::SoftmaxCrossEntropyBackwardOp,

@@ -168,6 +168,15 @@ LogicalResult Differentiator::backprop(Operation *op) {
         });
         return success();
       })
+      .Case([&](nn::ErfOp erf) {
+        // d/dx erf(x) = 2 / sqrt(pi) e^(-x^2).
+        accumulate(erf.getInput(), [&] {
+          Value x = erf.getInput();
+          Value gauss = b.create<nn::ExpOp>(loc, b.create<nn::NegOp>(loc, mul(x, x)));
+          return mul(dy, mul(gauss, splatLike(b, loc, x, 1.1283791670955126)));
+        });
+        return success();
+      })
       .Case([&](nn::AddOp add) {
         accumulate(add.getLhs(), [&] { return dy; });
         accumulate(add.getRhs(), [&] { return dy; });

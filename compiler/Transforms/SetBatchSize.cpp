@@ -43,6 +43,16 @@ struct SetBatchSizePass : impl::SetBatchSizeBase<SetBatchSizePass> {
     // imported: it has no batch dimension to set.
     if (!module.lookupSymbol("forward") && module.lookupSymbol<func::FuncOp>("infer"))
       return;
+    // A model imported at a fixed batch size (graphc import --batch) has
+    // shapes that hold it (attention's heads merged with the batch).
+    if (auto fixed = module->getAttrOfType<IntegerAttr>("graphc.fixed_batch");
+        fixed && fixed.getInt() != batchSize) {
+      module.emitError("the model was imported for batch size ")
+          << fixed.getInt() << " (graphc import --batch " << fixed.getInt()
+          << "), not " << static_cast<int64_t>(batchSize)
+          << ": compile with --batch-size " << fixed.getInt() << " or import it again";
+      return signalPassFailure();
+    }
     FailureOr<func::FuncOp> found = lookupModelFunction(module, "forward");
     if (failed(found))
       return signalPassFailure();

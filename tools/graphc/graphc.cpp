@@ -86,6 +86,13 @@ cl::opt<std::string> weightsOut("weights-out",
 cl::opt<double> labelSmoothing("label-smoothing",
                                cl::desc("The appended loss's label smoothing (default 0)"),
                                cl::init(0.0), cl::sub(importCommand));
+cl::opt<int64_t> importBatch(
+    "batch",
+    cl::desc("Fix the batch size (default: left open, set by graphc compile --batch-size): "
+             "for models whose graph merges the batch with other dims, as attention does; "
+             "compile with the same --batch-size. With --forward: the size of a symbolic "
+             "batch axis"),
+    cl::init(0), cl::sub(importCommand));
 cl::opt<bool> importForward(
     "forward",
     cl::desc("An inference model instead (@infer): every graph input an argument and every "
@@ -266,6 +273,9 @@ int importModel() {
   graphc::OnnxImportOptions importOptions;
   importOptions.labelSmoothing = labelSmoothing;
   importOptions.forward = importForward;
+  if (importBatch.getNumOccurrences() && importBatch < 1)
+    return fail("--batch must be at least 1");
+  importOptions.batch = importBatch;
   std::string why;
   std::vector<graphc::ImportedWeight> weights;
   OwningOpRef<ModuleOp> module =
@@ -284,6 +294,9 @@ int importModel() {
                         : llvm::formatv("label smoothing {0}", double(labelSmoothing)).str()) +
                    ".")
      << "\n";
+  if (importBatch > 0)
+    os << "// Batch size fixed at " << importBatch << ": graphc compile --batch-size "
+       << importBatch << ".\n";
   module->print(os);
   os << "\n";
   std::string out = outputPath.getNumOccurrences()
@@ -369,6 +382,7 @@ OwningOpRef<ModuleOp> loadModel(MLIRContext &context, ModelSource &source) {
     std::string why;
     graphc::OnnxImportOptions importOptions;
     importOptions.forward = compileOptions().forward;
+    importOptions.fallbackBatch = compileOptions().batchSize;
     OwningOpRef<ModuleOp> module = graphc::importOnnx(context, modelPath, importOptions, why);
     if (!module)
       fail("cannot import '" + modelPath + "': " + why);

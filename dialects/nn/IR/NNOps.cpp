@@ -1360,7 +1360,7 @@ LogicalResult NonfiniteFlagsOp::verify() {
 //===----------------------------------------------------------------------===//
 
 bool graphc::nn::isFusibleElementwise(Operation *op) {
-  return isa<ReluOp, NegOp, ExpOp, LogOp, RsqrtOp, SigmoidOp, AddOp, SubOp, MulOp, DivOp,
+  return isa<ReluOp, NegOp, ExpOp, LogOp, RsqrtOp, SigmoidOp, ErfOp, AddOp, SubOp, MulOp, DivOp,
              MaxOp, SelectOp, CmpOp, CastOp>(op);
 }
 

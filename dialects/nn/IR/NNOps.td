@@ -157,6 +157,18 @@ def NN_SigmoidOp : NN_UnaryFloatOp<"sigmoid"> {
   }];
 }
 
+def NN_ErfOp : NN_UnaryFloatOp<"erf"> {
+  let summary = "the error function";
+  let description = [{
+    GELU as PyTorch writes it (`0.5 * x * (1 + erf(x / sqrt(2)))`, ViT's and
+    ConvNeXt's MLPs). Its gradient is `dy * 2 / sqrt(pi) * e^(-x^2)`.
+
+    ```mlir
+    %y = nn.erf %x : tensor<8x197x3072xf32>
+    ```
+  }];
+}
+
 class NN_BinaryOp<string mnemonic, list<Trait> traits = []> :
     NN_Op<mnemonic, !listconcat(traits,
         [Pure, AllTypesMatch<["lhs", "rhs", "result"]>,

@@ -22,6 +22,7 @@ reference by more than 1e-3 relative (with a floor of 1e-4 of the tensor's
 largest gradient, below which float32's rounding of `p - g` dominates).
 """
 import argparse
+import math
 import os
 import struct
 import subprocess
@@ -102,6 +103,20 @@ def cross_entropy(logits, labels, smoothing=0.0):
     return -(q * logp).sum(axis=1).mean()
 
 
+def erf(x):
+    return np.vectorize(math.erf)(x)
+
+
+def softmax(x, axis):
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def layer_norm(x, axes, eps=1e-5):
+    c = x - x.mean(axis=axes, keepdims=True)
+    return c / np.sqrt((c * c).mean(axis=axes, keepdims=True) + eps)
+
+
 # --------------------------------------------------------------------- cases
 # Each case: parameters {name: shape}, the MLIR of the op under test from
 # %a and %b ([N, 3, 5, 5], convolutions of the images by @wa and @wb) to %y,
@@ -128,6 +143,34 @@ CASES = {
     "sigmoid": ({}, lambda: [
         f"%s = nn.sigmoid %a : {t(A)}", f"%y = nn.mul %s, %b : {t(A)}"],
         lambda p, a, b: b / (1 + np.exp(-a))),
+    "erf": ({}, lambda: [
+        f"%e = nn.erf %a : {t(A)}", f"%y = nn.mul %e, %b : {t(A)}"],
+        lambda p, a, b: erf(a) * b),
+    # Softmax and layer norm as graphc import writes them (OnnxTransformer.cpp).
+    "softmax_layer_norm": ({}, lambda: [
+        f"%m = nn.reduce_max %a dims [3] keep_dims : {t(A)}",
+        f"%mb = nn.broadcast %m to %a dims [0, 1, 2, 3] : {t((N, 3, 5, 1))}, {t(A)}",
+        f"%d = nn.sub %a, %mb : {t(A)}", f"%e = nn.exp %d : {t(A)}",
+        f"%s = nn.reduce_sum %e dims [3] keep_dims : {t(A)}",
+        f"%sb = nn.broadcast %s to %e dims [0, 1, 2, 3] : {t((N, 3, 5, 1))}, {t(A)}",
+        f"%sm = nn.div %e, %sb : {t(A)}",
+        f"%mu = nn.reduce_mean %b dims [2, 3] keep_dims : {t(A)}",
+        f"%mub = nn.broadcast %mu to %b dims [0, 1, 2, 3] : {t((N, 3, 1, 1))}, {t(A)}",
+        f"%c = nn.sub %b, %mub : {t(A)}", f"%c2 = nn.mul %c, %c : {t(A)}",
+        f"%v = nn.reduce_mean %c2 dims [2, 3] keep_dims : {t(A)}",
+        f"%vb = nn.broadcast %v to %b dims [0, 1, 2, 3] : {t((N, 3, 1, 1))}, {t(A)}",
+        "%eps = nn.constant dense<1.0e-05> : tensor<f32>",
+        f"%epsb = nn.broadcast %eps to %b dims [] : tensor<f32>, {t(A)}",
+        f"%ve = nn.add %vb, %epsb : {t(A)}", f"%r = nn.rsqrt %ve : {t(A)}",
+        f"%ln = nn.mul %c, %r : {t(A)}", f"%y = nn.mul %sm, %ln : {t(A)}"],
+        lambda p, a, b: softmax(a, 3) * layer_norm(b, (2, 3))),
+    # Attention's batched product: the batch merged with the channels.
+    "batched_matmul": ({}, lambda: [
+        f"%ra = nn.reshape %a shape [-1, 5, 5] : {t(A)}",
+        f"%rb = nn.reshape %b shape [-1, 5, 5] : {t(A)}",
+        "%p = nn.matmul %ra, %rb transpose_b : tensor<?x5x5xf32>, tensor<?x5x5xf32>",
+        "%y = nn.reshape %p shape [-1, 3, 5, 5] : tensor<?x5x5xf32>"],
+        lambda p, a, b: a @ b.transpose(0, 1, 3, 2)),
     "concat_slice": ({}, lambda: [
         f"%c = nn.concat %a, %b dim 1 : {t(A)}, {t(A)}",
         f"%s = nn.slice %c dim 1 start 2 size 3 : {t((N, 6, 5, 5))}",

@@ -58,7 +58,7 @@ def classifier(opset=17, **faults):
                                   dilations=[2, 2], pads=[2, 2, 2, 2]))
     skip = "p1" if not faults.get("broadcast_add") else "bias_row"
     if faults.get("broadcast_add"):
-        inits.append(numpy_helper.from_array(np.zeros((1, 8, 1, 1), np.float32), "bias_row"))
+        inits.append(numpy_helper.from_array(np.zeros((1, 9, 1, 1), np.float32), "bias_row"))
     nodes.append(helper.make_node("Add", ["c3", skip], ["a1"], name="/layer1/layer1.0/Add"))
     nodes.append(helper.make_node("Relu", ["a1"], ["r3"], name="/layer1/layer1.0/relu_1/Relu"))
     nodes.append(helper.make_node("AveragePool", ["r3"], ["p2"], name="/avgpool2/AveragePool",

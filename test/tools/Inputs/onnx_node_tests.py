@@ -39,10 +39,11 @@ from onnx import TensorProto, numpy_helper
 
 DATA = "/usr/share/libonnx-testdata/data/node"
 # The ops graphc import takes (compiler/Import/OnnxImport.h).
-OPS = ["Add", "AveragePool", "BatchNormalization", "Clip", "Concat", "Conv", "Div", "Dropout",
-       "Flatten", "Gemm", "GlobalAveragePool", "HardSigmoid", "HardSwish", "Identity",
-       "MaxPool", "Mul", "ReduceMean", "Relu", "Reshape", "Sigmoid", "Slice", "Split", "Sub",
-       "Transpose"]
+OPS = ["Add", "AveragePool", "BatchNormalization", "Cast", "Clip", "Concat", "Conv", "Div",
+       "Dropout", "Erf", "Expand", "Flatten", "Gather", "Gemm", "GlobalAveragePool",
+       "HardSigmoid", "HardSwish", "Identity", "LayerNormalization", "MatMul", "MaxPool", "Mul",
+       "ReduceMean", "Relu", "Reshape", "Sigmoid", "Slice", "Softmax", "Split", "Squeeze",
+       "Sub", "Transpose", "Unsqueeze"]
 
 
 # Test-name prefixes that are not the op's name.

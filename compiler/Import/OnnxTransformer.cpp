@@ -1,0 +1,417 @@
+//===- OnnxTransformer.cpp - the ops vision transformers add ---------------===//
+//
+// ViT's and ConvNeXt's exports beyond the convolutional zoo: MatMul (batched,
+// a 2-D weight or two activations), Softmax, LayerNormalization, Erf (GELU),
+// Expand (the class token), Gather of one index, Squeeze and Unsqueeze, Cast
+// between float types, and the float scalars exporters compute from shapes
+// (attention's 1 / sqrt(head_dim) is Sqrt(Cast(Slice(Shape(q))))), folded
+// here. Softmax and layer norm become the reductions and elementwise ops the
+// fuser already groups, statistics in fp32 (graphc-mixed-precision keeps
+// reductions there).
+//
+//===----------------------------------------------------------------------===//
+
+#include "compiler/Import/Importer.h"
+
+#include <cmath>
+
+namespace graphc {
+namespace onnx_import {
+
+namespace {
+
+std::optional<int64_t> axisOf(int64_t axis, int64_t rank) {
+  if (axis < -rank || axis >= rank)
+    return std::nullopt;
+  return axis < 0 ? axis + rank : axis;
+}
+
+std::string shapeString(ArrayRef<int64_t> shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i)
+    text += (i ? ", " : "") + (shape[i] < 0 ? std::string("?") : std::to_string(shape[i]));
+  return text + "]";
+}
+
+bool isFloatType(int64_t onnxType) {
+  return onnxType == 1 || onnxType == 10 || onnxType == 11 || onnxType == 16; // f32 f16 f64 bf16
+}
+
+} // namespace
+
+bool Importer::foldsToScalar(const Node &n) {
+  const std::string &op = n.opType;
+  if (op == "Cast") {
+    // An integer folded from shapes, as a float.
+    auto to = intAttr(n, "to", 0);
+    if (!to || !isFloatType(*to) || n.inputs.size() != 1)
+      return false;
+    auto ints = knownInts(n.inputs[0]);
+    return (ints && ints->size() == 1) || knownScalars.count(n.inputs[0]);
+  }
+  static const char *const folded[] = {"Sqrt", "Div", "Mul", "Add", "Sub", "Reciprocal"};
+  if (std::none_of(std::begin(folded), std::end(folded), [&](const char *f) { return op == f; }))
+    return false;
+  // Constants and folded scalars only, at least one of them float.
+  bool anyFloat = false;
+  for (const std::string &input : n.inputs) {
+    if (input.empty() || values.count(input) || !scalar(input))
+      return false;
+    anyFloat = anyFloat || !knownInts(input);
+  }
+  return anyFloat && !n.inputs.empty();
+}
+
+bool Importer::foldScalar(const Node &n) {
+  const std::string &op = n.opType;
+  double result = 0;
+  if (op == "Cast") {
+    if (!knownAttributes(n, {"to", "saturate"}))
+      return false;
+    if (auto ints = knownInts(n.inputs[0])) {
+      if (ints->front() == kBatch)
+        return failBatch("the batch size as a number, which graphc leaves open until compile");
+      result = static_cast<double>(ints->front());
+    } else {
+      result = knownScalars[n.inputs[0]];
+    }
+  } else {
+    if (!knownAttributes(n, {}))
+      return false;
+    const size_t arity = op == "Sqrt" || op == "Reciprocal" ? 1 : 2;
+    if (n.inputs.size() != arity)
+      return fail("expected " + std::to_string(arity) + " inputs");
+    double x = *scalar(n.inputs[0]), y = arity == 2 ? *scalar(n.inputs[1]) : 0;
+    result = op == "Sqrt"         ? std::sqrt(x)
+             : op == "Reciprocal" ? 1 / x
+             : op == "Div"        ? x / y
+             : op == "Mul"        ? x * y
+             : op == "Add"        ? x + y
+                                  : x - y;
+  }
+  if (!std::isfinite(result))
+    return fail("constant arithmetic gives " + std::to_string(result));
+  if (n.outputs.empty() || n.outputs[0].empty())
+    return true;
+  if (values.count(n.outputs[0]) || !knownScalars.emplace(n.outputs[0], result).second)
+    return fail("output '" + onnx_model::shown(n.outputs[0]) + "' is defined twice");
+  return true;
+}
+
+Value Importer::reshaped(Value x, ArrayRef<int64_t> shape) {
+  auto type = llvm::cast<RankedTensorType>(x.getType());
+  if (type.getShape() == shape)
+    return x;
+  SmallVector<int64_t> target(shape);
+  for (int64_t &d : target)
+    if (ShapedType::isDynamic(d))
+      d = -1;
+  return tryCreate<nn::ReshapeOp>(x, b.getDenseI64ArrayAttr(target));
+}
+
+Value Importer::operand(const std::string &name) {
+  if (values.count(name))
+    return values[name];
+  return activation(name);
+}
+
+bool Importer::matmul(const Node &n) {
+  if (!knownAttributes(n, {}))
+    return false;
+  if (n.inputs.size() != 2)
+    return fail("expected two inputs");
+  Value a = operand(n.inputs[0]), c = operand(n.inputs[1]);
+  if (!a || !c)
+    return false;
+  auto at = llvm::cast<RankedTensorType>(a.getType());
+  auto ct = llvm::cast<RankedTensorType>(c.getType());
+  if (at.getRank() < 2 || ct.getRank() < 2)
+    return fail("a vector operand (rank 1) is not supported");
+  const int64_t m = at.getDimSize(at.getRank() - 2), k = at.getShape().back();
+  const int64_t n2 = ct.getShape().back();
+  auto resultShape = [&](RankedTensorType batchFrom) {
+    SmallVector<int64_t> shape(batchFrom.getShape().drop_back(2));
+    shape.push_back(m);
+    shape.push_back(n2);
+    return shape;
+  };
+  if (ct.getRank() == 2) {
+    // [..., M, K] x [K, N]: the leading dims as rows of one product.
+    if (at.getRank() == 2)
+      return define(n, tryCreate<nn::MatmulOp>(a, c, UnitAttr(), UnitAttr()));
+    Value rows = reshaped(a, {ShapedType::kDynamic, k});
+    Value y = rows ? tryCreate<nn::MatmulOp>(rows, c, UnitAttr(), UnitAttr()) : Value();
+    SmallVector<int64_t> shape(at.getShape().drop_back());
+    shape.push_back(n2);
+    return define(n, y ? reshaped(y, shape) : Value());
+  }
+  if (at.getRank() != ct.getRank() || at.getShape().drop_back(2) != ct.getShape().drop_back(2))
+    return fail("batched operands of shapes " + shapeString(at.getShape()) + " and " +
+                shapeString(ct.getShape()) +
+                " (graphc takes equal batch dims, or a 2-D right operand)");
+  // [..., M, K] x [..., K, N]: the batch dims as one.
+  Value a3 = reshaped(a, {ShapedType::kDynamic, m, k});
+  Value c3 = a3 ? reshaped(c, {ShapedType::kDynamic, ct.getDimSize(ct.getRank() - 2), n2})
+                : Value();
+  Value y = c3 ? tryCreate<nn::MatmulOp>(a3, c3, UnitAttr(), UnitAttr()) : Value();
+  return define(n, y ? reshaped(y, resultShape(at)) : Value());
+}
+
+Value Importer::keptReduction(Value x, ArrayRef<int64_t> dims, bool max) {
+  auto attr = b.getDenseI64ArrayAttr(dims);
+  Value r = max ? tryCreate<nn::ReduceMaxOp>(x, attr, b.getUnitAttr())
+                : tryCreate<nn::ReduceMeanOp>(x, attr, b.getUnitAttr());
+  if (!r)
+    return nullptr;
+  // keep_dims leaves size-1 dims: broadcast back over them.
+  SmallVector<int64_t> all;
+  for (int64_t d = 0; d < llvm::cast<RankedTensorType>(x.getType()).getRank(); ++d)
+    all.push_back(d);
+  return tryCreate<nn::BroadcastOp>(r, x, b.getDenseI64ArrayAttr(all));
+}
+
+bool Importer::softmax(const Node &n) {
+  if (!knownAttributes(n, {"axis"}))
+    return false;
+  Value x = n.inputs.size() == 1 ? activation(n.inputs[0]) : Value();
+  if (!x)
+    return n.inputs.size() == 1 ? false : fail("expected one input");
+  const int64_t rank = llvm::cast<RankedTensorType>(x.getType()).getRank();
+  auto axisAttr = intAttr(n, "axis", model.opset >= 13 ? -1 : 1);
+  if (!axisAttr)
+    return false;
+  auto axis = axisOf(*axisAttr, rank);
+  // Before opset 13 Softmax flattens from `axis`: the same only for the last.
+  if (!axis || (model.opset < 13 && *axis != rank - 1))
+    return fail("axis " + std::to_string(*axisAttr) + " of a rank-" + std::to_string(rank) +
+                " input is not supported" + (model.opset < 13 ? " before opset 13 (only the last)" : ""));
+  auto type = llvm::cast<RankedTensorType>(x.getType());
+  if (type.isDynamicDim(*axis))
+    return failBatch("a softmax over the batch");
+  // e^(x - max) / sum: the max subtracted, as every framework does.
+  Value max = keptReduction(x, {*axis}, /*max=*/true);
+  Value e = max ? tryCreate<nn::ExpOp>(tryCreate<nn::SubOp>(x, max)) : Value();
+  Value sum = e ? tryCreate<nn::ReduceSumOp>(e, b.getDenseI64ArrayAttr({*axis}), b.getUnitAttr())
+                : Value();
+  SmallVector<int64_t> all;
+  for (int64_t d = 0; d < rank; ++d)
+    all.push_back(d);
+  Value spread = sum ? tryCreate<nn::BroadcastOp>(sum, e, b.getDenseI64ArrayAttr(all)) : Value();
+  return define(n, spread ? tryCreate<nn::DivOp>(e, spread) : Value());
+}
+
+bool Importer::layerNorm(const Node &n) {
+  if (!knownAttributes(n, {"axis", "epsilon", "stash_type"}))
+    return false;
+  auto axisAttr = intAttr(n, "axis", -1);
+  auto epsilon = floatAttr(n, "epsilon", 1e-5);
+  auto stash = intAttr(n, "stash_type", 1);
+  if (!axisAttr || !epsilon || !stash)
+    return false;
+  if (n.inputs.size() < 2 || n.inputs.size() > 3)
+    return fail("expected an input, a scale and an optional bias");
+  if (!(*epsilon > 0) || !std::isfinite(*epsilon))
+    return fail("epsilon must be positive");
+  Value x = activation(n.inputs[0]);
+  if (!x)
+    return false;
+  auto type = llvm::cast<RankedTensorType>(x.getType());
+  const int64_t rank = type.getRank();
+  auto axis = axisOf(*axisAttr, rank);
+  if (!axis || type.isDynamicDim(*axis))
+    return failBatch("axis " + std::to_string(*axisAttr) + " must be a non-batch dim of the rank-" +
+                     std::to_string(rank) + " input");
+  SmallVector<int64_t> dims, normalized;
+  for (int64_t d = *axis; d < rank; ++d) {
+    dims.push_back(d);
+    normalized.push_back(type.getDimSize(d));
+  }
+  // Scale and bias: parameters of the normalized shape (ones and zeros
+  // when training starts without the file's values).
+  auto parameter = [&](const std::string &name, nn::Initializer init) -> Value {
+    if (values.count(name))
+      return values[name];
+    Value v = variable(name, true, init);
+    if (v && llvm::cast<RankedTensorType>(v.getType()).getShape() != ArrayRef(normalized)) {
+      fail("'" + onnx_model::shown(name) + "' is not of the normalized shape " +
+           shapeString(normalized));
+      return nullptr;
+    }
+    return v;
+  };
+  Value scale = parameter(n.inputs[1], nn::Initializer::ones);
+  Value bias = n.inputs.size() > 2 && !n.inputs[2].empty()
+                   ? parameter(n.inputs[2], nn::Initializer::zeros)
+                   : Value();
+  if (!scale || (n.inputs.size() > 2 && !n.inputs[2].empty() && !bias))
+    return false;
+  // (x - mean) * rsqrt(mean((x - mean)^2) + eps) * scale + bias: the
+  // biased variance, as ONNX and PyTorch define it. The statistics keep the
+  // normalized dims as size 1, ONNX's optional Mean and InvStdDev outputs.
+  SmallVector<int64_t> all;
+  for (int64_t d = 0; d < rank; ++d)
+    all.push_back(d);
+  auto spread = [&](Value stat) -> Value {
+    return stat ? tryCreate<nn::BroadcastOp>(stat, x, b.getDenseI64ArrayAttr(all)) : Value();
+  };
+  auto reduceDims = b.getDenseI64ArrayAttr(dims);
+  Value mean = tryCreate<nn::ReduceMeanOp>(x, reduceDims, b.getUnitAttr());
+  Value centered = mean ? tryCreate<nn::SubOp>(x, spread(mean)) : Value();
+  Value var = centered ? tryCreate<nn::ReduceMeanOp>(tryCreate<nn::MulOp>(centered, centered),
+                                                     reduceDims, b.getUnitAttr())
+                       : Value();
+  Value eps = var ? scalarLike(*epsilon, var) : Value();
+  Value inv = eps ? tryCreate<nn::RsqrtOp>(tryCreate<nn::AddOp>(var, eps)) : Value();
+  Value y = inv ? tryCreate<nn::MulOp>(centered, spread(inv)) : Value();
+  y = y ? tryCreate<nn::MulOp>(y, broadcastTo(scale, y)) : Value();
+  if (y && bias)
+    y = tryCreate<nn::AddOp>(y, broadcastTo(bias, y));
+  return define(n, y) && define(n, mean, 1) && define(n, inv, 2);
+}
+
+bool Importer::expand(const Node &n) {
+  if (!knownAttributes(n, {}))
+    return false;
+  if (n.inputs.size() != 2)
+    return fail("expected data and a shape");
+  Value x = operand(n.inputs[0]);
+  if (!x)
+    return false;
+  auto shape = knownInts(n.inputs[1]);
+  if (!shape)
+    return fail("its shape '" + onnx_model::shown(n.inputs[1]) + "' is not known at import");
+  auto type = llvm::cast<RankedTensorType>(x.getType());
+  const int64_t rank = std::max<int64_t>(type.getRank(), shape->size());
+  // numpy broadcasting of the input's shape and `shape`, right-aligned.
+  SmallVector<int64_t> result(rank, 1);
+  for (int64_t i = 0; i < rank; ++i) {
+    const int64_t fromX = i - (rank - type.getRank()), fromShape = i - (rank - shape->size());
+    int64_t have = fromX >= 0 ? type.getDimSize(fromX) : 1;
+    int64_t want = fromShape >= 0 ? (*shape)[fromShape] : 1;
+    if (want == kBatch)
+      return failBatch("it expands to the batch size, which graphc leaves open until compile");
+    if (want == 1)
+      want = have;
+    if ((want < 1 && !ShapedType::isDynamic(want)) || want > (int64_t{1} << 31) ||
+        (have != 1 && have != want))
+      return fail("cannot expand " + shapeString(type.getShape()) + " to " +
+                  shapeString(*shape));
+    result[i] = want;
+  }
+  if (type.getShape() == ArrayRef(result))
+    return define(n, x);
+  if (llvm::any_of(result, ShapedType::isDynamic))
+    return failBatch("an expand of the open batch");
+  // nn.broadcast takes its shape from a tensor: a zero constant of it.
+  auto to = RankedTensorType::get(result, type.getElementType());
+  Value like = tryCreate<nn::ConstantOp>(DenseElementsAttr::get(to, b.getZeroAttr(type.getElementType())));
+  SmallVector<int64_t> dims;
+  for (int64_t d = 0; d < type.getRank(); ++d)
+    dims.push_back(rank - type.getRank() + d);
+  return define(n, like ? tryCreate<nn::BroadcastOp>(x, like, b.getDenseI64ArrayAttr(dims))
+                        : Value());
+}
+
+bool Importer::gatherOne(const Node &n) {
+  if (!knownAttributes(n, {"axis"}))
+    return false;
+  auto axisAttr = intAttr(n, "axis", 0);
+  if (!axisAttr)
+    return false;
+  if (n.inputs.size() != 2)
+    return fail("expected data and indices");
+  Value x = operand(n.inputs[0]);
+  if (!x)
+    return false;
+  auto type = llvm::cast<RankedTensorType>(x.getType());
+  auto axis = axisOf(*axisAttr, type.getRank());
+  auto index = knownInts(n.inputs[1]);
+  const Tensor *t = constants.count(n.inputs[1]) ? constants[n.inputs[1]]
+                    : initializers.count(n.inputs[1]) ? initializers[n.inputs[1]]
+                                                      : nullptr;
+  if (!axis || !index || index->size() != 1 || !t || t->dims.size() > 1)
+    return fail("graphc gathers one constant index of an activation");
+  if (type.isDynamicDim(*axis))
+    return failBatch("it gathers from the batch, which graphc leaves open until compile");
+  // x[..., i, ...] as a slice, the dim dropped for a scalar index.
+  const int64_t extent = type.getDimSize(*axis);
+  int64_t i = (*index)[0] < 0 ? (*index)[0] + extent : (*index)[0];
+  if (i < 0 || i >= extent)
+    return fail("index " + std::to_string((*index)[0]) + " is outside dim " +
+                std::to_string(*axis) + " of size " + std::to_string(extent));
+  Value y = sliceOf(x, *axis, i, i + 1);
+  if (!y || !t->dims.empty())
+    return define(n, y);
+  SmallVector<int64_t> shape(type.getShape());
+  shape.erase(shape.begin() + *axis);
+  return define(n, reshaped(y, shape));
+}
+
+bool Importer::squeeze(const Node &n, bool unsqueeze) {
+  if (!knownAttributes(n, {"axes"}))
+    return false;
+  Value x = n.inputs.empty() ? Value() : operand(n.inputs[0]);
+  if (!x)
+    return n.inputs.empty() ? fail("expected an input") : false;
+  auto axesAttr = intsAttr(n, "axes", {});
+  if (!axesAttr)
+    return false;
+  std::vector<int64_t> axes = *axesAttr;
+  if (n.inputs.size() > 1 && !n.inputs[1].empty()) {
+    auto given = knownInts(n.inputs[1]);
+    if (!given)
+      return fail("its axes must be constants");
+    axes = *given;
+  }
+  auto type = llvm::cast<RankedTensorType>(x.getType());
+  SmallVector<int64_t> shape(type.getShape());
+  const int64_t rank = type.getRank() + (unsqueeze ? static_cast<int64_t>(axes.size()) : 0);
+  if ((axes.empty() && unsqueeze) || rank > 8)
+    return fail("expected axes, and a result of rank 8 at most");
+  std::vector<int64_t> dims;
+  for (int64_t a : axes) {
+    auto d = axisOf(a, rank);
+    if (!d || llvm::is_contained(dims, *d))
+      return fail("axes must be distinct dims of rank " + std::to_string(rank));
+    dims.push_back(*d);
+  }
+  llvm::sort(dims);
+  if (unsqueeze) {
+    for (int64_t d : dims)
+      shape.insert(shape.begin() + d, 1);
+  } else {
+    if (dims.empty())
+      for (int64_t d = 0; d < type.getRank(); ++d)
+        if (shape[d] == 1)
+          dims.push_back(d);
+    for (auto it = dims.rbegin(); it != dims.rend(); ++it) {
+      if (shape[*it] != 1)
+        return fail("dim " + std::to_string(*it) + " is not of size 1");
+      shape.erase(shape.begin() + *it);
+    }
+  }
+  if (!shape.empty() && llvm::count_if(shape, ShapedType::isDynamic) == 1 &&
+      !ShapedType::isDynamic(shape[0]))
+    return failBatch("the batch must stay dim 0");
+  return define(n, reshaped(x, shape));
+}
+
+bool Importer::castActivation(const Node &n) {
+  if (!knownAttributes(n, {"to", "saturate"}))
+    return false;
+  auto to = intAttr(n, "to", 0);
+  if (!to)
+    return false;
+  if (*to != 1)
+    return fail("an activation is cast to ONNX type " + std::to_string(*to) +
+                "; graphc takes casts to float32 (it computes in float32 and chooses its own "
+                "precisions, --amp)");
+  Value x = n.inputs.size() == 1 ? activation(n.inputs[0]) : Value();
+  if (!x)
+    return n.inputs.size() == 1 ? false : fail("expected one input");
+  // Activations are float32 already.
+  return define(n, x);
+}
+
+} // namespace onnx_import
+} // namespace graphc
