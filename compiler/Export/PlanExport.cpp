@@ -62,8 +62,14 @@ std::string locationString(Location loc) {
        << fileLoc.getColumn();
   else if (auto fused = llvm::dyn_cast<FusedLoc>(loc); fused && !fused.getLocations().empty())
     return locationString(fused.getLocations().front());
-  else if (auto name = llvm::dyn_cast<NameLoc>(loc))
+  else if (auto name = llvm::dyn_cast<NameLoc>(loc)) {
+    // A node graphc import made: its file (line 0) and the node, which the
+    // importer named by index, ONNX name and op type.
+    if (auto file = llvm::dyn_cast<FileLineColLoc>(name.getChildLoc());
+        file && file.getLine() == 0)
+      return (file.getFilename().getValue() + ": " + name.getName().getValue()).str();
     return locationString(name.getChildLoc());
+  }
   return os.str();
 }
 

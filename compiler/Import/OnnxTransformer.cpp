@@ -288,7 +288,10 @@ bool Importer::expand(const Node &n) {
     const int64_t fromX = i - (rank - type.getRank()), fromShape = i - (rank - shape->size());
     int64_t have = fromX >= 0 ? type.getDimSize(fromX) : 1;
     int64_t want = fromShape >= 0 ? (*shape)[fromShape] : 1;
-    if (want == kBatch)
+    // The batch, or the size the file was exported at standing for it.
+    const int64_t exported = options.forward ? 0 : model.inputs.front().dims.front();
+    if (want == kBatch || (i == 0 && !options.batch && exported > 1 && want == exported &&
+                           have == 1 && fromShape == 0))
       return failBatch("it expands to the batch size, which graphc leaves open until compile");
     if (want == 1)
       want = have;

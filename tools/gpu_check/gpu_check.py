@@ -65,8 +65,10 @@ OUT_FILES = ["gpu-check.log", "gpu-check.json", "gpu-check.png", "environment.tx
 # reductions: what a GPU can get wrong that the CPU run did not.
 LIBRARY_CASES = ["conv2d_strided_dilated_grouped", "max_pool2d", "avg_pool2d",
                  "avg_pool2d_exclude_padding", "linear_matmul", "batch_norm", "global_avg_pool",
-                 # generated kernels no GPU has run yet: concat and slice copies, sigmoid
-                 "concat_slice", "split_shuffle", "sigmoid"]
+                 # generated kernels no GPU has run yet: concat and slice copies, sigmoid,
+                 # erf (libdevice), softmax and layer norm as imported, batched matmul
+                 "concat_slice", "split_shuffle", "sigmoid", "erf", "softmax_layer_norm",
+                 "batched_matmul"]
 QUICK_CASES = ["relu", "conv2d_strided_dilated_grouped", "avg_pool2d"]
 VARIANTS = ["fp16", "fp32", "nhwc", "unfused", "tf32", "nographs"]
 # graphrun variant -> (plan name, graphrun flags, PyTorch counterpart flags or None)

@@ -22,6 +22,12 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   static const std::string path =
       "/tmp/graphc-onnx-fuzz-" + std::to_string(getpid()) + ".onnx";
+  // The file goes when the fuzzer exits (a crash leaves it, beside the
+  // artifact libFuzzer writes).
+  static const bool removedAtExit = [] {
+    return std::atexit([] { std::remove(path.c_str()); }) == 0;
+  }();
+  (void)removedAtExit;
   FILE *f = std::fopen(path.c_str(), "wb");
   if (!f || std::fwrite(data, 1, size, f) != size || std::fclose(f) != 0)
     std::abort();
@@ -32,6 +38,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     std::vector<graphc::ImportedWeight> weights;
     graphc::OnnxImportOptions options;
     options.forward = forward;
+    // A graph that needs the batch size is imported again at 2 (what
+    // graphc compile MODEL.onnx --batch-size 2 does).
+    options.fallbackBatch = 2;
     mlir::OwningOpRef<mlir::ModuleOp> module =
         graphc::importOnnx(context, path, options, error, &weights);
     // A refusal says why, on one line; a module comes with no error.

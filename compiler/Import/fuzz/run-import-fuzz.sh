@@ -33,7 +33,7 @@ flags=(-std=c++17 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,addre
 # OnnxModel.cpp alone sees ONNX and protobuf, with exceptions and RTTI (as CMake builds it).
 "$cxx" "${flags[@]}" -fexceptions -frtti -DONNX_NAMESPACE=onnx -DONNX_ML=1 \
   -c "$src/compiler/Import/OnnxModel.cpp" -o "$out/obj/OnnxModel.o" &
-for f in OnnxImport OnnxOps OnnxShapes; do
+for f in OnnxImport OnnxOps OnnxShapes OnnxTransformer; do
   "$cxx" "${flags[@]}" -fno-exceptions -fno-rtti -c "$src/compiler/Import/$f.cpp" -o "$out/obj/$f.o" &
 done
 wait
@@ -43,7 +43,7 @@ wait
   -lMLIR -lLLVM -lonnx -lonnx_proto -lprotobuf -o "$out/onnx_import_fuzzer"
 
 "$python" "$src/test/tools/Inputs/make_onnx.py" "$out/models" > /dev/null
-cp "$out"/models/*.onnx "$out/corpus/"
+cp "$out"/models/*.onnx "$src/test/tools/Inputs/vit_tiny.onnx" "$out/corpus/"
 
 regressions=("$src"/compiler/Import/fuzz/regressions/*)
 if [[ -e "${regressions[0]}" ]]; then
@@ -51,7 +51,7 @@ if [[ -e "${regressions[0]}" ]]; then
 fi
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
 "$out/onnx_import_fuzzer" -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=20 \
-  -max_len=65536 -artifact_prefix="$out/artifacts/" -print_final_stats=1 "$out/corpus" 2>&1 |
+  -max_len=131072 -artifact_prefix="$out/artifacts/" -print_final_stats=1 "$out/corpus" 2>&1 |
   tail -n 25
 status=${PIPESTATUS[0]}
 echo "run-import-fuzz: libFuzzer exited with $status after ${seconds}s"

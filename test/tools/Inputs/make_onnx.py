@@ -202,6 +202,71 @@ def shuffle(fault=None):
     return model
 
 
+def attention(fault=None, opset=17):
+    """A transformer's pieces: 4x4 patches as tokens (Conv, Reshape,
+    Transpose), a class token (Expand of a parameter to the batch, Concat),
+    LayerNormalization, one attention head (MatMul by a weight, MatMul of
+    two activations, Softmax scaled by 1 / sqrt(Cast(a shape)) folded at
+    import), GELU (Div, Erf, Add, Mul), the class token picked by Gather and
+    a linear classifier. The batch, 2, is written into the reshapes, as an
+    export without a symbolic batch axis does: graphc import --batch 2."""
+    i64 = lambda name, values: numpy_helper.from_array(np.array(values, np.int64), name)
+    f32 = lambda name, value: numpy_helper.from_array(np.array(value, np.float32), name)
+    inits = [weight("patch.weight", 8, 3, 4, 4), weight("cls", 1, 1, 8),
+             numpy_helper.from_array(np.ones(8, np.float32), "ln.weight"),
+             numpy_helper.from_array(np.zeros(8, np.float32), "ln.bias"),
+             weight("qk.weight", 8, 8), weight("head.weight", 10, 8),
+             numpy_helper.from_array(np.zeros(10, np.float32), "head.bias"),
+             i64("tokens_shape", [2, 8, 4]), i64("cls_shape", [2, 1, 1]), i64("last", [-1]),
+             i64("zero", 0), f32("one", 1.0), f32("sqrt2", 1.4142135), f32("half", 0.5)]
+    nodes = [
+        helper.make_node("Conv", ["input", "patch.weight"], ["patches"], name="/patch/Conv",
+                         kernel_shape=[4, 4], strides=[4, 4]),
+        helper.make_node("Reshape", ["patches", "tokens_shape"], ["flat"], name="/Reshape"),
+        helper.make_node("Transpose", ["flat"], ["tokens"], name="/Transpose", perm=[0, 2, 1]),
+        helper.make_node("Expand", ["cls", "cls_shape"], ["cls_all"], name="/Expand"),
+        helper.make_node("Concat", ["cls_all", "tokens"], ["seq"], name="/Concat", axis=1),
+        helper.make_node("LayerNormalization", ["seq", "ln.weight", "ln.bias"], ["normed"],
+                         name="/ln/LayerNormalization", axis=-1, epsilon=1e-6),
+        helper.make_node("MatMul", ["normed", "qk.weight"], ["q"], name="/q/MatMul"),
+        helper.make_node("Transpose", ["normed"], ["kt"], name="/Transpose_1", perm=[0, 2, 1]),
+        helper.make_node("Shape", ["q"], ["q_shape"], name="/Shape"),
+        helper.make_node("Slice", ["q_shape", "last", "big"], ["d"], name="/Slice"),
+        helper.make_node("Cast", ["d"], ["d_float"], name="/Cast", to=TensorProto.FLOAT),
+        helper.make_node("Sqrt", ["d_float"], ["root"], name="/Sqrt"),
+        helper.make_node("Div", ["one", "root"], ["scale"], name="/Div"),
+        helper.make_node("MatMul", ["q", "kt"], ["scores"], name="/MatMul"),
+        helper.make_node("Mul", ["scores", "scale"], ["scaled"], name="/Mul"),
+        helper.make_node("Softmax", ["scaled"], ["weights"], name="/Softmax", axis=-1),
+        helper.make_node("MatMul", ["weights", "normed"], ["mixed"], name="/MatMul_1"),
+        helper.make_node("Div", ["mixed", "sqrt2"], ["mixed_s"], name="/gelu/Div"),
+        helper.make_node("Erf", ["mixed_s"], ["erf"], name="/gelu/Erf"),
+        helper.make_node("Add", ["erf", "one"], ["erf1"], name="/gelu/Add"),
+        helper.make_node("Mul", ["mixed", "erf1"], ["g"], name="/gelu/Mul"),
+        helper.make_node("Mul", ["g", "half"], ["gelu"], name="/gelu/Mul_1"),
+        helper.make_node("Gather", ["gelu", "zero"], ["picked"], name="/Gather", axis=1),
+        helper.make_node("Gemm", ["picked", "head.weight", "head.bias"], ["logits"],
+                         name="/head/Gemm", transB=1),
+    ]
+    inits.append(i64("big", [2**63 - 1]))
+    if fault == "matmul_batch":  # batch dims that neither equal nor come from a 2-D weight
+        nodes[7] = helper.make_node("Transpose", ["normed"], ["kt"], name="/Transpose_1",
+                                    perm=[2, 0, 1])
+    if fault == "ln_scale":  # a scale of another shape than the normalized dims
+        inits[2] = numpy_helper.from_array(np.ones(7, np.float32), "ln.weight")
+    if fault == "gather_array":  # several indices
+        inits[inits.index(next(t for t in inits if t.name == "zero"))] = i64("zero", [0, 1])
+    if fault == "cast_int":
+        nodes.insert(16, helper.make_node("Cast", ["weights"], ["weights_i"], name="/Cast_1",
+                                          to=TensorProto.INT64))
+    graph = helper.make_graph(
+        nodes, "attention", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [2, 3, 8, 8])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [2, 10])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model
+
+
 def main():
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
@@ -210,6 +275,9 @@ def main():
     onnx.save(mobile(), os.path.join(out, "mobile.onnx"))
     onnx.save(shuffle(), os.path.join(out, "shuffle.onnx"))
     onnx.save(classifier(trans_b0=8), os.path.join(out, "gemm_b0.onnx"))
+    onnx.save(attention(), os.path.join(out, "attention.onnx"))
+    for fault in ["matmul_batch", "ln_scale", "gather_array", "cast_int"]:
+        onnx.save(attention(fault), os.path.join(out, f"bad_attention_{fault}.onnx"))
     for fault in ["batch_arithmetic", "slice_batch", "reshape_batch", "random", "same_stride0"]:
         onnx.save(shuffle(fault), os.path.join(out, f"bad_{fault}.onnx"))
     for name, faults in {"tanh": {"tanh": 1}, "two_inputs": {"two_inputs": 1},
