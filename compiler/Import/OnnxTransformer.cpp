@@ -281,6 +281,8 @@ bool Importer::expand(const Node &n) {
   if (!shape)
     return fail("its shape '" + onnx_model::shown(n.inputs[1]) + "' is not known at import");
   auto type = llvm::cast<RankedTensorType>(x.getType());
+  if (shape->size() > 8)
+    return fail("a shape of more than 8 dims");
   const int64_t rank = std::max<int64_t>(type.getRank(), shape->size());
   // numpy broadcasting of the input's shape and `shape`, right-aligned.
   SmallVector<int64_t> result(rank, 1);
@@ -303,6 +305,10 @@ bool Importer::expand(const Node &n) {
   }
   if (type.getShape() == ArrayRef(result))
     return define(n, x);
+  int64_t count = 1;
+  for (int64_t d : result)
+    if (!ShapedType::isDynamic(d) && (count *= d) > (int64_t{1} << 31))
+      return fail("it expands to more than 2^31 elements");
   if (llvm::any_of(result, ShapedType::isDynamic))
     return failBatch("an expand of the open batch");
   // nn.broadcast takes its shape from a tensor: a zero constant of it.
