@@ -2,7 +2,7 @@
 //
 // ViT's and ConvNeXt's exports beyond the convolutional zoo: MatMul (batched,
 // a 2-D weight or two activations), Softmax, LayerNormalization, Erf (GELU),
-// Expand (the class token), Gather of one index, Squeeze and Unsqueeze, Cast
+// Expand (the class token), Gather of constant indices, Squeeze and Unsqueeze, Cast
 // between float types, and the float scalars exporters compute from shapes
 // (attention's 1 / sqrt(head_dim) is Sqrt(Cast(Slice(Shape(q))))), folded
 // here. Softmax and layer norm become the reductions and elementwise ops the
@@ -334,25 +334,54 @@ bool Importer::gatherOne(const Node &n) {
     return false;
   auto type = llvm::cast<RankedTensorType>(x.getType());
   auto axis = axisOf(*axisAttr, type.getRank());
-  auto index = knownInts(n.inputs[1]);
-  const Tensor *t = constants.count(n.inputs[1]) ? constants[n.inputs[1]]
-                    : initializers.count(n.inputs[1]) ? initializers[n.inputs[1]]
-                                                      : nullptr;
-  if (!axis || !index || index->size() != 1 || !t || t->dims.size() > 1)
-    return fail("graphc gathers one constant index of an activation");
+  if (!axis)
+    return fail("axis " + std::to_string(*axisAttr) + " is outside rank " +
+                std::to_string(type.getRank()));
+  // The indices: an integer constant or initializer of any rank, or a
+  // vector folded at import.
+  std::vector<int64_t> indices, indexShape;
+  const std::string &name = n.inputs[1];
+  const Tensor *t = constants.count(name)      ? constants[name]
+                    : initializers.count(name) ? initializers[name]
+                                               : nullptr;
+  if (t && t->hasValues && (t->type == ElementType::Int64 || t->type == ElementType::Int32)) {
+    indexShape = t->dims;
+    for (double v : t->values)
+      indices.push_back(std::abs(v) > double(int64_t{1} << 40) ? int64_t{1} << 40
+                                                                : static_cast<int64_t>(v));
+  } else if (auto it = known.find(name); it != known.end()) {
+    indices = it->second;
+    indexShape = {static_cast<int64_t>(indices.size())};
+  } else {
+    return fail("its indices must be integer constants");
+  }
+  if (indices.empty() || indices.size() > 64 ||
+      type.getRank() - 1 + static_cast<int64_t>(indexShape.size()) > 8)
+    return fail("graphc gathers 1 to 64 constant indices, into a result of rank 8 at most");
   if (type.isDynamicDim(*axis))
     return failBatch("it gathers from the batch, which graphc leaves open until compile");
-  // x[..., i, ...] as a slice, the dim dropped for a scalar index.
+  // x[..., i, ...] as slices, joined along `axis` and reshaped to the
+  // indices' shape there (the dim dropped for a scalar index).
   const int64_t extent = type.getDimSize(*axis);
-  int64_t i = (*index)[0] < 0 ? (*index)[0] + extent : (*index)[0];
-  if (i < 0 || i >= extent)
-    return fail("index " + std::to_string((*index)[0]) + " is outside dim " +
-                std::to_string(*axis) + " of size " + std::to_string(extent));
-  Value y = sliceOf(x, *axis, i, i + 1);
-  if (!y || !t->dims.empty())
-    return define(n, y);
-  SmallVector<int64_t> shape(type.getShape());
-  shape.erase(shape.begin() + *axis);
+  SmallVector<Value> parts;
+  for (int64_t index : indices) {
+    const int64_t i = index < 0 ? index + extent : index;
+    if (i < 0 || i >= extent)
+      return fail("index " + std::to_string(index) + " is outside dim " +
+                  std::to_string(*axis) + " of size " + std::to_string(extent));
+    Value part = sliceOf(x, *axis, i, i + 1);
+    if (!part)
+      return false;
+    parts.push_back(part);
+  }
+  Value y = parts.size() == 1 ? parts.front()
+                              : tryCreate<nn::ConcatOp>(ValueRange(parts),
+                                                        b.getI64IntegerAttr(*axis));
+  if (!y)
+    return false;
+  SmallVector<int64_t> shape(type.getShape().take_front(*axis));
+  shape.append(indexShape.begin(), indexShape.end());
+  shape.append(type.getShape().begin() + *axis + 1, type.getShape().end());
   return define(n, reshaped(y, shape));
 }
 

@@ -254,8 +254,8 @@ def attention(fault=None, opset=17):
                                     perm=[2, 0, 1])
     if fault == "ln_scale":  # a scale of another shape than the normalized dims
         inits[2] = numpy_helper.from_array(np.ones(7, np.float32), "ln.weight")
-    if fault == "gather_array":  # several indices
-        inits[inits.index(next(t for t in inits if t.name == "zero"))] = i64("zero", [0, 1])
+    if fault == "gather_range":  # an index past the tokens
+        inits[inits.index(next(t for t in inits if t.name == "zero"))] = i64("zero", 9)
     if fault == "cast_int":
         nodes.insert(16, helper.make_node("Cast", ["weights"], ["weights_i"], name="/Cast_1",
                                           to=TensorProto.INT64))
@@ -276,7 +276,7 @@ def main():
     onnx.save(shuffle(), os.path.join(out, "shuffle.onnx"))
     onnx.save(classifier(trans_b0=8), os.path.join(out, "gemm_b0.onnx"))
     onnx.save(attention(), os.path.join(out, "attention.onnx"))
-    for fault in ["matmul_batch", "ln_scale", "gather_array", "cast_int"]:
+    for fault in ["matmul_batch", "ln_scale", "gather_range", "cast_int"]:
         onnx.save(attention(fault), os.path.join(out, f"bad_attention_{fault}.onnx"))
     for fault in ["batch_arithmetic", "slice_batch", "reshape_batch", "random", "same_stride0"]:
         onnx.save(shuffle(fault), os.path.join(out, f"bad_{fault}.onnx"))
