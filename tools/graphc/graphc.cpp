@@ -537,6 +537,13 @@ int main(int argc, char **argv) {
   OwningOpRef<ModuleOp> module = loadModel(context, source);
   if (!module)
     return 1;
+  // A model imported at a fixed batch size (graphc import --batch) compiles
+  // at it unless --batch-size says otherwise (graphc-set-batch-size then
+  // refuses, naming both).
+  if (auto fixed = (*module)->getAttrOfType<IntegerAttr>("graphc.fixed_batch");
+      fixed && !options.given(options.batchSize) && fixed.getInt() >= 1 &&
+      fixed.getInt() <= graphc::kMaxBatchSize)
+    options.batchSize = fixed.getInt();
 
   std::string lrChoice;
   graphc::PipelineOptions pipeline = options.resolve(&lrChoice);
