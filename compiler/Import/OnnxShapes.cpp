@@ -127,7 +127,26 @@ bool Importer::foldInts(const Node &n) {
         return fail("a shape is cast to an integer type only");
     }
     result = in(0);
+    if (op == "Unsqueeze") {
+      // A scalar made a vector of one, as exporters build shapes; anything
+      // else would raise the rank of a vector, which is not a shape.
+      auto axes = intsAttr(n, "axes", {});
+      if (!axes)
+        return false;
+      std::vector<int64_t> given = *axes;
+      if (n.inputs.size() > 1 && !n.inputs[1].empty())
+        given = in(1);
+      if (result.size() != 1 || given.size() != 1 || (given[0] != 0 && given[0] != -1))
+        return fail("a shape is unsqueezed from one value along axis 0 only");
+    }
   } else if (op == "Concat") {
+    if (!knownAttributes(n, {"axis"}))
+      return false;
+    auto axis = intAttr(n, "axis", 0);
+    if (!axis)
+      return false;
+    if (*axis != 0 && *axis != -1)
+      return fail("shape vectors are concatenated along axis 0 only");
     for (size_t i = 0; i < n.inputs.size(); ++i) {
       if (n.inputs[i].empty())
         continue;
@@ -157,9 +176,10 @@ bool Importer::foldInts(const Node &n) {
     result = in(0);
     const auto count = static_cast<int64_t>(result.size());
     if (op == "Reshape" ? target.size() != 1 || (target[0] != -1 && target[0] != count)
-                        : target.size() != 1 || (target[0] != 1 && target[0] != count &&
-                                                 count != 1))
-      return fail("a shape vector is " + op + "d to a shape other than a vector");
+                        : target.size() != 1 || target[0] < 1 ||
+                              (target[0] != 1 && target[0] != count && count != 1))
+      return fail(std::string("a shape vector is ") +
+                  (op == "Reshape" ? "reshaped" : "expanded") + " to a shape other than a vector");
     if (op == "Expand" && count == 1 && target[0] > 1) {
       if (target[0] > 8)
         return fail("a shape vector of more than 8 entries");
@@ -175,7 +195,10 @@ bool Importer::foldInts(const Node &n) {
       if (it->second.kind != Attribute::Kind::Tensor || !t.hasValues || t.values.size() != 1 ||
           (t.type != ElementType::Int64 && t.type != ElementType::Int32))
         return fail("only an integer 'value' is folded");
-      value = static_cast<int64_t>(t.values.front());
+      const double v = t.values.front();
+      value = v >= 9.2e18    ? std::numeric_limits<int64_t>::max()
+              : v <= -9.2e18 ? std::numeric_limits<int64_t>::min() + 1
+                             : static_cast<int64_t>(v);
     }
     if (shape.size() != 1 || shape[0] < 0 || shape[0] > 8)
       return fail("only a vector of at most 8 entries is folded");
@@ -231,11 +254,13 @@ bool Importer::foldInts(const Node &n) {
         return fail("shape arithmetic on values beyond 2^31");
       // ONNX's integer Div truncates, as C++; Mod (fmod 0) takes the
       // divisor's sign, as Python.
-      const int64_t mod = *fmod ? l % r : ((l % r) + r) % r;
+      if (op == "Mod") {
+        result.push_back(*fmod ? l % r : ((l % r) + r) % r);
+        continue;
+      }
       result.push_back(op == "Add"   ? l + r
                        : op == "Sub" ? l - r
                        : op == "Mul" ? l * r
-                       : op == "Mod" ? mod
                                      : l / r);
     }
   }

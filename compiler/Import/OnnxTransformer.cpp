@@ -33,10 +33,6 @@ std::string shapeString(ArrayRef<int64_t> shape) {
   return text + "]";
 }
 
-bool isFloatType(int64_t onnxType) {
-  return onnxType == 1 || onnxType == 10 || onnxType == 11 || onnxType == 16; // f32 f16 f64 bf16
-}
-
 } // namespace
 
 bool Importer::foldsToScalar(const Node &n) {
@@ -44,7 +40,7 @@ bool Importer::foldsToScalar(const Node &n) {
   if (op == "Cast") {
     // An integer folded from shapes, as a float.
     auto to = intAttr(n, "to", 0);
-    if (!to || !isFloatType(*to) || n.inputs.size() != 1)
+    if (!to || (*to != 1 && *to != 11) || n.inputs.size() != 1)
       return false;
     auto ints = knownInts(n.inputs[0]);
     return (ints && ints->size() == 1) || knownScalars.count(n.inputs[0]);
@@ -52,12 +48,17 @@ bool Importer::foldsToScalar(const Node &n) {
   static const char *const folded[] = {"Sqrt", "Div", "Mul", "Add", "Sub", "Reciprocal"};
   if (std::none_of(std::begin(folded), std::end(folded), [&](const char *f) { return op == f; }))
     return false;
-  // Constants and folded scalars only, at least one of them float.
+  // Constants and folded scalars of rank 0 or 1 only (a higher rank would
+  // raise the rank of what they meet), at least one of them float.
   bool anyFloat = false;
   for (const std::string &input : n.inputs) {
-    if (input.empty() || values.count(input) || !scalar(input))
+    if (input.empty() || values.count(input) || !scalar(input, 1))
       return false;
-    anyFloat = anyFloat || !knownInts(input);
+    const Tensor *t = constants.count(input)      ? constants[input]
+                      : initializers.count(input) ? initializers[input]
+                                                  : nullptr;
+    anyFloat = anyFloat || knownScalars.count(input) ||
+               (t && (t->type == ElementType::Float || t->type == ElementType::Double));
   }
   return anyFloat && !n.inputs.empty();
 }
@@ -75,6 +76,9 @@ bool Importer::foldScalar(const Node &n) {
     } else {
       result = knownScalars[n.inputs[0]];
     }
+    // Rounded as the cast rounds (float32 holds integers exactly only to 2^24).
+    if (intAttr(n, "to", 1) == 1)
+      result = static_cast<double>(static_cast<float>(result));
   } else {
     if (!knownAttributes(n, {}))
       return false;
@@ -90,7 +94,7 @@ bool Importer::foldScalar(const Node &n) {
                                   : x - y;
   }
   if (!std::isfinite(result))
-    return fail("constant arithmetic gives " + std::to_string(result));
+    return fail("constant arithmetic gives a value that is not finite");
   if (n.outputs.empty() || n.outputs[0].empty())
     return true;
   if (values.count(n.outputs[0]) || !knownScalars.emplace(n.outputs[0], result).second)
@@ -129,6 +133,9 @@ bool Importer::matmul(const Node &n) {
     return fail("a vector operand (rank 1) is not supported");
   const int64_t m = at.getDimSize(at.getRank() - 2), k = at.getShape().back();
   const int64_t n2 = ct.getShape().back();
+  if (ShapedType::isDynamic(k) || ShapedType::isDynamic(ct.getDimSize(ct.getRank() - 2)) ||
+      ShapedType::isDynamic(n2) || (ct.getRank() == 2 && ct.isDynamicDim(0)))
+    return failBatch("it multiplies along the batch, which graphc leaves open until compile");
   auto resultShape = [&](RankedTensorType batchFrom) {
     SmallVector<int64_t> shape(batchFrom.getShape().drop_back(2));
     shape.push_back(m);
@@ -229,9 +236,7 @@ bool Importer::layerNorm(const Node &n) {
   // Scale and bias: parameters of the normalized shape (ones and zeros
   // when training starts without the file's values).
   auto parameter = [&](const std::string &name, nn::Initializer init) -> Value {
-    if (values.count(name))
-      return values[name];
-    Value v = variable(name, true, init);
+    Value v = values.count(name) ? values[name] : variable(name, true, init);
     if (v && llvm::cast<RankedTensorType>(v.getType()).getShape() != ArrayRef(normalized)) {
       fail("'" + onnx_model::shown(name) + "' is not of the normalized shape " +
            shapeString(normalized));
@@ -263,9 +268,12 @@ bool Importer::layerNorm(const Node &n) {
   Value eps = var ? scalarLike(*epsilon, var) : Value();
   Value inv = eps ? tryCreate<nn::RsqrtOp>(tryCreate<nn::AddOp>(var, eps)) : Value();
   Value y = inv ? tryCreate<nn::MulOp>(centered, spread(inv)) : Value();
-  y = y ? tryCreate<nn::MulOp>(y, broadcastTo(scale, y)) : Value();
-  if (y && bias)
-    y = tryCreate<nn::AddOp>(y, broadcastTo(bias, y));
+  Value scaleWide = y ? broadcastTo(scale, y) : Value();
+  y = scaleWide ? tryCreate<nn::MulOp>(y, scaleWide) : Value();
+  if (y && bias) {
+    Value biasWide = broadcastTo(bias, y);
+    y = biasWide ? tryCreate<nn::AddOp>(y, biasWide) : Value();
+  }
   return define(n, y) && define(n, mean, 1) && define(n, inv, 2);
 }
 
@@ -307,8 +315,8 @@ bool Importer::expand(const Node &n) {
     return define(n, x);
   int64_t count = 1;
   for (int64_t d : result)
-    if (!ShapedType::isDynamic(d) && (count *= d) > (int64_t{1} << 31))
-      return fail("it expands to more than 2^31 elements");
+    if (!ShapedType::isDynamic(d) && (count *= d) > (int64_t{1} << 24))
+      return fail("it expands to more than 2^24 elements (graphc materializes the shape)");
   if (llvm::any_of(result, ShapedType::isDynamic))
     return failBatch("an expand of the open batch");
   // nn.broadcast takes its shape from a tensor: a zero constant of it.

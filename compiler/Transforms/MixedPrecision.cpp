@@ -7,9 +7,11 @@
 // kernels round at the same places.
 //
 // One walk over each step function in program order:
-//  1. a value computed in f32 that has the batch dimension and more than one
-//     reader is *stored* in half: its readers get `cast(v, half)` instead
-//     (rounded once, where it is computed);
+//  1. a value computed in f32 that carries the batch (in whichever dim
+//     transposes and reshapes moved it to, alone or merged with another, as
+//     attention merges it with its heads) and has more than one reader is
+//     *stored* in half: its readers get `cast(v, half)` instead (rounded
+//     once, where it is computed);
 //  2. convolutions, linear and matmul read half operands (one cast per value,
 //     placed at its definition, so a weight's half copy is made once and
 //     shared by forward and backward) and produce half results;
@@ -68,50 +70,101 @@ bool isFloatTensor(Value v, Type element) {
   return type && type.getElementType() == element;
 }
 
-/// Whether `op`'s first result carries the batch dimension (dim 0) of the
-/// step's inputs, given which of its operands do. Weight gradients contract
-/// the batch away (conv2d_backward_filter, matmul with transpose_a), as do
-/// reductions over dim 0 and the loss.
-bool carriesBatch(Operation *op, const llvm::DenseSet<Value> &batched) {
-  auto has = [&](unsigned i) {
-    return i < op->getNumOperands() && batched.contains(op->getOperand(i));
+/// Which dim of `op`'s first result carries the batch of the step's inputs
+/// (alone, or merged with other dims as attention merges it with its
+/// heads), given where its operands carry it; none when the result does not.
+/// Weight gradients contract the batch away (conv2d_backward_filter, a
+/// matmul over it), as do reductions over its dim and the loss.
+std::optional<int64_t> batchDimOf(Operation *op, const llvm::DenseMap<Value, int64_t> &batched) {
+  auto at = [&](unsigned i) -> std::optional<int64_t> {
+    if (i >= op->getNumOperands())
+      return std::nullopt;
+    auto it = batched.find(op->getOperand(i));
+    return it == batched.end() ? std::nullopt : std::optional<int64_t>(it->second);
   };
   if (op->getNumResults() != 1)
-    return false;
+    return std::nullopt;
   auto type = llvm::dyn_cast<RankedTensorType>(op->getResult(0).getType());
   if (!type || type.getRank() == 0)
-    return false;
-  if (nn::isFusibleElementwise(op))
-    return llvm::any_of(op->getOperands(), [&](Value v) {
-      return batched.contains(v) &&
-             llvm::cast<RankedTensorType>(v.getType()).getShape() == type.getShape();
-    });
-  if (auto broadcast = dyn_cast<nn::BroadcastOp>(op))
-    return batched.contains(broadcast.getShapeOf());
+    return std::nullopt;
+  const int64_t rank = type.getRank();
+  if (nn::isFusibleElementwise(op)) {
+    for (Value v : op->getOperands())
+      if (auto it = batched.find(v);
+          it != batched.end() &&
+          llvm::cast<RankedTensorType>(v.getType()).getShape() == type.getShape())
+        return it->second;
+    return std::nullopt;
+  }
+  if (auto broadcast = dyn_cast<nn::BroadcastOp>(op)) {
+    auto it = batched.find(broadcast.getShapeOf());
+    return it == batched.end() ? std::nullopt : std::optional<int64_t>(it->second);
+  }
   if (isa<nn::Conv2DOp, nn::Conv2DBackwardDataOp, nn::LinearOp, nn::MaxPool2DOp,
-          nn::AvgPool2DOp, nn::MaxPool2DBackwardOp, nn::GlobalAvgPoolOp, nn::DropoutOp>(op))
-    return has(0);
-  if (isa<nn::AvgPool2DBackwardOp, nn::DropoutMaskOp>(op))
-    return has(0);
-  if (auto matmul = dyn_cast<nn::MatmulOp>(op))
-    return has(0) && !matmul.getTransposeA();
+          nn::AvgPool2DOp, nn::MaxPool2DBackwardOp, nn::GlobalAvgPoolOp,
+          nn::AvgPool2DBackwardOp>(op))
+    return at(0) == 0 ? std::optional<int64_t>(0) : std::nullopt;
+  if (isa<nn::DropoutOp, nn::DropoutMaskOp>(op))
+    return at(0);
+  if (auto matmul = dyn_cast<nn::MatmulOp>(op)) {
+    // The batch dims of a rank-3 product, the left operand's rows or the
+    // right one's columns; contracted otherwise.
+    auto l = at(0), r = at(1);
+    if (rank == 3 && (l == 0 || r == 0))
+      return 0;
+    if (l && *l == rank - (matmul.getTransposeA() ? 1 : 2))
+      return rank - 2;
+    if (r && *r == rank - (matmul.getTransposeB() ? 2 : 1))
+      return rank - 1;
+    return std::nullopt;
+  }
   if (isa<nn::SoftmaxCrossEntropyBackwardOp>(op))
-    return has(1);
-  if (isa<nn::ReshapeOp, nn::FlattenOp>(op))
-    return has(0) && llvm::cast<RankedTensorType>(op->getOperand(0).getType()).getDimSize(0) ==
-                         type.getDimSize(0);
-  if (isa<nn::ConcatOp, nn::SliceOp>(op))
-    return has(0); // never along the batch dim
-  if (auto transpose = dyn_cast<nn::TransposeOp>(op))
-    return has(0) && !transpose.getPermutation().empty() &&
-           transpose.getPermutation()[0] == 0;
+    return at(1) == 0 ? std::optional<int64_t>(0) : std::nullopt;
+  if (isa<nn::ReshapeOp, nn::FlattenOp>(op)) {
+    auto p = at(0);
+    auto in = llvm::cast<RankedTensorType>(op->getOperand(0).getType());
+    if (!p || !in.hasStaticShape() || !type.hasStaticShape())
+      return p == 0 && in.getDimSize(0) == type.getDimSize(0) ? p : std::nullopt;
+    // The first result dim that overlaps the batch dim's span of the
+    // row-major layout.
+    int64_t before = 1, upTo = 1;
+    for (int64_t d = 0; d < *p; ++d)
+      before *= in.getDimSize(d);
+    for (int64_t q = 0; q < rank; ++q)
+      if ((upTo *= type.getDimSize(q)) > before)
+        return q;
+    return std::nullopt;
+  }
+  if (isa<nn::ConcatOp>(op)) {
+    for (unsigned i = 0; i < op->getNumOperands(); ++i)
+      if (auto p = at(i))
+        return p;
+    return std::nullopt;
+  }
+  if (isa<nn::SliceOp>(op))
+    return at(0);
+  if (auto transpose = dyn_cast<nn::TransposeOp>(op)) {
+    auto p = at(0);
+    if (!p)
+      return std::nullopt;
+    for (auto [q, from] : llvm::enumerate(transpose.getPermutation()))
+      if (from == *p)
+        return static_cast<int64_t>(q);
+    return std::nullopt;
+  }
   if (isa<nn::ReduceSumOp, nn::ReduceMeanOp, nn::ReduceMaxOp>(op)) {
     ArrayRef<int64_t> dims = isa<nn::ReduceSumOp>(op)    ? cast<nn::ReduceSumOp>(op).getDims()
                              : isa<nn::ReduceMeanOp>(op) ? cast<nn::ReduceMeanOp>(op).getDims()
                                                          : cast<nn::ReduceMaxOp>(op).getDims();
-    return has(0) && !llvm::is_contained(dims, 0);
+    const bool keep = isa<nn::ReduceSumOp>(op)    ? cast<nn::ReduceSumOp>(op).getKeepDims()
+                      : isa<nn::ReduceMeanOp>(op) ? cast<nn::ReduceMeanOp>(op).getKeepDims()
+                                                  : cast<nn::ReduceMaxOp>(op).getKeepDims();
+    auto p = at(0);
+    if (!p || llvm::is_contained(dims, *p))
+      return std::nullopt;
+    return keep ? *p : *p - llvm::count_if(dims, [&](int64_t d) { return d < *p; });
   }
-  return false;
+  return std::nullopt;
 }
 
 /// Whether `use` reads only its value's shape (a broadcast's or dropout
@@ -222,10 +275,10 @@ void MixedPrecisionPass::runOnOperation() {
 LogicalResult MixedPrecisionPass::convert(func::FuncOp func) {
   Block &body = func.getBody().front();
   OpBuilder b(&getContext());
-  llvm::DenseSet<Value> batched;
+  llvm::DenseMap<Value, int64_t> batched;  // where a value carries the batch
   for (BlockArgument arg : body.getArguments())
     if (auto type = llvm::dyn_cast<RankedTensorType>(arg.getType()); type && type.getRank() > 0)
-      batched.insert(arg);
+      batched[arg] = 0;
 
   // The half copy of an f32 value, made once at its definition.
   DenseMap<Value, Value> halfOf;
@@ -240,8 +293,10 @@ LogicalResult MixedPrecisionPass::convert(func::FuncOp func) {
       else
         b.setInsertionPointToStart(&body);
       copy = b.create<nn::CastOp>(v.getLoc(), v, TypeAttr::get(half));
-      if (batched.contains(v))
-        batched.insert(copy);
+      if (auto it = batched.find(v); it != batched.end()) {
+        const int64_t dim = it->second;
+        batched[copy] = dim;
+      }
     }
     return copy;
   };
@@ -295,8 +350,10 @@ LogicalResult MixedPrecisionPass::convert(func::FuncOp func) {
         Value &wide = widened[v];
         if (!wide) {
           wide = b.create<nn::CastOp>(op->getLoc(), v, TypeAttr::get(f32));
-          if (batched.contains(v))
-            batched.insert(wide);
+          if (auto it = batched.find(v); it != batched.end()) {
+            const int64_t dim = it->second;
+            batched[wide] = dim;
+          }
         }
         operand.set(wide);
       }
@@ -310,10 +367,11 @@ LogicalResult MixedPrecisionPass::convert(func::FuncOp func) {
     // Storage: a batch-sized f32 value with several readers lives in memory
     // (they are in different kernels, or backward reads it much later);
     // keep it there in half, rounded where it is computed.
-    if (!carriesBatch(op, batched))
+    std::optional<int64_t> batchDim = batchDimOf(op, batched);
+    if (!batchDim)
       continue;
     Value result = op->getResult(0);
-    batched.insert(result);
+    batched[result] = *batchDim;
     if (!isFloatTensor(result, f32) || isa<nn::CastOp>(op) || stretched.contains(result))
       continue;
     llvm::SmallSetVector<Operation *, 4> readers;
