@@ -1,8 +1,9 @@
 //===- ElementwiseKernels.cpp - elementwise and copy kernels ----------------===//
 //
 // Elementwise ops (one flat loop), broadcasts, transposes and slices (one
-// indexed copy each), concats (one copy per operand) and the dropout keep
-// mask.
+// indexed copy each), concats (one copy per operand), gathers and their
+// scatter-add gradients (a loop over result rows and columns each), and the
+// dropout keep mask.
 //
 //===----------------------------------------------------------------------===//
 
@@ -155,6 +156,77 @@ KernelSignature emitConcat(nn::ConcatOp op, ModuleOp kernels, StringRef name) {
   }
   b.create<func::ReturnOp>(loc);
   return {llvm::to_vector(op.getInputs()), false};
+}
+
+/// A gather: one copy over the result [count, inner], row o read from the
+/// table's row indices[o].
+KernelSignature emitGather(nn::GatherOp op, ModuleOp kernels, StringRef name) {
+  OpBuilder b(op->getContext());
+  Location loc = op->getLoc();
+  func::FuncOp func = createKernelFunc(b, kernels, name, loc,
+                                       {flatType(op.getTable().getType()),
+                                        flatType(op.getIndices().getType()),
+                                        flatType(op.getType())});
+  ArrayRef<int64_t> out = op.getType().getShape();
+  const int64_t inner = extentFrom(out, 1);
+  Value zero = constIndex(b, loc, 0), one = constIndex(b, loc, 1);
+  Value table = func.getArgument(0), indices = func.getArgument(1),
+        output = func.getArgument(2);
+  b.create<scf::ParallelOp>(
+      loc, ValueRange{zero, zero}, ValueRange{constIndex(b, loc, out[0]), constIndex(b, loc, inner)},
+      ValueRange{one, one}, [&](OpBuilder &nb, Location l, ValueRange ivs) {
+        Value row = nb.create<arith::IndexCastOp>(
+            l, nb.getIndexType(), nb.create<memref::LoadOp>(l, indices, ivs[0]));
+        Value width = constIndex(nb, l, inner);
+        Value from = nb.create<arith::AddIOp>(l, nb.create<arith::MulIOp>(l, row, width), ivs[1]);
+        Value to = nb.create<arith::AddIOp>(l, nb.create<arith::MulIOp>(l, ivs[0], width), ivs[1]);
+        nb.create<memref::StoreOp>(l, nb.create<memref::LoadOp>(l, table, from), output, to);
+      });
+  b.create<func::ReturnOp>(loc);
+  return {{op.getTable(), op.getIndices()}, false};
+}
+
+/// A scatter-add as a gather of sums: each result element [r, i] adds the
+/// input's [sources[j], i] for j in [offsets[r], offsets[r + 1]) in order,
+/// in f32 for half types, so no two threads write one element.
+KernelSignature emitScatterAdd(nn::ScatterAddOp op, ModuleOp kernels, StringRef name) {
+  OpBuilder b(op->getContext());
+  Location loc = op->getLoc();
+  func::FuncOp func = createKernelFunc(
+      b, kernels, name, loc,
+      {flatType(op.getInput().getType()), flatType(op.getOffsets().getType()),
+       flatType(op.getSources().getType()), flatType(op.getType())});
+  ArrayRef<int64_t> out = op.getType().getShape();
+  const int64_t inner = extentFrom(out, 1);
+  Type elem = op.getType().getElementType();
+  Type acc = elem.getIntOrFloatBitWidth() < 32 ? b.getF32Type() : elem;
+  Value zero = constIndex(b, loc, 0), one = constIndex(b, loc, 1);
+  Value input = func.getArgument(0), offsets = func.getArgument(1),
+        sources = func.getArgument(2), output = func.getArgument(3);
+  b.create<scf::ParallelOp>(
+      loc, ValueRange{zero, zero}, ValueRange{constIndex(b, loc, out[0]), constIndex(b, loc, inner)},
+      ValueRange{one, one}, [&](OpBuilder &nb, Location l, ValueRange ivs) {
+        auto indexAt = [&](Value buffer, Value at) -> Value {
+          return nb.create<arith::IndexCastOp>(l, nb.getIndexType(),
+                                               nb.create<memref::LoadOp>(l, buffer, at));
+        };
+        Value width = constIndex(nb, l, inner);
+        Value begin = indexAt(offsets, ivs[0]);
+        Value end = indexAt(offsets, nb.create<arith::AddIOp>(l, ivs[0], constIndex(nb, l, 1)));
+        auto loop = nb.create<scf::ForOp>(
+            l, begin, end, constIndex(nb, l, 1), ValueRange{constFloat(nb, l, acc, 0.0)},
+            [&](OpBuilder &fb, Location fl, Value j, ValueRange sum) {
+              Value row = indexAt(sources, j);
+              Value at = fb.create<arith::AddIOp>(fl, fb.create<arith::MulIOp>(fl, row, width),
+                                                  ivs[1]);
+              Value x = castScalar(fb, fl, fb.create<memref::LoadOp>(fl, input, at), acc);
+              fb.create<scf::YieldOp>(fl, ValueRange{fb.create<arith::AddFOp>(fl, sum[0], x)});
+            });
+        Value to = nb.create<arith::AddIOp>(l, nb.create<arith::MulIOp>(l, ivs[0], width), ivs[1]);
+        nb.create<memref::StoreOp>(l, castScalar(nb, l, loop.getResult(0), elem), output, to);
+      });
+  b.create<func::ReturnOp>(loc);
+  return {{op.getInput(), op.getOffsets(), op.getSources()}, false};
 }
 
 /// Inverted-dropout keep mask from a counter-based hash of (seed, step, index):

@@ -4,7 +4,7 @@
 // helpers every family builds with (KernelBuilders.cpp) and one entry point
 // per family file:
 //   ElementwiseKernels.cpp  elementwise ops, broadcasts, transposes, concats,
-//                           slices, dropout masks
+//                           slices, gathers, scatter-adds, dropout masks
 //   FusionKernel.cpp        nn.fusion regions
 //   ReductionKernels.cpp    reductions, the global average pool, argmax
 //   LossKernels.cpp         softmax cross-entropy and its gradient
@@ -65,6 +65,9 @@ KernelSignature emitBroadcast(nn::BroadcastOp op, mlir::ModuleOp kernels, llvm::
 KernelSignature emitTranspose(nn::TransposeOp op, mlir::ModuleOp kernels, llvm::StringRef name);
 KernelSignature emitConcat(nn::ConcatOp op, mlir::ModuleOp kernels, llvm::StringRef name);
 KernelSignature emitSlice(nn::SliceOp op, mlir::ModuleOp kernels, llvm::StringRef name);
+KernelSignature emitGather(nn::GatherOp op, mlir::ModuleOp kernels, llvm::StringRef name);
+KernelSignature emitScatterAdd(nn::ScatterAddOp op, mlir::ModuleOp kernels,
+                               llvm::StringRef name);
 KernelSignature emitDropoutMask(nn::DropoutMaskOp op, mlir::ModuleOp kernels,
                                 llvm::StringRef name);
 KernelSignature emitFusion(nn::FusionOp op, mlir::ModuleOp kernels, llvm::StringRef name);

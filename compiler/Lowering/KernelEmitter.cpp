@@ -96,7 +96,8 @@ bool isKernelOp(Operation *op) {
                    nn::SoftmaxCrossEntropyOp, nn::SoftmaxCrossEntropyBackwardOp,
                    nn::LrScheduleOp, nn::SgdOp, nn::SgdMomentumOp, nn::LarsOp, nn::AdamOp,
                    nn::DropoutMaskOp, nn::NonfiniteFlagsOp, nn::FusionOp,
-                   nn::MultiTensorOp, nn::TransposeOp, nn::ConcatOp, nn::SliceOp>(op);
+                   nn::MultiTensorOp, nn::TransposeOp, nn::ConcatOp, nn::SliceOp,
+                   nn::GatherOp, nn::ScatterAddOp>(op);
 }
 
 FailureOr<KernelSignature> emitKernel(Operation *op, ModuleOp kernels, StringRef name) {
@@ -105,6 +106,8 @@ FailureOr<KernelSignature> emitKernel(Operation *op, ModuleOp kernels, StringRef
       .Case([&](nn::TransposeOp o) { return emitTranspose(o, kernels, name); })
       .Case([&](nn::ConcatOp o) { return emitConcat(o, kernels, name); })
       .Case([&](nn::SliceOp o) { return emitSlice(o, kernels, name); })
+      .Case([&](nn::GatherOp o) { return emitGather(o, kernels, name); })
+      .Case([&](nn::ScatterAddOp o) { return emitScatterAdd(o, kernels, name); })
       .Case([&](nn::FusionOp o) { return emitFusion(o, kernels, name); })
       .Case([&](nn::MultiTensorOp o) { return emitMultiTensor(o, kernels, name); })
       .Case<nn::ReduceSumOp, nn::ReduceMeanOp, nn::ReduceMaxOp>(

@@ -13,6 +13,7 @@
 #include "dialects/dist/IR/DistOps.h"
 #include "dialects/nn/IR/NNOps.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Matchers.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 #define DEBUG_TYPE "graphc-autodiff"
@@ -352,6 +353,33 @@ LogicalResult Differentiator::backprop(Operation *op) {
           if (parts.size() == 1)
             return dy;
           return b.create<nn::ConcatOp>(loc, parts, dim).getResult();
+        });
+        return success();
+      })
+      .Case([&](nn::GatherOp gather) -> LogicalResult {
+        // The table's adjoint sums dy's rows by the index lists of each
+        // table row, built here from the constant indices (in index order,
+        // so the sums are deterministic).
+        DenseIntElementsAttr indices;
+        if (!matchPattern(gather.getIndices(), m_Constant(&indices)))
+          return gather.emitError("the indices of 'nn.gather' must be an nn.constant "
+                                  "to differentiate it");
+        const int64_t rows = typeOf(gather.getTable()).getDimSize(0);
+        SmallVector<int32_t> offsets(rows + 1, 0), sources(indices.getNumElements());
+        for (const APInt &index : indices)
+          ++offsets[index.getSExtValue() + 1];
+        for (int64_t r = 0; r < rows; ++r)
+          offsets[r + 1] += offsets[r];
+        SmallVector<int32_t> next(offsets.begin(), offsets.end() - 1);
+        for (auto [i, index] : llvm::enumerate(indices))
+          sources[next[index.getSExtValue()]++] = static_cast<int32_t>(i);
+        accumulate(gather.getTable(), [&]() -> Value {
+          auto vector = [&](ArrayRef<int32_t> values) -> Value {
+            auto type = RankedTensorType::get({static_cast<int64_t>(values.size())},
+                                              b.getI32Type());
+            return b.create<nn::ConstantOp>(loc, DenseIntElementsAttr::get(type, values));
+          };
+          return b.create<nn::ScatterAddOp>(loc, dy, vector(offsets), vector(sources));
         });
         return success();
       })

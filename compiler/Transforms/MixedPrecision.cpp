@@ -58,11 +58,12 @@ bool isHalfCompute(Operation *op) {
 
 /// Ops that compute in the precision of their data operand (the first):
 /// pooling picks or averages values, reshape and flatten move none, the
-/// copies (transpose, concat, slice) move them unchanged.
+/// copies (transpose, concat, slice, gather) move them unchanged, and a
+/// scatter-add sums in f32 whatever it stores.
 bool followsOperand(Operation *op) {
   return isa<nn::MaxPool2DOp, nn::AvgPool2DOp, nn::MaxPool2DBackwardOp,
              nn::AvgPool2DBackwardOp, nn::ReshapeOp, nn::FlattenOp, nn::TransposeOp,
-             nn::ConcatOp, nn::SliceOp>(op);
+             nn::ConcatOp, nn::SliceOp, nn::GatherOp, nn::ScatterAddOp>(op);
 }
 
 bool isFloatTensor(Value v, Type element) {

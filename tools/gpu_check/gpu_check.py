@@ -68,7 +68,7 @@ LIBRARY_CASES = ["conv2d_strided_dilated_grouped", "max_pool2d", "avg_pool2d",
                  # generated kernels no GPU has run yet: concat and slice copies, sigmoid,
                  # erf (libdevice), softmax and layer norm as imported, batched matmul
                  "concat_slice", "split_shuffle", "sigmoid", "erf", "softmax_layer_norm",
-                 "batched_matmul"]
+                 "batched_matmul", "gather"]
 QUICK_CASES = ["relu", "conv2d_strided_dilated_grouped", "avg_pool2d"]
 VARIANTS = ["fp16", "fp32", "nhwc", "unfused", "tf32", "nographs"]
 # graphrun variant -> (plan name, graphrun flags, PyTorch counterpart flags or None)

@@ -1040,6 +1040,77 @@ OpFoldResult SliceOp::fold(FoldAdaptor) {
   return {};
 }
 
+LogicalResult GatherOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                         Adaptor adaptor, SmallVectorImpl<Type> &types) {
+  using Op = GatherOp;
+  auto table = rankedOf(adaptor.getTable()), indices = rankedOf(adaptor.getIndices());
+  if (!table || !indices)
+    return inferError<Op>(loc, "expects ranked tensor operands");
+  if (table.getRank() < 1 || !isStatic(table.getDimSize(0)))
+    return inferError<Op>(loc, "expects a table whose dim 0 is static, got ",
+                          shapeString(table.getShape()));
+  if (indices.getRank() != 1 || !isStatic(indices.getDimSize(0)))
+    return inferError<Op>(loc, "expects a static rank-1 index tensor, got ",
+                          shapeString(indices.getShape()));
+  SmallVector<int64_t> shape = {indices.getDimSize(0)};
+  shape.append(table.getShape().begin() + 1, table.getShape().end());
+  types.push_back(table.clone(shape));
+  return success();
+}
+
+LogicalResult GatherOp::verify() {
+  DenseIntElementsAttr indices;
+  if (!matchPattern(getIndices(), m_Constant(&indices)))
+    return success();
+  const int64_t rows = getTable().getType().getDimSize(0);
+  for (const APInt &index : indices)
+    if (index.isNegative() || index.getSExtValue() >= rows)
+      return emitOpError("index ") << index.getSExtValue() << " is not in [0, " << rows << ")";
+  return success();
+}
+
+LogicalResult ScatterAddOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                             Adaptor adaptor, SmallVectorImpl<Type> &types) {
+  using Op = ScatterAddOp;
+  auto input = rankedOf(adaptor.getInput()), offsets = rankedOf(adaptor.getOffsets()),
+       sources = rankedOf(adaptor.getSources());
+  if (!input || !offsets || !sources)
+    return inferError<Op>(loc, "expects ranked tensor operands");
+  if (input.getRank() < 1)
+    return inferError<Op>(loc, "expects an input of rank 1 or more");
+  if (offsets.getRank() != 1 || !isStatic(offsets.getDimSize(0)) || offsets.getDimSize(0) < 2 ||
+      sources.getRank() != 1 || !isStatic(sources.getDimSize(0)))
+    return inferError<Op>(loc, "expects static rank-1 offsets (2 or more) and sources, got ",
+                          shapeString(offsets.getShape()), " and ",
+                          shapeString(sources.getShape()));
+  SmallVector<int64_t> shape = {offsets.getDimSize(0) - 1};
+  shape.append(input.getShape().begin() + 1, input.getShape().end());
+  types.push_back(input.clone(shape));
+  return success();
+}
+
+LogicalResult ScatterAddOp::verify() {
+  DenseIntElementsAttr offsets, sources;
+  const int64_t count = getSources().getType().getDimSize(0);
+  if (matchPattern(getOffsets(), m_Constant(&offsets))) {
+    int64_t previous = 0;
+    for (auto [i, offset] : llvm::enumerate(offsets.getValues<int32_t>())) {
+      if ((i == 0 && offset != 0) || offset < previous || offset > count)
+        return emitOpError("offsets must rise from 0 to ") << count << ", got " << offset
+                                                            << " at " << i;
+      previous = offset;
+    }
+    if (previous != count)
+      return emitOpError("offsets must end at ") << count << ", got " << previous;
+  }
+  const int64_t rows = getInput().getType().getDimSize(0);
+  if (isStatic(rows) && matchPattern(getSources(), m_Constant(&sources)))
+    for (int32_t source : sources.getValues<int32_t>())
+      if (source < 0 || source >= rows)
+        return emitOpError("source ") << source << " is not in [0, " << rows << ")";
+  return success();
+}
+
 //===----------------------------------------------------------------------===//
 // Dense layers
 //===----------------------------------------------------------------------===//

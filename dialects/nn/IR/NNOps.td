@@ -503,6 +503,54 @@ def NN_SliceOp : NN_Op<"slice", [Pure, InferTypeOpAdaptor]> {
   let hasFolder = 1;
 }
 
+def NN_GatherOp : NN_Op<"gather", [Pure, InferTypeOpAdaptor]> {
+  let summary = "rows of dim 0 picked by constant indices (embedding lookup)";
+  let description = [{
+    `result[i, ...] = table[indices[i], ...]`: the rows of the table's first
+    dim (which must be static) named by a rank-1 `i32` tensor, in any order
+    and with repeats; each index must lie in `[0, rows)`. The indices must be
+    an `nn.constant` for training: the gradient is `nn.scatter_add` over the
+    index lists autodiff builds from them (a relative-position bias table
+    gathered by an index table, as Swin's attention does).
+
+    ```mlir
+    %b = nn.gather %table, %index : tensor<169x3xf32>, tensor<2401xi32>
+    ```
+  }];
+  let arguments = (ins NN_FloatTensor:$table, TensorOf<[I32]>:$indices);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = [{
+    $table `,` $indices attr-dict `:` type($table) `,` type($indices)
+  }];
+  let hasVerifier = 1;
+}
+
+def NN_ScatterAddOp : NN_Op<"scatter_add", [Pure, InferTypeOpAdaptor]> {
+  let summary = "sums of rows of dim 0 by index lists (nn.gather's gradient)";
+  let description = [{
+    Row `r` of the result (of `offsets`' size minus one rows) is the sum of
+    the input's rows `sources[offsets[r]]` to `sources[offsets[r + 1] - 1]`,
+    added in that order (so the result does not depend on how the work is
+    split); a row with no sources is zero. `offsets` is non-decreasing from 0
+    to the size of `sources`, every source lies in `[0, rows of the input)`.
+    Autodiff emits it for `nn.gather` with the index lists of each table row
+    as constants; it accumulates in f32 for half inputs.
+
+    ```mlir
+    %dt = nn.scatter_add %dy, %offsets, %sources
+        : tensor<2401x3xf32>, tensor<170xi32>, tensor<2401xi32>
+    ```
+  }];
+  let arguments = (ins NN_FloatTensor:$input, TensorOf<[I32]>:$offsets,
+                       TensorOf<[I32]>:$sources);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $offsets `,` $sources attr-dict `:` type($input) `,` type($offsets) `,`
+    type($sources)
+  }];
+  let hasVerifier = 1;
+}
+
 //===----------------------------------------------------------------------===//
 // Dense layers
 //===----------------------------------------------------------------------===//

@@ -34,6 +34,7 @@ import safetensors_tool  # the format, shared with the checkpoint tests
 
 N, C, H, W, K = 4, 2, 5, 5, 3
 REL, FLOOR = 1e-3, 1e-4
+GATHER = [3, 0, 3, 5, 1, 1, 2, 0, 4, 5, 3, 2, 0, 1, 4]
 
 
 # ---------------------------------------------------------------- references
@@ -171,6 +172,16 @@ CASES = {
         "%p = nn.matmul %ra, %rb transpose_b : tensor<?x5x5xf32>, tensor<?x5x5xf32>",
         "%y = nn.reshape %p shape [-1, 3, 5, 5] : tensor<?x5x5xf32>"],
         lambda p, a, b: a @ b.transpose(0, 1, 3, 2)),
+    # A table's rows picked by constant indices (repeats, one row unused):
+    # the gradient is a scatter-add.
+    "gather": ({"table": (7, 5)}, lambda: [
+        "%tb = nn.load @table : tensor<7x5xf32>",
+        f"%ix = nn.constant dense<{GATHER}> : tensor<15xi32>",
+        "%g = nn.gather %tb, %ix : tensor<7x5xf32>, tensor<15xi32>",
+        "%r = nn.reshape %g shape [3, 5, 5] : tensor<15x5xf32>",
+        f"%gb = nn.broadcast %r to %a dims [1, 2, 3] : tensor<3x5x5xf32>, {t(A)}",
+        f"%y = nn.mul %a, %gb : {t(A)}"],
+        lambda p, a, b: a * p["table"][GATHER].reshape(3, 5, 5)[None]),
     "concat_slice": ({}, lambda: [
         f"%c = nn.concat %a, %b dim 1 : {t(A)}, {t(A)}",
         f"%s = nn.slice %c dim 1 start 2 size 3 : {t((N, 6, 5, 5))}",
