@@ -155,7 +155,10 @@ def one_model(name, args, work):
         no_randomness(m)
         missing, unexpected = m.load_state_dict(start, strict=False)
         assert not unexpected, unexpected
-        assert all(k.endswith("num_batches_tracked") for k in missing), missing
+        # Integer buffers (batch norm's counter, Swin's relative position
+        # index) are constants to graphc, not state: the fresh model's own.
+        assert all(k.endswith(("num_batches_tracked", "relative_position_index"))
+                   for k in missing), missing
         m.to(dtype).train()
         optimizer = torch.optim.SGD(m.parameters(), lr=args.lr, momentum=0.9, weight_decay=0)
         step_losses = []
@@ -166,7 +169,7 @@ def one_model(name, args, work):
             loss.backward()
             optimizer.step()
         return step_losses, {k: v.detach().double().numpy() for k, v in m.state_dict().items()
-                             if not k.endswith("num_batches_tracked")}
+                             if not k.endswith(("num_batches_tracked", "relative_position_index"))}
 
     reference_losses, state = train_torch(torch.float64)
     float32_losses, float32_state = train_torch(torch.float32)

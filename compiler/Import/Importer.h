@@ -19,6 +19,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -31,6 +32,14 @@ using onnx_model::Attribute;
 using onnx_model::ElementType;
 using onnx_model::Node;
 using onnx_model::Tensor;
+
+/// `axis` of a rank-`rank` tensor, negative counting from the end; nullopt
+/// when out of range.
+inline std::optional<int64_t> normalizedAxis(int64_t axis, int64_t rank) {
+  if (axis < -rank || axis >= rank)
+    return std::nullopt;
+  return axis < 0 ? axis + rank : axis;
+}
 
 class Importer {
 public:
@@ -100,7 +109,26 @@ private:
   bool expand(const Node &n);
   bool gatherOne(const Node &n);
   bool squeeze(const Node &n, bool unsqueeze);
+  bool pad(const Node &n);
   bool castActivation(const Node &n);
+public:
+  // A constant tensor's value, as OnnxConstants.cpp folds it.
+  struct Folded {
+    std::vector<int64_t> dims;
+    std::vector<double> values;
+    ElementType type = ElementType::Float;
+  };
+
+private:
+  // OnnxConstants.cpp: nodes of constants alone, evaluated at import.
+  bool foldsToTensor(const Node &n);
+  bool foldTensor(const Node &n);
+  // `name`'s value if it is a constant: a Constant node, an integer or
+  // boolean initializer, a folded tensor, vector (without the batch) or
+  // float scalar; null otherwise.
+  const Folded *constantTensor(const std::string &name);
+  // A float constant tensor as an nn.constant (f32); null if it is none.
+  Value constantValue(const std::string &name);
   // `x` reduced over `dims` (mean, or max) and broadcast back to its shape.
   Value keptReduction(Value x, ArrayRef<int64_t> dims, bool max);
   // `x` reshaped to `shape` (a dynamic entry: the open batch, dim 0).
@@ -110,6 +138,8 @@ private:
   // [start, end) of `dim`, numpy's rules (negative from the end, clamped);
   // null after an error.
   Value sliceOf(Value x, int64_t dim, int64_t start, int64_t end);
+  // Every `step`-th element of `dim` from the first (a strided slice).
+  Value everyNth(Value x, int64_t dim, int64_t step);
 
   // A float32 scalar as a tensor of `like`'s shape.
   Value scalarLike(double value, Value like);
@@ -167,8 +197,12 @@ private:
   // Integer vectors folded at import (shapes), the batch as kBatch.
   static constexpr int64_t kBatch = std::numeric_limits<int64_t>::min();
   std::map<std::string, std::vector<int64_t>> known;
+  // The entries of `known` that are scalars (rank 0) in the file.
+  std::set<std::string> scalarInts;
   // Float scalars folded at import (attention's scale from a shape).
   std::map<std::string, double> knownScalars;
+  // Constant tensors folded at import, and constants read by the folder.
+  std::map<std::string, Folded> tensors;
   std::map<std::string, std::pair<Value, bool>> variables;  // loaded, trained
   int64_t parameterCount = 0;
 };

@@ -162,7 +162,11 @@ Value Importer::activation(const std::string &name) {
     return variable(name, true,
                     init->second->dims.size() == 1 ? nn::Initializer::zeros
                                                    : nn::Initializer::xavier_uniform);
-  if (initializers.count(name) || constants.count(name))
+  // A float constant (Swin's attention mask, folded at import).
+  if (Value constant = constantValue(name))
+    return constant;
+  if (initializers.count(name) || constants.count(name) || known.count(name) ||
+      tensors.count(name))
     fail("input '" + onnx_model::shown(name) + "' is a constant where graphc takes an activation");
   else
     fail("input '" + onnx_model::shown(name) + "' is not defined before it is used");
@@ -307,6 +311,8 @@ bool Importer::importNode(const Node &n) {
     constants[n.outputs[0]] = &it->second.tensor;
     return true;
   }
+  if (foldsToTensor(n))
+    return foldTensor(n);
   if (foldsToScalar(n))
     return foldScalar(n);
   if (foldsToInts(n))
@@ -353,6 +359,8 @@ bool Importer::importNode(const Node &n) {
     return squeeze(n, op == "Unsqueeze");
   if (op == "Cast")
     return castActivation(n);
+  if (op == "Pad")
+    return pad(n);
   if (op == "Concat")
     return concat(n);
   if (op == "Slice")

@@ -30,7 +30,8 @@
 //   MatMul (a 2-D weight, or equal batch dims) -> matmul between reshapes;
 //   Softmax -> reduce_max, sub, exp, reduce_sum, div; LayerNormalization ->
 //     reduce_mean twice, rsqrt, mul, add; Erf -> erf; Expand -> broadcast;
-//     Gather of up to 64 constant indices -> slices, concat, reshape; Squeeze,
+//     Gather of constant indices -> slices, concat, reshape (up to 64), or
+//     nn.gather of rows (more, along any axis by transposes); Squeeze,
 //     Unsqueeze -> reshape; Cast between float types -> nothing
 //     (OnnxTransformer.cpp).
 // A float initializer read as a tensor is a trained parameter. Shape

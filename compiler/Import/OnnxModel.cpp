@@ -94,14 +94,18 @@ std::string readFile(const std::string &path, std::string &bytes) {
   return "";
 }
 
-// The values of a numeric tensor of at most kMaxFoldedElements elements.
+// The values of a numeric tensor of at most kMaxFoldedElements elements
+// (kMaxFoldedIndices for integers and booleans: index tables and masks).
 void copyValues(const onnx::TensorProto &proto, Tensor &tensor) {
+  const bool integral = tensor.type == ElementType::Int64 || tensor.type == ElementType::Int32 ||
+                        tensor.type == ElementType::Bool;
+  const int64_t most = integral ? kMaxFoldedIndices : kMaxFoldedElements;
   int64_t count = 1;
   for (int64_t d : tensor.dims) {
-    if (d < 0 || d > kMaxFoldedElements)
+    if (d < 0 || d > most)
       return;
     count *= d;
-    if (count > kMaxFoldedElements)
+    if (count > most)
       return;
   }
   const size_t n = static_cast<size_t>(count);

@@ -30,6 +30,7 @@ constexpr int64_t kMinOpset = 11, kMaxOpset = 17;  // libonnx 1.12 knows 17
 /// Initializers with at most this many elements keep their values (scalars
 /// and shapes the importer folds); larger ones keep only their shapes.
 constexpr int64_t kMaxFoldedElements = 4096;
+constexpr int64_t kMaxFoldedIndices = int64_t{1} << 20;
 
 /// TensorProto's element types the importer names.
 enum class ElementType { Other, Float, Double, Float16, BFloat16, Int64, Int32, Bool };
@@ -38,7 +39,8 @@ struct Tensor {
   std::string name;
   ElementType type = ElementType::Other;
   std::vector<int64_t> dims;
-  /// The values, for at most kMaxFoldedElements elements of a numeric type.
+  /// The values, for at most kMaxFoldedElements elements of a numeric type
+  /// (kMaxFoldedIndices of an integer or boolean one).
   bool hasValues = false;
   std::vector<double> values;
   /// A float32 tensor's bytes, little-endian (the weights graphc import

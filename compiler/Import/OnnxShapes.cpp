@@ -18,18 +18,6 @@
 namespace graphc {
 namespace onnx_import {
 
-namespace {
-
-/// `axis` of a rank-`rank` tensor, negative counting from the end; nullopt
-/// when out of range.
-std::optional<int64_t> normalizedAxis(int64_t axis, int64_t rank) {
-  if (axis < -rank || axis >= rank)
-    return std::nullopt;
-  return axis < 0 ? axis + rank : axis;
-}
-
-} // namespace
-
 std::optional<std::vector<int64_t>> Importer::knownInts(const std::string &name) {
   if (auto it = known.find(name); it != known.end())
     return it->second;
@@ -268,6 +256,27 @@ bool Importer::foldInts(const Node &n) {
     return true;
   if (values.count(n.outputs[0]) || !known.emplace(n.outputs[0], result).second)
     return fail("output '" + onnx_model::shown(n.outputs[0]) + "' is defined twice");
+  // Whether the result is a scalar in the file (the constant folder keeps ranks).
+  auto isScalar = [&](const std::string &name) {
+    if (scalarInts.count(name))
+      return true;
+    const Tensor *t = constants.count(name)      ? constants[name]
+                      : initializers.count(name) ? initializers[name]
+                                                 : nullptr;
+    return t && t->dims.empty();
+  };
+  bool scalarResult = false;
+  if (op == "Gather")
+    scalarResult = isScalar(n.inputs[1]);
+  else if (op == "Squeeze")
+    scalarResult = result.size() == 1;
+  else if (op == "Identity" || op == "Cast")
+    scalarResult = isScalar(n.inputs[0]);
+  else if (op == "Where" || op == "Add" || op == "Sub" || op == "Mul" || op == "Div" ||
+           op == "Mod" || op == "Equal")
+    scalarResult = std::all_of(n.inputs.begin(), n.inputs.end(), isScalar);
+  if (scalarResult)
+    scalarInts.insert(n.outputs[0]);
   return true;
 }
 
@@ -342,18 +351,56 @@ bool Importer::slice(const Node &n) {
   if (ends.size() != starts.size() || axes.size() != starts.size() ||
       (args[3] && args[3]->size() != starts.size()))
     return fail("starts, ends, axes and steps differ in length");
-  if (args[3] && llvm::any_of(*args[3], [](int64_t s) { return s != 1; }))
-    return fail("only step 1 is supported");
+  if (args[3] && llvm::any_of(*args[3], [](int64_t s) { return s < 1 || s > (1 << 20); }))
+    return fail("only positive steps are supported");
   std::vector<bool> seen(rank, false);
   for (size_t i = 0; i < axes.size(); ++i) {
     auto dim = normalizedAxis(axes[i], rank);
     if (!dim || seen[*dim])
       return fail("axes must be distinct dims of the rank-" + std::to_string(rank) + " input");
     seen[*dim] = true;
-    if (!(x = sliceOf(x, *dim, starts[i], ends[i])))
+    const int64_t step = args[3] ? (*args[3])[i] : 1;
+    if (!(x = sliceOf(x, *dim, starts[i], ends[i])) || (step > 1 && !(x = everyNth(x, *dim, step))))
       return false;
   }
   return define(n, x);
+}
+
+Value Importer::everyNth(Value x, int64_t dim, int64_t step) {
+  auto type = llvm::cast<RankedTensorType>(x.getType());
+  const int64_t extent = type.getDimSize(dim);
+  if (type.isDynamicDim(dim)) {
+    failBatch("it slices the batch dim 0, which graphc leaves open until compile");
+    return nullptr;
+  }
+  if (type.getRank() >= 8) {
+    fail("a strided slice of a tensor of rank 8");
+    return nullptr;
+  }
+  // Whole groups of `step`: [.., groups, step, ..] with the first of each
+  // group taken, then the last, partial group's first element.
+  const int64_t groups = extent / step;
+  SmallVector<Value> parts;
+  if (groups > 0) {
+    Value whole = sliceOf(x, dim, 0, groups * step);
+    if (!whole)
+      return nullptr;
+    auto shape = llvm::to_vector(type.getShape());
+    shape[dim] = groups;
+    SmallVector<int64_t> split(shape);
+    split.insert(split.begin() + dim + 1, step);
+    Value grouped = reshaped(whole, split);
+    Value firsts = grouped ? sliceOf(grouped, dim + 1, 0, 1) : Value();
+    if (!firsts)
+      return nullptr;
+    parts.push_back(reshaped(firsts, shape));
+  }
+  if (groups * step < extent)
+    parts.push_back(sliceOf(x, dim, groups * step, groups * step + 1));
+  if (llvm::any_of(parts, [](Value v) { return !v; }))
+    return nullptr;
+  return parts.size() == 1 ? parts.front()
+                           : tryCreate<nn::ConcatOp>(ValueRange(parts), b.getI64IntegerAttr(dim));
 }
 
 bool Importer::split(const Node &n) {

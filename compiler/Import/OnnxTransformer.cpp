@@ -20,12 +20,6 @@ namespace onnx_import {
 
 namespace {
 
-std::optional<int64_t> axisOf(int64_t axis, int64_t rank) {
-  if (axis < -rank || axis >= rank)
-    return std::nullopt;
-  return axis < 0 ? axis + rank : axis;
-}
-
 std::string shapeString(ArrayRef<int64_t> shape) {
   std::string text = "[";
   for (size_t i = 0; i < shape.size(); ++i)
@@ -187,7 +181,7 @@ bool Importer::softmax(const Node &n) {
   auto axisAttr = intAttr(n, "axis", model.opset >= 13 ? -1 : 1);
   if (!axisAttr)
     return false;
-  auto axis = axisOf(*axisAttr, rank);
+  auto axis = normalizedAxis(*axisAttr, rank);
   // Before opset 13 Softmax flattens from `axis`: the same only for the last.
   if (!axis || (model.opset < 13 && *axis != rank - 1))
     return fail("axis " + std::to_string(*axisAttr) + " of a rank-" + std::to_string(rank) +
@@ -224,7 +218,7 @@ bool Importer::layerNorm(const Node &n) {
     return false;
   auto type = llvm::cast<RankedTensorType>(x.getType());
   const int64_t rank = type.getRank();
-  auto axis = axisOf(*axisAttr, rank);
+  auto axis = normalizedAxis(*axisAttr, rank);
   if (!axis || type.isDynamicDim(*axis))
     return failBatch("axis " + std::to_string(*axisAttr) + " must be a non-batch dim of the rank-" +
                      std::to_string(rank) + " input");
@@ -341,56 +335,168 @@ bool Importer::gatherOne(const Node &n) {
   if (!x)
     return false;
   auto type = llvm::cast<RankedTensorType>(x.getType());
-  auto axis = axisOf(*axisAttr, type.getRank());
+  auto axis = normalizedAxis(*axisAttr, type.getRank());
   if (!axis)
     return fail("axis " + std::to_string(*axisAttr) + " is outside rank " +
                 std::to_string(type.getRank()));
-  // The indices: an integer constant or initializer of any rank, or a
-  // vector folded at import.
+  // The indices: an integer constant of any rank (a Constant, an
+  // initializer, or folded at import).
   std::vector<int64_t> indices, indexShape;
-  const std::string &name = n.inputs[1];
-  const Tensor *t = constants.count(name)      ? constants[name]
-                    : initializers.count(name) ? initializers[name]
-                                               : nullptr;
-  if (t && t->hasValues && (t->type == ElementType::Int64 || t->type == ElementType::Int32)) {
-    indexShape = t->dims;
-    for (double v : t->values)
-      indices.push_back(std::abs(v) > double(int64_t{1} << 40) ? int64_t{1} << 40
-                                                                : static_cast<int64_t>(v));
-  } else if (auto it = known.find(name); it != known.end()) {
-    indices = it->second;
-    indexShape = {static_cast<int64_t>(indices.size())};
-  } else {
+  const Folded *t = constantTensor(n.inputs[1]);
+  if (!t || (t->type != ElementType::Int64 && t->type != ElementType::Int32))
     return fail("its indices must be integer constants");
-  }
-  if (indices.empty() || indices.size() > 64 ||
+  indexShape = t->dims;
+  for (double v : t->values)
+    indices.push_back(std::abs(v) > double(int64_t{1} << 40) ? int64_t{1} << 40
+                                                              : static_cast<int64_t>(v));
+  if (indices.empty() || indices.size() > (int64_t{1} << 24) ||
       type.getRank() - 1 + static_cast<int64_t>(indexShape.size()) > 8)
-    return fail("graphc gathers 1 to 64 constant indices, into a result of rank 8 at most");
+    return fail("graphc gathers 1 to 2^24 constant indices, into a result of rank 8 at most");
   if (type.isDynamicDim(*axis))
     return failBatch("it gathers from the batch, which graphc leaves open until compile");
-  // x[..., i, ...] as slices, joined along `axis` and reshaped to the
-  // indices' shape there (the dim dropped for a scalar index).
   const int64_t extent = type.getDimSize(*axis);
-  SmallVector<Value> parts;
-  for (int64_t index : indices) {
-    const int64_t i = index < 0 ? index + extent : index;
-    if (i < 0 || i >= extent)
+  for (int64_t &index : indices) {
+    if (index < -extent || index >= extent)
       return fail("index " + std::to_string(index) + " is outside dim " +
                   std::to_string(*axis) + " of size " + std::to_string(extent));
-    Value part = sliceOf(x, *axis, i, i + 1);
-    if (!part)
-      return false;
-    parts.push_back(part);
+    if (index < 0)
+      index += extent;
   }
-  Value y = parts.size() == 1 ? parts.front()
-                              : tryCreate<nn::ConcatOp>(ValueRange(parts),
-                                                        b.getI64IntegerAttr(*axis));
-  if (!y)
-    return false;
+  // The result: the indices' shape in place of `axis` (the dim dropped for
+  // a scalar index).
   SmallVector<int64_t> shape(type.getShape().take_front(*axis));
   shape.append(indexShape.begin(), indexShape.end());
   shape.append(type.getShape().begin() + *axis + 1, type.getShape().end());
-  return define(n, reshaped(y, shape));
+  if (indices.size() <= 64) {
+    // x[..., i, ...] as slices, joined along `axis`.
+    SmallVector<Value> parts;
+    for (int64_t i : indices) {
+      Value part = sliceOf(x, *axis, i, i + 1);
+      if (!part)
+        return false;
+      parts.push_back(part);
+    }
+    Value y = parts.size() == 1 ? parts.front()
+                                : tryCreate<nn::ConcatOp>(ValueRange(parts),
+                                                          b.getI64IntegerAttr(*axis));
+    return y && define(n, reshaped(y, shape));
+  }
+  // More: nn.gather of rows, with `axis` moved to the front and back.
+  SmallVector<int64_t> toFront = {*axis};
+  for (int64_t d = 0; d < type.getRank(); ++d)
+    if (d != *axis)
+      toFront.push_back(d);
+  Value table = *axis ? tryCreate<nn::TransposeOp>(x, b.getDenseI64ArrayAttr(toFront)) : x;
+  std::vector<int32_t> rows(indices.begin(), indices.end());
+  auto indexType = RankedTensorType::get({static_cast<int64_t>(rows.size())}, b.getI32Type());
+  Value picked = table ? tryCreate<nn::GatherOp>(
+                             table, tryCreate<nn::ConstantOp>(
+                                        DenseIntElementsAttr::get(indexType, ArrayRef(rows))))
+                       : Value();
+  if (!picked || !*axis)
+    return picked && define(n, reshaped(picked, shape));
+  // [count, the other dims in order] back to the result's order.
+  SmallVector<int64_t> back;
+  for (int64_t d = 1; d <= *axis; ++d)
+    back.push_back(d);
+  back.push_back(0);
+  for (int64_t d = *axis + 1; d < type.getRank(); ++d)
+    back.push_back(d);
+  Value y = tryCreate<nn::TransposeOp>(picked, b.getDenseI64ArrayAttr(back));
+  return y && define(n, reshaped(y, shape));
+}
+
+bool Importer::pad(const Node &n) {
+  if (!knownAttributes(n, {"mode"}))
+    return false;
+  auto mode = stringAttr(n, "mode", "constant");
+  if (!mode)
+    return false;
+  if (*mode != "constant")
+    return fail("mode '" + onnx_model::shown(*mode) + "' (graphc pads with a constant)");
+  if (n.inputs.size() < 2 || n.inputs.size() > 3)
+    return fail("expected data, pads and an optional constant");
+  Value x = operand(n.inputs[0]);
+  if (!x)
+    return false;
+  auto type = llvm::cast<RankedTensorType>(x.getType());
+  const Folded *pads = constantTensor(n.inputs[1]);
+  if (!pads || (pads->type != ElementType::Int64 && pads->type != ElementType::Int32) ||
+      static_cast<int64_t>(pads->values.size()) != 2 * type.getRank())
+    return fail("pads must be " + std::to_string(2 * type.getRank()) +
+                " integer constants (the data's rank is " + std::to_string(type.getRank()) +
+                ")");
+  // The pad value: a rank-0 tensor, constant or computed.
+  Value fill;
+  if (n.inputs.size() == 3 && !n.inputs[2].empty()) {
+    if (auto c = scalar(n.inputs[2]))
+      fill = tryCreate<nn::ConstantOp>(llvm::cast<ElementsAttr>(DenseElementsAttr::get(
+          RankedTensorType::get({}, type.getElementType()),
+          b.getFloatAttr(type.getElementType(), *c))));
+    else if (Value v = operand(n.inputs[2]);
+             v && llvm::cast<RankedTensorType>(v.getType()).getNumElements() == 1)
+      fill = reshaped(v, {});
+    else
+      return v ? fail("the pad value must be one element") : false;
+  } else {
+    fill = tryCreate<nn::ConstantOp>(llvm::cast<ElementsAttr>(
+        DenseElementsAttr::get(RankedTensorType::get({}, type.getElementType()),
+                               b.getZeroAttr(type.getElementType()))));
+  }
+  if (!fill)
+    return false;
+  // Dim by dim: a negative pad crops (a slice), a positive one concatenates
+  // the constant before or after.
+  Value y = x;
+  for (int64_t d = 0; d < type.getRank() && y; ++d) {
+    const double before = pads->values[d], after = pads->values[d + type.getRank()];
+    if (before == 0 && after == 0)
+      continue;
+    if (type.isDynamicDim(d))
+      return failBatch("it pads the batch, which graphc leaves open until compile");
+    const int64_t extent = type.getDimSize(d);
+    if (std::abs(before) > (1 << 20) || std::abs(after) > (1 << 20) ||
+        before + after + extent < 1)
+      return fail("pads " + std::to_string(static_cast<int64_t>(before)) + " and " +
+                  std::to_string(static_cast<int64_t>(after)) + " of dim " +
+                  std::to_string(d) + " (size " + std::to_string(extent) + ")");
+    const auto lo = static_cast<int64_t>(before), hi = static_cast<int64_t>(after);
+    y = sliceOf(y, d, std::max<int64_t>(-lo, 0), extent - std::max<int64_t>(-hi, 0));
+    if (!y)
+      return false;
+    auto filler = [&](int64_t count) -> Value {
+      // The pad value broadcast to `count` rows of y along d: to a zero
+      // constant of that shape, or (the batch open) to one row, repeated.
+      auto shape = llvm::to_vector(llvm::cast<RankedTensorType>(y.getType()).getShape());
+      shape[d] = count;
+      auto to = RankedTensorType::get(shape, type.getElementType());
+      const bool open = llvm::any_of(shape, ShapedType::isDynamic);
+      if (open && count > 64) {
+        fail("a pad of more than 64 rows beside the open batch");
+        return nullptr;
+      }
+      Value like = open ? sliceOf(y, d, 0, 1)
+                        : tryCreate<nn::ConstantOp>(llvm::cast<ElementsAttr>(
+                              DenseElementsAttr::get(to, b.getZeroAttr(type.getElementType()))));
+      Value rows = like ? tryCreate<nn::BroadcastOp>(fill, like, b.getDenseI64ArrayAttr({}))
+                        : Value();
+      if (!open || !rows || count == 1)
+        return rows;
+      SmallVector<Value> copies(count, rows);
+      return tryCreate<nn::ConcatOp>(ValueRange(copies), b.getI64IntegerAttr(d));
+    };
+    SmallVector<Value> parts;
+    if (lo > 0)
+      parts.push_back(filler(lo));
+    parts.push_back(y);
+    if (hi > 0)
+      parts.push_back(filler(hi));
+    if (llvm::any_of(parts, [](Value v) { return !v; }))
+      return false;
+    y = parts.size() == 1 ? y
+                          : tryCreate<nn::ConcatOp>(ValueRange(parts), b.getI64IntegerAttr(d));
+  }
+  return define(n, y);
 }
 
 bool Importer::squeeze(const Node &n, bool unsqueeze) {
@@ -416,7 +522,7 @@ bool Importer::squeeze(const Node &n, bool unsqueeze) {
     return fail("expected axes, and a result of rank 8 at most");
   std::vector<int64_t> dims;
   for (int64_t a : axes) {
-    auto d = axisOf(a, rank);
+    auto d = normalizedAxis(a, rank);
     if (!d || llvm::is_contained(dims, *d))
       return fail("axes must be distinct dims of rank " + std::to_string(rank));
     dims.push_back(*d);

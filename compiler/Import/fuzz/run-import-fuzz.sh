@@ -33,7 +33,7 @@ flags=(-std=c++17 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,addre
 # OnnxModel.cpp alone sees ONNX and protobuf, with exceptions and RTTI (as CMake builds it).
 "$cxx" "${flags[@]}" -fexceptions -frtti -DONNX_NAMESPACE=onnx -DONNX_ML=1 \
   -c "$src/compiler/Import/OnnxModel.cpp" -o "$out/obj/OnnxModel.o" &
-for f in OnnxImport OnnxOps OnnxShapes OnnxTransformer; do
+for f in OnnxImport OnnxOps OnnxShapes OnnxTransformer OnnxConstants; do
   "$cxx" "${flags[@]}" -fno-exceptions -fno-rtti -c "$src/compiler/Import/$f.cpp" -o "$out/obj/$f.o" &
 done
 wait

@@ -43,11 +43,11 @@ OPS = ["Add", "AveragePool", "BatchNormalization", "Cast", "Clip", "Concat", "Co
        "Dropout", "Erf", "Expand", "Flatten", "Gather", "Gemm", "GlobalAveragePool",
        "HardSigmoid", "HardSwish", "Identity", "LayerNormalization", "MatMul", "MaxPool", "Mul",
        "ReduceMean", "Relu", "Reshape", "Sigmoid", "Slice", "Softmax", "Split", "Squeeze",
-       "Sub", "Transpose", "Unsqueeze"]
+       "Sub", "Transpose", "Unsqueeze", "Pad"]
 
 
 # Test-name prefixes that are not the op's name.
-ALIASES = {"BatchNormalization": "batchnorm"}
+ALIASES = {"BatchNormalization": "batchnorm", "Pad": "constantpad"}
 
 
 def tensor_of(path):

@@ -1,0 +1,618 @@
+//===- OnnxConstants.cpp - constant tensors folded at import ---------------===//
+//
+// Exporters compute some tensors from constants alone: Swin's attention mask
+// (ConstantOfShape, index_put as Range/ScatterND, Reshape, Transpose, Sub,
+// Equal, Not, Where), F.pad's pad vector (Reshape to pairs, a reversing
+// Slice, Transpose), index tables. Every node whose inputs are all known
+// constants (Constant nodes, integer and boolean initializers, tensors folded
+// here, and shape vectors folded without the batch) is evaluated here in
+// double precision with ONNX's rules, float32 results rounded to float32, so
+// what reaches the compiler is the model's compute and at most one
+// nn.constant per tensor the model reads. Float initializers are never
+// constants: they are trained.
+//
+//===----------------------------------------------------------------------===//
+
+#include "compiler/Import/Importer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace graphc {
+namespace onnx_import {
+
+namespace {
+
+using Folded = Importer::Folded;
+using onnx_model::kMaxFoldedIndices;
+
+int64_t countOf(const std::vector<int64_t> &dims) {
+  int64_t n = 1;
+  for (int64_t d : dims)
+    n *= d;
+  return n;
+}
+
+// Row-major strides.
+std::vector<int64_t> stridesOf(const std::vector<int64_t> &dims) {
+  std::vector<int64_t> strides(dims.size(), 1);
+  for (size_t i = dims.size(); i-- > 1;)
+    strides[i - 1] = strides[i] * dims[i];
+  return strides;
+}
+
+bool isInteger(ElementType t) {
+  return t == ElementType::Int64 || t == ElementType::Int32 || t == ElementType::Bool;
+}
+
+// A value stored as `type` stores it: float32 rounded, integers truncated
+// (saturating at int64's extremes, which exporters write for "to the end").
+double stored(double v, ElementType type) {
+  switch (type) {
+  case ElementType::Float:
+    return static_cast<double>(static_cast<float>(v));
+  case ElementType::Bool:
+    return v != 0 ? 1 : 0;
+  case ElementType::Int32:
+  case ElementType::Int64:
+    if (std::isnan(v))
+      return 0;
+    return std::clamp(std::trunc(v), -9.2e18, 9.2e18);
+  default:
+    return v;
+  }
+}
+
+int64_t asIndex(double v) {
+  return v >= 9.2e18 ? std::numeric_limits<int64_t>::max()
+         : v <= -9.2e18 ? std::numeric_limits<int64_t>::min() + 1
+                        : static_cast<int64_t>(v);
+}
+
+std::optional<ElementType> typeFromOnnx(int64_t to) {
+  switch (to) {
+  case 1:
+    return ElementType::Float;
+  case 6:
+    return ElementType::Int32;
+  case 7:
+    return ElementType::Int64;
+  case 9:
+    return ElementType::Bool;
+  case 11:
+    return ElementType::Double;
+  default:
+    return std::nullopt;
+  }
+}
+
+// numpy's broadcast of two shapes, if they broadcast.
+std::optional<std::vector<int64_t>> broadcastShapes(const std::vector<int64_t> &a,
+                                                    const std::vector<int64_t> &b) {
+  std::vector<int64_t> out(std::max(a.size(), b.size()));
+  for (size_t i = 0; i < out.size(); ++i) {
+    const int64_t x = i < out.size() - a.size() ? 1 : a[i - (out.size() - a.size())];
+    const int64_t y = i < out.size() - b.size() ? 1 : b[i - (out.size() - b.size())];
+    if (x != y && x != 1 && y != 1)
+      return std::nullopt;
+    out[i] = x == 1 ? y : x;
+  }
+  return out;
+}
+
+// The element of `t` that result index `flat` (of `dims`) reads under
+// broadcasting.
+int64_t broadcastIndex(const Folded &t, const std::vector<int64_t> &dims, int64_t flat) {
+  int64_t at = 0, stride = 1;
+  for (size_t i = dims.size(); i-- > 0;) {
+    const int64_t coord = flat % dims[i];
+    flat /= dims[i];
+    const size_t rank = t.dims.size(), offset = dims.size() - rank;
+    if (i >= offset) {
+      const int64_t d = t.dims[i - offset];
+      if (d != 1)
+        at += coord * stride;
+      stride *= d;
+    }
+  }
+  return at;
+}
+
+} // namespace
+
+const Folded *Importer::constantTensor(const std::string &name) {
+  if (name.empty() || values.count(name))
+    return nullptr;
+  if (auto it = tensors.find(name); it != tensors.end())
+    return &it->second;
+  Folded t;
+  if (auto it = known.find(name); it != known.end()) {
+    if (llvm::is_contained(it->second, kBatch))
+      return nullptr;
+    t.type = ElementType::Int64;
+    if (!scalarInts.count(name))
+      t.dims = {static_cast<int64_t>(it->second.size())};
+    for (int64_t v : it->second)
+      t.values.push_back(static_cast<double>(v));
+  } else if (auto it = knownScalars.find(name); it != knownScalars.end()) {
+    t.type = ElementType::Float;
+    t.values = {it->second};
+  } else {
+    const Tensor *source = constants.count(name) ? constants[name] : nullptr;
+    if (!source && initializers.count(name) && isInteger(initializers[name]->type))
+      source = initializers[name];
+    if (!source || !source->hasValues ||
+        (!isInteger(source->type) && source->type != ElementType::Float &&
+         source->type != ElementType::Double))
+      return nullptr;
+    t.type = source->type;
+    t.dims = source->dims;
+    t.values = source->values;
+  }
+  if (static_cast<int64_t>(t.values.size()) != countOf(t.dims))
+    return nullptr;
+  return &tensors.emplace(name, std::move(t)).first->second;
+}
+
+bool Importer::foldsToTensor(const Node &n) {
+  static const char *const ops[] = {
+      "Identity", "Cast",  "Shape",     "Reshape", "Squeeze", "Unsqueeze", "Transpose",
+      "Concat",   "Slice", "Gather",    "Expand",  "Range",   "ConstantOfShape",
+      "ScatterND", "Where", "Not",      "And",     "Or",      "Equal",   "Less",
+      "Greater",  "LessOrEqual", "GreaterOrEqual", "Add", "Sub", "Mul", "Div", "Mod", "Pow",
+      "Neg",      "Sqrt",  "Reciprocal", "Abs",    "Floor",   "Ceil"};
+  if (std::none_of(std::begin(ops), std::end(ops), [&](const char *op) { return n.opType == op; }))
+    return false;
+  bool any = false;
+  for (const std::string &input : n.inputs) {
+    if (input.empty())
+      continue;
+    if (!constantTensor(input))
+      return false;
+    any = true;
+  }
+  return any;
+}
+
+bool Importer::foldTensor(const Node &n) {
+  const std::string &op = n.opType;
+  std::vector<const Folded *> in;
+  for (const std::string &input : n.inputs)
+    in.push_back(input.empty() ? nullptr : constantTensor(input));
+  auto input = [&](size_t i) -> const Folded * { return i < in.size() ? in[i] : nullptr; };
+  if (!input(0))
+    return fail("expected a first input");
+  // The values of an optional integer input (or attribute) as int64s.
+  auto ints = [&](const Folded *t) {
+    std::vector<int64_t> v;
+    for (double x : t->values)
+      v.push_back(asIndex(x));
+    return v;
+  };
+  const Folded &x = *input(0);
+  const auto rank = static_cast<int64_t>(x.dims.size());
+  Folded result;
+  result.type = x.type;
+
+  if (op == "Identity") {
+    if (!knownAttributes(n, {}))
+      return false;
+    result = x;
+  } else if (op == "Cast") {
+    if (!knownAttributes(n, {"to", "saturate"}))
+      return false;
+    auto to = intAttr(n, "to", 0);
+    if (!to)
+      return false;
+    auto type = typeFromOnnx(*to);
+    if (!type)
+      return fail("a constant is cast to type " + std::to_string(*to) +
+                  " (folded: float, double, int32, int64, bool)");
+    result.type = *type;
+    result.dims = x.dims;
+    for (double v : x.values)
+      result.values.push_back(stored(v, *type));
+  } else if (op == "Shape") {
+    if (!knownAttributes(n, {"start", "end"}))
+      return false;
+    auto start = intAttr(n, "start", 0), end = intAttr(n, "end", rank);
+    if (!start || !end)
+      return false;
+    int64_t s = std::clamp(*start < 0 ? *start + rank : *start, int64_t{0}, rank);
+    int64_t e = std::clamp(*end < 0 ? *end + rank : *end, int64_t{0}, rank);
+    result.type = ElementType::Int64;
+    for (int64_t i = s; i < e; ++i)
+      result.values.push_back(static_cast<double>(x.dims[i]));
+    result.dims = {static_cast<int64_t>(result.values.size())};
+  } else if (op == "Reshape") {
+    if (!knownAttributes(n, {"allowzero"}) || !input(1))
+      return input(1) ? false : fail("expected data and shape");
+    auto allowZero = intAttr(n, "allowzero", 0);
+    if (!allowZero)
+      return false;
+    std::vector<int64_t> shape = ints(input(1));
+    int64_t known = 1, infer = -1;
+    for (size_t i = 0; i < shape.size(); ++i) {
+      if (shape[i] == 0 && !*allowZero) {
+        if (i >= x.dims.size())
+          return fail("reshape copies dim " + std::to_string(i) + " of a rank " +
+                      std::to_string(rank) + " constant");
+        shape[i] = x.dims[i];
+      }
+      if (shape[i] == -1) {
+        if (infer >= 0)
+          return fail("reshape to a shape with two -1 entries");
+        infer = static_cast<int64_t>(i);
+      } else if (shape[i] < 0 || shape[i] > kMaxFoldedIndices) {
+        return fail("reshape to dim " + std::to_string(shape[i]));
+      } else {
+        known *= shape[i];
+      }
+    }
+    const auto count = static_cast<int64_t>(x.values.size());
+    if (infer >= 0) {
+      if (known == 0 || count % known)
+        return fail("cannot reshape " + std::to_string(count) + " elements");
+      shape[infer] = count / known;
+    }
+    if (countOf(shape) != count || shape.size() > 8)
+      return fail("cannot reshape " + std::to_string(count) + " elements to this shape");
+    result = x;
+    result.dims = shape;
+  } else if (op == "Squeeze" || op == "Unsqueeze") {
+    if (!knownAttributes(n, {"axes"}))
+      return false;
+    auto attr = intsAttr(n, "axes", {});
+    if (!attr)
+      return false;
+    std::vector<int64_t> axes = input(1) ? ints(input(1)) : *attr;
+    result = x;
+    if (op == "Squeeze") {
+      std::vector<bool> drop(x.dims.size(), axes.empty());
+      for (int64_t a : axes) {
+        auto d = normalizedAxis(a, rank);
+        if (!d || x.dims[*d] != 1)
+          return fail("squeeze of axis " + std::to_string(a) + " of a constant");
+        drop[*d] = true;
+      }
+      result.dims.clear();
+      for (size_t i = 0; i < x.dims.size(); ++i)
+        if (!drop[i] || x.dims[i] != 1)
+          result.dims.push_back(x.dims[i]);
+    } else {
+      const auto outRank = rank + static_cast<int64_t>(axes.size());
+      std::vector<bool> added(outRank, false);
+      for (int64_t a : axes) {
+        auto d = normalizedAxis(a, outRank);
+        if (!d || added[*d])
+          return fail("unsqueeze to axis " + std::to_string(a) + " of a constant");
+        added[*d] = true;
+      }
+      if (outRank > 8)
+        return fail("a constant of rank over 8");
+      result.dims.clear();
+      for (int64_t i = 0, j = 0; i < outRank; ++i)
+        result.dims.push_back(added[i] ? 1 : x.dims[j++]);
+    }
+  } else if (op == "Transpose") {
+    if (!knownAttributes(n, {"perm"}))
+      return false;
+    std::vector<int64_t> reversed(rank);
+    std::iota(reversed.rbegin(), reversed.rend(), 0);
+    auto perm = intsAttr(n, "perm", reversed);
+    if (!perm)
+      return false;
+    std::vector<int64_t> sorted = *perm;
+    std::sort(sorted.begin(), sorted.end());
+    std::vector<int64_t> identity(rank);
+    std::iota(identity.begin(), identity.end(), 0);
+    if (sorted != identity)
+      return fail("perm is not a permutation of the constant's " + std::to_string(rank) +
+                  " dims");
+    const std::vector<int64_t> inStrides = stridesOf(x.dims);
+    for (int64_t p : *perm)
+      result.dims.push_back(x.dims[p]);
+    const std::vector<int64_t> outStrides = stridesOf(result.dims);
+    result.values.resize(x.values.size());
+    for (int64_t flat = 0; flat < static_cast<int64_t>(x.values.size()); ++flat) {
+      int64_t from = 0;
+      for (int64_t i = 0; i < rank; ++i)
+        from += (flat / outStrides[i]) % result.dims[i] * inStrides[(*perm)[i]];
+      result.values[flat] = x.values[from];
+    }
+  } else if (op == "Concat") {
+    if (!knownAttributes(n, {"axis"}))
+      return false;
+    auto axisAttr = intAttr(n, "axis", 0);
+    if (!axisAttr)
+      return false;
+    auto axis = normalizedAxis(*axisAttr, rank);
+    if (!axis)
+      return fail("axis " + std::to_string(*axisAttr) + " is outside rank " +
+                  std::to_string(rank));
+    result.dims = x.dims;
+    result.dims[*axis] = 0;
+    std::vector<const Folded *> parts;
+    for (const Folded *t : in) {
+      if (!t)
+        continue;
+      std::vector<int64_t> a = t->dims, b = x.dims;
+      if (a.size() != b.size())
+        return fail("constants of ranks " + std::to_string(a.size()) + " and " +
+                    std::to_string(b.size()) + " are concatenated");
+      a[*axis] = b[*axis] = 0;
+      if (a != b)
+        return fail("constants of other shapes off the axis are concatenated");
+      result.dims[*axis] += t->dims[*axis];
+      parts.push_back(t);
+    }
+    const int64_t outer = countOf(std::vector<int64_t>(x.dims.begin(), x.dims.begin() + *axis));
+    for (int64_t o = 0; o < outer; ++o)
+      for (const Folded *t : parts) {
+        const int64_t inner = t->dims[*axis] *
+            countOf(std::vector<int64_t>(t->dims.begin() + *axis + 1, t->dims.end()));
+        result.values.insert(result.values.end(), t->values.begin() + o * inner,
+                             t->values.begin() + (o + 1) * inner);
+      }
+  } else if (op == "Slice") {
+    if (!knownAttributes(n, {}) || !input(1) || !input(2))
+      return fail("expected data, starts and ends");
+    std::vector<int64_t> starts = ints(input(1)), ends = ints(input(2));
+    std::vector<int64_t> axes(starts.size()), steps(starts.size(), 1);
+    std::iota(axes.begin(), axes.end(), 0);
+    if (input(3))
+      axes = ints(input(3));
+    if (input(4))
+      steps = ints(input(4));
+    if (ends.size() != starts.size() || axes.size() != starts.size() ||
+        steps.size() != starts.size())
+      return fail("starts, ends, axes and steps of different lengths");
+    std::vector<int64_t> first(rank, 0), step(rank, 1);
+    result.dims = x.dims;
+    for (size_t i = 0; i < starts.size(); ++i) {
+      auto d = normalizedAxis(axes[i], rank);
+      if (!d || steps[i] == 0)
+        return fail("slice along axis " + std::to_string(axes[i]) + " with step " +
+                    std::to_string(steps[i]));
+      const int64_t extent = x.dims[*d];
+      auto clampTo = [&](int64_t v, int64_t lo, int64_t hi) {
+        if (v < 0)
+          v = v < -extent ? lo : v + extent;
+        return std::clamp(v, lo, hi);
+      };
+      int64_t s, e;
+      if (steps[i] > 0) {
+        s = clampTo(starts[i], 0, extent);
+        e = clampTo(ends[i], 0, extent);
+      } else {
+        s = clampTo(starts[i], 0, extent - 1);
+        e = clampTo(ends[i], -1, extent - 1);
+      }
+      const int64_t span = steps[i] > 0 ? e - s : s - e;
+      const int64_t magnitude = std::abs(steps[i]);
+      first[*d] = s;
+      step[*d] = steps[i];
+      result.dims[*d] = span <= 0 ? 0 : (span + magnitude - 1) / magnitude;
+    }
+    const std::vector<int64_t> inStrides = stridesOf(x.dims), outStrides = stridesOf(result.dims);
+    for (int64_t flat = 0; flat < countOf(result.dims); ++flat) {
+      int64_t from = 0;
+      for (int64_t i = 0; i < rank; ++i)
+        from += (first[i] + (flat / outStrides[i]) % result.dims[i] * step[i]) * inStrides[i];
+      result.values.push_back(x.values[from]);
+    }
+  } else if (op == "Gather") {
+    if (!knownAttributes(n, {"axis"}) || !input(1))
+      return input(1) ? false : fail("expected data and indices");
+    auto axisAttr = intAttr(n, "axis", 0);
+    if (!axisAttr)
+      return false;
+    auto axis = normalizedAxis(*axisAttr, rank);
+    if (!axis)
+      return fail("axis " + std::to_string(*axisAttr) + " is outside rank " +
+                  std::to_string(rank));
+    const Folded &indices = *input(1);
+    result.dims.assign(x.dims.begin(), x.dims.begin() + *axis);
+    result.dims.insert(result.dims.end(), indices.dims.begin(), indices.dims.end());
+    result.dims.insert(result.dims.end(), x.dims.begin() + *axis + 1, x.dims.end());
+    if (result.dims.size() > 8)
+      return fail("a constant of rank over 8");
+    const int64_t extent = x.dims[*axis];
+    const int64_t inner = countOf(std::vector<int64_t>(x.dims.begin() + *axis + 1, x.dims.end()));
+    const int64_t outer = countOf(std::vector<int64_t>(x.dims.begin(), x.dims.begin() + *axis));
+    if (outer * static_cast<int64_t>(indices.values.size()) * inner > kMaxFoldedIndices)
+      return fail("a constant of more than 2^20 elements");
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t index : ints(&indices)) {
+        if (index < -extent || index >= extent)
+          return fail("index " + std::to_string(index) + " is outside dim " +
+                      std::to_string(*axis) + " of size " + std::to_string(extent));
+        const int64_t row = index < 0 ? index + extent : index;
+        auto begin = x.values.begin() + (o * extent + row) * inner;
+        result.values.insert(result.values.end(), begin, begin + inner);
+      }
+  } else if (op == "Expand") {
+    if (!knownAttributes(n, {}) || !input(1))
+      return input(1) ? false : fail("expected data and shape");
+    auto shape = broadcastShapes(x.dims, ints(input(1)));
+    if (!shape || shape->size() > 8 ||
+        std::any_of(shape->begin(), shape->end(), [](int64_t d) { return d < 0; }))
+      return fail("cannot expand the constant to this shape");
+    if (std::any_of(shape->begin(), shape->end(),
+                    [](int64_t d) { return d > kMaxFoldedIndices; }) ||
+        countOf(*shape) > kMaxFoldedIndices)
+      return fail("a constant of more than 2^20 elements");
+    result.dims = *shape;
+    for (int64_t flat = 0; flat < countOf(*shape); ++flat)
+      result.values.push_back(x.values[broadcastIndex(x, *shape, flat)]);
+  } else if (op == "Range") {
+    if (!knownAttributes(n, {}) || !input(1) || !input(2) || x.values.size() != 1 ||
+        input(1)->values.size() != 1 || input(2)->values.size() != 1)
+      return fail("expected scalar start, limit and delta");
+    const double start = x.values[0], limit = input(1)->values[0], delta = input(2)->values[0];
+    if (delta == 0 || !std::isfinite(start) || !std::isfinite(limit) || !std::isfinite(delta))
+      return fail("a range with delta 0 or bounds that are not finite");
+    const double count = std::max(std::ceil((limit - start) / delta), 0.0);
+    if (count > double(kMaxFoldedIndices))
+      return fail("a constant of more than 2^20 elements");
+    for (int64_t i = 0; i < static_cast<int64_t>(count); ++i)
+      result.values.push_back(stored(start + static_cast<double>(i) * delta, x.type));
+    result.dims = {static_cast<int64_t>(count)};
+  } else if (op == "ConstantOfShape") {
+    if (!knownAttributes(n, {"value"}))
+      return false;
+    std::vector<int64_t> shape = ints(&x);
+    if (shape.size() > 8 || std::any_of(shape.begin(), shape.end(), [](int64_t d) {
+          return d < 0 || d > kMaxFoldedIndices;
+        }) || countOf(shape) > kMaxFoldedIndices)
+      return fail("a constant of more than 2^20 elements, or of rank over 8");
+    double value = 0;
+    result.type = ElementType::Float;
+    if (auto it = n.attributes.find("value"); it != n.attributes.end()) {
+      const Tensor &t = it->second.tensor;
+      if (it->second.kind != Attribute::Kind::Tensor || !t.hasValues || t.values.size() != 1)
+        return fail("'value' must be a tensor of one element");
+      result.type = t.type;
+      value = t.values.front();
+    }
+    if (!isInteger(result.type) && result.type != ElementType::Float &&
+        result.type != ElementType::Double)
+      return fail("a constant of a type graphc does not fold");
+    result.dims = shape;
+    result.values.assign(countOf(shape), stored(value, result.type));
+  } else if (op == "ScatterND") {
+    if (!knownAttributes(n, {"reduction"}) || !input(1) || !input(2))
+      return input(1) && input(2) ? false : fail("expected data, indices and updates");
+    auto reduction = stringAttr(n, "reduction", "none");
+    if (!reduction)
+      return false;
+    if (*reduction != "none")
+      return fail("reduction '" + onnx_model::shown(*reduction) + "' (folded: none)");
+    const Folded &indices = *input(1), &updates = *input(2);
+    if (indices.dims.empty() || indices.dims.back() > rank || indices.dims.back() < 1)
+      return fail("indices of shape whose last dim is not in [1, the data's rank]");
+    const int64_t k = indices.dims.back();
+    const int64_t slice = countOf(std::vector<int64_t>(x.dims.begin() + k, x.dims.end()));
+    const int64_t rows = static_cast<int64_t>(indices.values.size()) / k;
+    std::vector<int64_t> wanted(indices.dims.begin(), indices.dims.end() - 1);
+    wanted.insert(wanted.end(), x.dims.begin() + k, x.dims.end());
+    if (updates.dims != wanted)
+      return fail("updates are not of the shape the indices and data give");
+    const std::vector<int64_t> strides = stridesOf(x.dims);
+    result = x;
+    for (int64_t r = 0; r < rows; ++r) {
+      int64_t at = 0;
+      for (int64_t j = 0; j < k; ++j) {
+        int64_t i = asIndex(indices.values[r * k + j]);
+        if (i < -x.dims[j] || i >= x.dims[j])
+          return fail("index " + std::to_string(i) + " is outside dim " + std::to_string(j) +
+                      " of size " + std::to_string(x.dims[j]));
+        at += (i < 0 ? i + x.dims[j] : i) * strides[j];
+      }
+      for (int64_t e = 0; e < slice; ++e)
+        result.values[at + e] = stored(updates.values[r * slice + e], x.type);
+    }
+  } else {
+    // Elementwise, numpy broadcasting.
+    static const char *const unary[] = {"Not", "Neg", "Sqrt", "Reciprocal", "Abs", "Floor",
+                                        "Ceil"};
+    const bool isUnary =
+        std::any_of(std::begin(unary), std::end(unary), [&](const char *u) { return op == u; });
+    const size_t arity = op == "Where" ? 3 : isUnary ? 1 : 2;
+    if (!knownAttributes(n, op == "Mod" ? std::initializer_list<const char *>{"fmod"}
+                                        : std::initializer_list<const char *>{}))
+      return false;
+    if (in.size() != arity || std::any_of(in.begin(), in.end(), [](auto *t) { return !t; }))
+      return fail("expected " + std::to_string(arity) + " inputs");
+    auto fmod = intAttr(n, "fmod", 0);
+    if (!fmod)
+      return false;
+    std::vector<int64_t> dims = x.dims;
+    for (const Folded *t : in) {
+      auto joined = broadcastShapes(dims, t->dims);
+      if (!joined)
+        return fail("constants of shapes that do not broadcast");
+      dims = *joined;
+    }
+    if (countOf(dims) > kMaxFoldedIndices)
+      return fail("a constant of more than 2^20 elements");
+    const bool comparison = op == "Equal" || op == "Less" || op == "Greater" ||
+                            op == "LessOrEqual" || op == "GreaterOrEqual" || op == "Not" ||
+                            op == "And" || op == "Or";
+    result.type = comparison ? ElementType::Bool : op == "Where" ? input(1)->type : x.type;
+    const bool integer = isInteger(result.type);
+    result.dims = dims;
+    for (int64_t flat = 0; flat < countOf(dims); ++flat) {
+      double a = x.values[broadcastIndex(x, dims, flat)];
+      double b = arity > 1 ? in[1]->values[broadcastIndex(*in[1], dims, flat)] : 0;
+      double v = 0;
+      if (op == "Where") {
+        v = a != 0 ? b : in[2]->values[broadcastIndex(*in[2], dims, flat)];
+      } else if (op == "Not") {
+        v = a == 0;
+      } else if (op == "And" || op == "Or") {
+        v = op == "And" ? (a != 0 && b != 0) : (a != 0 || b != 0);
+      } else if (comparison) {
+        v = op == "Equal"         ? a == b
+            : op == "Less"        ? a < b
+            : op == "Greater"     ? a > b
+            : op == "LessOrEqual" ? a <= b
+                                  : a >= b;
+      } else if (op == "Div" || op == "Mod") {
+        if (integer && b == 0)
+          return fail("integer division by zero in a constant");
+        if (op == "Div")
+          v = integer ? std::trunc(a / b) : a / b;
+        else if (*fmod || !integer)
+          v = std::fmod(a, b);
+        else
+          v = std::fmod(std::fmod(a, b) + b, b);  // the divisor's sign, as Python
+      } else {
+        v = op == "Add"          ? a + b
+            : op == "Sub"        ? a - b
+            : op == "Mul"        ? a * b
+            : op == "Pow"        ? std::pow(a, b)
+            : op == "Neg"        ? -a
+            : op == "Sqrt"       ? std::sqrt(a)
+            : op == "Reciprocal" ? 1 / a
+            : op == "Abs"        ? std::fabs(a)
+            : op == "Floor"      ? std::floor(a)
+                                 : std::ceil(a);
+      }
+      result.values.push_back(stored(v, result.type));
+    }
+  }
+  if (static_cast<int64_t>(result.values.size()) > kMaxFoldedIndices)
+    return fail("a constant of more than 2^20 elements");
+  if (n.outputs.empty() || n.outputs[0].empty())
+    return true;
+  const std::string &out = n.outputs[0];
+  if (values.count(out) || known.count(out) || knownScalars.count(out) || tensors.count(out))
+    return fail("output '" + onnx_model::shown(out) + "' is defined twice");
+  // What the other folders and readers of shapes and scalars look up.
+  if (isInteger(result.type) && result.dims.size() <= 1) {
+    std::vector<int64_t> vector;
+    for (double v : result.values)
+      vector.push_back(asIndex(v));
+    known.emplace(out, std::move(vector));
+    if (result.dims.empty())
+      scalarInts.insert(out);
+  } else if (!isInteger(result.type) && result.values.size() == 1 && result.dims.size() <= 1) {
+    knownScalars.emplace(out, result.values.front());
+  }
+  tensors.emplace(out, std::move(result));
+  return true;
+}
+
+Value Importer::constantValue(const std::string &name) {
+  const Folded *t = constantTensor(name);
+  if (!t || isInteger(t->type) || t->values.empty())
+    return nullptr;
+  auto type = RankedTensorType::get(t->dims, b.getF32Type());
+  std::vector<float> data(t->values.begin(), t->values.end());
+  return tryCreate<nn::ConstantOp>(DenseElementsAttr::get(type, ArrayRef<float>(data)));
+}
+
+} // namespace onnx_import
+} // namespace graphc
