@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 namespace graphc {
@@ -27,11 +28,19 @@ namespace {
 using Folded = Importer::Folded;
 using onnx_model::kMaxFoldedIndices;
 
+// The element count, saturating at 2^40 (beyond any limit here) so that
+// dims whose product overflows int64 are never taken for a small tensor.
 int64_t countOf(const std::vector<int64_t> &dims) {
+  constexpr int64_t kHuge = int64_t{1} << 40;
   int64_t n = 1;
-  for (int64_t d : dims)
+  for (int64_t d : dims) {
+    if (d < 0)
+      return kHuge;
+    if (d != 0 && n > kHuge / d)
+      return kHuge;
     n *= d;
-  return n;
+  }
+  return std::min(n, kHuge);
 }
 
 // Row-major strides.
@@ -54,7 +63,15 @@ double stored(double v, ElementType type) {
     return static_cast<double>(static_cast<float>(v));
   case ElementType::Bool:
     return v != 0 ? 1 : 0;
-  case ElementType::Int32:
+  case ElementType::Int32: {
+    // Wrapped to 32 bits, as a cast does (values beyond 2^53 are not exact
+    // here: the folder holds doubles).
+    if (!std::isfinite(v))
+      return 0;
+    const double wrapped = std::fmod(std::trunc(v), 4294967296.0);
+    const double positive = wrapped < 0 ? wrapped + 4294967296.0 : wrapped;
+    return positive >= 2147483648.0 ? positive - 4294967296.0 : positive;
+  }
   case ElementType::Int64:
     if (std::isnan(v))
       return 0;
@@ -369,6 +386,7 @@ bool Importer::foldTensor(const Node &n) {
         steps.size() != starts.size())
       return fail("starts, ends, axes and steps of different lengths");
     std::vector<int64_t> first(rank, 0), step(rank, 1);
+    std::vector<bool> seen(rank, false);
     result.dims = x.dims;
     for (size_t i = 0; i < starts.size(); ++i) {
       auto d = normalizedAxis(axes[i], rank);
@@ -389,11 +407,14 @@ bool Importer::foldTensor(const Node &n) {
         s = clampTo(starts[i], 0, extent - 1);
         e = clampTo(ends[i], -1, extent - 1);
       }
+      if (seen[*d])
+        return fail("axis " + std::to_string(axes[i]) + " is sliced twice");
+      seen[*d] = true;
       const int64_t span = steps[i] > 0 ? e - s : s - e;
-      const int64_t magnitude = std::abs(steps[i]);
+      const int64_t magnitude = steps[i] > 0 ? steps[i] : -std::max(steps[i], -std::numeric_limits<int64_t>::max());
       first[*d] = s;
       step[*d] = steps[i];
-      result.dims[*d] = span <= 0 ? 0 : (span + magnitude - 1) / magnitude;
+      result.dims[*d] = span <= 0 ? 0 : 1 + (span - 1) / magnitude;
     }
     const std::vector<int64_t> inStrides = stridesOf(x.dims), outStrides = stridesOf(result.dims);
     for (int64_t flat = 0; flat < countOf(result.dims); ++flat) {
@@ -463,6 +484,8 @@ bool Importer::foldTensor(const Node &n) {
     if (!knownAttributes(n, {"value"}))
       return false;
     std::vector<int64_t> shape = ints(&x);
+    if (x.dims.size() != 1)
+      return fail("the shape must be a vector");
     if (shape.size() > 8 || std::any_of(shape.begin(), shape.end(), [](int64_t d) {
           return d < 0 || d > kMaxFoldedIndices;
         }) || countOf(shape) > kMaxFoldedIndices)
@@ -564,7 +587,9 @@ bool Importer::foldTensor(const Node &n) {
           return fail("integer division by zero in a constant");
         if (op == "Div")
           v = integer ? std::trunc(a / b) : a / b;
-        else if (*fmod || !integer)
+        else if (!integer && !*fmod)
+          return fail("a float Mod must have fmod 1");
+        else if (*fmod)
           v = std::fmod(a, b);
         else
           v = std::fmod(std::fmod(a, b) + b, b);  // the divisor's sign, as Python

@@ -352,7 +352,7 @@ bool Importer::slice(const Node &n) {
       (args[3] && args[3]->size() != starts.size()))
     return fail("starts, ends, axes and steps differ in length");
   if (args[3] && llvm::any_of(*args[3], [](int64_t s) { return s < 1 || s > (1 << 20); }))
-    return fail("only positive steps are supported");
+    return fail("only steps from 1 to 2^20 are supported");
   std::vector<bool> seen(rank, false);
   for (size_t i = 0; i < axes.size(); ++i) {
     auto dim = normalizedAxis(axes[i], rank);
