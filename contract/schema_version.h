@@ -10,13 +10,14 @@
 
 namespace graphc {
 
-inline constexpr uint32_t kPlanSchemaVersion = 6;
+inline constexpr uint32_t kPlanSchemaVersion = 7;
 // The oldest version graphrun still runs. Version 1 plans have no CPU
 // launches, version 2 plans no digests and no launch signatures; they are
 // refused, not guessed at. Version 3 plans are version 4 plans without
 // collectives (they train on one rank), version 4 plans version 5 plans
 // without NHWC convolutions and pools, version 5 plans version 6 plans
-// without OHWI filters.
+// without OHWI filters, version 6 plans version 7 plans without fused
+// attention.
 inline constexpr uint32_t kOldestPlanSchemaVersion = 3;
 
 }  // namespace graphc

@@ -221,6 +221,7 @@ LogicalResult graphc::exportPlan(ModuleOp module, const PlanMetadata &metadata,
       flatbuffers::Offset<fb::GemmAttrs> gemm;
       flatbuffers::Offset<fb::PoolAttrs> pool;
       flatbuffers::Offset<fb::CollectiveAttrs> collective;
+      flatbuffers::Offset<fb::AttentionAttrs> attention;
       auto convAttrs = [&](auto c) {
         return fb::CreateConvAttrs(fbb, i64s(c.getStrides()), i64s(c.getPadding()),
                                    i64s(c.getDilations()), c.getGroups(),
@@ -259,6 +260,12 @@ LogicalResult graphc::exportPlan(ModuleOp module, const PlanMetadata &metadata,
       } else if (auto p = llvm::dyn_cast<plan::AvgPool2DBackwardOp>(op)) {
         opcode = fb::Opcode::AvgPool2dBackward;
         pool = poolAttrs(p);
+      } else if (auto a = llvm::dyn_cast<plan::AttentionOp>(op)) {
+        opcode = fb::Opcode::Attention;
+        attention = fb::CreateAttentionAttrs(fbb, a.getTransposeK());
+      } else if (auto a = llvm::dyn_cast<plan::AttentionBackwardOp>(op)) {
+        opcode = fb::Opcode::AttentionBackward;
+        attention = fb::CreateAttentionAttrs(fbb, a.getTransposeK());
       } else if (llvm::isa<plan::CopyOp>(op)) {
         opcode = fb::Opcode::Copy;
       } else if (auto start = llvm::dyn_cast<plan::AllreduceStartOp>(op)) {
@@ -276,7 +283,8 @@ LogicalResult graphc::exportPlan(ModuleOp module, const PlanMetadata &metadata,
         return op.emitError("plan export: unknown command '") << op.getName() << "'";
       }
       commands.push_back(fb::CreateCommand(fbb, opcode, inputs, outputs, inPlace, kernel,
-                                           conv, gemm, pool, location, collective));
+                                           conv, gemm, pool, location, collective,
+                                           attention));
     }
     const KernelTraffic &t = traffic[program.getSymName()];
     bool fused = t.unfusedLaunches != t.launches || t.unfusedBytes != t.bytes;

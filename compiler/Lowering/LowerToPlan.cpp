@@ -380,6 +380,24 @@ LogicalResult LowerToPlanPass::lowerOp(Operation *op) {
                                o.getTransposeAAttr(), o.getTransposeBAttr());
         return success();
       })
+      .Case<nn::AttentionOp, nn::AttentionBackwardOp>([&](Operation *o) {
+        // Library calls of several outputs.
+        ArrayAttr ins = inputsOf(o->getOperands());
+        SmallVector<Attribute> outs;
+        for (Value result : o->getResults()) {
+          FlatSymbolRefAttr out = outputBuffer(result, /*signature=*/nullptr);
+          bufferOf[result] = out;
+          outs.push_back(out);
+        }
+        UnitAttr transposeK = o->hasAttr("transpose_k") ? b.getUnitAttr() : UnitAttr();
+        if (isa<nn::AttentionOp>(o))
+          b.create<plan::AttentionOp>(loc, ins, ArrayAttr::get(ctx, outs), DenseI64ArrayAttr(),
+                                      transposeK);
+        else
+          b.create<plan::AttentionBackwardOp>(loc, ins, ArrayAttr::get(ctx, outs),
+                                              DenseI64ArrayAttr(), transposeK);
+        return success();
+      })
       .Case([&](nn::LinearOp o) {
         ArrayAttr ins = inputsOf(o->getOperands());
         b.create<plan::GemmOp>(loc, ins, libraryOutput(), DenseI64ArrayAttr(),

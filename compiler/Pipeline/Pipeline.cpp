@@ -8,6 +8,8 @@
 //    planning and kernel generation need; doing it before autodiff means the
 //    gradients are built once, with the final shapes (batch-norm means divide
 //    by N*H*W, a constant only then).
+//  - graphc-fuse-attention (fusing, CPU plans) before autodiff, which then
+//    derives nn.attention_backward, and before @eval_step is cloned.
 //  - graphc-build-eval-step before any training rewrite: it clones @forward as
 //    written, where batch norm and dropout still say what they mean.
 //  - graphc-decompose-training-ops before autodiff: batch norm and dropout
@@ -75,10 +77,14 @@ void buildCompilePipeline(mlir::OpPassManager &pm, const PipelineOptions &option
   if (options.stopAfter == Phase::Verify)
     return;
 
+  // Fused attention where the runtime has it: the CPU.
+  const bool fuseAttention = options.fuse && options.codegen.targets == "cpu";
   if (options.forward) {
     // Inference only: @infer, nothing trained; the training phases have
     // nothing to do.
     pm.addPass(createBuildInfer());
+    if (fuseAttention)
+      pm.addPass(createFuseAttention());
     if (options.layout != "nchw")
       pm.addPass(createLayout(LayoutOptions{options.layout, options.filters}));
     if (options.stopAfter >= Phase::Lower)
@@ -86,6 +92,8 @@ void buildCompilePipeline(mlir::OpPassManager &pm, const PipelineOptions &option
     return;
   }
 
+  if (fuseAttention)
+    pm.addPass(createFuseAttention());
   pm.addPass(createBuildEvalStep());
   pm.addPass(createDecomposeTrainingOps(DecomposeTrainingOpsOptions{options.syncBn}));
   if (options.layout != "nchw")

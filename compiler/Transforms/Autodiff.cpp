@@ -119,6 +119,19 @@ private:
 };
 
 LogicalResult Differentiator::backprop(Operation *op) {
+  if (auto attention = dyn_cast<nn::AttentionOp>(op)) {
+    // Its second result (lse) is for the backward alone.
+    if (!adjoints.count(attention.getOutput()))
+      return success();
+    auto grads = b.create<nn::AttentionBackwardOp>(
+        attention.getLoc(), attention.getQ(), attention.getK(), attention.getV(),
+        attention.getOutput(), attention.getLse(), adjoints.lookup(attention.getOutput()),
+        attention.getTransposeK());
+    accumulate(attention.getQ(), [&] { return grads.getGradQ(); });
+    accumulate(attention.getK(), [&] { return grads.getGradK(); });
+    accumulate(attention.getV(), [&] { return grads.getGradV(); });
+    return success();
+  }
   if (op->getNumResults() != 1 || !adjoints.count(op->getResult(0)))
     return success(); // not on a path to the loss
   Value dy = adjoints.lookup(op->getResult(0));

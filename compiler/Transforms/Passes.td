@@ -161,6 +161,24 @@ def DecomposeTrainingOps : Pass<"graphc-decompose-training-ops", "::mlir::Module
   ];
 }
 
+def FuseAttention : Pass<"graphc-fuse-attention", "::mlir::ModuleOp"> {
+  let summary = "Replaces matmul, softmax, matmul by nn.attention";
+  let description = [{
+    Finds attention as graphc import writes it, in every function: a batched
+    `nn.matmul` of q `[G, Lq, D]` and k (`transpose_b`: `[G, Lk, D]`; else
+    `[G, D, Lk]`), possibly reshaped to `[B, H, Lq, Lk]`, a softmax over the
+    last dim decomposed as reduce_max, sub, exp, reduce_sum, div (each
+    intermediate read only by the next), reshaped back to `[G, Lq, Lk]` and
+    multiplied by v `[G, Lk, Dv]`; and replaces it with one `nn.attention`,
+    whose runtime computes a block of queries at a time: no `[G, Lq, Lk]`
+    tensor is stored, in forward or (through `nn.attention_backward`)
+    backward. f32 only. graphc compile runs it before autodiff when it fuses
+    (not with `--no-fuse`, whose plan is the unfused reference) and the
+    plan is for the CPU only.
+  }];
+  let dependentDialects = ["::graphc::nn::NNDialect"];
+}
+
 def FuseElementwise : Pass<"graphc-fuse-elementwise", "::mlir::ModuleOp"> {
   let summary = "Groups chains of elementwise ops into nn.fusion regions";
   let description = [{

@@ -315,6 +315,45 @@ Status CommandChecker::CheckShapes(const fb::Command& command, const std::string
                                      LayoutSuffix(attrs->layout()));
       return Status::Ok();
     }
+    case fb::Opcode::Attention:
+    case fb::Opcode::AttentionBackward: {
+      // q [G, Lq, D], k [G, Lk, D] (or [G, D, Lk]), v [G, Lk, Dv]; forward
+      // outputs o [G, Lq, Dv] and lse [G, Lq]; backward reads those and do
+      // and writes dq, dk, dv of q's, k's and v's shapes. All F32.
+      const bool forward = command.op() == fb::Opcode::Attention;
+      if (plan_.version() < 7)
+        return Fail(ErrorCode::kPlanBadValue,
+                    where + ": fused attention in a plan of schema version " +
+                        Str(plan_.version()) + " (attention is version 7)");
+      if (in.size() != (forward ? 3u : 6u) || out.size() != (forward ? 2u : 3u))
+        return Fail(ErrorCode::kPlanBadIndex,
+                    where + ": takes " + (forward ? "3 inputs and 2 outputs" : "6 inputs and 3 outputs") +
+                        ", has " + Str(in.size()) + " and " + Str(out.size()));
+      if (command.attention() == nullptr)
+        return Fail(ErrorCode::kPlanBadValue, where + ": attention without attributes");
+      for (uint32_t i = 0; i < in.size() + out.size(); ++i)
+        if (Buf(i < in.size() ? in.Get(i) : out.Get(i - in.size())).dtype() != fb::DType::F32)
+          return Fail(ErrorCode::kPlanBadValue, where + ": attention runs on F32 buffers only");
+      std::vector<int64_t> q = Shape(in.Get(0)), k = Shape(in.Get(1)), v = Shape(in.Get(2));
+      if (q.size() != 3 || k.size() != 3 || v.size() != 3)
+        return ShapeError(where, "attention operands must be rank 3");
+      const bool tk = command.attention()->transpose_k();
+      const int64_t g = q[0], lq = q[1], d = q[2], lk = k[tk ? 2 : 1];
+      if (k[0] != g || v[0] != g || k[tk ? 1 : 2] != d || v[1] != lk || g < 1 || lq < 1 ||
+          lk < 1 || d < 1 || v[2] < 1)
+        return ShapeError(where, "attention of q " + ShapeStr(q) + ", k " + ShapeStr(k) +
+                                     (tk ? " (transposed)" : "") + " and v " + ShapeStr(v));
+      const std::vector<int64_t> o = {g, lq, v[2]}, lse = {g, lq};
+      if (forward) {
+        if (Shape(out.Get(0)) != o || Shape(out.Get(1)) != lse)
+          return ShapeError(where, "attention gives " + ShapeStr(o) + " and " + ShapeStr(lse));
+      } else if (Shape(in.Get(3)) != o || Shape(in.Get(4)) != lse || Shape(in.Get(5)) != o ||
+                 Shape(out.Get(0)) != q || Shape(out.Get(1)) != k || Shape(out.Get(2)) != v) {
+        return ShapeError(where, "attention gradients of q " + ShapeStr(q) + ", k " +
+                                     ShapeStr(k) + " and v " + ShapeStr(v));
+      }
+      return Status::Ok();
+    }
     case fb::Opcode::Copy:
       GRAPHC_RETURN_IF_ERROR(CheckArity(in.size(), 1, 1, out.size(), where));
       if (Buf(in.Get(0)).size() != Buf(out.Get(0)).size())

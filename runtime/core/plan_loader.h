@@ -41,6 +41,11 @@ inline bool IsCollective(fb::Opcode op) {
   return op == fb::Opcode::AllreduceStart || op == fb::Opcode::AllreduceWait;
 }
 
+// Fused attention, forward or backward (schema version 7).
+inline bool IsAttention(fb::Opcode op) {
+  return op == fb::Opcode::Attention || op == fb::Opcode::AttentionBackward;
+}
+
 // A plan string, "" when absent (the schema makes every string optional).
 inline std::string StringOf(const flatbuffers::String* s) { return s ? s->str() : std::string(); }
 

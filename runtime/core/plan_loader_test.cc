@@ -52,6 +52,7 @@ struct CommandSpec {
   fb::Layout layout = fb::Layout::NCHW;
   std::vector<int64_t> window;
   fb::Layout filter_layout = fb::Layout::NCHW;  // convolutions: OIHW, or NHWC = OHWI
+  std::optional<bool> transpose_k;  // attention: its attributes (none: absent)
 };
 
 // A small valid plan: x[2x3x4x4] conv w[5x3x3x3] -> y[2x5x2x2] (arena and
@@ -163,10 +164,12 @@ struct PlanSpec {
       if (c.collective)
         collective = fb::CreateCollectiveAttrs(fbb, c.collective->bucket,
                                                c.collective->reduction, c.collective->wire);
+      flatbuffers::Offset<fb::AttentionAttrs> attention;
+      if (c.transpose_k) attention = fb::CreateAttentionAttrs(fbb, *c.transpose_k);
       command_offsets.push_back(fb::CreateCommand(
           fbb, c.op, fbb.CreateVector(c.inputs), fbb.CreateVector(c.outputs),
           fbb.CreateVector(c.in_place), c.kernel, conv, fb::CreateGemmAttrs(fbb), pool,
-          fbb.CreateString("test.mlir:1:1"), collective));
+          fbb.CreateString("test.mlir:1:1"), collective, attention));
     }
     std::vector<flatbuffers::Offset<fb::Program>> programs = {fb::CreateProgram(
         fbb, fbb.CreateString("train_step"), fbb.CreateVector(program_inputs),
@@ -522,6 +525,56 @@ TEST(PlanLoaderTest, ShapesMustFitTheLayoutTheCommandNames) {
   EXPECT_EQ(message(old),
             "error[plan-bad-value]: program 'train_step' command 0 (test.mlir:1:1): an NHWC "
             "convolution in a plan of schema version 4 (layouts are version 5)");
+}
+
+// The valid plan and a fused attention (v7): q [2x3x4], k [2x5x4], v [2x5x6]
+// (program inputs) give o [2x3x6] and lse [2x3].
+PlanSpec AttentionSpec() {
+  PlanSpec spec;
+  spec.buffers.push_back({"q", {2, 3, 4}, fb::Region::Arena, 3072});    // 7: 96 bytes
+  spec.buffers.push_back({"k", {2, 5, 4}, fb::Region::Arena, 3200});    // 8: 160 bytes
+  spec.buffers.push_back({"v", {2, 5, 6}, fb::Region::Arena, 3392});    // 9: 240 bytes
+  spec.buffers.push_back({"o", {2, 3, 6}, fb::Region::Arena, 3648});    // 10: 144 bytes
+  spec.buffers.push_back({"lse", {2, 3}, fb::Region::Arena, 3840});     // 11: 24 bytes
+  CommandSpec attention{fb::Opcode::Attention, {7, 8, 9}, {10, 11}};
+  attention.transpose_k = false;
+  spec.commands.push_back(attention);
+  spec.program_inputs = {0, 4, 7, 8, 9};
+  return spec;
+}
+
+TEST(PlanLoaderTest, AttentionLoadsWithConsistentShapesOnly) {
+  auto message = [](const PlanSpec& spec) {
+    StatusOr<std::unique_ptr<Plan>> plan = Plan::FromBytes(spec.Build());
+    return plan.ok() ? std::string("loaded") : plan.status().ToString();
+  };
+  EXPECT_EQ(message(AttentionSpec()), "loaded");
+  PlanSpec transposed = AttentionSpec();  // k read as [G, D, Lk]: 4 keys of depth 5
+  transposed.commands.back().transpose_k = true;
+  EXPECT_EQ(message(transposed),
+            "error[plan-bad-shape]: program 'train_step' command 4 (test.mlir:1:1): attention "
+            "of q [2x3x4], k [2x5x4] (transposed) and v [2x5x6]");
+  PlanSpec lse = AttentionSpec();
+  lse.buffers[11].shape = {2, 3, 1};
+  lse.buffers[11].size = 24;
+  EXPECT_EQ(LoadError(lse), ErrorCode::kPlanBadShape);
+  PlanSpec old = AttentionSpec();
+  old.version = 6;
+  EXPECT_EQ(message(old),
+            "error[plan-bad-value]: program 'train_step' command 4 (test.mlir:1:1): fused "
+            "attention in a plan of schema version 6 (attention is version 7)");
+  PlanSpec bare = AttentionSpec();
+  bare.commands.back().transpose_k.reset();
+  EXPECT_EQ(LoadError(bare), ErrorCode::kPlanBadValue);
+  PlanSpec arity = AttentionSpec();
+  arity.commands.back().outputs = {10};
+  EXPECT_EQ(LoadError(arity), ErrorCode::kPlanBadIndex);
+  PlanSpec half = AttentionSpec();
+  half.buffers[7].dtype = fb::DType::F16;
+  EXPECT_EQ(LoadError(half), ErrorCode::kPlanBadValue);
+  PlanSpec overlap = AttentionSpec();  // o written over q
+  overlap.buffers[10].offset = 3072;
+  EXPECT_EQ(LoadError(overlap), ErrorCode::kPlanAliasedOperands);
 }
 
 // An OHWI filter (v6) is checked as the OIHW filter it holds; it needs NHWC

@@ -1185,6 +1185,59 @@ LogicalResult MatmulOp::inferReturnTypes(MLIRContext *, std::optional<Location> 
   return success();
 }
 
+/// The shapes of attention's operands: [G, Lq, D], [G, Lk, D] (or [G, D, Lk]
+/// transposed) and [G, Lk, Dv], static and f32; its [G, Lq, Dv] output.
+template <typename OpT>
+static FailureOr<SmallVector<int64_t>>
+attentionShape(std::optional<Location> loc, Value qv, Value kv, Value vv, bool transposeK) {
+  auto q = rankedOf(qv), k = rankedOf(kv), v = rankedOf(vv);
+  if (!q || !k || !v || q.getRank() != 3 || k.getRank() != 3 || v.getRank() != 3 ||
+      !q.hasStaticShape() || !k.hasStaticShape() || !v.hasStaticShape())
+    return inferError<OpT>(loc, "expects static q, k and v of rank 3");
+  if (!q.getElementType().isF32() || k.getElementType() != q.getElementType() ||
+      v.getElementType() != q.getElementType())
+    return inferError<OpT>(loc, "expects f32 operands");
+  const int64_t g = q.getDimSize(0), d = q.getDimSize(2);
+  const int64_t lk = k.getDimSize(transposeK ? 2 : 1), kd = k.getDimSize(transposeK ? 1 : 2);
+  if (k.getDimSize(0) != g || v.getDimSize(0) != g || kd != d || v.getDimSize(1) != lk)
+    return inferError<OpT>(loc, "q ", shapeString(q.getShape()), ", k ",
+                           shapeString(k.getShape()), (transposeK ? " (transposed)" : ""),
+                           " and v ", shapeString(v.getShape()), " do not fit");
+  return SmallVector<int64_t>{g, q.getDimSize(1), v.getDimSize(2)};
+}
+
+LogicalResult AttentionOp::inferReturnTypes(MLIRContext *context, std::optional<Location> loc,
+                                            Adaptor adaptor, SmallVectorImpl<Type> &types) {
+  auto shape = attentionShape<AttentionOp>(loc, adaptor.getQ(), adaptor.getK(), adaptor.getV(),
+                                           adaptor.getTransposeK());
+  if (failed(shape))
+    return failure();
+  Type f32 = Float32Type::get(context);
+  types.push_back(RankedTensorType::get(*shape, f32));
+  types.push_back(RankedTensorType::get({(*shape)[0], (*shape)[1]}, f32));
+  return success();
+}
+
+LogicalResult AttentionBackwardOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                                    Adaptor adaptor,
+                                                    SmallVectorImpl<Type> &types) {
+  using Op = AttentionBackwardOp;
+  auto shape = attentionShape<Op>(loc, adaptor.getQ(), adaptor.getK(), adaptor.getV(),
+                                  adaptor.getTransposeK());
+  if (failed(shape))
+    return failure();
+  auto o = rankedOf(adaptor.getOutput()), dy = rankedOf(adaptor.getGradOutput()),
+       lse = rankedOf(adaptor.getLse());
+  if (!o || !dy || !lse || o.getShape() != ArrayRef(*shape) || dy.getShape() != o.getShape() ||
+      lse.getShape() != ArrayRef(*shape).take_front(2) || !o.getElementType().isF32() ||
+      !dy.getElementType().isF32() || !lse.getElementType().isF32())
+    return inferError<Op>(loc, "expects the forward's f32 output and lse, and an output "
+                               "gradient of the output's shape");
+  for (Value v : {adaptor.getQ(), adaptor.getK(), adaptor.getV()})
+    types.push_back(v.getType());
+  return success();
+}
+
 //===----------------------------------------------------------------------===//
 // Dropout and loss
 //===----------------------------------------------------------------------===//

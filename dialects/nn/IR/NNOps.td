@@ -590,6 +590,56 @@ def NN_MatmulOp : NN_Op<"matmul", [Pure, InferTypeOpAdaptor]> {
   }];
 }
 
+def NN_AttentionOp : NN_Op<"attention", [Pure, InferTypeOpAdaptor]> {
+  let summary = "softmax(q k^T) v without the score matrix (fused attention)";
+  let description = [{
+    Per group g (the batch and the heads merged): `o[g] = softmax(q[g] k[g]^T)
+    v[g]`, the softmax along the keys, with `lse[g, i]` the log of row i's
+    softmax denominator (after subtracting its maximum, which it includes) for
+    the backward. `q` is `[G, Lq, D]`, `k` is `[G, Lk, D]` (`[G, D, Lk]` with
+    `transpose_k`), `v` is `[G, Lk, Dv]`; f32. Any scaling is the operands'
+    (exporters scale q and k). graphc-fuse-attention makes it from the
+    matmul-softmax-matmul the importer writes; the runtime computes it a block
+    of queries at a time, so memory grows with L, not L^2.
+
+    ```mlir
+    %o, %lse = nn.attention %q, %k, %v transpose_k
+        : tensor<384x197x64xf32>, tensor<384x64x197xf32>, tensor<384x197x64xf32>
+    ```
+  }];
+  let arguments = (ins NN_FloatTensor:$q, NN_FloatTensor:$k, NN_FloatTensor:$v,
+                       UnitAttr:$transpose_k);
+  let results = (outs NN_FloatTensor:$output, NN_FloatTensor:$lse);
+  let assemblyFormat = [{
+    $q `,` $k `,` $v (`transpose_k` $transpose_k^)? attr-dict `:` type($q) `,` type($k) `,`
+    type($v)
+  }];
+}
+
+def NN_AttentionBackwardOp : NN_Op<"attention_backward", [Pure, InferTypeOpAdaptor]> {
+  let summary = "the gradients of nn.attention's q, k and v";
+  let description = [{
+    From the forward's operands, its output and `lse`, and the output's
+    gradient `dy`: the scores are recomputed a block of queries at a time
+    (FlashAttention's backward), never stored whole.
+
+    ```mlir
+    %dq, %dk, %dv = nn.attention_backward %q, %k, %v, %o, %lse, %dy transpose_k
+        : tensor<384x197x64xf32>, tensor<384x64x197xf32>, tensor<384x197x64xf32>,
+          tensor<384x197x64xf32>, tensor<384x197xf32>, tensor<384x197x64xf32>
+    ```
+  }];
+  let arguments = (ins NN_FloatTensor:$q, NN_FloatTensor:$k, NN_FloatTensor:$v,
+                       NN_FloatTensor:$output, NN_FloatTensor:$lse,
+                       NN_FloatTensor:$grad_output, UnitAttr:$transpose_k);
+  let results = (outs NN_FloatTensor:$grad_q, NN_FloatTensor:$grad_k, NN_FloatTensor:$grad_v);
+  let assemblyFormat = [{
+    $q `,` $k `,` $v `,` $output `,` $lse `,` $grad_output (`transpose_k` $transpose_k^)?
+    attr-dict `:` type($q) `,` type($k) `,` type($v) `,` type($output) `,` type($lse) `,`
+    type($grad_output)
+  }];
+}
+
 //===----------------------------------------------------------------------===//
 // Regularization and loss
 //===----------------------------------------------------------------------===//

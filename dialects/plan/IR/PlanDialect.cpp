@@ -251,8 +251,12 @@ static LogicalResult verifyCommand(OpT op, SymbolTableCollection &symbols) {
   } else {
     if (op.getInPlace())
       return op.emitOpError("library calls cannot run in place");
-    if (numOutputs != 1)
-      return op.emitOpError("has exactly one output");
+    // Attention's forward also writes lse; its backward dq, dk and dv.
+    const int64_t wanted = std::is_same_v<OpT, AttentionOp>           ? 2
+                           : std::is_same_v<OpT, AttentionBackwardOp> ? 3
+                                                                      : 1;
+    if (numOutputs != wanted)
+      return op.emitOpError("has exactly ") << wanted << (wanted == 1 ? " output" : " outputs");
   }
   if constexpr (std::is_same_v<OpT, CopyOp>) {
     if (inputs[0].getSizeInBytes() != outputs[0].getSizeInBytes())
@@ -274,6 +278,8 @@ GRAPHC_PLAN_COMMAND(MaxPool2DOp)
 GRAPHC_PLAN_COMMAND(AvgPool2DOp)
 GRAPHC_PLAN_COMMAND(MaxPool2DBackwardOp)
 GRAPHC_PLAN_COMMAND(AvgPool2DBackwardOp)
+GRAPHC_PLAN_COMMAND(AttentionOp)
+GRAPHC_PLAN_COMMAND(AttentionBackwardOp)
 GRAPHC_PLAN_COMMAND(CopyOp)
 GRAPHC_PLAN_COMMAND(AllreduceStartOp)
 GRAPHC_PLAN_COMMAND(AllreduceWaitOp)

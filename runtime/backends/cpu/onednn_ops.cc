@@ -3,6 +3,7 @@
 #include "runtime/backends/cpu/onednn_ops.h"
 
 #include "contract/half_float.h"
+#include "runtime/backends/cpu/attention.h"
 
 #include <immintrin.h>
 #include <omp.h>
@@ -889,7 +890,7 @@ Status OneDnnOps::Prepare(const Plan& plan, int threads) {
   for (const fb::Program* program : *impl.plan->programs())
     for (const fb::Command* c : *program->commands()) {
       if (c->op() == fb::Opcode::Kernel || c->op() == fb::Opcode::Copy ||
-          IsCollective(c->op()))
+          IsCollective(c->op()) || IsAttention(c->op()))
         continue;
       // The loader proved every operand of a library command the same dtype.
       const fb::DType dtype = impl.Buffer(c->outputs()->Get(0)).dtype();
@@ -975,6 +976,25 @@ Status OneDnnOps::Prepare(const Plan& plan, int threads) {
 }
 
 Status OneDnnOps::Run(const fb::Command& command, const DeviceMemory* operands) {
+  if (IsAttention(command.op())) {
+    // Unprepared: sgemm calls on the operands (attention.h). The loader
+    // proved the shapes and F32.
+    const Impl& impl = *impl_;
+    const Dims q = ShapeOf(impl.Buffer(command.inputs()->Get(0)));
+    const Dims k = ShapeOf(impl.Buffer(command.inputs()->Get(1)));
+    const Dims v = ShapeOf(impl.Buffer(command.inputs()->Get(2)));
+    AttentionShape shape;
+    shape.transpose_k = command.attention()->transpose_k();
+    shape.groups = q[0], shape.queries = q[1], shape.depth = q[2];
+    shape.keys = k[shape.transpose_k ? 2 : 1], shape.values = v[2];
+    auto f = [&](int i) { return static_cast<float*>(operands[i].address); };
+    if (command.op() == fb::Opcode::Attention)
+      AttentionForward(shape, f(0), f(1), f(2), f(3), f(4), impl.threads);
+    else
+      AttentionBackward(shape, f(0), f(1), f(2), f(3), f(4), f(5), f(6), f(7), f(8),
+                        impl.threads);
+    return Status::Ok();
+  }
   auto it = impl_->prepared.find(&command);
   if (it == impl_->prepared.end())
     return Status(ErrorCode::kInvalidArgument, "library command was not prepared");

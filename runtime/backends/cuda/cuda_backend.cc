@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "runtime/backends/cuda/algorithm_cache.h"
+#include "runtime/core/plan_loader.h"
 #include "runtime/backends/cuda/cudnn_ops.h"
 #include "runtime/backends/cuda/device_kernels.h"
 #ifdef GRAPHC_HAVE_NCCL
@@ -359,6 +360,14 @@ Status CudaBackend::Initialize() {
 Status CudaBackend::LoadKernels(const Plan& plan) {
   StatusOr<fb::Target> target = ChooseTarget(plan, targets());
   if (!target.ok()) return target.status();
+  // Fused attention runs on the CPU only so far; graphc compile leaves it
+  // unfused in plans with CUDA kernels.
+  for (const fb::Program* program : *plan.root().programs())
+    for (const fb::Command* c : *program->commands())
+      if (IsAttention(c->op()))
+        return Status(ErrorCode::kPlanMissingKernel,
+                      "the plan has fused attention, which runs on the CPU only (compile "
+                      "with --target cuda or all to leave attention unfused)");
   Status status = LoadGeneratedKernels(plan, *target);
   if (status.ok()) status = PrepareGemms(plan);
   if (status.ok()) status = cudnn_->Prepare(plan);
