@@ -211,6 +211,18 @@ bool Importer::foldTensor(const Node &n) {
   const auto rank = static_cast<int64_t>(x.dims.size());
   Folded result;
   result.type = x.type;
+  // The node's 'axis' (its only attribute) in x's rank; nullopt after an error.
+  auto axisOf = [&]() -> std::optional<int64_t> {
+    if (!knownAttributes(n, {"axis"}))
+      return std::nullopt;
+    auto attr = intAttr(n, "axis", 0);
+    if (!attr)
+      return std::nullopt;
+    auto axis = normalizedAxis(*attr, rank);
+    if (!axis)
+      fail("axis " + std::to_string(*attr) + " is outside rank " + std::to_string(rank));
+    return axis;
+  };
 
   if (op == "Identity") {
     if (!knownAttributes(n, {}))
@@ -339,15 +351,9 @@ bool Importer::foldTensor(const Node &n) {
       result.values[flat] = x.values[from];
     }
   } else if (op == "Concat") {
-    if (!knownAttributes(n, {"axis"}))
-      return false;
-    auto axisAttr = intAttr(n, "axis", 0);
-    if (!axisAttr)
-      return false;
-    auto axis = normalizedAxis(*axisAttr, rank);
+    auto axis = axisOf();
     if (!axis)
-      return fail("axis " + std::to_string(*axisAttr) + " is outside rank " +
-                  std::to_string(rank));
+      return false;
     result.dims = x.dims;
     result.dims[*axis] = 0;
     std::vector<const Folded *> parts;
@@ -424,15 +430,11 @@ bool Importer::foldTensor(const Node &n) {
       result.values.push_back(x.values[from]);
     }
   } else if (op == "Gather") {
-    if (!knownAttributes(n, {"axis"}) || !input(1))
-      return input(1) ? false : fail("expected data and indices");
-    auto axisAttr = intAttr(n, "axis", 0);
-    if (!axisAttr)
-      return false;
-    auto axis = normalizedAxis(*axisAttr, rank);
+    if (!input(1))
+      return fail("expected data and indices");
+    auto axis = axisOf();
     if (!axis)
-      return fail("axis " + std::to_string(*axisAttr) + " is outside rank " +
-                  std::to_string(rank));
+      return false;
     const Folded &indices = *input(1);
     result.dims.assign(x.dims.begin(), x.dims.begin() + *axis);
     result.dims.insert(result.dims.end(), indices.dims.begin(), indices.dims.end());

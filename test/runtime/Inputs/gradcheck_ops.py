@@ -129,6 +129,32 @@ def t(shape):
 
 
 A = (N, 3, H, W)
+
+
+def attention_lines(transposed_k):
+    """softmax(a b^T) b over groups of [5, 5] (the batch merged with the
+    channels), as graphc import writes attention; with transposed_k, k is
+    transposed by an op first (nn.attention's transpose_k)."""
+    if transposed_k:
+        scores = ["%kt = nn.transpose %kb permutation [0, 2, 1] : tensor<?x5x5xf32>",
+                  "%s = nn.matmul %qa, %kt : tensor<?x5x5xf32>, tensor<?x5x5xf32>"]
+    else:
+        scores = ["%s = nn.matmul %qa, %kb transpose_b : tensor<?x5x5xf32>, tensor<?x5x5xf32>"]
+    return [
+        f"%qa = nn.reshape %a shape [-1, 5, 5] : {t(A)}",
+        f"%kb = nn.reshape %b shape [-1, 5, 5] : {t(A)}"] + scores + [
+        "%s4 = nn.reshape %s shape [-1, 3, 5, 5] : tensor<?x5x5xf32>",
+        f"%m = nn.reduce_max %s4 dims [3] keep_dims : {t(A)}",
+        f"%mb = nn.broadcast %m to %s4 dims [0, 1, 2, 3] : {t((N, 3, 5, 1))}, {t(A)}",
+        f"%d = nn.sub %s4, %mb : {t(A)}", f"%e = nn.exp %d : {t(A)}",
+        f"%z = nn.reduce_sum %e dims [3] keep_dims : {t(A)}",
+        f"%zb = nn.broadcast %z to %e dims [0, 1, 2, 3] : {t((N, 3, 5, 1))}, {t(A)}",
+        f"%p = nn.div %e, %zb : {t(A)}",
+        f"%p3 = nn.reshape %p shape [-1, 5, 5] : {t(A)}",
+        "%o = nn.matmul %p3, %kb : tensor<?x5x5xf32>, tensor<?x5x5xf32>",
+        "%y = nn.reshape %o shape [-1, 3, 5, 5] : tensor<?x5x5xf32>"]
+
+
 CASES = {
     "relu": ({}, lambda: [f"%y = nn.relu %a : {t(A)}"],
              lambda p, a, b: np.maximum(a, 0)),
@@ -184,37 +210,10 @@ CASES = {
         lambda p, a, b: a * p["table"][GATHER].reshape(3, 5, 5)[None]),
     # Attention, fused by graphc-fuse-attention (nn.attention and its
     # backward on the CPU), with k as [G, Lk, D] and as [G, D, Lk].
-    "attention": ({}, lambda: [
-        f"%qa = nn.reshape %a shape [-1, 5, 5] : {t(A)}",
-        f"%kb = nn.reshape %b shape [-1, 5, 5] : {t(A)}",
-        "%s = nn.matmul %qa, %kb transpose_b : tensor<?x5x5xf32>, tensor<?x5x5xf32>",
-        "%s4 = nn.reshape %s shape [-1, 3, 5, 5] : tensor<?x5x5xf32>",
-        f"%m = nn.reduce_max %s4 dims [3] keep_dims : {t(A)}",
-        f"%mb = nn.broadcast %m to %s4 dims [0, 1, 2, 3] : {t((N, 3, 5, 1))}, {t(A)}",
-        f"%d = nn.sub %s4, %mb : {t(A)}", f"%e = nn.exp %d : {t(A)}",
-        f"%z = nn.reduce_sum %e dims [3] keep_dims : {t(A)}",
-        f"%zb = nn.broadcast %z to %e dims [0, 1, 2, 3] : {t((N, 3, 5, 1))}, {t(A)}",
-        f"%p = nn.div %e, %zb : {t(A)}",
-        f"%p3 = nn.reshape %p shape [-1, 5, 5] : {t(A)}",
-        "%o = nn.matmul %p3, %kb : tensor<?x5x5xf32>, tensor<?x5x5xf32>",
-        "%y = nn.reshape %o shape [-1, 3, 5, 5] : tensor<?x5x5xf32>"],
-        lambda p, a, b: softmax(a @ b.transpose(0, 1, 3, 2), 3) @ b),
-    "attention_transposed_k": ({}, lambda: [
-        f"%qa = nn.reshape %a shape [-1, 5, 5] : {t(A)}",
-        f"%kb = nn.reshape %b shape [-1, 5, 5] : {t(A)}",
-        f"%kt = nn.transpose %kb permutation [0, 2, 1] : tensor<?x5x5xf32>",
-        "%s = nn.matmul %qa, %kt : tensor<?x5x5xf32>, tensor<?x5x5xf32>",
-        "%s4 = nn.reshape %s shape [-1, 3, 5, 5] : tensor<?x5x5xf32>",
-        f"%m = nn.reduce_max %s4 dims [3] keep_dims : {t(A)}",
-        f"%mb = nn.broadcast %m to %s4 dims [0, 1, 2, 3] : {t((N, 3, 5, 1))}, {t(A)}",
-        f"%d = nn.sub %s4, %mb : {t(A)}", f"%e = nn.exp %d : {t(A)}",
-        f"%z = nn.reduce_sum %e dims [3] keep_dims : {t(A)}",
-        f"%zb = nn.broadcast %z to %e dims [0, 1, 2, 3] : {t((N, 3, 5, 1))}, {t(A)}",
-        f"%p = nn.div %e, %zb : {t(A)}",
-        f"%p3 = nn.reshape %p shape [-1, 5, 5] : {t(A)}",
-        "%o = nn.matmul %p3, %kb : tensor<?x5x5xf32>, tensor<?x5x5xf32>",
-        "%y = nn.reshape %o shape [-1, 3, 5, 5] : tensor<?x5x5xf32>"],
-        lambda p, a, b: softmax(a @ b.transpose(0, 1, 3, 2), 3) @ b),
+    "attention": ({}, lambda: attention_lines(transposed_k=False),
+                  lambda p, a, b: softmax(a @ b.transpose(0, 1, 3, 2), 3) @ b),
+    "attention_transposed_k": ({}, lambda: attention_lines(transposed_k=True),
+                               lambda p, a, b: softmax(a @ b.transpose(0, 1, 3, 2), 3) @ b),
     "concat_slice": ({}, lambda: [
         f"%c = nn.concat %a, %b dim 1 : {t(A)}, {t(A)}",
         f"%s = nn.slice %c dim 1 start 2 size 3 : {t((N, 6, 5, 5))}",
