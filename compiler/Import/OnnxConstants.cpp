@@ -276,7 +276,7 @@ bool Importer::foldTensor(const Node &n) {
       } else if (shape[i] < 0 || shape[i] > kMaxFoldedIndices) {
         return fail("reshape to dim " + std::to_string(shape[i]));
       } else {
-        known *= shape[i];
+        known = std::min(known * shape[i], int64_t{1} << 40);  // each factor <= 2^20
       }
     }
     const auto count = static_cast<int64_t>(x.values.size());
