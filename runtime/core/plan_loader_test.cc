@@ -257,6 +257,12 @@ ErrorCode LoadError(const std::vector<uint8_t>& bytes) {
 
 ErrorCode LoadError(const PlanSpec& spec) { return LoadError(spec.Build()); }
 
+// "loaded", or the loader's whole error line (class, place, message).
+std::string LoadedOrError(const PlanSpec& spec) {
+  StatusOr<std::unique_ptr<Plan>> plan = Plan::FromBytes(spec.Build());
+  return plan.ok() ? std::string("loaded") : plan.status().ToString();
+}
+
 TEST(PlanLoaderTest, ValidPlanLoads) {
   StatusOr<std::unique_ptr<Plan>> plan = Plan::FromBytes(PlanSpec().Build());
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
@@ -487,13 +493,9 @@ TEST(PlanLoaderTest, NhwcCommandsLoadWithShapesInTheirLayout) {
 // The libraries read activations by the dims the layout names: shapes that
 // fit only another layout are refused, as is a layout the schema lacks.
 TEST(PlanLoaderTest, ShapesMustFitTheLayoutTheCommandNames) {
-  auto message = [](const PlanSpec& spec) {
-    StatusOr<std::unique_ptr<Plan>> plan = Plan::FromBytes(spec.Build());
-    return plan.ok() ? std::string("loaded") : plan.status().ToString();
-  };
   PlanSpec nchw_shapes;  // the NCHW plan's shapes, read as NHWC
   nchw_shapes.commands[0].layout = fb::Layout::NHWC;
-  EXPECT_EQ(message(nchw_shapes),
+  EXPECT_EQ(LoadedOrError(nchw_shapes),
             "error[plan-bad-shape]: program 'train_step' command 0 (test.mlir:1:1): filter "
             "[5x3x3x3] does not match 4 input channels in 1 groups (NHWC)");
   PlanSpec nhwc_shapes = NhwcSpec();  // NHWC shapes, read as NCHW
@@ -502,17 +504,17 @@ TEST(PlanLoaderTest, ShapesMustFitTheLayoutTheCommandNames) {
   PlanSpec output = NhwcSpec();  // y as NCHW would have it
   output.buffers[2].shape = {2, 5, 2, 2};
   output.buffers[7].shape = {2, 5, 1, 1};
-  EXPECT_EQ(message(output),
+  EXPECT_EQ(LoadedOrError(output),
             "error[plan-bad-shape]: program 'train_step' command 0 (test.mlir:1:1): "
             "convolution of [2x4x4x3] by [5x3x3x3] gives [2x2x2x5], not [2x5x2x2] (NHWC)");
   PlanSpec pool = NhwcSpec();  // the pooling read as NCHW
   pool.commands[1].layout = fb::Layout::NCHW;
-  EXPECT_EQ(message(pool),
+  EXPECT_EQ(LoadedOrError(pool),
             "error[plan-bad-shape]: program 'train_step' command 1 (test.mlir:1:1): "
             "pooling [2x2x2x5] cannot give [2x1x1x5]");
   PlanSpec unknown = NhwcSpec();
   unknown.commands[0].layout = static_cast<fb::Layout>(7);
-  EXPECT_EQ(message(unknown),
+  EXPECT_EQ(LoadedOrError(unknown),
             "error[plan-bad-value]: program 'train_step' command 0 (test.mlir:1:1): "
             "convolution with unknown layout 7");
   PlanSpec unknown_pool = NhwcSpec();
@@ -522,7 +524,7 @@ TEST(PlanLoaderTest, ShapesMustFitTheLayoutTheCommandNames) {
   // no plan graphc writes.
   PlanSpec old = NhwcSpec();
   old.version = 4;
-  EXPECT_EQ(message(old),
+  EXPECT_EQ(LoadedOrError(old),
             "error[plan-bad-value]: program 'train_step' command 0 (test.mlir:1:1): an NHWC "
             "convolution in a plan of schema version 4 (layouts are version 5)");
 }
@@ -544,14 +546,10 @@ PlanSpec AttentionSpec() {
 }
 
 TEST(PlanLoaderTest, AttentionLoadsWithConsistentShapesOnly) {
-  auto message = [](const PlanSpec& spec) {
-    StatusOr<std::unique_ptr<Plan>> plan = Plan::FromBytes(spec.Build());
-    return plan.ok() ? std::string("loaded") : plan.status().ToString();
-  };
-  EXPECT_EQ(message(AttentionSpec()), "loaded");
+  EXPECT_EQ(LoadedOrError(AttentionSpec()), "loaded");
   PlanSpec transposed = AttentionSpec();  // k read as [G, D, Lk]: 4 keys of depth 5
   transposed.commands.back().transpose_k = true;
-  EXPECT_EQ(message(transposed),
+  EXPECT_EQ(LoadedOrError(transposed),
             "error[plan-bad-shape]: program 'train_step' command 4 (test.mlir:1:1): attention "
             "of q [2x3x4], k [2x5x4] (transposed) and v [2x5x6]");
   PlanSpec lse = AttentionSpec();
@@ -560,7 +558,7 @@ TEST(PlanLoaderTest, AttentionLoadsWithConsistentShapesOnly) {
   EXPECT_EQ(LoadError(lse), ErrorCode::kPlanBadShape);
   PlanSpec old = AttentionSpec();
   old.version = 6;
-  EXPECT_EQ(message(old),
+  EXPECT_EQ(LoadedOrError(old),
             "error[plan-bad-value]: program 'train_step' command 4 (test.mlir:1:1): fused "
             "attention in a plan of schema version 6 (attention is version 7)");
   PlanSpec bare = AttentionSpec();
@@ -580,35 +578,31 @@ TEST(PlanLoaderTest, AttentionLoadsWithConsistentShapesOnly) {
 // An OHWI filter (v6) is checked as the OIHW filter it holds; it needs NHWC
 // activations and a version 6 plan, which an older runtime refuses.
 TEST(PlanLoaderTest, OhwiFiltersLoadWithNhwcActivationsOnly) {
-  auto message = [](const PlanSpec& spec) {
-    StatusOr<std::unique_ptr<Plan>> plan = Plan::FromBytes(spec.Build());
-    return plan.ok() ? std::string("loaded") : plan.status().ToString();
-  };
   PlanSpec ohwi = NhwcSpec();
   ohwi.commands[0].filter_layout = fb::Layout::NHWC;  // w [5x3x3x3] is square: HWI = IHW
-  EXPECT_EQ(message(ohwi), "loaded");
+  EXPECT_EQ(LoadedOrError(ohwi), "loaded");
   PlanSpec channels = NhwcSpec();  // 4 input channels: OIHW [5x4x3x3] is OHWI [5x3x3x4]
   channels.buffers[0].shape = {2, 4, 4, 4};
   channels.buffers[1].shape = {5, 3, 3, 4};
   channels.commands[0].filter_layout = fb::Layout::NHWC;
-  EXPECT_EQ(message(channels), "loaded");
+  EXPECT_EQ(LoadedOrError(channels), "loaded");
   channels.commands[0].filter_layout = fb::Layout::NCHW;
-  EXPECT_EQ(message(channels),
+  EXPECT_EQ(LoadedOrError(channels),
             "error[plan-bad-shape]: program 'train_step' command 0 (test.mlir:1:1): filter "
             "[5x3x3x4] does not match 4 input channels in 1 groups (NHWC)");
   PlanSpec nchw;  // OHWI filters with NCHW activations
   nchw.commands[0].filter_layout = fb::Layout::NHWC;
-  EXPECT_EQ(message(nchw),
+  EXPECT_EQ(LoadedOrError(nchw),
             "error[plan-bad-value]: program 'train_step' command 0 (test.mlir:1:1): an OHWI "
             "filter needs NHWC activations");
   PlanSpec old = ohwi;
   old.version = 5;
-  EXPECT_EQ(message(old),
+  EXPECT_EQ(LoadedOrError(old),
             "error[plan-bad-value]: program 'train_step' command 0 (test.mlir:1:1): an OHWI "
             "filter in a plan of schema version 5 (OHWI filters are version 6)");
   PlanSpec unknown = ohwi;
   unknown.commands[0].filter_layout = static_cast<fb::Layout>(9);
-  EXPECT_EQ(message(unknown),
+  EXPECT_EQ(LoadedOrError(unknown),
             "error[plan-bad-value]: program 'train_step' command 0 (test.mlir:1:1): "
             "convolution with unknown filter layout 9");
   std::ostringstream os;

@@ -3,7 +3,7 @@
 # it for a bounded time, seeded with valid plans graphc compiles (each with an
 # embedded x86-64 kernel library and its launch table: elementwise, fused,
 # reduction and multi-tensor kernels; one with PTX too; gradient allreduce
-# buckets and synchronized batch norm's collectives) and with the kernel
+# buckets and synchronized batch norm's collectives; fused attention) and with the kernel
 # library alone. Every file in runtime/fuzz/regressions/ (inputs that once
 # crashed it) is replayed first.
 #
@@ -48,6 +48,10 @@ cp "$out/cpu_x86_64.so" "$out/corpus/fmnist_cnn_kernels.so"
 # wire, and synchronized batch norm's blocking allreduces between them.
 "$build/bin/graphc" compile "$src/models/resnet_tiny.mlir" --batch-size 2 --sync-bn \
   --bucket-mb 0.01 --allreduce-dtype fp16 -o "$out/corpus/resnet_tiny_collectives.plan" > /dev/null
+
+# Fused attention (Attention and AttentionBackward commands, schema v7).
+"$build/bin/graphc" compile "$src/test/tools/Inputs/long_attention.mlir" --batch-size 1 \
+  -o "$out/corpus/long_attention.plan" > /dev/null
 
 regressions=("$src"/runtime/fuzz/regressions/*)
 if [[ -e "${regressions[0]}" ]]; then
