@@ -233,6 +233,12 @@ LogicalResult graphc::exportPlan(ModuleOp module, const PlanMetadata &metadata,
                                    i64s(p.getPadding()), p.getExcludePadding(),
                                    p.getChannelsLast() ? fb::Layout::NHWC : fb::Layout::NCHW);
       };
+      auto attentionAttrs = [&](auto a) {
+        std::optional<ArrayRef<int64_t>> strides = a.getBiasStrides();
+        return fb::CreateAttentionAttrs(fbb, a.getTransposeK(),
+                                        strides ? i64s(*strides)
+                                                : flatbuffers::Offset<flatbuffers::Vector<int64_t>>());
+      };
       if (auto launch = llvm::dyn_cast<plan::LaunchOp>(op)) {
         opcode = fb::Opcode::Kernel;
         kernel = kernelIndex.lookup(launch.getKernel());
@@ -262,10 +268,10 @@ LogicalResult graphc::exportPlan(ModuleOp module, const PlanMetadata &metadata,
         pool = poolAttrs(p);
       } else if (auto a = llvm::dyn_cast<plan::AttentionOp>(op)) {
         opcode = fb::Opcode::Attention;
-        attention = fb::CreateAttentionAttrs(fbb, a.getTransposeK());
+        attention = attentionAttrs(a);
       } else if (auto a = llvm::dyn_cast<plan::AttentionBackwardOp>(op)) {
         opcode = fb::Opcode::AttentionBackward;
-        attention = fb::CreateAttentionAttrs(fbb, a.getTransposeK());
+        attention = attentionAttrs(a);
       } else if (llvm::isa<plan::CopyOp>(op)) {
         opcode = fb::Opcode::Copy;
       } else if (auto start = llvm::dyn_cast<plan::AllreduceStartOp>(op)) {

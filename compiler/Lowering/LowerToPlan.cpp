@@ -390,12 +390,13 @@ LogicalResult LowerToPlanPass::lowerOp(Operation *op) {
           outs.push_back(out);
         }
         UnitAttr transposeK = o->hasAttr("transpose_k") ? b.getUnitAttr() : UnitAttr();
+        auto strides = o->getAttrOfType<DenseI64ArrayAttr>("bias_strides");
         if (isa<nn::AttentionOp>(o))
           b.create<plan::AttentionOp>(loc, ins, ArrayAttr::get(ctx, outs), DenseI64ArrayAttr(),
-                                      transposeK);
+                                      transposeK, strides);
         else
           b.create<plan::AttentionBackwardOp>(loc, ins, ArrayAttr::get(ctx, outs),
-                                              DenseI64ArrayAttr(), transposeK);
+                                              DenseI64ArrayAttr(), transposeK, strides);
         return success();
       })
       .Case([&](nn::LinearOp o) {

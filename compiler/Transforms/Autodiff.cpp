@@ -126,10 +126,12 @@ LogicalResult Differentiator::backprop(Operation *op) {
     auto grads = b.create<nn::AttentionBackwardOp>(
         attention.getLoc(), attention.getQ(), attention.getK(), attention.getV(),
         attention.getOutput(), attention.getLse(), adjoints.lookup(attention.getOutput()),
-        attention.getTransposeK());
+        attention.getBiases(), attention.getTransposeK(), attention.getBiasStridesAttr());
     accumulate(attention.getQ(), [&] { return grads.getGradQ(); });
     accumulate(attention.getK(), [&] { return grads.getGradK(); });
     accumulate(attention.getV(), [&] { return grads.getGradV(); });
+    for (auto [bias, grad] : llvm::zip(attention.getBiases(), grads.getGradBiases()))
+      accumulate(bias, [&] { return grad; });
     return success();
   }
   if (op->getNumResults() != 1 || !adjoints.count(op->getResult(0)))

@@ -2,8 +2,10 @@
 //
 // Implements --graphc-fuse-attention (see Passes.td). The match starts at the
 // second product and walks up its left operand through the softmax the
-// importer writes; every intermediate must be read only by the next step, so
-// the chain can go once nn.attention replaces its last value.
+// importer writes, then through reshapes and additions of broadcast biases
+// (a relative-position bias per head, Swin's mask per window) to the first
+// product; every intermediate must be read only by the next step, so the
+// chain can go once nn.attention replaces its last value.
 //
 //===----------------------------------------------------------------------===//
 
@@ -48,6 +50,18 @@ bool broadcastsBack(nn::BroadcastOp b, Value of, Value like) {
          llvm::cast<RankedTensorType>(like.getType()).getRank();
 }
 
+/// Whether `v` is read only by `next`, or by broadcasts into `next` that
+/// take only its shape (as an added bias takes the scores').
+bool onlyFeeds(Value v, Operation *next) {
+  return llvm::all_of(v.getUses(), [&](OpOperand &use) {
+    if (use.getOwner() == next)
+      return true;
+    auto broadcast = dyn_cast<nn::BroadcastOp>(use.getOwner());
+    return broadcast && use.getOperandNumber() == 1 && broadcast->hasOneUse() &&
+           *broadcast->user_begin() == next;
+  });
+}
+
 /// Through a reshape, if `v` is one with a single use (the reshape's
 /// operand is checked by the caller).
 Value throughReshape(Value v, SmallVectorImpl<Operation *> &chain) {
@@ -56,6 +70,54 @@ Value throughReshape(Value v, SmallVectorImpl<Operation *> &chain) {
     return reshape.getInput();
   }
   return v;
+}
+
+/// A bias nn.attention can add to its scores: a broadcast whose input,
+/// reshaped to [P, Lq, Lk], group g reads at slice (g / stride) % P.
+struct ScoreBias {
+  nn::BroadcastOp broadcast;
+  SmallVector<int64_t> shape;
+  int64_t stride;
+};
+
+/// `add`'s broadcast operand as a bias of scores [..., lq, lk]: the
+/// broadcast's input, static f32, must span the last two dims whole and one
+/// contiguous run of the leading (group) dims whole, and be 1 elsewhere.
+std::optional<ScoreBias> biasOf(nn::AddOp add, int64_t lq, int64_t lk) {
+  auto broadcast = add.getRhs().getDefiningOp<nn::BroadcastOp>();
+  if (!broadcast)
+    broadcast = add.getLhs().getDefiningOp<nn::BroadcastOp>();
+  auto scores = llvm::cast<RankedTensorType>(add.getType());
+  auto input = llvm::cast<RankedTensorType>(broadcast.getInput().getType());
+  const int64_t rank = scores.getRank();
+  if (!input.hasStaticShape() || !scores.hasStaticShape() || !input.getElementType().isF32() ||
+      broadcast.getType() != scores || rank < 2 || scores.getDimSize(rank - 2) != lq ||
+      scores.getDimSize(rank - 1) != lk)
+    return std::nullopt;
+  // The input's extents at the scores' dims (1 where it has none).
+  SmallVector<int64_t> extents(rank, 1);
+  for (auto [i, d] : llvm::enumerate(broadcast.getDims()))
+    extents[d] = input.getDimSize(i);
+  if (extents[rank - 2] != lq || extents[rank - 1] != lk)
+    return std::nullopt;
+  int64_t firstDim = -1, lastDim = -1;
+  for (int64_t d = 0; d < rank - 2; ++d)
+    if (extents[d] != 1) {
+      if (firstDim < 0)
+        firstDim = d;
+      lastDim = d;
+    }
+  int64_t count = 1, stride = 1;
+  for (int64_t d = 0; d < rank - 2; ++d) {
+    if (firstDim >= 0 && d >= firstDim && d <= lastDim) {
+      if (extents[d] != scores.getDimSize(d))
+        return std::nullopt;  // broadcast inside the run
+      count *= extents[d];
+    } else if (firstDim >= 0 && d > lastDim) {
+      stride *= scores.getDimSize(d);
+    }
+  }
+  return ScoreBias{broadcast, {count, lq, lk}, stride};
 }
 
 /// The attention ending in `product` (p x v), rewritten; false if it is none.
@@ -90,14 +152,31 @@ bool fuse(nn::MatmulOp product) {
       !broadcastsBack(maxBroadcast, max, x) || !llvm::hasNItems(x.getUses(), 3))
     return false;
   chain.append({sub, maxBroadcast, max});
-  // x: q k^T, possibly reshaped to rank 4 (x itself has three readers).
+  // x: q k^T, possibly reshaped, plus biases, possibly between reshapes (x
+  // itself has three readers, everything above it one).
+  SmallVector<nn::AddOp> adds;
   Value scores = x;
-  if (auto reshape = x.getDefiningOp<nn::ReshapeOp>()) {
-    chain.push_back(reshape);
-    scores = reshape.getInput();
+  for (Operation *next = nullptr;;) {
+    if (next && !onlyFeeds(scores, next))
+      return false;
+    if (auto reshape = scores.getDefiningOp<nn::ReshapeOp>()) {
+      chain.push_back(reshape);
+      next = reshape;
+      scores = reshape.getInput();
+    } else if (auto add = scores.getDefiningOp<nn::AddOp>()) {
+      const bool rhsIsBias = add.getRhs().getDefiningOp<nn::BroadcastOp>() != nullptr;
+      if (!rhsIsBias && !add.getLhs().getDefiningOp<nn::BroadcastOp>())
+        return false;
+      chain.push_back(add);
+      adds.push_back(add);
+      next = add;
+      scores = rhsIsBias ? add.getLhs() : add.getRhs();
+    } else {
+      break;
+    }
   }
   auto first = scores.getDefiningOp<nn::MatmulOp>();
-  if (!first || (scores != x && !scores.hasOneUse()) || first.getTransposeA())
+  if (!first || first.getTransposeA())
     return false;
   auto qType = llvm::cast<RankedTensorType>(first.getLhs().getType());
   auto pType = llvm::cast<RankedTensorType>(product.getLhs().getType());
@@ -105,11 +184,31 @@ bool fuse(nn::MatmulOp product) {
       pType != llvm::cast<RankedTensorType>(scores.getType()))
     return false;  // the reshapes must undo each other
   chain.push_back(first);
+  SmallVector<ScoreBias> biases;
+  for (nn::AddOp add : adds) {
+    std::optional<ScoreBias> bias = biasOf(add, pType.getDimSize(1), pType.getDimSize(2));
+    if (!bias)
+      return false;
+    biases.push_back(*bias);
+    if (bias->broadcast->hasOneUse())
+      chain.push_back(bias->broadcast);
+  }
 
   OpBuilder b(product);
+  SmallVector<Value> biasValues;
+  SmallVector<int64_t> strides;
+  for (ScoreBias &bias : biases) {
+    Value value = bias.broadcast.getInput();
+    if (llvm::cast<RankedTensorType>(value.getType()).getShape() != ArrayRef(bias.shape))
+      value = b.create<nn::ReshapeOp>(bias.broadcast.getLoc(), value,
+                                      b.getDenseI64ArrayAttr(bias.shape));
+    biasValues.push_back(value);
+    strides.push_back(bias.stride);
+  }
   auto attention = b.create<nn::AttentionOp>(
-      product.getLoc(), first.getLhs(), first.getRhs(), product.getRhs(),
-      /*transpose_k=*/!first.getTransposeB());
+      product.getLoc(), first.getLhs(), first.getRhs(), product.getRhs(), biasValues,
+      /*transpose_k=*/!first.getTransposeB(),
+      biases.empty() ? DenseI64ArrayAttr() : b.getDenseI64ArrayAttr(strides));
   if (attention.getOutput().getType() != product.getType()) {
     attention.erase();
     return false;

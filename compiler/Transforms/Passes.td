@@ -166,7 +166,10 @@ def FuseAttention : Pass<"graphc-fuse-attention", "::mlir::ModuleOp"> {
   let description = [{
     Finds attention as graphc import writes it, in every function: a batched
     `nn.matmul` of q `[G, Lq, D]` and k (`transpose_b`: `[G, Lk, D]`; else
-    `[G, D, Lk]`), possibly reshaped to `[B, H, Lq, Lk]`, a softmax over the
+    `[G, D, Lk]`), possibly reshaped to `[B, H, Lq, Lk]` and added to
+    broadcast biases (between reshapes, as Swin adds its relative-position
+    bias per head and its shift mask per window: each becomes an
+    nn.attention bias with its group stride), a softmax over the
     last dim decomposed as reduce_max, sub, exp, reduce_sum, div (each
     intermediate read only by the next), reshaped back to `[G, Lq, Lk]` and
     multiplied by v `[G, Lk, Dv]`; and replaces it with one `nn.attention`,

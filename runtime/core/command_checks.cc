@@ -317,20 +317,30 @@ Status CommandChecker::CheckShapes(const fb::Command& command, const std::string
     }
     case fb::Opcode::Attention:
     case fb::Opcode::AttentionBackward: {
-      // q [G, Lq, D], k [G, Lk, D] (or [G, D, Lk]), v [G, Lk, Dv]; forward
-      // outputs o [G, Lq, Dv] and lse [G, Lq]; backward reads those and do
-      // and writes dq, dk, dv of q's, k's and v's shapes. All F32.
+      // q [G, Lq, D], k [G, Lk, D] (or [G, D, Lk]), v [G, Lk, Dv], then one
+      // bias [P, Lq, Lk] per bias stride; forward outputs o [G, Lq, Dv] and
+      // lse [G, Lq]; backward reads those and do after v and writes dq, dk,
+      // dv of q's, k's and v's shapes and one gradient per bias. All F32.
       const bool forward = command.op() == fb::Opcode::Attention;
       if (plan_.version() < 7)
         return Fail(ErrorCode::kPlanBadValue,
                     where + ": fused attention in a plan of schema version " +
                         Str(plan_.version()) + " (attention is version 7)");
-      if (in.size() != (forward ? 3u : 6u) || out.size() != (forward ? 2u : 3u))
-        return Fail(ErrorCode::kPlanBadIndex,
-                    where + ": takes " + (forward ? "3 inputs and 2 outputs" : "6 inputs and 3 outputs") +
-                        ", has " + Str(in.size()) + " and " + Str(out.size()));
       if (command.attention() == nullptr)
         return Fail(ErrorCode::kPlanBadValue, where + ": attention without attributes");
+      const auto* strides = command.attention()->bias_strides();
+      const uint32_t biases = strides ? strides->size() : 0;
+      if (biases > kMaxAttentionBiases)
+        return Fail(ErrorCode::kPlanBadValue, where + ": attention with " + Str(biases) +
+                                                  " biases (at most " +
+                                                  Str(kMaxAttentionBiases) + ")");
+      const uint32_t operands = forward ? 3 : 6;
+      const uint32_t results = forward ? 2 : 3 + biases;
+      if (in.size() != operands + biases || out.size() != results)
+        return Fail(ErrorCode::kPlanBadIndex,
+                    where + ": takes " + Str(operands + biases) + " inputs and " +
+                        Str(results) + " outputs (" + Str(biases) + " biases), has " +
+                        Str(in.size()) + " and " + Str(out.size()));
       for (uint32_t i = 0; i < in.size() + out.size(); ++i)
         if (Buf(i < in.size() ? in.Get(i) : out.Get(i - in.size())).dtype() != fb::DType::F32)
           return Fail(ErrorCode::kPlanBadValue, where + ": attention runs on F32 buffers only");
@@ -343,6 +353,19 @@ Status CommandChecker::CheckShapes(const fb::Command& command, const std::string
           lk < 1 || d < 1 || v[2] < 1)
         return ShapeError(where, "attention of q " + ShapeStr(q) + ", k " + ShapeStr(k) +
                                      (tk ? " (transposed)" : "") + " and v " + ShapeStr(v));
+      for (uint32_t i = 0; i < biases; ++i) {
+        const std::vector<int64_t> bias = Shape(in.Get(operands + i));
+        if (bias.size() != 3 || bias[0] < 1 || bias[1] != lq || bias[2] != lk)
+          return ShapeError(where, "attention bias " + Str(i) + " " + ShapeStr(bias) +
+                                       " is not [P, " + Str(lq) + ", " + Str(lk) + "]");
+        if (strides->Get(i) < 1)
+          return Fail(ErrorCode::kPlanBadValue,
+                      where + ": attention bias stride " + Str(strides->Get(i)) + " (>= 1)");
+        if (!forward && Shape(out.Get(3 + i)) != bias)
+          return ShapeError(where, "attention bias gradient " + Str(i) + " " +
+                                       ShapeStr(Shape(out.Get(3 + i))) + " for bias " +
+                                       ShapeStr(bias));
+      }
       const std::vector<int64_t> o = {g, lq, v[2]}, lse = {g, lq};
       if (forward) {
         if (Shape(out.Get(0)) != o || Shape(out.Get(1)) != lse)

@@ -46,6 +46,9 @@ inline bool IsAttention(fb::Opcode op) {
   return op == fb::Opcode::Attention || op == fb::Opcode::AttentionBackward;
 }
 
+// The most biases one attention command adds to its scores.
+inline constexpr uint32_t kMaxAttentionBiases = 4;
+
 // A plan string, "" when absent (the schema makes every string optional).
 inline std::string StringOf(const flatbuffers::String* s) { return s ? s->str() : std::string(); }
 

@@ -53,6 +53,7 @@ struct CommandSpec {
   std::vector<int64_t> window;
   fb::Layout filter_layout = fb::Layout::NCHW;  // convolutions: OIHW, or NHWC = OHWI
   std::optional<bool> transpose_k;  // attention: its attributes (none: absent)
+  std::vector<int64_t> bias_strides;  // attention: one per bias (none: no vector)
 };
 
 // A small valid plan: x[2x3x4x4] conv w[5x3x3x3] -> y[2x5x2x2] (arena and
@@ -165,7 +166,10 @@ struct PlanSpec {
         collective = fb::CreateCollectiveAttrs(fbb, c.collective->bucket,
                                                c.collective->reduction, c.collective->wire);
       flatbuffers::Offset<fb::AttentionAttrs> attention;
-      if (c.transpose_k) attention = fb::CreateAttentionAttrs(fbb, *c.transpose_k);
+      if (c.transpose_k)
+        attention = fb::CreateAttentionAttrs(
+            fbb, *c.transpose_k,
+            c.bias_strides.empty() ? 0 : fbb.CreateVector(c.bias_strides));
       command_offsets.push_back(fb::CreateCommand(
           fbb, c.op, fbb.CreateVector(c.inputs), fbb.CreateVector(c.outputs),
           fbb.CreateVector(c.in_place), c.kernel, conv, fb::CreateGemmAttrs(fbb), pool,
@@ -573,6 +577,38 @@ TEST(PlanLoaderTest, AttentionLoadsWithConsistentShapesOnly) {
   PlanSpec overlap = AttentionSpec();  // o written over q
   overlap.buffers[10].offset = 3072;
   EXPECT_EQ(LoadError(overlap), ErrorCode::kPlanAliasedOperands);
+}
+
+// Attention's biases follow its inputs, one per bias stride: [P, Lq, Lk]
+// each, with a gradient of that shape per bias after the backward's dv.
+TEST(PlanLoaderTest, AttentionBiasesLoadWithTheirShapesAndStridesOnly) {
+  auto biased = [](std::vector<int64_t> bias_shape, std::vector<int64_t> strides) {
+    PlanSpec spec = AttentionSpec();
+    spec.buffers.push_back({"bias", std::move(bias_shape), fb::Region::Arena, 3904});  // 12
+    spec.commands.back().inputs.push_back(12);
+    spec.commands.back().bias_strides = std::move(strides);
+    spec.program_inputs.push_back(12);
+    return spec;
+  };
+  EXPECT_EQ(LoadedOrError(biased({2, 3, 5}, {1})), "loaded");
+  EXPECT_EQ(LoadedOrError(biased({1, 3, 5}, {7})), "loaded");  // any stride reads slice 0
+  EXPECT_EQ(LoadedOrError(biased({2, 5, 3}, {1})),
+            "error[plan-bad-shape]: program 'train_step' command 4 (test.mlir:1:1): attention "
+            "bias 0 [2x5x3] is not [P, 3, 5]");
+  EXPECT_EQ(LoadedOrError(biased({2, 3, 5}, {0})),
+            "error[plan-bad-value]: program 'train_step' command 4 (test.mlir:1:1): attention "
+            "bias stride 0 (>= 1)");
+  EXPECT_EQ(LoadError(biased({2, 3, 5}, {-4})), ErrorCode::kPlanBadValue);
+  EXPECT_EQ(LoadedOrError(biased({2, 3, 5}, {1, 1})),
+            "error[plan-bad-index]: program 'train_step' command 4 (test.mlir:1:1): takes 5 "
+            "inputs and 2 outputs (2 biases), has 4 and 2");
+  PlanSpec unstrided = biased({2, 3, 5}, {});  // a fourth input without a stride
+  EXPECT_EQ(LoadError(unstrided), ErrorCode::kPlanBadIndex);
+  PlanSpec many = AttentionSpec();
+  many.commands.back().bias_strides = {1, 1, 1, 1, 1};
+  EXPECT_EQ(LoadedOrError(many),
+            "error[plan-bad-value]: program 'train_step' command 4 (test.mlir:1:1): attention "
+            "with 5 biases (at most 4)");
 }
 
 // An OHWI filter (v6) is checked as the OIHW filter it holds; it needs NHWC

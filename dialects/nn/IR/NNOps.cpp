@@ -1206,11 +1206,41 @@ attentionShape(std::optional<Location> loc, Value qv, Value kv, Value vv, bool t
   return SmallVector<int64_t>{g, q.getDimSize(1), v.getDimSize(2)};
 }
 
+/// Attention's biases: as many as `strides`, each a static f32 [P, Lq, Lk]
+/// with P >= 1, every stride >= 1; the shape holds G, Lq and Dv.
+template <typename OpT>
+static LogicalResult attentionBiases(std::optional<Location> loc, ArrayRef<int64_t> shape,
+                                     int64_t keys, ValueRange biases,
+                                     std::optional<ArrayRef<int64_t>> strides) {
+  const size_t count = strides ? strides->size() : 0;
+  if (biases.size() != count)
+    return inferError<OpT>(loc, "has ", biases.size(), " biases and ", count, " bias strides");
+  for (auto [i, bias] : llvm::enumerate(biases)) {
+    auto type = rankedOf(bias);
+    if (!type || !type.hasStaticShape() || type.getRank() != 3 ||
+        !type.getElementType().isF32() || type.getDimSize(0) < 1 ||
+        type.getDimSize(1) != shape[1] || type.getDimSize(2) != keys)
+      return inferError<OpT>(loc, "expects bias ", i, " to be a static f32 [P, ", shape[1], ", ",
+                             keys, "], got ", bias.getType());
+    if ((*strides)[i] < 1)
+      return inferError<OpT>(loc, "expects bias strides >= 1, got ", (*strides)[i]);
+  }
+  return success();
+}
+
+/// The keys attention's k holds.
+static int64_t attentionKeys(Value k, bool transposeK) {
+  return llvm::cast<RankedTensorType>(k.getType()).getDimSize(transposeK ? 2 : 1);
+}
+
 LogicalResult AttentionOp::inferReturnTypes(MLIRContext *context, std::optional<Location> loc,
                                             Adaptor adaptor, SmallVectorImpl<Type> &types) {
   auto shape = attentionShape<AttentionOp>(loc, adaptor.getQ(), adaptor.getK(), adaptor.getV(),
                                            adaptor.getTransposeK());
-  if (failed(shape))
+  if (failed(shape) ||
+      failed(attentionBiases<AttentionOp>(
+          loc, *shape, attentionKeys(adaptor.getK(), adaptor.getTransposeK()),
+          adaptor.getBiases(), adaptor.getBiasStrides())))
     return failure();
   Type f32 = Float32Type::get(context);
   types.push_back(RankedTensorType::get(*shape, f32));
@@ -1224,7 +1254,10 @@ LogicalResult AttentionBackwardOp::inferReturnTypes(MLIRContext *, std::optional
   using Op = AttentionBackwardOp;
   auto shape = attentionShape<Op>(loc, adaptor.getQ(), adaptor.getK(), adaptor.getV(),
                                   adaptor.getTransposeK());
-  if (failed(shape))
+  if (failed(shape) ||
+      failed(attentionBiases<Op>(loc, *shape,
+                                 attentionKeys(adaptor.getK(), adaptor.getTransposeK()),
+                                 adaptor.getBiases(), adaptor.getBiasStrides())))
     return failure();
   auto o = rankedOf(adaptor.getOutput()), dy = rankedOf(adaptor.getGradOutput()),
        lse = rankedOf(adaptor.getLse());
@@ -1235,6 +1268,8 @@ LogicalResult AttentionBackwardOp::inferReturnTypes(MLIRContext *, std::optional
                                "gradient of the output's shape");
   for (Value v : {adaptor.getQ(), adaptor.getK(), adaptor.getV()})
     types.push_back(v.getType());
+  for (Value bias : adaptor.getBiases())
+    types.push_back(bias.getType());
   return success();
 }
 

@@ -591,37 +591,48 @@ def NN_MatmulOp : NN_Op<"matmul", [Pure, InferTypeOpAdaptor]> {
 }
 
 def NN_AttentionOp : NN_Op<"attention", [Pure, InferTypeOpAdaptor]> {
-  let summary = "softmax(q k^T) v without the score matrix (fused attention)";
+  let summary = "softmax(q k^T + biases) v without the score matrix (fused attention)";
   let description = [{
-    Per group g (the batch and the heads merged): `o[g] = softmax(q[g] k[g]^T)
-    v[g]`, the softmax along the keys, with `lse[g, i]` the log of row i's
-    softmax denominator (after subtracting its maximum, which it includes) for
-    the backward. `q` is `[G, Lq, D]`, `k` is `[G, Lk, D]` (`[G, D, Lk]` with
-    `transpose_k`), `v` is `[G, Lk, Dv]`; f32. Any scaling is the operands'
-    (exporters scale q and k). graphc-fuse-attention makes it from the
-    matmul-softmax-matmul the importer writes; the runtime computes it a block
-    of queries at a time, so memory grows with L, not L^2.
+    Per group g (the batch and the heads merged): `o[g] = softmax(q[g] k[g]^T
+    + sum_i biases[i][(g / bias_strides[i]) % P_i]) v[g]`, the softmax along
+    the keys, with `lse[g, i]` the log of row i's softmax denominator (after
+    subtracting its maximum, which it includes) for the backward. `q` is
+    `[G, Lq, D]`, `k` is `[G, Lk, D]` (`[G, D, Lk]` with `transpose_k`), `v`
+    is `[G, Lk, Dv]`; each bias is `[P_i, Lq, Lk]`, added to the scores of
+    the groups its index map picks (a relative-position bias per head has
+    stride 1 and P the heads; Swin's shift mask per window has stride the
+    heads and P the windows); f32. Any scaling is the operands' (exporters
+    scale q and k). graphc-fuse-attention makes it from the
+    matmul-add-softmax-matmul the importer writes; the runtime computes it a
+    block of queries at a time, so memory grows with L, not L^2 (the biases
+    are the model's own tensors).
 
     ```mlir
     %o, %lse = nn.attention %q, %k, %v transpose_k
         : tensor<384x197x64xf32>, tensor<384x64x197xf32>, tensor<384x197x64xf32>
+    %o, %lse = nn.attention %q, %k, %v biases(%rel, %mask : tensor<3x49x49xf32>,
+        tensor<64x49x49xf32>) strides [1, 3]
+        : tensor<384x49x32xf32>, tensor<384x49x32xf32>, tensor<384x49x32xf32>
     ```
   }];
   let arguments = (ins NN_FloatTensor:$q, NN_FloatTensor:$k, NN_FloatTensor:$v,
-                       UnitAttr:$transpose_k);
+                       Variadic<NN_FloatTensor>:$biases, UnitAttr:$transpose_k,
+                       OptionalAttr<DenseI64ArrayAttr>:$bias_strides);
   let results = (outs NN_FloatTensor:$output, NN_FloatTensor:$lse);
   let assemblyFormat = [{
-    $q `,` $k `,` $v (`transpose_k` $transpose_k^)? attr-dict `:` type($q) `,` type($k) `,`
-    type($v)
+    $q `,` $k `,` $v (`transpose_k` $transpose_k^)?
+    (`biases` `(` $biases^ `:` type($biases) `)` `strides` $bias_strides)?
+    attr-dict `:` type($q) `,` type($k) `,` type($v)
   }];
 }
 
 def NN_AttentionBackwardOp : NN_Op<"attention_backward", [Pure, InferTypeOpAdaptor]> {
-  let summary = "the gradients of nn.attention's q, k and v";
+  let summary = "the gradients of nn.attention's q, k, v and biases";
   let description = [{
     From the forward's operands, its output and `lse`, and the output's
     gradient `dy`: the scores are recomputed a block of queries at a time
-    (FlashAttention's backward), never stored whole.
+    (FlashAttention's backward), never stored whole. Each bias's gradient
+    sums the score gradients of the groups that read it.
 
     ```mlir
     %dq, %dk, %dv = nn.attention_backward %q, %k, %v, %o, %lse, %dy transpose_k
@@ -631,10 +642,13 @@ def NN_AttentionBackwardOp : NN_Op<"attention_backward", [Pure, InferTypeOpAdapt
   }];
   let arguments = (ins NN_FloatTensor:$q, NN_FloatTensor:$k, NN_FloatTensor:$v,
                        NN_FloatTensor:$output, NN_FloatTensor:$lse,
-                       NN_FloatTensor:$grad_output, UnitAttr:$transpose_k);
-  let results = (outs NN_FloatTensor:$grad_q, NN_FloatTensor:$grad_k, NN_FloatTensor:$grad_v);
+                       NN_FloatTensor:$grad_output, Variadic<NN_FloatTensor>:$biases,
+                       UnitAttr:$transpose_k, OptionalAttr<DenseI64ArrayAttr>:$bias_strides);
+  let results = (outs NN_FloatTensor:$grad_q, NN_FloatTensor:$grad_k, NN_FloatTensor:$grad_v,
+                      Variadic<NN_FloatTensor>:$grad_biases);
   let assemblyFormat = [{
     $q `,` $k `,` $v `,` $output `,` $lse `,` $grad_output (`transpose_k` $transpose_k^)?
+    (`biases` `(` $biases^ `:` type($biases) `)` `strides` $bias_strides)?
     attr-dict `:` type($q) `,` type($k) `,` type($v) `,` type($output) `,` type($lse) `,`
     type($grad_output)
   }];

@@ -251,10 +251,17 @@ static LogicalResult verifyCommand(OpT op, SymbolTableCollection &symbols) {
   } else {
     if (op.getInPlace())
       return op.emitOpError("library calls cannot run in place");
-    // Attention's forward also writes lse; its backward dq, dk and dv.
-    const int64_t wanted = std::is_same_v<OpT, AttentionOp>           ? 2
-                           : std::is_same_v<OpT, AttentionBackwardOp> ? 3
-                                                                      : 1;
+    // Attention's forward also writes lse; its backward dq, dk, dv and one
+    // gradient per bias. Its biases follow the operands, one per stride.
+    int64_t wanted = 1;
+    if constexpr (std::is_same_v<OpT, AttentionOp> || std::is_same_v<OpT, AttentionBackwardOp>) {
+      constexpr int64_t operands = std::is_same_v<OpT, AttentionOp> ? 3 : 6;
+      const int64_t biases = op.getBiasStrides() ? op.getBiasStrides()->size() : 0;
+      if (numInputs != operands + biases)
+        return op.emitOpError("has ") << numInputs << " inputs for " << biases
+                                      << " bias strides; expects " << operands + biases;
+      wanted = std::is_same_v<OpT, AttentionOp> ? 2 : 3 + biases;
+    }
     if (numOutputs != wanted)
       return op.emitOpError("has exactly ") << wanted << (wanted == 1 ? " output" : " outputs");
   }

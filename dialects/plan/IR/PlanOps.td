@@ -300,13 +300,17 @@ def Plan_MaxPool2DBackwardOp : Plan_CommandOp<"max_pool2d_backward", 2, 2, PoolA
 def Plan_AvgPool2DBackwardOp : Plan_CommandOp<"avg_pool2d_backward", 1, 1, PoolArgs> {
   let summary = "library average pooling gradient: [dy] -> [dx]";
 }
-def Plan_AttentionOp : Plan_CommandOp<"attention", 3, 3,
-    (ins UnitAttr:$transpose_k)> {
-  let summary = "fused attention: [q, k, v] -> [o, lse] (nn.attention), f32";
+// Attention takes up to 4 biases after its operands (kMaxAttentionBiases),
+// one per entry of bias_strides; the backward writes one gradient per bias
+// after dq, dk and dv.
+def Plan_AttentionOp : Plan_CommandOp<"attention", 3, 7,
+    (ins UnitAttr:$transpose_k, OptionalAttr<DenseI64ArrayAttr>:$bias_strides)> {
+  let summary = "fused attention: [q, k, v, biases...] -> [o, lse] (nn.attention), f32";
 }
-def Plan_AttentionBackwardOp : Plan_CommandOp<"attention_backward", 6, 6,
-    (ins UnitAttr:$transpose_k)> {
-  let summary = "fused attention gradient: [q, k, v, o, lse, do] -> [dq, dk, dv]";
+def Plan_AttentionBackwardOp : Plan_CommandOp<"attention_backward", 6, 10,
+    (ins UnitAttr:$transpose_k, OptionalAttr<DenseI64ArrayAttr>:$bias_strides)> {
+  let summary = "fused attention gradient: [q, k, v, o, lse, do, biases...] -> "
+                "[dq, dk, dv, dbiases...]";
 }
 def Plan_CopyOp : Plan_CommandOp<"copy", 1, 1> {
   let summary = "copy one buffer into another of the same size";

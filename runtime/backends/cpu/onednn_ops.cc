@@ -987,12 +987,25 @@ Status OneDnnOps::Run(const fb::Command& command, const DeviceMemory* operands) 
     shape.transpose_k = command.attention()->transpose_k();
     shape.groups = q[0], shape.queries = q[1], shape.depth = q[2];
     shape.keys = k[shape.transpose_k ? 2 : 1], shape.values = v[2];
-    auto f = [&](int i) { return static_cast<float*>(operands[i].address); };
-    if (command.op() == fb::Opcode::Attention)
-      AttentionForward(shape, f(0), f(1), f(2), f(3), f(4), impl.threads);
+    auto f = [&](uint32_t i) { return static_cast<float*>(operands[i].address); };
+    // Operands in the plan's order: the inputs (biases last), then the
+    // outputs (bias gradients last).
+    const bool forward = command.op() == fb::Opcode::Attention;
+    const uint32_t first_bias = forward ? 3 : 6;
+    const uint32_t inputs = command.inputs()->size();
+    const auto* strides = command.attention()->bias_strides();
+    std::vector<AttentionBias> biases;
+    std::vector<float*> dbias;
+    for (uint32_t i = first_bias; i < inputs; ++i) {
+      const Dims b = ShapeOf(impl.Buffer(command.inputs()->Get(i)));
+      biases.push_back({f(i), b[0], strides->Get(i - first_bias)});
+      if (!forward) dbias.push_back(f(inputs + 3 + (i - first_bias)));
+    }
+    if (forward)
+      AttentionForward(shape, f(0), f(1), f(2), biases, f(inputs), f(inputs + 1), impl.threads);
     else
-      AttentionBackward(shape, f(0), f(1), f(2), f(3), f(4), f(5), f(6), f(7), f(8),
-                        impl.threads);
+      AttentionBackward(shape, f(0), f(1), f(2), f(3), f(4), f(5), biases, f(inputs),
+                        f(inputs + 1), f(inputs + 2), dbias, impl.threads);
     return Status::Ok();
   }
   auto it = impl_->prepared.find(&command);

@@ -614,6 +614,48 @@ func.func @f(%a: tensor<2x3xf32>, %b: tensor<3x4xf16>) {
 
 // -----
 
+// Tests that attention's q, k and v fit: k's depth is q's.
+func.func @f(%q: tensor<6x7x4xf32>, %k: tensor<6x7x5xf32>, %v: tensor<6x7x4xf32>) {
+  // expected-error@+1 {{q [6, 7, 4], k [6, 7, 5] and v [6, 7, 4] do not fit}}
+  %o, %l = nn.attention %q, %k, %v : tensor<6x7x4xf32>, tensor<6x7x5xf32>, tensor<6x7x4xf32>
+  return
+}
+
+// -----
+
+// Tests that an attention bias is [P, Lq, Lk].
+func.func @f(%q: tensor<6x7x4xf32>, %k: tensor<6x4x9xf32>, %v: tensor<6x9x4xf32>,
+             %b: tensor<3x9x7xf32>) {
+  // expected-error@+1 {{expects bias 0 to be a static f32 [P, 7, 9], got 'tensor<3x9x7xf32>'}}
+  %o, %l = nn.attention %q, %k, %v transpose_k biases(%b : tensor<3x9x7xf32>) strides [1]
+      : tensor<6x7x4xf32>, tensor<6x4x9xf32>, tensor<6x9x4xf32>
+  return
+}
+
+// -----
+
+// Tests that attention has one stride per bias.
+func.func @f(%q: tensor<6x7x4xf32>, %k: tensor<6x7x4xf32>, %v: tensor<6x7x4xf32>,
+             %b: tensor<3x7x7xf32>) {
+  // expected-error@+1 {{has 1 biases and 2 bias strides}}
+  %o, %l = nn.attention %q, %k, %v biases(%b : tensor<3x7x7xf32>) strides [1, 2]
+      : tensor<6x7x4xf32>, tensor<6x7x4xf32>, tensor<6x7x4xf32>
+  return
+}
+
+// -----
+
+// Tests that attention bias strides are positive.
+func.func @f(%q: tensor<6x7x4xf32>, %k: tensor<6x7x4xf32>, %v: tensor<6x7x4xf32>,
+             %b: tensor<3x7x7xf32>) {
+  // expected-error@+1 {{expects bias strides >= 1, got 0}}
+  %o, %l = nn.attention %q, %k, %v biases(%b : tensor<3x7x7xf32>) strides [0]
+      : tensor<6x7x4xf32>, tensor<6x7x4xf32>, tensor<6x7x4xf32>
+  return
+}
+
+// -----
+
 // Tests that the dropout rate is below 1.
 func.func @f(%x: tensor<4xf32>) {
   // expected-error@+1 {{expects a rate in [0, 1), got 1}}

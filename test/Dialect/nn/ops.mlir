@@ -110,6 +110,21 @@ func.func @dense_and_loss(%x: tensor<?x8x2x2xf32>, %w: tensor<10x32xf32>, %b: te
   return %4, %5 : tensor<f32>, tensor<3x4x6xf32>
 }
 
+// CHECK-LABEL: func.func @attention
+func.func @attention(%q: tensor<6x7x4xf32>, %k: tensor<6x4x7xf32>, %v: tensor<6x7x5xf32>,
+                     %rel: tensor<3x7x7xf32>, %mask: tensor<2x7x7xf32>, %dy: tensor<6x7x5xf32>)
+    -> (tensor<6x7x5xf32>, tensor<3x7x7xf32>) {
+  // CHECK: %[[O:.*]], %[[L:.*]] = nn.attention %{{.+}}, %{{.+}}, %{{.+}} transpose_k biases(%{{.+}}, %{{.+}} : tensor<3x7x7xf32>, tensor<2x7x7xf32>) strides [1, 3] : tensor<6x7x4xf32>, tensor<6x4x7xf32>, tensor<6x7x5xf32>
+  %o, %l = nn.attention %q, %k, %v transpose_k biases(%rel, %mask : tensor<3x7x7xf32>, tensor<2x7x7xf32>) strides [1, 3]
+      : tensor<6x7x4xf32>, tensor<6x4x7xf32>, tensor<6x7x5xf32>
+  // CHECK: nn.attention_backward {{.*}} transpose_k biases(%{{.+}}, %{{.+}} : tensor<3x7x7xf32>, tensor<2x7x7xf32>) strides [1, 3] : tensor<6x7x4xf32>, tensor<6x4x7xf32>, tensor<6x7x5xf32>, tensor<6x7x5xf32>, tensor<6x7xf32>, tensor<6x7x5xf32>
+  %dq, %dk, %dv, %drel, %dmask = nn.attention_backward %q, %k, %v, %o, %l, %dy transpose_k
+      biases(%rel, %mask : tensor<3x7x7xf32>, tensor<2x7x7xf32>) strides [1, 3]
+      : tensor<6x7x4xf32>, tensor<6x4x7xf32>, tensor<6x7x5xf32>, tensor<6x7x5xf32>, tensor<6x7xf32>,
+        tensor<6x7x5xf32>
+  return %o, %drel : tensor<6x7x5xf32>, tensor<3x7x7xf32>
+}
+
 // CHECK-LABEL: func.func @training_step_ops
 func.func @training_step_ops(%x: tensor<8x4x16x16xf32>, %w: tensor<8x4x3x3xf32>,
                              %dy: tensor<8x8x8x8xf32>, %logits: tensor<8x10xf32>,

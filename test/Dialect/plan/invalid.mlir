@@ -177,3 +177,26 @@ plan.program @prog inputs [] outputs [] {
 // Tests that every output of a grouped kernel is in a group.
 // expected-error@+1 {{puts an output in no group}}
 plan.kernel @k0 ops ["nn.sgd"] inputs 2 outputs 1 bytes [16, 16, 16] elementwise groups [0, -1, -1]
+
+// -----
+
+// Tests that an attention command has one bias input per bias stride.
+plan.buffer @q : memref<6x7x4xf32> in arena
+plan.buffer @b : memref<3x7x7xf32> in arena
+plan.buffer @o : memref<6x7x4xf32> in arena
+plan.buffer @l : memref<6x7xf32> in arena
+plan.program @prog inputs [] outputs [] {
+  // expected-error@+1 {{has 4 inputs for 0 bias strides; expects 3}}
+  plan.attention [@q, @q, @q, @b] -> [@o, @l]
+}
+
+// -----
+
+// Tests that an attention backward writes one gradient per bias.
+plan.buffer @q : memref<6x7x4xf32> in arena
+plan.buffer @b : memref<3x7x7xf32> in arena
+plan.buffer @l : memref<6x7xf32> in arena
+plan.program @prog inputs [] outputs [] {
+  // expected-error@+1 {{has exactly 4 outputs}}
+  plan.attention_backward [@q, @q, @q, @q, @l, @q, @b] -> [@q, @q, @q] {bias_strides = array<i64: 1>}
+}

@@ -155,6 +155,44 @@ def attention_lines(transposed_k):
         "%y = nn.reshape %o shape [-1, 3, 5, 5] : tensor<?x5x5xf32>"]
 
 
+def attention_bias_lines():
+    """attention_lines' product plus Swin's two biases: @rel per head
+    ([3, 5, 5], broadcast from rank 3) and @mask per window, with the
+    groups split as [N / 2 images, 2 windows, 3 heads] ([1, 2, 1, 5, 5], on
+    the add's left): nn.attention biases of strides 1 and 3. Both are
+    parameters here, so both gradients (the sums over the groups that read
+    each slice) are checked."""
+    a5 = t((N // 2, 2, 3, 5, 5))
+    return [
+        f"%qa = nn.reshape %a shape [-1, 5, 5] : {t(A)}",
+        f"%kb = nn.reshape %b shape [-1, 5, 5] : {t(A)}",
+        "%s = nn.matmul %qa, %kb transpose_b : tensor<?x5x5xf32>, tensor<?x5x5xf32>",
+        "%s4 = nn.reshape %s shape [-1, 3, 5, 5] : tensor<?x5x5xf32>",
+        "%rel = nn.load @rel : tensor<3x5x5xf32>",
+        f"%relb = nn.broadcast %rel to %s4 dims [1, 2, 3] : tensor<3x5x5xf32>, {t(A)}",
+        f"%sr = nn.add %s4, %relb : {t(A)}",
+        f"%s5 = nn.reshape %sr shape [-1, 2, 3, 5, 5] : {t(A)}",
+        "%mask = nn.load @mask : tensor<1x2x1x5x5xf32>",
+        f"%maskb = nn.broadcast %mask to %s5 dims [0, 1, 2, 3, 4] : tensor<1x2x1x5x5xf32>, {a5}",
+        f"%sm = nn.add %maskb, %s5 : {a5}",
+        f"%x = nn.reshape %sm shape [-1, 3, 5, 5] : {a5}",
+        f"%m = nn.reduce_max %x dims [3] keep_dims : {t(A)}",
+        f"%mb = nn.broadcast %m to %x dims [0, 1, 2, 3] : {t((N, 3, 5, 1))}, {t(A)}",
+        f"%d = nn.sub %x, %mb : {t(A)}", f"%e = nn.exp %d : {t(A)}",
+        f"%z = nn.reduce_sum %e dims [3] keep_dims : {t(A)}",
+        f"%zb = nn.broadcast %z to %e dims [0, 1, 2, 3] : {t((N, 3, 5, 1))}, {t(A)}",
+        f"%p = nn.div %e, %zb : {t(A)}",
+        f"%p3 = nn.reshape %p shape [-1, 5, 5] : {t(A)}",
+        "%o = nn.matmul %p3, %kb : tensor<?x5x5xf32>, tensor<?x5x5xf32>",
+        "%y = nn.reshape %o shape [-1, 3, 5, 5] : tensor<?x5x5xf32>"]
+
+
+def attention_bias_reference(p, a, b):
+    s = a @ b.transpose(0, 1, 3, 2) + p["rel"][None]
+    s = (s.reshape(N // 2, 2, 3, 5, 5) + p["mask"]).reshape(N, 3, 5, 5)
+    return softmax(s, 3) @ b
+
+
 CASES = {
     "relu": ({}, lambda: [f"%y = nn.relu %a : {t(A)}"],
              lambda p, a, b: np.maximum(a, 0)),
@@ -214,6 +252,8 @@ CASES = {
                   lambda p, a, b: softmax(a @ b.transpose(0, 1, 3, 2), 3) @ b),
     "attention_transposed_k": ({}, lambda: attention_lines(transposed_k=True),
                                lambda p, a, b: softmax(a @ b.transpose(0, 1, 3, 2), 3) @ b),
+    "attention_bias": ({"rel": (3, 5, 5), "mask": (1, 2, 1, 5, 5)}, attention_bias_lines,
+                       attention_bias_reference),
     "concat_slice": ({}, lambda: [
         f"%c = nn.concat %a, %b dim 1 : {t(A)}, {t(A)}",
         f"%s = nn.slice %c dim 1 start 2 size 3 : {t((N, 6, 5, 5))}",
