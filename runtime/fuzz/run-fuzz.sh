@@ -52,6 +52,9 @@ cp "$out/cpu_x86_64.so" "$out/corpus/fmnist_cnn_kernels.so"
 # Fused attention (Attention and AttentionBackward commands, schema v7).
 "$build/bin/graphc" compile "$src/test/tools/Inputs/long_attention.mlir" --batch-size 1 \
   -o "$out/corpus/long_attention.plan" > /dev/null
+# and with biases (a per-head bias and a per-window mask: bias_strides).
+"$build/bin/graphc" compile "$src/test/tools/Inputs/window_attention.mlir" --batch-size 1 \
+  -o "$out/corpus/window_attention.plan" > /dev/null
 
 regressions=("$src"/runtime/fuzz/regressions/*)
 if [[ -e "${regressions[0]}" ]]; then

@@ -143,10 +143,16 @@ def attention_lines(transposed_k):
     return [
         f"%qa = nn.reshape %a shape [-1, 5, 5] : {t(A)}",
         f"%kb = nn.reshape %b shape [-1, 5, 5] : {t(A)}"] + scores + [
-        "%s4 = nn.reshape %s shape [-1, 3, 5, 5] : tensor<?x5x5xf32>",
-        f"%m = nn.reduce_max %s4 dims [3] keep_dims : {t(A)}",
-        f"%mb = nn.broadcast %m to %s4 dims [0, 1, 2, 3] : {t((N, 3, 5, 1))}, {t(A)}",
-        f"%d = nn.sub %s4, %mb : {t(A)}", f"%e = nn.exp %d : {t(A)}",
+        "%s4 = nn.reshape %s shape [-1, 3, 5, 5] : tensor<?x5x5xf32>"] + softmax_times_kb("s4")
+
+
+def softmax_times_kb(x):
+    """softmax(%x) over its last dim as graphc import writes it, times %kb,
+    into %y: the end of an attention over groups of [5, 5]."""
+    return [
+        f"%m = nn.reduce_max %{x} dims [3] keep_dims : {t(A)}",
+        f"%mb = nn.broadcast %m to %{x} dims [0, 1, 2, 3] : {t((N, 3, 5, 1))}, {t(A)}",
+        f"%d = nn.sub %{x}, %mb : {t(A)}", f"%e = nn.exp %d : {t(A)}",
         f"%z = nn.reduce_sum %e dims [3] keep_dims : {t(A)}",
         f"%zb = nn.broadcast %z to %e dims [0, 1, 2, 3] : {t((N, 3, 5, 1))}, {t(A)}",
         f"%p = nn.div %e, %zb : {t(A)}",
@@ -175,16 +181,7 @@ def attention_bias_lines():
         "%mask = nn.load @mask : tensor<1x2x1x5x5xf32>",
         f"%maskb = nn.broadcast %mask to %s5 dims [0, 1, 2, 3, 4] : tensor<1x2x1x5x5xf32>, {a5}",
         f"%sm = nn.add %maskb, %s5 : {a5}",
-        f"%x = nn.reshape %sm shape [-1, 3, 5, 5] : {a5}",
-        f"%m = nn.reduce_max %x dims [3] keep_dims : {t(A)}",
-        f"%mb = nn.broadcast %m to %x dims [0, 1, 2, 3] : {t((N, 3, 5, 1))}, {t(A)}",
-        f"%d = nn.sub %x, %mb : {t(A)}", f"%e = nn.exp %d : {t(A)}",
-        f"%z = nn.reduce_sum %e dims [3] keep_dims : {t(A)}",
-        f"%zb = nn.broadcast %z to %e dims [0, 1, 2, 3] : {t((N, 3, 5, 1))}, {t(A)}",
-        f"%p = nn.div %e, %zb : {t(A)}",
-        f"%p3 = nn.reshape %p shape [-1, 5, 5] : {t(A)}",
-        "%o = nn.matmul %p3, %kb : tensor<?x5x5xf32>, tensor<?x5x5xf32>",
-        "%y = nn.reshape %o shape [-1, 3, 5, 5] : tensor<?x5x5xf32>"]
+        f"%x = nn.reshape %sm shape [-1, 3, 5, 5] : {a5}"] + softmax_times_kb("x")
 
 
 def attention_bias_reference(p, a, b):
