@@ -56,6 +56,9 @@ for python in (config.python_executable, "/usr/bin/python3"):
     if subprocess.run([python, "-c", "import numpy"], capture_output=True).returncode == 0:
         config.available_features.add("numpy")
         config.substitutions.append(("%numpy_python", python))
+        # With Pillow (python3-pil) it writes the image-folder tests' JPEGs.
+        if subprocess.run([python, "-c", "import PIL"], capture_output=True).returncode == 0:
+            config.available_features.add("pil")
         break
 
 # A Python with ONNX (Debian's python3-onnx, which setup.sh installs) to write

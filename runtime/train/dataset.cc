@@ -18,6 +18,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <string>
@@ -26,6 +27,7 @@
 
 #include "contract/printable.h"
 #include "runtime/core/random.h"
+#include "runtime/train/images.h"
 
 namespace graphc::runtime {
 namespace {
@@ -764,6 +766,71 @@ void BatchSource::Shuffle() {
     std::swap(order_[i], order_[rng.Next() % uint64_t(i + 1)]);
 }
 
+StatusOr<std::unique_ptr<BatchSource>> BatchSource::FromImageFolder(
+    std::shared_ptr<const ImageFolder> folder, int64_t batch,
+    const std::vector<int64_t>& image_shape, int64_t classes, bool train, uint64_t seed,
+    int threads, Augmentation augmentation) {
+  if (batch <= 0 || image_shape.size() != 4 || image_shape[0] != batch)
+    return Status(ErrorCode::kInvalidArgument, "image folders feed rank-4 images in batches");
+  if (image_shape[1] != 1 && image_shape[1] != 3)
+    return Status(ErrorCode::kInvalidArgument,
+                  "the model takes images of " + std::to_string(image_shape[1]) +
+                      " channels; an image folder gives 1 (gray) or 3 (RGB)");
+  if (folder->count() < batch)
+    return Status(ErrorCode::kInvalidArgument,
+                  "the image folder has " + std::to_string(folder->count()) +
+                      " images, fewer than one batch of " + std::to_string(batch));
+  if (static_cast<int64_t>(folder->classes().size()) > classes)
+    return Status(ErrorCode::kInvalidArgument,
+                  "the image folder has " + std::to_string(folder->classes().size()) +
+                      " classes; the model tells " + std::to_string(classes) + " apart");
+  Examples e;
+  e.count = folder->count();
+  e.channels = image_shape[1];
+  e.height = image_shape[2];
+  e.width = image_shape[3];
+  e.labels.resize(static_cast<size_t>(e.count));
+  for (int64_t i = 0; i < e.count; ++i) e.labels[i] = folder->label(i);
+  auto source = std::unique_ptr<BatchSource>(new BatchSource(std::move(e), batch, train, seed));
+  source->bad_.assign(static_cast<size_t>(folder->count()), false);
+  source->folder_ = std::move(folder);
+  source->threads_ = std::max(1, threads);
+  source->augmentation_ = augmentation;
+  return source;
+}
+
+int64_t BatchSource::skipped() const {
+  std::lock_guard<std::mutex> lock(bad_mutex_);
+  return skipped_;
+}
+
+void BatchSource::DecodeRow(int64_t first, int64_t b, Batch& out) {
+  const int64_t size = examples_.channels * examples_.height * examples_.width;
+  float* image = out.images.data() + b * size;
+  // An undecodable file's place goes to the next file in the order that
+  // decodes: the same one on every run, whatever the threads.
+  for (int64_t k = 0; k < examples_.count; ++k) {
+    const int64_t index = order_[(first + b + k) % examples_.count];
+    const uint64_t seed =
+        (seed_ * 0x9e3779b97f4a7c15ull + epoch_) * 0xbf58476d1ce4e5b9ull + uint64_t(index);
+    Status status = folder_->Decode(index, augmentation_, shuffle_, flip_, seed,
+                                    examples_.channels, examples_.height, examples_.width, image);
+    if (status.ok()) {
+      out.labels[b] = examples_.labels[index];
+      return;
+    }
+    std::lock_guard<std::mutex> lock(bad_mutex_);
+    if (!bad_[index]) {
+      bad_[index] = true;
+      ++skipped_;
+      std::fprintf(stderr, "graphrun: warning: skipping an image: %s\n",
+                   status.message().c_str());
+    }
+  }
+  std::fill(image, image + size, 0.0f);  // nothing decodes (each file warned of)
+  out.labels[b] = 0;
+}
+
 void BatchSource::Next(Batch& out) {
   if (position_ + batch_ > examples_.count) {
     ++epoch_;
@@ -774,6 +841,19 @@ void BatchSource::Next(Batch& out) {
   const int64_t rows = batch_ / shards_, first = position_ + shard_ * rows;
   out.images.resize(rows * size);
   out.labels.resize(rows);
+  if (folder_) {
+    // Rows t, t + threads, ... on thread t; this thread takes t = 0.
+    const int threads = static_cast<int>(std::min<int64_t>(threads_, rows));
+    auto work = [&](int t) {
+      for (int64_t b = t; b < rows; b += threads) DecodeRow(first, b, out);
+    };
+    std::vector<std::thread> pool;
+    for (int t = 1; t < threads; ++t) pool.emplace_back(work, t);
+    work(0);
+    for (std::thread& thread : pool) thread.join();
+    position_ += batch_;
+    return;
+  }
   for (int64_t b = 0; b < rows; ++b) {
     int64_t index = order_[first + b];
     float* image = out.images.data() + b * size;

@@ -6,7 +6,9 @@
 //    scaled to [0, 1] and normalized with the training set's mean and standard
 //    deviation, shuffled per epoch from the seed;
 //  - npy:IMAGES.npy,LABELS.npy[,TEST_IMAGES.npy,TEST_LABELS.npy]: the user's
-//    own arrays, shuffled the same way.
+//    own arrays, shuffled the same way;
+//  - imagefolder:DIR: JPEG files in class folders, decoded and augmented
+//    batch by batch (images.h).
 //
 // A Prefetcher fills the next batch on a background thread while a step runs.
 
@@ -22,8 +24,10 @@
 #include <vector>
 
 #include "contract/status.h"
+#include "runtime/train/images.h"
 
 namespace graphc::runtime {
+
 
 struct Batch {
   std::vector<float> images;    // batch x channels x height x width
@@ -90,6 +94,19 @@ class BatchSource {
                                                        const std::vector<int64_t>& image_shape,
                                                        int64_t classes, bool shuffle,
                                                        uint64_t seed);
+  // Batches decoded from an image folder (images.h), `threads` threads per
+  // batch. `train`: shuffled per epoch, each image augmented as
+  // `augmentation` says (random crops and flips; with kResize, flips where
+  // set_flip) from (seed, epoch, example), so the same on every run and with
+  // any thread count; else in order, center-cropped or resized. image_shape's channels
+  // must be 1 (gray) or 3 (RGB); the folder must hold a batch and no more
+  // classes than the model has. An image that does not decode is skipped
+  // (the next one in the order takes its place) with a warning on stderr the
+  // first time, and counted by skipped().
+  static StatusOr<std::unique_ptr<BatchSource>> FromImageFolder(
+      std::shared_ptr<const ImageFolder> folder, int64_t batch,
+      const std::vector<int64_t>& image_shape, int64_t classes, bool train, uint64_t seed,
+      int threads, Augmentation augmentation = Augmentation::kImageNet);
   // Random examples (uniform labels, normal pixels), `batches` batches' worth
   // (at least one). The caller checks that batch, classes and image_shape (of
   // rank 4) are positive, as graphrun does from the plan.
@@ -112,8 +129,11 @@ class BatchSource {
   // Fills `out` with the next batch; a new epoch starts reshuffled.
   void Next(Batch& out);
   // Flips each image left-right with probability 1/2, drawn from (seed, epoch,
-  // example): the usual augmentation for Fashion-MNIST and CIFAR.
+  // example): the usual augmentation for Fashion-MNIST and CIFAR. (An image
+  // folder's training batches are flipped by their own augmentation.)
   void set_flip(bool flip) { flip_ = flip; }
+  // Image folders: the files skipped so far as undecodable, each once.
+  int64_t skipped() const;
   // Positions the source as if Next had been called `batches` times since
   // Create (a resumed run sees the batches the interrupted one would have).
   // Well-defined for any count up to INT64_MAX. A negative count is the
@@ -124,6 +144,8 @@ class BatchSource {
  private:
   BatchSource(Examples examples, int64_t batch, bool shuffle, uint64_t seed);
   void Shuffle();
+  // Row b of `out` (a batch from order_[first]) decoded from the folder.
+  void DecodeRow(int64_t first, int64_t b, Batch& out);
 
   Examples examples_;
   int64_t batch_;
@@ -134,6 +156,14 @@ class BatchSource {
   uint64_t epoch_ = 0;  // unsigned: Seek may land near 2^63, ++ must not overflow
   int64_t position_ = 0;
   std::vector<int64_t> order_;
+  // Image folders: decoded per batch by threads_ threads; the files found
+  // undecodable (guarded by bad_mutex_).
+  std::shared_ptr<const ImageFolder> folder_;
+  Augmentation augmentation_ = Augmentation::kImageNet;
+  int threads_ = 1;
+  mutable std::mutex bad_mutex_;
+  std::vector<bool> bad_;
+  int64_t skipped_ = 0;
 };
 
 // Runs source->Next on a background thread, one batch ahead.

@@ -4,6 +4,8 @@
 //   synthetic                     random batches made once from the seed
 //   fashion-mnist[:DIR]           Debian's IDX files (default DIR kFashionMnistDir)
 //   npy:IMAGES,LABELS[,TEST_IMAGES,TEST_LABELS]   the user's own arrays
+//   imagefolder:DIR               JPEGs in class folders: DIR/train and DIR/val
+//                                 (the test split), or DIR alone (no test split)
 
 #ifndef GRAPHC_RUNTIME_TRAIN_SOURCES_H_
 #define GRAPHC_RUNTIME_TRAIN_SOURCES_H_
@@ -19,18 +21,21 @@
 namespace graphc::runtime {
 
 struct DataSources {
-  std::string name;  // "synthetic", "fashion-mnist" or "npy", for reports
+  std::string name;  // "synthetic", "fashion-mnist", "npy" or "imagefolder", for reports
   std::unique_ptr<BatchSource> train;  // shuffled per epoch (synthetic: cycled)
   std::unique_ptr<BatchSource> test;   // in order; synthetic when SPEC has no test split
 };
 
 // `image_shape` is the plan's [batch, c, h, w] and `classes` its logit count
 // (both positive). `need_test`: the caller evaluates, so a SPEC that can carry
-// a test split must (npy: all four arrays). kInvalidArgument names a bad
-// SPEC; the readers' errors name the file.
+// a test split must (npy: all four arrays; imagefolder: DIR/val).
+// `data_threads`: the threads that decode an image folder's batch (at least
+// 1), `augmentation` how its images are cropped. kInvalidArgument names a bad SPEC; the readers' errors name the file.
 StatusOr<DataSources> CreateDataSources(const std::string& spec,
                                         const std::vector<int64_t>& image_shape,
-                                        int64_t classes, bool need_test, uint64_t seed);
+                                        int64_t classes, bool need_test, uint64_t seed,
+                                        int data_threads = 1,
+                                        Augmentation augmentation = Augmentation::kImageNet);
 
 // Every file SPEC reads (for refusing to overwrite one), in order.
 std::vector<std::string> DataFiles(const std::string& spec);

@@ -251,7 +251,9 @@ Status Trainer::OpenData() {
   std::vector<int64_t> global_shape = p().image_shape;
   global_shape[0] *= ranks_;
   StatusOr<DataSources> data =
-      CreateDataSources(o_.data, global_shape, p().classes, o_.eval, o_.seed);
+      CreateDataSources(o_.data, global_shape, p().classes, o_.eval, o_.seed,
+                        std::max(1, o_.data_threads),
+                        o_.augment == "none" ? Augmentation::kResize : Augmentation::kImageNet);
   if (!data.ok()) return data.status();
   data_ = std::make_unique<DataSources>(std::move(*data));
   BatchSource& source = *data_->train;
@@ -499,6 +501,9 @@ Status Trainer::Finish() {
          << std::defaultfloat << " (" << evaluated << " of " << data_->test->examples()
          << " test examples)\n";
   }
+  const int64_t skipped = data_->train->skipped() + (data_->test ? data_->test->skipped() : 0);
+  if (skipped > 0)
+    out_ << "skipped images: " << skipped << " (undecodable; each named on stderr)\n";
   out_ << "----------------------------------------------------------------\n";
   if (o_.report.empty() || rank_ != 0) return Status::Ok();
   return WriteReport(total_rate, median_ms, p90_ms, rank_rates, rank_median_rates, rank_waits,
@@ -535,6 +540,7 @@ Status Trainer::WriteReport(double total_rate, double median_ms, double p90_ms,
       {"seed", o_.seed},
       {"cuda_graphs", exec_->replays_graph(p().train)},
   };
+  j["skipped_images"] = data_->train->skipped() + (data_->test ? data_->test->skipped() : 0);
   j["world_size"] = ranks_;
   j["ranks_per_node"] = comm_.local_size();
   j["communicator"] = comm_.Describe();

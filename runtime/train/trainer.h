@@ -39,6 +39,11 @@ struct TrainOptions {
   int64_t steps = -1;     // -1: 100, or what --epochs says
   int64_t warmup = 10, epochs = 0, display_every = 10;
   std::string data = "synthetic";
+  int data_threads = 1;  // decoding an image folder's batch (graphrun: 0 = its default)
+  // An image folder's crops: "imagenet" (random resized crops and flips;
+  // resize and center crop for evaluation) or "none" (whole images resized,
+  // flipped with `flip`).
+  std::string augment = "imagenet";
   bool eval = false, profile = false, flip = false, sync_debug = false;
   bool graphs = true;  // replay train_step as a CUDA Graph where the device has them
   uint64_t seed = 42;

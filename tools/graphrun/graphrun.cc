@@ -251,6 +251,11 @@ int RunTrainingOn(TrainOptions& o, const DeviceOptions& d, Communicator& comm) {
   StatusOr<CreatedBackend> created = MakeBackend(d, comm.local_rank());
   if (!created.ok()) return Fail(created.status());
   Backend& backend = *created->backend;
+  if (o.data_threads == 0) {
+    // Image decoding takes the cores the model's threads leave, at least one.
+    const int64_t cores = std::max<unsigned>(1, std::thread::hardware_concurrency());
+    o.data_threads = static_cast<int>(std::max<int64_t>(1, cores - (d.threads > 0 ? d.threads : cores)));
+  }
   // Only rank 0 speaks (the trainer does the same).
   std::ostream null_out(nullptr);
   std::ostream& out = comm.rank() == 0 ? std::cout : null_out;
@@ -348,6 +353,7 @@ int Main(int argc, char** argv) {
     app.set_version_flag("--version", version + ")");
   }
   TrainOptions train;
+  train.data_threads = 0;  // the default, resolved once the threads are known
   DeviceOptions device_options;
   app.add_option("plan", train.plan_path, "the plan file (graphc compile -o)");
   app.add_option("--device", device_options.device,
@@ -380,8 +386,19 @@ int Main(int argc, char** argv) {
   app.add_option("--data", train.data,
                  "synthetic (default), fashion-mnist[:DIR] (default DIR " +
                      std::string(kFashionMnistDir) +
-                     ") or npy:IMAGES.npy,LABELS.npy[,TEST_IMAGES.npy,TEST_LABELS.npy] "
-                     "(float32 or uint8 NCHW images, int32 or int64 labels)");
+                     "), npy:IMAGES.npy,LABELS.npy[,TEST_IMAGES.npy,TEST_LABELS.npy] "
+                     "(float32 or uint8 NCHW images, int32 or int64 labels) or imagefolder:DIR "
+                     "(JPEGs in class folders, DIR/train and DIR/val or DIR alone; pixels in "
+                     "[0, 1], RGB normalized with ImageNet's mean and deviation; see --augment)");
+  app.add_option("--augment", train.augment,
+                 "image folders: imagenet (default: random resized crops and flips for training, "
+                 "resize and center crop for --eval) or none (whole images resized to the "
+                 "model's input; --flip flips them)")
+      ->check(CLI::IsMember({"imagenet", "none"}));
+  app.add_option("--data-threads", train.data_threads,
+                 "threads that decode an image folder's batches (default: the cores --threads "
+                 "leaves, at least 1)")
+      ->check(InRange(1, kMaxThreads));
   app.add_flag("--eval", train.eval, "evaluate test accuracy after training");
   app.add_flag("--flip", train.flip,
                "augment: flip each training image left-right with probability 1/2 (seeded)");

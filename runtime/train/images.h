@@ -1,0 +1,122 @@
+// Training on image files: a folder of JPEGs laid out as torchvision's
+// ImageFolder (one subfolder per class, labels from the sorted folder names),
+// decoded with libjpeg-turbo's TurboJPEG API and augmented on the host. The
+// ImageNet augmentation (the default):
+//
+//  - training: RandomResizedCrop (scale 0.08 to 1, aspect 3/4 to 4/3, as
+//    torchvision draws it, from a seeded generator) to the plan's image size,
+//    then a horizontal flip with probability 1/2;
+//  - evaluation: resize the short side to size * 256 / 224, then center crop
+//    (torchvision's Resize(256) + CenterCrop(224) at 224).
+//
+// or none: the whole image resized to the input size (for datasets already
+// at that size, such as Fashion-MNIST as JPEGs), flipped on request.
+// JPEGs decode at reduced size where the crop allows (the decoder's DCT
+// scaling: 1/2, 1/4, 1/8 of the pixels, never smaller than the output needs),
+// and the crop is resampled with a triangle filter as wide as the scale
+// (PIL's antialiased bilinear). Pixels end in [0, 1]; three channels are then
+// normalized with ImageNet's mean and standard deviation, one channel (gray)
+// is left in [0, 1].
+//
+// A file that does not decode (corrupt, truncated, not a JPEG, or over
+// kMaxImagePixels: a decompression bomb) is an error naming the file; the
+// batch source skips it with a warning and counts it.
+
+#ifndef GRAPHC_RUNTIME_TRAIN_IMAGES_H_
+#define GRAPHC_RUNTIME_TRAIN_IMAGES_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "contract/status.h"
+
+namespace graphc::runtime {
+
+// Larger images are refused before decoding (PIL's MAX_IMAGE_PIXELS, 2^26,
+// doubled: the size at which it errors rather than warns).
+inline constexpr int64_t kMaxImagePixels = int64_t{1} << 27;
+
+// A crop of an image: left, top, width, height, in pixels of the original
+// (fractional where an evaluation resize puts the crop between pixels).
+struct CropBox {
+  double x = 0, y = 0, width = 0, height = 0;
+  bool operator==(const CropBox& o) const {
+    return x == o.x && y == o.y && width == o.width && height == o.height;
+  }
+};
+
+// What one example's augmentation does: the crop, then maybe a flip.
+struct Augment {
+  CropBox box;
+  bool flip = false;
+};
+
+// torchvision's RandomResizedCrop.get_params for an image of width x height
+// with scale [0.08, 1] and ratio [3/4, 4/3]: up to 10 tries of a random area
+// and log-uniform aspect ratio that fit, else a center crop with the ratio
+// clamped. `uniform` returns values in [0, 1); each try takes 4 (area,
+// ratio, top, left) and the last two only for a box that fits.
+CropBox RandomResizedCropBox(int64_t width, int64_t height,
+                             const std::function<double()>& uniform);
+
+// The evaluation crop of an out_width x out_height output: the image's short
+// side resized to round(short output side * 256 / 224), the long side in
+// proportion (truncated), then a center crop, as a box in the original.
+CropBox CenterCropBox(int64_t width, int64_t height, int64_t out_width, int64_t out_height);
+
+// Resamples `box` of an 8-bit image_width x image_height image (`channels`
+// interleaved, rows of `stride` bytes) to out_width x out_height planar
+// float32 in [0, 1] ([channels, out_height, out_width]), flipped left-right
+// if `flip`. Taps outside the image read its edge.
+void ResizeCrop(const uint8_t* pixels, int64_t stride, int64_t image_width, int64_t image_height,
+                int64_t channels, const CropBox& box, int64_t out_width, int64_t out_height,
+                bool flip, float* out);
+
+// How images become the plan's input size.
+enum class Augmentation {
+  kImageNet,  // training: RandomResizedCrop + flip; evaluation: resize + center crop
+  kResize,    // the whole image resized to the input size (flipped only on request)
+};
+
+// A folder of classes of JPEG files (*.jpg, *.jpeg, any case).
+class ImageFolder {
+ public:
+  // Reads DIR's class folders and their files, sorted by name. Errors (kIo,
+  // naming the path): DIR or a class that cannot be read, no class folders,
+  // a class folder with no JPEG, a symbolic link that leads out of DIR.
+  // With `classes`, the folder must hold exactly those classes (a validation
+  // split against its training split).
+  static StatusOr<std::unique_ptr<ImageFolder>> Open(const std::string& dir,
+                                                     const std::vector<std::string>* classes);
+
+  int64_t count() const { return static_cast<int64_t>(files_.size()); }
+  int32_t label(int64_t i) const { return labels_[static_cast<size_t>(i)]; }
+  const std::string& path(int64_t i) const { return files_[static_cast<size_t>(i)]; }
+  const std::vector<std::string>& classes() const { return classes_; }
+
+  // Decodes file i into `out` ([channels, height, width] float32; channels 1
+  // decodes gray, 3 RGB) as `augmentation` says, the random choices drawn
+  // from `seed`: for training (`train`) a random crop and flip, or the whole
+  // image flipped with probability 1/2 where `flip`; else the center crop
+  // or the whole image.
+  Status Decode(int64_t i, Augmentation augmentation, bool train, bool flip, uint64_t seed,
+                int64_t channels, int64_t height, int64_t width, float* out) const;
+
+ private:
+  std::vector<std::string> classes_;
+  std::vector<std::string> files_;
+  std::vector<int32_t> labels_;
+};
+
+// Decodes one JPEG file to out ([channels, height, width] in [0, 1]), its
+// crop and flip chosen from its size by `augment`, as ImageFolder::Decode
+// does before normalizing; exposed for tests.
+Status DecodeJpegFile(const std::string& path, int64_t channels, int64_t height, int64_t width,
+                      const std::function<Augment(int64_t, int64_t)>& augment, float* out);
+
+}  // namespace graphc::runtime
+
+#endif  // GRAPHC_RUNTIME_TRAIN_IMAGES_H_
