@@ -154,40 +154,74 @@ Status ReadFile(const std::string& path, std::vector<unsigned char>& bytes) {
 
 // Per output pixel along one axis: the first source pixel and the weights of
 // it and the following ones (a triangle filter as wide as the scale, at
-// least one source pixel: PIL's antialiased bilinear).
+// least one source pixel: PIL's antialiased bilinear), `stride` weights a
+// pixel, zero past its own taps.
 struct Taps {
-  std::vector<int64_t> first;
-  std::vector<std::vector<float>> weights;
+  int64_t stride = 0;
+  std::vector<int64_t> first, count;
+  std::vector<float> weights;
 };
 
 Taps MakeTaps(double start, double length, int64_t out, int64_t limit) {
   Taps taps;
   const double scale = length / static_cast<double>(out);
   const double support = std::max(1.0, scale);
+  taps.stride = static_cast<int64_t>(std::ceil(2 * support)) + 2;
+  taps.first.resize(static_cast<size_t>(out));
+  taps.count.resize(static_cast<size_t>(out));
+  taps.weights.assign(static_cast<size_t>(out * taps.stride), 0.0f);
   for (int64_t o = 0; o < out; ++o) {
     const double center = start + (static_cast<double>(o) + 0.5) * scale;
     int64_t lo = static_cast<int64_t>(std::floor(center - support));
     int64_t hi = static_cast<int64_t>(std::ceil(center + support));
     lo = std::clamp<int64_t>(lo, 0, limit - 1);
-    hi = std::clamp<int64_t>(hi, lo + 1, limit);
-    std::vector<float> w;
+    hi = std::clamp<int64_t>(hi, lo + 1, std::min(limit, lo + taps.stride));
+    float* w = taps.weights.data() + o * taps.stride;
     double sum = 0;
     for (int64_t s = lo; s < hi; ++s) {
       const double t = (static_cast<double>(s) + 0.5 - center) / support;
       const double v = std::max(0.0, 1.0 - std::fabs(t));
-      w.push_back(static_cast<float>(v));
+      w[s - lo] = static_cast<float>(v);
       sum += v;
     }
     if (sum <= 0) {  // the center past the image's edge: its nearest pixel
       lo = std::clamp<int64_t>(static_cast<int64_t>(center), 0, limit - 1);
-      w.assign(1, 1.0f);
+      hi = lo + 1;
+      std::fill(w, w + taps.stride, 0.0f);
+      w[0] = 1.0f;
       sum = 1;
     }
-    for (float& v : w) v = static_cast<float>(v / sum);
-    taps.first.push_back(lo);
-    taps.weights.push_back(std::move(w));
+    for (int64_t s = 0; s < hi - lo; ++s) w[s] = static_cast<float>(w[s] / sum);
+    taps.first[o] = lo;
+    taps.count[o] = hi - lo;
   }
   return taps;
+}
+
+// One source row resampled across: `channels` interleaved (1 or 3; any
+// other count takes the general loop).
+void ResampleRow(const uint8_t* src, const Taps& across, int64_t out_width, int64_t channels,
+                 float* dst) {
+  for (int64_t o = 0; o < out_width; ++o) {
+    const float* w = across.weights.data() + o * across.stride;
+    const uint8_t* from = src + across.first[o] * channels;
+    const int64_t n = across.count[o];
+    if (channels == 3) {
+      float r = 0, g = 0, b = 0;
+      for (int64_t t = 0; t < n; ++t) {
+        r += w[t] * from[3 * t];
+        g += w[t] * from[3 * t + 1];
+        b += w[t] * from[3 * t + 2];
+      }
+      dst[3 * o] = r, dst[3 * o + 1] = g, dst[3 * o + 2] = b;
+    } else {
+      for (int64_t c = 0; c < channels; ++c) {
+        float sum = 0;
+        for (int64_t t = 0; t < n; ++t) sum += w[t] * from[t * channels + c];
+        dst[o * channels + c] = sum;
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -248,40 +282,41 @@ void ResizeCrop(const uint8_t* pixels, int64_t stride, int64_t image_width, int6
   int64_t row_lo = image_height, row_hi = 0;
   for (int64_t o = 0; o < out_height; ++o) {
     row_lo = std::min(row_lo, down.first[o]);
-    row_hi = std::max(row_hi, down.first[o] + static_cast<int64_t>(down.weights[o].size()));
+    row_hi = std::max(row_hi, down.first[o] + down.count[o]);
   }
-  std::vector<float> rows(static_cast<size_t>((row_hi - row_lo) * out_width * channels));
-  for (int64_t r = row_lo; r < row_hi; ++r) {
-    const uint8_t* src = pixels + r * stride;
-    float* dst = rows.data() + (r - row_lo) * out_width * channels;
-    for (int64_t o = 0; o < out_width; ++o) {
-      const std::vector<float>& w = across.weights[o];
-      const uint8_t* from = src + across.first[o] * channels;
-      for (int64_t c = 0; c < channels; ++c) {
-        float sum = 0;
-        for (size_t t = 0; t < w.size(); ++t) sum += w[t] * from[t * channels + c];
-        dst[o * channels + c] = sum;
-      }
-    }
-  }
+  const int64_t row_size = out_width * channels;
+  thread_local std::vector<float> rows, sum;
+  rows.resize(static_cast<size_t>((row_hi - row_lo) * row_size));
+  sum.resize(static_cast<size_t>(row_size));
+  for (int64_t r = row_lo; r < row_hi; ++r)
+    ResampleRow(pixels + r * stride, across, out_width, channels,
+                rows.data() + (r - row_lo) * row_size);
+  const int64_t plane = out_height * out_width;
   for (int64_t oy = 0; oy < out_height; ++oy) {
-    const std::vector<float>& w = down.weights[oy];
-    const float* from = rows.data() + (down.first[oy] - row_lo) * out_width * channels;
-    for (int64_t ox = 0; ox < out_width; ++ox) {
-      const int64_t x = flip ? out_width - 1 - ox : ox;
-      for (int64_t c = 0; c < channels; ++c) {
-        float sum = 0;
-        for (size_t t = 0; t < w.size(); ++t)
-          sum += w[t] * from[static_cast<int64_t>(t) * out_width * channels + x * channels + c];
-        out[(c * out_height + oy) * out_width + ox] = std::clamp(sum, 0.0f, 255.0f) / 255.0f;
-      }
+    // The output row, interleaved: the weighted sum of whole resampled rows.
+    const float* w = down.weights.data() + oy * down.stride;
+    std::fill(sum.begin(), sum.end(), 0.0f);
+    for (int64_t t = 0; t < down.count[oy]; ++t) {
+      const float* row = rows.data() + (down.first[oy] + t - row_lo) * row_size;
+      const float weight = w[t];
+      for (int64_t k = 0; k < row_size; ++k) sum[k] += weight * row[k];
+    }
+    for (int64_t k = 0; k < row_size; ++k)  // to [0, 1] (a vector loop)
+      sum[k] = std::min(std::max(sum[k], 0.0f), 255.0f) * (1.0f / 255.0f);
+    for (int64_t c = 0; c < channels; ++c) {
+      float* dst = out + c * plane + oy * out_width;
+      const float* src = sum.data() + c;
+      if (flip)
+        for (int64_t ox = 0; ox < out_width; ++ox) dst[ox] = src[(out_width - 1 - ox) * channels];
+      else
+        for (int64_t ox = 0; ox < out_width; ++ox) dst[ox] = src[ox * channels];
     }
   }
 }
 
 Status DecodeJpegFile(const std::string& path, int64_t channels, int64_t height, int64_t width,
                       const std::function<Augment(int64_t, int64_t)>& augment, float* out) {
-  std::vector<unsigned char> bytes;
+  thread_local std::vector<unsigned char> bytes;
   GRAPHC_RETURN_IF_ERROR(ReadFile(path, bytes));
   tjhandle tj = tjInitDecompress();
   if (tj == nullptr) return IoError(path, "cannot start the JPEG decoder");
@@ -314,7 +349,8 @@ Status DecodeJpegFile(const std::string& path, int64_t channels, int64_t height,
   }
   const int sw = TJSCALED(w, chosen), sh = TJSCALED(h, chosen);
   const int format = channels == 1 ? TJPF_GRAY : TJPF_RGB;
-  std::vector<uint8_t> pixels(static_cast<size_t>(sw) * sh * static_cast<size_t>(channels));
+  thread_local std::vector<uint8_t> pixels;  // reused: no zeroing per image
+  pixels.resize(static_cast<size_t>(sw) * sh * static_cast<size_t>(channels));
   if (tjDecompress2(tj, bytes.data(), static_cast<unsigned long>(bytes.size()), pixels.data(), sw,
                     0, sh, format, TJFLAG_STOPONWARNING | TJFLAG_ACCURATEDCT) != 0)
     return IoError(path, std::string("does not decode: ") + tjGetErrorStr2(tj));
