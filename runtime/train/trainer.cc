@@ -22,6 +22,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <numeric>
 #include <utility>
 #include <vector>
 
@@ -123,6 +124,7 @@ class Trainer {
   std::unique_ptr<Executor> exec_;
   Programs programs_;
   double load_ms_ = 0;
+  double data_wait_s_ = 0;  // the timed steps' waits for their batch
   std::string load_summary_, library_math_;
   // Resume
   int64_t start_step_ = 0;
@@ -389,7 +391,11 @@ Status Trainer::Loop() {
   out_ << "Step\tImg/sec\ttotal_loss" << (scaled_ ? "\tloss_scale\tskipped" : "") << "\n";
   GRAPHC_RETURN_IF_ERROR(clock_->Start());
   for (int64_t step = 0; step < steps_; ++step) {
+    const auto wait_from = std::chrono::steady_clock::now();
     const Batch& b = prefetch.Next();
+    if (step >= warmup_)
+      data_wait_s_ +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_from).count();
     exec_->set_profiling(o_.profile && step >= warmup_);
     const bool tracing = !o_.trace.empty() && step >= warmup_ && step < warmup_ + kTraceSteps;
     exec_->set_tracing(tracing);
@@ -470,7 +476,15 @@ Status Trainer::Finish() {
   }
   out_ << "\n"
        << "step time: median " << median_ms << " ms, p90 " << p90_ms << " ms over "
-       << times_.ms.size() << " timed steps" << (ranks_ > 1 ? " (rank 0)" : "") << "\n"
+       << times_.ms.size() << " timed steps" << (ranks_ > 1 ? " (rank 0)" : "") << "\n";
+  if (data_->name != "synthetic" && !times_.ms.empty())
+    out_ << "input: each timed step waited " << std::setprecision(2)
+         << 1000.0 * data_wait_s_ / times_.ms.size() << " ms for its batch (the pipeline's "
+         << "share of the step: " << std::setprecision(1)
+         << 100.0 * data_wait_s_ /
+                std::max(1e-9, std::accumulate(times_.ms.begin(), times_.ms.end(), 0.0) / 1000.0)
+         << "%)" << (ranks_ > 1 ? " (rank 0)" : "") << "\n";
+  out_
        << "peak memory: " << std::setprecision(1) << PeakRssMib() << " MiB resident on the host"
        << (ranks_ > 1 ? " (rank 0)" : "") << "; the plan's arena "
        << root_.arena_size() / 1048576.0 << " MiB, state " << root_.state_size() / 1048576.0
@@ -540,6 +554,7 @@ Status Trainer::WriteReport(double total_rate, double median_ms, double p90_ms,
       {"seed", o_.seed},
       {"cuda_graphs", exec_->replays_graph(p().train)},
   };
+  j["data_wait_ms_per_step"] = times_.ms.empty() ? 0.0 : 1000.0 * data_wait_s_ / times_.ms.size();
   j["skipped_images"] = data_->train->skipped() + (data_->test ? data_->test->skipped() : 0);
   j["world_size"] = ranks_;
   j["ranks_per_node"] = comm_.local_size();
