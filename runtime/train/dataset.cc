@@ -778,12 +778,13 @@ StatusOr<std::unique_ptr<BatchSource>> BatchSource::FromImageFolder(
                       " channels; an image folder gives 1 (gray) or 3 (RGB)");
   if (folder->count() < batch)
     return Status(ErrorCode::kInvalidArgument,
-                  "the image folder has " + std::to_string(folder->count()) +
+                  Printable(folder->root(), 4096) + ": " + std::to_string(folder->count()) +
                       " images, fewer than one batch of " + std::to_string(batch));
   if (static_cast<int64_t>(folder->classes().size()) > classes)
     return Status(ErrorCode::kInvalidArgument,
-                  "the image folder has " + std::to_string(folder->classes().size()) +
-                      " classes; the model tells " + std::to_string(classes) + " apart");
+                  Printable(folder->root(), 4096) + ": " +
+                      std::to_string(folder->classes().size()) + " classes; the model tells " +
+                      std::to_string(classes) + " apart");
   Examples e;
   e.count = folder->count();
   e.channels = image_shape[1];
@@ -809,7 +810,8 @@ void BatchSource::DecodeRow(int64_t first, int64_t b, Batch& out) {
   float* image = out.images.data() + b * size;
   // An undecodable file's place goes to the next file in the order that
   // decodes: the same one on every run, whatever the threads.
-  for (int64_t k = 0; k < examples_.count; ++k) {
+  const int64_t tries = std::min(examples_.count, kMaxSubstitutes);
+  for (int64_t k = 0; k < tries; ++k) {
     const int64_t index = order_[(first + b + k) % examples_.count];
     const uint64_t seed =
         (seed_ * 0x9e3779b97f4a7c15ull + epoch_) * 0xbf58476d1ce4e5b9ull + uint64_t(index);
@@ -827,8 +829,11 @@ void BatchSource::DecodeRow(int64_t first, int64_t b, Batch& out) {
                    status.message().c_str());
     }
   }
-  std::fill(image, image + size, 0.0f);  // nothing decodes (each file warned of)
+  std::fill(image, image + size, 0.0f);
   out.labels[b] = 0;
+  std::lock_guard<std::mutex> lock(bad_mutex_);
+  out.error = Printable(folder_->root(), 4096) + ": none of " + std::to_string(tries) +
+              " images in a row decodes (each is named above); is it a folder of JPEG files?";
 }
 
 void BatchSource::Next(Batch& out) {
@@ -841,6 +846,7 @@ void BatchSource::Next(Batch& out) {
   const int64_t rows = batch_ / shards_, first = position_ + shard_ * rows;
   out.images.resize(rows * size);
   out.labels.resize(rows);
+  out.error.clear();
   if (folder_) {
     // Rows t, t + threads, ... on thread t; this thread takes t = 0.
     const int threads = static_cast<int>(std::min<int64_t>(threads_, rows));

@@ -32,6 +32,9 @@ namespace graphc::runtime {
 struct Batch {
   std::vector<float> images;    // batch x channels x height x width
   std::vector<int32_t> labels;  // batch
+  // Set when the batch could not be made (an image folder none of whose
+  // images decode): the run stops with it.
+  std::string error;
 };
 
 // Images of one shape with labels in [0, classes).
@@ -102,7 +105,8 @@ class BatchSource {
   // must be 1 (gray) or 3 (RGB); the folder must hold a batch and no more
   // classes than the model has. An image that does not decode is skipped
   // (the next one in the order takes its place) with a warning on stderr the
-  // first time, and counted by skipped().
+  // first time, and counted by skipped(). After kMaxSubstitutes failures in
+  // a row the batch carries an error instead (a folder of non-JPEGs).
   static StatusOr<std::unique_ptr<BatchSource>> FromImageFolder(
       std::shared_ptr<const ImageFolder> folder, int64_t batch,
       const std::vector<int64_t>& image_shape, int64_t classes, bool train, uint64_t seed,
@@ -132,8 +136,10 @@ class BatchSource {
   // example): the usual augmentation for Fashion-MNIST and CIFAR. (An image
   // folder's training batches are flipped by their own augmentation.)
   void set_flip(bool flip) { flip_ = flip; }
-  // Image folders: the files skipped so far as undecodable, each once.
+  // Image folders: the files found undecodable so far, each once (those of
+  // a batch decoded ahead count even if no step reads it).
   int64_t skipped() const;
+  static constexpr int64_t kMaxSubstitutes = 64;
   // Positions the source as if Next had been called `batches` times since
   // Create (a resumed run sees the batches the interrupted one would have).
   // Well-defined for any count up to INT64_MAX. A negative count is the

@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <tuple>
 #include <utility>
 
 #include "contract/printable.h"
@@ -63,6 +64,7 @@ bool Inside(const std::string& path, const std::string& root) {
 struct Entry {
   std::string name;
   bool directory = false;
+  std::string target;  // a link's canonical target, inside the dataset
 };
 
 // DIR's entries but dot files, sorted by name; a link must resolve inside
@@ -77,16 +79,20 @@ Status ListDirectory(const std::string& dir, const std::string& root,
     const std::string name = e->d_name;
     if (name.empty() || name[0] == '.') continue;
     const std::string path = dir + "/" + name;
+    std::string target;
     struct stat st;
     if (::lstat(path.c_str(), &st) != 0) {
       status = IoError(path, std::strerror(errno));
       break;
     }
     if (S_ISLNK(st.st_mode)) {
-      const std::string target = RealPath(path);
-      if (target.empty() || !Inside(target, root)) {
-        status = IoError(path, "a symbolic link that leads out of the dataset (" +
-                                   (target.empty() ? std::string("unresolved") : target) + ")");
+      target = RealPath(path);
+      if (target.empty()) {
+        status = IoError(path, "a symbolic link that does not resolve (dangling, or a loop)");
+        break;
+      }
+      if (!Inside(target, root)) {
+        status = IoError(path, "a symbolic link that leads out of the dataset (" + target + ")");
         break;
       }
       if (::stat(path.c_str(), &st) != 0) {
@@ -94,7 +100,8 @@ Status ListDirectory(const std::string& dir, const std::string& root,
         break;
       }
     }
-    if (S_ISDIR(st.st_mode) || S_ISREG(st.st_mode)) entries.push_back({name, S_ISDIR(st.st_mode)});
+    if (S_ISDIR(st.st_mode) || S_ISREG(st.st_mode))
+      entries.push_back({name, S_ISDIR(st.st_mode), target});
   }
   ::closedir(handle);
   if (!status.ok()) return status;
@@ -105,8 +112,11 @@ Status ListDirectory(const std::string& dir, const std::string& root,
 
 // Every JPEG below `dir`, in the order torchvision's sorted os.walk gives:
 // by folder path, then by name.
+// Each file as (folder, name, the path to open: a link's target, so that
+// the file is opened without following links).
+using JpegFile = std::tuple<std::string, std::string, std::string>;
 Status CollectJpegs(const std::string& dir, const std::string& root, int depth,
-                    std::vector<std::pair<std::string, std::string>>& files) {
+                    std::vector<JpegFile>& files) {
   if (depth > kMaxDepth)
     return IoError(dir, "folders nest more than " + std::to_string(kMaxDepth) + " deep");
   std::vector<Entry> entries;
@@ -115,14 +125,33 @@ Status CollectJpegs(const std::string& dir, const std::string& root, int depth,
     if (e.directory)
       GRAPHC_RETURN_IF_ERROR(CollectJpegs(dir + "/" + e.name, root, depth + 1, files));
     else if (IsJpegName(e.name))
-      files.emplace_back(dir, e.name);
+      files.emplace_back(dir, e.name, e.target.empty() ? dir + "/" + e.name : e.target);
   }
   return Status::Ok();
 }
 
+// Whether the JPEG's frame is progressive (SOF2, SOF6, SOF10, SOF14): the
+// decoder then keeps every coefficient of the image, whatever the scale.
+bool IsProgressive(const std::vector<unsigned char>& b) {
+  size_t i = 2;  // after SOI
+  while (i + 4 <= b.size() && b[i] == 0xff) {
+    const unsigned char marker = b[i + 1];
+    if (marker == 0xff) {  // fill byte
+      ++i;
+      continue;
+    }
+    if (marker >= 0xc0 && marker <= 0xcf && marker != 0xc4 && marker != 0xc8 && marker != 0xcc)
+      return marker == 0xc2 || marker == 0xc6 || marker == 0xca || marker == 0xce;
+    i += 2 + ((size_t{b[i + 2]} << 8) | b[i + 3]);
+  }
+  return false;
+}
+
 // Reads a whole regular file of at most kMaxFileBytes.
 Status ReadFile(const std::string& path, std::vector<unsigned char>& bytes) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  // Links were resolved when the folder was read: one swapped in since is
+  // refused, not followed.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
   if (fd < 0) return IoError(path, std::strerror(errno));
   struct stat st;
   Status status;
@@ -302,7 +331,7 @@ void ResizeCrop(const uint8_t* pixels, int64_t stride, int64_t image_width, int6
       for (int64_t k = 0; k < row_size; ++k) sum[k] += weight * row[k];
     }
     for (int64_t k = 0; k < row_size; ++k)  // to [0, 1] (a vector loop)
-      sum[k] = std::min(std::max(sum[k], 0.0f), 255.0f) * (1.0f / 255.0f);
+      sum[k] = std::min(std::max(sum[k], 0.0f), 255.0f) / 255.0f;  // as x / 255 elsewhere
     for (int64_t c = 0; c < channels; ++c) {
       float* dst = out + c * plane + oy * out_width;
       const float* src = sum.data() + c;
@@ -328,10 +357,15 @@ Status DecodeJpegFile(const std::string& path, int64_t channels, int64_t height,
   if (tjDecompressHeader3(tj, bytes.data(), static_cast<unsigned long>(bytes.size()), &w, &h,
                           &subsampling, &colorspace) != 0)
     return IoError(path, std::string("not a JPEG the decoder reads: ") + tjGetErrorStr2(tj));
-  if (w < 1 || h < 1 || static_cast<int64_t>(w) * h > kMaxImagePixels)
-    return IoError(path, std::to_string(w) + "x" + std::to_string(h) +
-                             " pixels, more than an image may have (" +
-                             std::to_string(kMaxImagePixels) + ")");
+  if (w < 1 || h < 1)
+    return IoError(path, "an image of no pixels (" + std::to_string(w) + "x" +
+                             std::to_string(h) + ")");
+  const bool progressive = IsProgressive(bytes);
+  const int64_t most = progressive ? kMaxProgressivePixels : kMaxImagePixels;
+  if (static_cast<int64_t>(w) * h > most)
+    return IoError(path, std::to_string(w) + "x" + std::to_string(h) + " pixels, more than " +
+                             (progressive ? "a progressive JPEG" : "an image") + " may have (" +
+                             std::to_string(most) + ")");
   const Augment chosen_augment = augment(w, h);
   const CropBox& box = chosen_augment.box;
   // The smallest DCT scaling that leaves the crop at least the output's size.
@@ -352,7 +386,7 @@ Status DecodeJpegFile(const std::string& path, int64_t channels, int64_t height,
   thread_local std::vector<uint8_t> pixels;  // reused: no zeroing per image
   pixels.resize(static_cast<size_t>(sw) * sh * static_cast<size_t>(channels));
   if (tjDecompress2(tj, bytes.data(), static_cast<unsigned long>(bytes.size()), pixels.data(), sw,
-                    0, sh, format, TJFLAG_STOPONWARNING | TJFLAG_ACCURATEDCT) != 0)
+                    0, sh, format, TJFLAG_STOPONWARNING | TJFLAG_ACCURATEDCT | TJFLAG_LIMITSCANS) != 0)
     return IoError(path, std::string("does not decode: ") + tjGetErrorStr2(tj));
   const double fx = static_cast<double>(sw) / w, fy = static_cast<double>(sh) / h;
   const CropBox scaled{box.x * fx, box.y * fy, box.width * fx, box.height * fy};
@@ -370,9 +404,10 @@ StatusOr<std::unique_ptr<ImageFolder>> ImageFolder::Open(const std::string& dir,
   std::vector<Entry> entries;
   GRAPHC_RETURN_IF_ERROR(ListDirectory(root, root, entries));
   auto folder = std::unique_ptr<ImageFolder>(new ImageFolder());
+  folder->root_ = dir;
   for (const Entry& e : entries) {
     if (!e.directory) continue;
-    std::vector<std::pair<std::string, std::string>> files;
+    std::vector<JpegFile> files;
     const std::string class_dir = root + "/" + e.name;
     GRAPHC_RETURN_IF_ERROR(CollectJpegs(class_dir, root, 1, files));
     if (files.empty())
@@ -380,8 +415,8 @@ StatusOr<std::unique_ptr<ImageFolder>> ImageFolder::Open(const std::string& dir,
     std::sort(files.begin(), files.end());
     const int32_t label = static_cast<int32_t>(folder->classes_.size());
     folder->classes_.push_back(e.name);
-    for (auto& [where, name] : files) {
-      folder->files_.push_back(where + "/" + name);
+    for (auto& [where, name, open] : files) {
+      folder->files_.push_back(open);
       folder->labels_.push_back(label);
     }
   }

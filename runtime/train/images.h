@@ -36,8 +36,13 @@
 namespace graphc::runtime {
 
 // Larger images are refused before decoding (PIL's MAX_IMAGE_PIXELS, 2^26,
-// doubled: the size at which it errors rather than warns).
+// doubled: the size at which it errors rather than warns). A progressive
+// JPEG keeps all its coefficients while decoding (6 bytes a pixel in colour,
+// at any scale), so it may have fewer: at most ~100 MiB a decoding thread.
+// Scans are limited too (TurboJPEG's 500): a file of thousands of tiny
+// scans would take minutes.
 inline constexpr int64_t kMaxImagePixels = int64_t{1} << 27;
+inline constexpr int64_t kMaxProgressivePixels = int64_t{1} << 24;
 
 // A crop of an image: left, top, width, height, in pixels of the original
 // (fractional where an evaluation resize puts the crop between pixels).
@@ -92,6 +97,7 @@ class ImageFolder {
   static StatusOr<std::unique_ptr<ImageFolder>> Open(const std::string& dir,
                                                      const std::vector<std::string>* classes);
 
+  const std::string& root() const { return root_; }  // as the user named it
   int64_t count() const { return static_cast<int64_t>(files_.size()); }
   int32_t label(int64_t i) const { return labels_[static_cast<size_t>(i)]; }
   const std::string& path(int64_t i) const { return files_[static_cast<size_t>(i)]; }
@@ -106,6 +112,7 @@ class ImageFolder {
                 int64_t channels, int64_t height, int64_t width, float* out) const;
 
  private:
+  std::string root_;
   std::vector<std::string> classes_;
   std::vector<std::string> files_;
   std::vector<int32_t> labels_;

@@ -132,7 +132,7 @@ uint8_t Pattern(int x, int y, int c, int width, int height) {
                                         : 128));
 }
 
-std::string Jpeg(int width, int height, int quality = 95) {
+std::string Jpeg(int width, int height, int quality = 95, int flags = 0) {
   std::vector<uint8_t> rgb(static_cast<size_t>(width) * height * 3);
   for (int y = 0; y < height; ++y)
     for (int x = 0; x < width; ++x)
@@ -141,7 +141,7 @@ std::string Jpeg(int width, int height, int quality = 95) {
   unsigned char* data = nullptr;
   unsigned long size = 0;
   EXPECT_EQ(tjCompress2(tj, rgb.data(), width, 0, height, TJPF_RGB, &data, &size, TJSAMP_444,
-                        quality, TJFLAG_ACCURATEDCT),
+                        quality, TJFLAG_ACCURATEDCT | flags),
             0)
       << tjGetErrorStr2(tj);
   std::string bytes(reinterpret_cast<char*>(data), size);
@@ -212,6 +212,24 @@ TEST(ImagesTest, BadFilesAreErrorsNamingThem) {
   bomb[sof + 5] = bomb[sof + 7] = static_cast<char>(0xfd);
   bomb[sof + 6] = bomb[sof + 8] = static_cast<char>(0xe8);
   EXPECT_NE(error("bomb.jpg", bomb).find("more than an image may have"), std::string::npos);
+  // A progressive JPEG keeps every coefficient while decoding: over 2^24
+  // pixels it is refused from its header (here 5000 x 5000, patched into a
+  // small progressive file's SOF2).
+  std::string progressive = Jpeg(64, 64, 95, TJFLAG_PROGRESSIVE);
+  const size_t sof2 = progressive.find("\xff\xc2");
+  ASSERT_NE(sof2, std::string::npos);
+  progressive[sof2 + 5] = progressive[sof2 + 7] = static_cast<char>(0x13);
+  progressive[sof2 + 6] = progressive[sof2 + 8] = static_cast<char>(0x88);
+  EXPECT_NE(error("progressive.jpg", progressive).find("more than a progressive JPEG may have"),
+            std::string::npos);
+  // A small progressive JPEG decodes.
+  Write(dir.path() + "/small-progressive.jpg", Jpeg(64, 64, 95, TJFLAG_PROGRESSIVE));
+  EXPECT_TRUE(
+      DecodeJpegFile(dir.path() + "/small-progressive.jpg", 3, 8, 8, Whole, out.data()).ok());
+  // A frame of no rows (the decoder refuses its header).
+  std::string empty_frame = good;
+  empty_frame[sof + 5] = empty_frame[sof + 6] = 0;
+  EXPECT_NE(error("zero.jpg", empty_frame).find("not a JPEG the decoder reads"), std::string::npos);
   fs::create_directories(dir.path() + "/folder.jpg");
   EXPECT_FALSE(DecodeJpegFile(dir.path() + "/folder.jpg", 3, 8, 8, Whole, out.data()).ok());
   EXPECT_FALSE(DecodeJpegFile(dir.path() + "/missing.jpg", 3, 8, 8, Whole, out.data()).ok());
@@ -351,6 +369,17 @@ TEST(ImagesTest, UndecodableImagesAreSkippedAndCounted) {
   EXPECT_EQ(epoch[1].labels, (std::vector<int32_t>{1, 1, 1, 1}));
   EXPECT_EQ(std::vector<float>(epoch[1].images.begin() + 2 * 192, epoch[1].images.begin() + 3 * 192),
             std::vector<float>(epoch[1].images.begin() + 3 * 192, epoch[1].images.end()));
+  // A folder none of whose images decodes: the batch carries an error.
+  TempDir junk;
+  for (int i = 0; i < 6; ++i) Write(junk.path() + "/c/" + std::to_string(i) + ".jpg", "junk");
+  auto all_bad = ImageFolder::Open(junk.path(), nullptr);
+  ASSERT_TRUE(all_bad.ok());
+  auto junk_source =
+      BatchSource::FromImageFolder(std::move(*all_bad), 2, {2, 3, 8, 8}, 3, true, 1, 1);
+  ASSERT_TRUE(junk_source.ok());
+  Batch none;
+  (*junk_source)->Next(none);
+  EXPECT_NE(none.error.find("none of 6 images in a row decodes"), std::string::npos) << none.error;
   // Wrong shapes for a folder.
   EXPECT_FALSE(BatchSource::FromImageFolder(folder, 4, {4, 2, 8, 8}, 3, true, 1, 1).ok());
   EXPECT_FALSE(BatchSource::FromImageFolder(folder, 16, {16, 3, 8, 8}, 3, true, 1, 1).ok());

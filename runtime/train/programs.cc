@@ -88,6 +88,7 @@ StatusOr<double> Evaluate(Executor& exec, const Programs& p, BatchSource& test,
   Batch b;
   for (int64_t i = 0; i < test.batches_per_epoch(); ++i) {
     test.Next(b);
+    if (!b.error.empty()) return Status(ErrorCode::kIo, b.error);
     int64_t correct = 0;
     Status status =
         exec.Write(e.inputs()->Get(0), b.images.data(), b.images.size() * sizeof(float));

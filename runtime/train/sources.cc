@@ -44,6 +44,8 @@ Status OpenImageFolders(const std::string& dir, const std::vector<int64_t>& imag
   const bool split = ::stat((dir + "/train").c_str(), &st) == 0 && S_ISDIR(st.st_mode);
   const std::string train_dir = split ? dir + "/train" : dir;
   const bool has_val = split && ::stat((dir + "/val").c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+  // The validation split is read only for --eval (a run without it trains
+  // whatever DIR/val holds).
   if (need_test && !has_val)
     return Status(ErrorCode::kInvalidArgument,
                   "--eval with --data imagefolder: needs DIR/train and DIR/val class folders, "
@@ -56,7 +58,7 @@ Status OpenImageFolders(const std::string& dir, const std::vector<int64_t>& imag
                                            /*train=*/true, seed, threads, augmentation);
   if (!made.ok()) return made.status();
   sources.train = std::move(*made);
-  if (has_val) {
+  if (has_val && need_test) {
     StatusOr<std::unique_ptr<ImageFolder>> val =
         ImageFolder::Open(dir + "/val", &train_folder->classes());
     if (!val.ok()) return val.status();

@@ -393,6 +393,7 @@ Status Trainer::Loop() {
   for (int64_t step = 0; step < steps_; ++step) {
     const auto wait_from = std::chrono::steady_clock::now();
     const Batch& b = prefetch.Next();
+    if (!b.error.empty()) return Status(ErrorCode::kIo, b.error);
     if (step >= warmup_)
       data_wait_s_ +=
           std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_from).count();
@@ -513,7 +514,11 @@ Status Trainer::Finish() {
     accuracy = *evaluation;
     out_ << "test accuracy: " << std::setprecision(4) << std::fixed << accuracy
          << std::defaultfloat << " (" << evaluated << " of " << data_->test->examples()
-         << " test examples)\n";
+         << " test examples";
+    // A skipped image's place went to the next one, counted twice.
+    if (const int64_t skipped = data_->test->skipped(); skipped > 0)
+      out_ << "; " << skipped << " undecodable, each replaced by the next image";
+    out_ << ")\n";
   }
   const int64_t skipped = data_->train->skipped() + (data_->test ? data_->test->skipped() : 0);
   if (skipped > 0)
