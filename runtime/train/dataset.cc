@@ -822,6 +822,12 @@ void BatchSource::DecodeRow(int64_t first, int64_t b, Batch& out) {
       return;
     }
     std::lock_guard<std::mutex> lock(bad_mutex_);
+    if (strict_) {
+      if (out.error.empty()) out.error = status.message() + " (--strict-data)";
+      std::fill(image, image + size, 0.0f);
+      out.labels[b] = 0;
+      return;
+    }
     if (!bad_[index]) {
       bad_[index] = true;
       ++skipped_;

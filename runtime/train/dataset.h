@@ -136,6 +136,9 @@ class BatchSource {
   // example): the usual augmentation for Fashion-MNIST and CIFAR. (An image
   // folder's training batches are flipped by their own augmentation.)
   void set_flip(bool flip) { flip_ = flip; }
+  // Image folders: with `strict`, the first undecodable file fails its
+  // batch (Batch::error) instead of being skipped (graphrun --strict-data).
+  void set_strict(bool strict) { strict_ = strict; }
   // Image folders: the files found undecodable so far, each once (those of
   // a batch decoded ahead count even if no step reads it).
   int64_t skipped() const;
@@ -167,6 +170,7 @@ class BatchSource {
   std::shared_ptr<const ImageFolder> folder_;
   Augmentation augmentation_ = Augmentation::kImageNet;
   int threads_ = 1;
+  bool strict_ = false;
   mutable std::mutex bad_mutex_;
   std::vector<bool> bad_;
   int64_t skipped_ = 0;

@@ -369,6 +369,15 @@ TEST(ImagesTest, UndecodableImagesAreSkippedAndCounted) {
   EXPECT_EQ(epoch[1].labels, (std::vector<int32_t>{1, 1, 1, 1}));
   EXPECT_EQ(std::vector<float>(epoch[1].images.begin() + 2 * 192, epoch[1].images.begin() + 3 * 192),
             std::vector<float>(epoch[1].images.begin() + 3 * 192, epoch[1].images.end()));
+  // Strict: the batch holding the bad file fails, naming it; nothing skipped.
+  auto strict = BatchSource::FromImageFolder(folder, 4, {4, 3, 8, 8}, 3, false, 1, 2);
+  ASSERT_TRUE(strict.ok());
+  (*strict)->set_strict(true);
+  const std::vector<Batch> strict_epoch = Batches(**strict, 2);
+  EXPECT_TRUE(strict_epoch[0].error.empty());
+  EXPECT_NE(strict_epoch[1].error.find("class1/2.jpg: not a JPEG"), std::string::npos)
+      << strict_epoch[1].error;
+  EXPECT_EQ((*strict)->skipped(), 0);
   // A folder none of whose images decodes: the batch carries an error.
   TempDir junk;
   for (int i = 0; i < 6; ++i) Write(junk.path() + "/c/" + std::to_string(i) + ".jpg", "junk");

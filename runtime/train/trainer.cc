@@ -260,6 +260,8 @@ Status Trainer::OpenData() {
   data_ = std::make_unique<DataSources>(std::move(*data));
   BatchSource& source = *data_->train;
   source.set_flip(o_.flip);
+  source.set_strict(o_.strict_data);
+  if (data_->test) data_->test->set_strict(o_.strict_data);
   GRAPHC_RETURN_IF_ERROR(source.SetShard(rank_, ranks_));
   if (data_->test) GRAPHC_RETURN_IF_ERROR(data_->test->SetShard(rank_, ranks_));
 

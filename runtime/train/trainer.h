@@ -44,6 +44,7 @@ struct TrainOptions {
   // resize and center crop for evaluation) or "none" (whole images resized,
   // flipped with `flip`).
   std::string augment = "imagenet";
+  bool strict_data = false;  // an undecodable image stops the run (else skipped)
   bool eval = false, profile = false, flip = false, sync_debug = false;
   bool graphs = true;  // replay train_step as a CUDA Graph where the device has them
   uint64_t seed = 42;

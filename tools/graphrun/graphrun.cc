@@ -395,6 +395,9 @@ int Main(int argc, char** argv) {
                  "resize and center crop for --eval) or none (whole images resized to the "
                  "model's input; --flip flips them)")
       ->check(CLI::IsMember({"imagenet", "none"}));
+  app.add_flag("--strict-data", train.strict_data,
+               "image folders: stop at the first image that does not decode (default: skip it "
+               "with a warning and count it)");
   app.add_option("--data-threads", train.data_threads,
                  "threads that decode an image folder's batches (default: the cores --threads "
                  "leaves, at least 1)")
