@@ -766,8 +766,8 @@ void BatchSource::Shuffle() {
     std::swap(order_[i], order_[rng.Next() % uint64_t(i + 1)]);
 }
 
-StatusOr<std::unique_ptr<BatchSource>> BatchSource::FromImageFolder(
-    std::shared_ptr<const ImageFolder> folder, int64_t batch,
+StatusOr<std::unique_ptr<BatchSource>> BatchSource::FromImages(
+    std::shared_ptr<const ImageSet> folder, int64_t batch,
     const std::vector<int64_t>& image_shape, int64_t classes, bool train, uint64_t seed,
     int threads, Augmentation augmentation) {
   if (batch <= 0 || image_shape.size() != 4 || image_shape[0] != batch)
@@ -780,11 +780,12 @@ StatusOr<std::unique_ptr<BatchSource>> BatchSource::FromImageFolder(
     return Status(ErrorCode::kInvalidArgument,
                   Printable(folder->root(), 4096) + ": " + std::to_string(folder->count()) +
                       " images, fewer than one batch of " + std::to_string(batch));
-  if (static_cast<int64_t>(folder->classes().size()) > classes)
+  if (folder->class_count() > classes)
     return Status(ErrorCode::kInvalidArgument,
                   Printable(folder->root(), 4096) + ": " +
-                      std::to_string(folder->classes().size()) + " classes; the model tells " +
-                      std::to_string(classes) + " apart");
+                      (folder->shards() ? "labels up to " + std::to_string(folder->class_count() - 1)
+                                        : std::to_string(folder->class_count()) + " classes") +
+                      "; the model tells " + std::to_string(classes) + " apart");
   Examples e;
   e.count = folder->count();
   e.channels = image_shape[1];
@@ -839,7 +840,8 @@ void BatchSource::DecodeRow(int64_t first, int64_t b, Batch& out) {
   out.labels[b] = 0;
   std::lock_guard<std::mutex> lock(bad_mutex_);
   out.error = Printable(folder_->root(), 4096) + ": none of " + std::to_string(tries) +
-              " images in a row decodes (each is named above); is it a folder of JPEG files?";
+              " images in a row decodes (each is named above); " +
+              (folder_->shards() ? "do the shards hold JPEG files?" : "is it a folder of JPEG files?");
 }
 
 void BatchSource::Next(Batch& out) {

@@ -7,8 +7,8 @@
 //    deviation, shuffled per epoch from the seed;
 //  - npy:IMAGES.npy,LABELS.npy[,TEST_IMAGES.npy,TEST_LABELS.npy]: the user's
 //    own arrays, shuffled the same way;
-//  - imagefolder:DIR: JPEG files in class folders, decoded and augmented
-//    batch by batch (images.h).
+//  - imagefolder:DIR and shards:PATTERN: JPEG files in class folders or in
+//    WebDataset tar shards, decoded and augmented batch by batch (images.h).
 //
 // A Prefetcher fills the next batch on a background thread while a step runs.
 
@@ -97,7 +97,7 @@ class BatchSource {
                                                        const std::vector<int64_t>& image_shape,
                                                        int64_t classes, bool shuffle,
                                                        uint64_t seed);
-  // Batches decoded from an image folder (images.h), `threads` threads per
+  // Batches decoded from an image folder or shards (images.h), `threads` threads per
   // batch. `train`: shuffled per epoch, each image augmented as
   // `augmentation` says (random crops and flips; with kResize, flips where
   // set_flip) from (seed, epoch, example), so the same on every run and with
@@ -107,8 +107,8 @@ class BatchSource {
   // (the next one in the order takes its place) with a warning on stderr the
   // first time, and counted by skipped(). After kMaxSubstitutes failures in
   // a row the batch carries an error instead (a folder of non-JPEGs).
-  static StatusOr<std::unique_ptr<BatchSource>> FromImageFolder(
-      std::shared_ptr<const ImageFolder> folder, int64_t batch,
+  static StatusOr<std::unique_ptr<BatchSource>> FromImages(
+      std::shared_ptr<const ImageSet> folder, int64_t batch,
       const std::vector<int64_t>& image_shape, int64_t classes, bool train, uint64_t seed,
       int threads, Augmentation augmentation = Augmentation::kImageNet);
   // Random examples (uniform labels, normal pixels), `batches` batches' worth
@@ -167,7 +167,7 @@ class BatchSource {
   std::vector<int64_t> order_;
   // Image folders: decoded per batch by threads_ threads; the files found
   // undecodable (guarded by bad_mutex_).
-  std::shared_ptr<const ImageFolder> folder_;
+  std::shared_ptr<const ImageSet> folder_;
   Augmentation augmentation_ = Augmentation::kImageNet;
   int threads_ = 1;
   bool strict_ = false;

@@ -9,6 +9,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <sys/stat.h>
 #include <turbojpeg.h>
 #include <unistd.h>
@@ -20,6 +21,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 #include <tuple>
 #include <utility>
 
@@ -147,31 +149,40 @@ bool IsProgressive(const std::vector<unsigned char>& b) {
   return false;
 }
 
-// Reads a whole regular file of at most kMaxFileBytes.
-Status ReadFile(const std::string& path, std::vector<unsigned char>& bytes) {
-  // Links were resolved when the folder was read: one swapped in since is
-  // refused, not followed.
+// Reads `size` bytes at `offset` of a regular file (size -1: the whole
+// file), at most kMaxFileBytes; `name` names them in errors.
+Status ReadBytes(const std::string& path, int64_t offset, int64_t size, const std::string& name,
+                 std::vector<unsigned char>& bytes) {
+  // Links were resolved when the data set was opened: one swapped in since
+  // is refused, not followed.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
   if (fd < 0) return IoError(path, std::strerror(errno));
   struct stat st;
   Status status;
+  const int64_t want = size < 0 ? 0 : size;
   if (::fstat(fd, &st) != 0) {
     status = IoError(path, std::strerror(errno));
   } else if (!S_ISREG(st.st_mode)) {
     status = IoError(path, "not a regular file");
-  } else if (st.st_size > kMaxFileBytes) {
-    status = IoError(path, std::to_string(st.st_size) + " bytes, more than an image file may hold (" +
+  } else if (size >= 0 && (offset < 0 || offset > st.st_size || want > st.st_size - offset)) {
+    status = IoError(name, "past the end of its shard (" + std::to_string(st.st_size) +
+                               " bytes now: changed since it was indexed?)");
+  } else if ((size < 0 ? st.st_size : want) > kMaxFileBytes) {
+    status = IoError(name, std::to_string(size < 0 ? st.st_size : want) +
+                               " bytes, more than an image file may hold (" +
                                std::to_string(kMaxFileBytes) + ")");
-  } else if (st.st_size == 0) {
-    status = IoError(path, "an empty file");
+  } else if ((size < 0 ? st.st_size : want) == 0) {
+    status = IoError(name, "an empty file");
   } else {
-    bytes.resize(static_cast<size_t>(st.st_size));
+    bytes.resize(static_cast<size_t>(size < 0 ? st.st_size : want));
+    const off_t first = size < 0 ? 0 : static_cast<off_t>(offset);
     size_t done = 0;
     while (done < bytes.size()) {
-      const ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
+      const ssize_t n =
+          ::pread(fd, bytes.data() + done, bytes.size() - done, first + static_cast<off_t>(done));
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) {
-        status = IoError(path, n < 0 ? std::strerror(errno) : "shorter than its size");
+        status = IoError(name, n < 0 ? std::strerror(errno) : "shorter than its size");
         break;
       }
       done += static_cast<size_t>(n);
@@ -343,10 +354,12 @@ void ResizeCrop(const uint8_t* pixels, int64_t stride, int64_t image_width, int6
   }
 }
 
-Status DecodeJpegFile(const std::string& path, int64_t channels, int64_t height, int64_t width,
-                      const std::function<Augment(int64_t, int64_t)>& augment, float* out) {
-  thread_local std::vector<unsigned char> bytes;
-  GRAPHC_RETURN_IF_ERROR(ReadFile(path, bytes));
+namespace {
+
+// Decodes JPEG `bytes` (named `path` in errors) as DecodeJpegFile does.
+Status DecodeJpegBytes(const std::string& path, const std::vector<unsigned char>& bytes,
+                       int64_t channels, int64_t height, int64_t width,
+                       const std::function<Augment(int64_t, int64_t)>& augment, float* out) {
   tjhandle tj = tjInitDecompress();
   if (tj == nullptr) return IoError(path, "cannot start the JPEG decoder");
   struct Closer {
@@ -395,7 +408,16 @@ Status DecodeJpegFile(const std::string& path, int64_t channels, int64_t height,
   return Status::Ok();
 }
 
-StatusOr<std::unique_ptr<ImageFolder>> ImageFolder::Open(const std::string& dir,
+}  // namespace
+
+Status DecodeJpegFile(const std::string& path, int64_t channels, int64_t height, int64_t width,
+                      const std::function<Augment(int64_t, int64_t)>& augment, float* out) {
+  thread_local std::vector<unsigned char> bytes;
+  GRAPHC_RETURN_IF_ERROR(ReadBytes(path, 0, -1, path, bytes));
+  return DecodeJpegBytes(path, bytes, channels, height, width, augment, out);
+}
+
+StatusOr<std::unique_ptr<ImageSet>> ImageSet::OpenFolder(const std::string& dir,
                                                          const std::vector<std::string>* classes) {
   const std::string root = RealPath(dir);
   struct stat st;
@@ -403,7 +425,7 @@ StatusOr<std::unique_ptr<ImageFolder>> ImageFolder::Open(const std::string& dir,
     return IoError(dir, "not a folder of class folders");
   std::vector<Entry> entries;
   GRAPHC_RETURN_IF_ERROR(ListDirectory(root, root, entries));
-  auto folder = std::unique_ptr<ImageFolder>(new ImageFolder());
+  auto folder = std::unique_ptr<ImageSet>(new ImageSet());
   folder->root_ = dir;
   for (const Entry& e : entries) {
     if (!e.directory) continue;
@@ -416,10 +438,16 @@ StatusOr<std::unique_ptr<ImageFolder>> ImageFolder::Open(const std::string& dir,
     const int32_t label = static_cast<int32_t>(folder->classes_.size());
     folder->classes_.push_back(e.name);
     for (auto& [where, name, open] : files) {
+      if (folder->files_.size() >= size_t{INT32_MAX})
+        return IoError(dir, "more than 2^31 images");
+      Item item;
+      item.file = static_cast<int32_t>(folder->files_.size());
+      item.label = label;
       folder->files_.push_back(open);
-      folder->labels_.push_back(label);
+      folder->items_.push_back(item);
     }
   }
+  folder->class_count_ = static_cast<int64_t>(folder->classes_.size());
   if (folder->classes_.empty()) return IoError(dir, "no class folders");
   if (classes != nullptr && *classes != folder->classes_)
     return IoError(dir, "holds " + std::to_string(folder->classes_.size()) +
@@ -428,7 +456,7 @@ StatusOr<std::unique_ptr<ImageFolder>> ImageFolder::Open(const std::string& dir,
   return folder;
 }
 
-Status ImageFolder::Decode(int64_t i, Augmentation augmentation, bool train, bool flip,
+Status ImageSet::Decode(int64_t i, Augmentation augmentation, bool train, bool flip,
                            uint64_t seed, int64_t channels, int64_t height, int64_t width,
                            float* out) const {
   SplitMix64 rng{seed};
@@ -446,7 +474,12 @@ Status ImageFolder::Decode(int64_t i, Augmentation augmentation, bool train, boo
     }
     return a;
   };
-  GRAPHC_RETURN_IF_ERROR(DecodeJpegFile(path(i), channels, height, width, augment, out));
+  thread_local std::vector<unsigned char> bytes;
+  const Item& item = items_[static_cast<size_t>(i)];
+  const std::string& file = files_[static_cast<size_t>(item.file)];
+  const std::string name = shards_ ? path(i) : file;
+  GRAPHC_RETURN_IF_ERROR(ReadBytes(file, item.offset, item.size, name, bytes));
+  GRAPHC_RETURN_IF_ERROR(DecodeJpegBytes(name, bytes, channels, height, width, augment, out));
   if (channels == 3) {
     static constexpr float kMean[3] = {0.485f, 0.456f, 0.406f};
     static constexpr float kStd[3] = {0.229f, 0.224f, 0.225f};
@@ -455,6 +488,362 @@ Status ImageFolder::Decode(int64_t i, Augmentation augmentation, bool train, boo
         out[c * height * width + p] = (out[c * height * width + p] - kMean[c]) / kStd[c];
   }
   return Status::Ok();
+}
+
+std::string ImageSet::path(int64_t i) const {
+  const Item& item = items_[static_cast<size_t>(i)];
+  const std::string& file = files_[static_cast<size_t>(item.file)];
+  return shards_ ? file + ": " + members_[static_cast<size_t>(i)] : file;
+}
+
+// ---------------------------------------------------------------------------
+// Tar shards.
+
+namespace {
+
+constexpr int64_t kTarBlock = 512;
+constexpr int64_t kMaxPaxBytes = int64_t{1} << 20;   // a pax extended header
+constexpr int64_t kMaxLongName = int64_t{1} << 16;   // a GNU long name
+constexpr int64_t kMaxLabelBytes = 64;               // KEY.cls
+constexpr size_t kMaxPatternBytes = 4096;
+
+// An open file descriptor, closed at the end of its scope.
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// Reads exactly `size` bytes at `offset`.
+bool PreadAll(int fd, void* out, int64_t size, int64_t offset) {
+  auto* to = static_cast<unsigned char*>(out);
+  int64_t done = 0;
+  while (done < size) {
+    const ssize_t n = ::pread(fd, to + done, static_cast<size_t>(size - done),
+                              static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += n;
+  }
+  return true;
+}
+
+// A tar number field: octal digits (after optional spaces, ending at a NUL,
+// a space or the field's end), or GNU's base-256 for large values (a first
+// byte of 0x80; 0xff, negative, is refused).
+bool TarNumber(const unsigned char* field, size_t size, int64_t& out) {
+  uint64_t value = 0;
+  if (field[0] & 0x80) {
+    if (field[0] != 0x80) return false;
+    for (size_t i = 1; i < size; ++i) {
+      if (value >> 55) return false;
+      value = (value << 8) | field[i];
+    }
+  } else {
+    size_t i = 0;
+    while (i < size && field[i] == ' ') ++i;
+    for (; i < size && field[i] >= '0' && field[i] <= '7'; ++i) {
+      if (value >> 60) return false;
+      value = value * 8 + static_cast<uint64_t>(field[i] - '0');
+    }
+    if (i < size && field[i] != 0 && field[i] != ' ') return false;
+  }
+  if (value > static_cast<uint64_t>(INT64_MAX)) return false;
+  out = static_cast<int64_t>(value);
+  return true;
+}
+
+// A NUL-terminated (or full) text field.
+std::string TarText(const unsigned char* field, size_t size) {
+  const char* text = reinterpret_cast<const char*>(field);
+  return std::string(text, strnlen(text, size));
+}
+
+// Whether the header's checksum (the sum of its bytes, the checksum field
+// counted as spaces; historic writers summed signed bytes) matches.
+bool TarChecksumMatches(const unsigned char* header) {
+  int64_t stored = 0;
+  if (!TarNumber(header + 148, 8, stored)) return false;
+  int64_t unsigned_sum = 0, signed_sum = 0;
+  for (int i = 0; i < kTarBlock; ++i) {
+    const unsigned char c = (i >= 148 && i < 156) ? ' ' : header[i];
+    unsigned_sum += c;
+    signed_sum += static_cast<signed char>(c);
+  }
+  return stored == unsigned_sum || stored == signed_sum;
+}
+
+// A pax extended header's path and size records ("LENGTH key=value\n").
+bool ParsePax(const std::string& data, std::string& path, int64_t& size) {
+  size_t at = 0;
+  while (at < data.size()) {
+    size_t length = 0, i = at;
+    for (; i < data.size() && data[i] >= '0' && data[i] <= '9' && i - at < 8; ++i)
+      length = length * 10 + static_cast<size_t>(data[i] - '0');
+    if (i == at || i >= data.size() || data[i] != ' ' || length <= i - at + 1 ||
+        length > data.size() - at || data[at + length - 1] != '\n')
+      return false;
+    const std::string record = data.substr(i + 1, at + length - 1 - (i + 1));
+    const size_t equals = record.find('=');
+    if (equals == std::string::npos) return false;
+    const std::string key = record.substr(0, equals), value = record.substr(equals + 1);
+    if (key == "path") {
+      path = value;
+    } else if (key == "size") {
+      if (value.empty() || value.size() > 18 ||
+          value.find_first_not_of("0123456789") != std::string::npos)
+        return false;
+      size = std::stoll(value);
+    }
+    at += length;
+  }
+  return true;
+}
+
+// A label: a decimal class index, surrounded by white space at most.
+bool ParseLabel(const std::string& text, int32_t& label) {
+  const size_t first = text.find_first_not_of(" \t\r\n");
+  if (first == std::string::npos) return false;
+  const size_t last = text.find_last_not_of(" \t\r\n");
+  const std::string digits = text.substr(first, last - first + 1);
+  if (digits.size() > 10 || digits.find_first_not_of("0123456789") != std::string::npos)
+    return false;
+  const int64_t value = std::stoll(digits);
+  if (value > INT32_MAX) return false;
+  label = static_cast<int32_t>(value);
+  return true;
+}
+
+// Brace expansion, as WebDataset's braceexpand: the first {A..B} or {a,b,...}
+// expanded, then the rest of each result.
+Status ExpandBraces(const std::string& pattern, std::vector<std::string>& out) {
+  auto error = [&](const std::string& what) {
+    return Status(ErrorCode::kInvalidArgument,
+                  Printable("shard pattern '" + pattern + "': " + what, 4096));
+  };
+  const size_t open = pattern.find('{');
+  if (open == std::string::npos) {
+    if (pattern.find('}') != std::string::npos) return error("a '}' without its '{'");
+    if (static_cast<int64_t>(out.size()) >= kMaxShards)
+      return error("more than " + std::to_string(kMaxShards) + " shards");
+    out.push_back(pattern);
+    return Status::Ok();
+  }
+  const size_t close = pattern.find('}', open);
+  if (close == std::string::npos) return error("a '{' without its '}'");
+  const std::string body = pattern.substr(open + 1, close - open - 1);
+  if (body.find('{') != std::string::npos) return error("braces inside braces");
+  if (pattern.substr(0, open).find('}') != std::string::npos)
+    return error("a '}' without its '{'");
+  const std::string before = pattern.substr(0, open), after = pattern.substr(close + 1);
+  const size_t dots = body.find("..");
+  if (dots != std::string::npos) {
+    const std::string a = body.substr(0, dots), b = body.substr(dots + 2);
+    auto numeric = [](const std::string& s) {
+      return !s.empty() && s.size() <= 18 && s.find_first_not_of("0123456789") == std::string::npos;
+    };
+    if (!numeric(a) || !numeric(b)) return error("{" + body + "} is not a range of numbers");
+    const int64_t from = std::stoll(a), to = std::stoll(b);
+    const size_t width = (a.size() > 1 && a[0] == '0') || (b.size() > 1 && b[0] == '0')
+                             ? std::max(a.size(), b.size())
+                             : 0;
+    const int64_t step = from <= to ? 1 : -1;
+    if ((to - from) * step >= kMaxShards)
+      return error("more than " + std::to_string(kMaxShards) + " shards");
+    for (int64_t n = from;; n += step) {
+      std::string number = std::to_string(n);
+      if (number.size() < width) number.insert(0, width - number.size(), '0');
+      GRAPHC_RETURN_IF_ERROR(ExpandBraces(before + number + after, out));
+      if (n == to) break;
+    }
+    return Status::Ok();
+  }
+  if (body.find(',') == std::string::npos) return error("{" + body + "} is not A..B or a,b,...");
+  size_t start = 0;
+  for (;;) {
+    const size_t comma = body.find(',', start);
+    GRAPHC_RETURN_IF_ERROR(ExpandBraces(
+        before + body.substr(start, comma == std::string::npos ? std::string::npos : comma - start) +
+            after,
+        out));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<std::vector<std::string>> ExpandShardPattern(const std::string& pattern) {
+  if (pattern.empty()) return Status(ErrorCode::kInvalidArgument, "an empty shard pattern");
+  if (pattern.size() > kMaxPatternBytes)
+    return Status(ErrorCode::kInvalidArgument,
+                  "a shard pattern of more than " + std::to_string(kMaxPatternBytes) + " bytes");
+  std::vector<std::string> expanded;
+  GRAPHC_RETURN_IF_ERROR(ExpandBraces(pattern, expanded));
+  std::vector<std::string> files;
+  for (const std::string& name : expanded) {
+    if (name.find_first_of("*?[") == std::string::npos) {
+      files.push_back(name);
+    } else {
+      glob_t matches{};
+      const int result = ::glob(name.c_str(), GLOB_ERR, nullptr, &matches);
+      if (result == 0)
+        for (size_t i = 0; i < matches.gl_pathc; ++i) files.push_back(matches.gl_pathv[i]);
+      ::globfree(&matches);
+      if (result == GLOB_NOMATCH)
+        return Status(ErrorCode::kInvalidArgument, Printable("'" + name + "' matches no file", 4096));
+      if (result != 0)
+        return Status(ErrorCode::kIo, Printable("'" + name + "': cannot be matched (" +
+                                                    (result == GLOB_NOSPACE ? "out of memory"
+                                                                            : "a folder cannot be read") +
+                                                    ")", 4096));
+    }
+    if (static_cast<int64_t>(files.size()) > kMaxShards)
+      return Status(ErrorCode::kInvalidArgument,
+                    Printable("shard pattern '" + pattern + "': more than " +
+                                  std::to_string(kMaxShards) + " shards", 4096));
+  }
+  return files;
+}
+
+Status ImageSet::IndexShard(const std::string& path, int32_t file) {
+  Fd shard;
+  shard.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
+  if (shard.fd < 0) return IoError(path, std::strerror(errno));
+  struct stat st;
+  if (::fstat(shard.fd, &st) != 0) return IoError(path, std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) return IoError(path, "not a regular file (a tar shard)");
+  const int64_t end = st.st_size;
+  auto at = [&](int64_t offset, const std::string& what) {
+    return IoError(path, "byte " + std::to_string(offset) + ": " + what);
+  };
+
+  // The sample being gathered: the members of one key.
+  std::string key;
+  bool has_image = false, has_label = false;
+  Item image;
+  std::string image_member, label_member;
+  const size_t first_item = items_.size();
+  auto finish = [&]() -> Status {
+    if (has_image && !has_label)
+      return IoError(path + ": " + image_member,
+                     "a JPEG without its label (" + key + ".cls, a class index)");
+    if (has_label && !has_image)
+      return IoError(path + ": " + label_member, "a label without its JPEG (" + key + ".jpg)");
+    if (has_image) {
+      items_.push_back(image);
+      members_.push_back(image_member);
+      class_count_ = std::max<int64_t>(class_count_, int64_t{image.label} + 1);
+    }
+    has_image = has_label = false;
+    return Status::Ok();
+  };
+
+  unsigned char header[kTarBlock];
+  std::string long_name, pax_path;
+  int64_t pax_size = -1;
+  int64_t pos = 0;
+  while (pos < end) {
+    if (end - pos < kTarBlock) return at(pos, "a tar header cut short (the shard is truncated)");
+    if (!PreadAll(shard.fd, header, kTarBlock, pos)) return IoError(path, std::strerror(errno));
+    if (std::all_of(header, header + kTarBlock, [](unsigned char c) { return c == 0; }))
+      break;  // the end-of-archive blocks
+    if (!TarChecksumMatches(header))
+      return at(pos, pos == 0 ? "not a tar file (no tar header with a valid checksum)"
+                              : "a corrupt tar header (its checksum does not match)");
+    int64_t size = 0;
+    if (!TarNumber(header + 124, 12, size)) return at(pos, "a tar header with a corrupt size");
+    if (pax_size >= 0) size = pax_size;
+    const int64_t data = pos + kTarBlock;
+    std::string name = TarText(header, 100);
+    if (std::memcmp(header + 257, "ustar\0", 6) == 0) {  // POSIX: a prefix field
+      const std::string prefix = TarText(header + 345, 155);
+      if (!prefix.empty()) name = prefix + "/" + name;
+    }
+    if (!pax_path.empty()) name = pax_path;
+    else if (!long_name.empty()) name = long_name;
+    if (size > end - data)
+      return at(pos, "member '" + name + "' of " + std::to_string(size) +
+                         " bytes runs past the end of the shard (truncated)");
+    const int64_t next = data + (size + kTarBlock - 1) / kTarBlock * kTarBlock;
+    const char type = static_cast<char>(header[156]);
+    if (type == 'x' || type == 'L') {
+      if (size > (type == 'x' ? kMaxPaxBytes : kMaxLongName))
+        return at(pos, "an extended header of " + std::to_string(size) + " bytes");
+      std::string text(static_cast<size_t>(size), '\0');
+      if (!PreadAll(shard.fd, text.data(), size, data)) return IoError(path, std::strerror(errno));
+      if (type == 'L') {
+        long_name = text.substr(0, text.find('\0'));
+      } else if (!ParsePax(text, pax_path, pax_size)) {
+        return at(pos, "a corrupt pax extended header");
+      }
+      pos = next;
+      continue;
+    }
+    long_name.clear();
+    pax_path.clear();
+    pax_size = -1;
+    pos = next;
+    if (type == 'g' || type == 'K' || !(type == '0' || type == '\0' || type == '7'))
+      continue;  // not a file: a directory, a link, global pax records
+    // WebDataset's key and extension: split at the first dot of the file name.
+    const size_t slash = name.rfind('/');
+    const size_t base = slash == std::string::npos ? 0 : slash + 1;
+    const size_t dot = name.find('.', base);
+    if (dot == std::string::npos || dot == base) continue;
+    std::string extension = name.substr(dot + 1);
+    for (char& c : extension) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    const std::string member_key = name.substr(0, dot);
+    if (member_key != key) {
+      GRAPHC_RETURN_IF_ERROR(finish());
+      key = member_key;
+    }
+    if (extension == "jpg" || extension == "jpeg") {
+      if (has_image) return IoError(path + ": " + name, "a second JPEG for key '" + key + "'");
+      has_image = true;
+      image.file = file;
+      image.offset = data;
+      image.size = size;
+      image_member = name;
+    } else if (extension == "cls") {
+      if (has_label) return IoError(path + ": " + name, "a second label for key '" + key + "'");
+      if (size > kMaxLabelBytes)
+        return IoError(path + ": " + name,
+                       std::to_string(size) + " bytes; a label is a decimal class index");
+      std::string text(static_cast<size_t>(size), '\0');
+      if (!PreadAll(shard.fd, text.data(), size, data)) return IoError(path, std::strerror(errno));
+      if (!ParseLabel(text, image.label))
+        return IoError(path + ": " + name,
+                       "a label must be a decimal class index (0 to 2^31 - 1), not '" + text + "'");
+      has_label = true;
+      label_member = name;
+    }
+  }
+  GRAPHC_RETURN_IF_ERROR(finish());
+  if (items_.size() == first_item)
+    return IoError(path, "holds no samples (KEY.jpg with its label in KEY.cls)");
+  return Status::Ok();
+}
+
+StatusOr<std::unique_ptr<ImageSet>> ImageSet::OpenShards(const std::string& pattern) {
+  StatusOr<std::vector<std::string>> names = ExpandShardPattern(pattern);
+  if (!names.ok()) return names.status();
+  auto set = std::unique_ptr<ImageSet>(new ImageSet());
+  set->root_ = pattern;
+  set->shards_ = true;
+  std::set<std::string> seen;
+  for (const std::string& name : *names) {
+    const std::string real = RealPath(name);
+    if (real.empty()) return IoError(name, std::strerror(errno));
+    if (!seen.insert(real).second)
+      return IoError(name, "named twice by the shard pattern (as " + real + ")");
+    const int32_t file = static_cast<int32_t>(set->files_.size());
+    set->files_.push_back(real);
+    GRAPHC_RETURN_IF_ERROR(set->IndexShard(real, file));
+  }
+  return set;
 }
 
 }  // namespace graphc::runtime

@@ -1,5 +1,6 @@
 // Training on image files: a folder of JPEGs laid out as torchvision's
-// ImageFolder (one subfolder per class, labels from the sorted folder names),
+// ImageFolder (one subfolder per class, labels from the sorted folder names)
+// or WebDataset-style tar shards (KEY.jpg with its label in KEY.cls),
 // decoded with libjpeg-turbo's TurboJPEG API and augmented on the host. The
 // ImageNet augmentation (the default):
 //
@@ -17,6 +18,10 @@
 // (PIL's antialiased bilinear). Pixels end in [0, 1]; three channels are then
 // normalized with ImageNet's mean and standard deviation, one channel (gray)
 // is left in [0, 1].
+//
+// Shards are indexed once (each member's offset and size, each label) and
+// their JPEGs then read in place, so that shards and folders are the same
+// list of images to the batch source.
 //
 // A file that does not decode (corrupt, truncated, not a JPEG, or over
 // kMaxImagePixels: a decompression bomb) is an error naming the file; the
@@ -86,24 +91,44 @@ enum class Augmentation {
   kResize,    // the whole image resized to the input size (flipped only on request)
 };
 
-// A folder of classes of JPEG files (*.jpg, *.jpeg, any case).
-class ImageFolder {
+// The images of a training or evaluation split, with their labels: a folder
+// of class folders of JPEG files (*.jpg, *.jpeg, any case), or WebDataset
+// tar shards whose samples are KEY.jpg (or .jpeg) beside KEY.cls.
+class ImageSet {
  public:
   // Reads DIR's class folders and their files, sorted by name. Errors (kIo,
   // naming the path): DIR or a class that cannot be read, no class folders,
   // a class folder with no JPEG, a symbolic link that leads out of DIR.
   // With `classes`, the folder must hold exactly those classes (a validation
   // split against its training split).
-  static StatusOr<std::unique_ptr<ImageFolder>> Open(const std::string& dir,
-                                                     const std::vector<std::string>* classes);
+  static StatusOr<std::unique_ptr<ImageSet>> OpenFolder(const std::string& dir,
+                                                        const std::vector<std::string>* classes);
+
+  // Indexes the tar shards PATTERN names (ExpandShardPattern): each
+  // member's place in its shard, and each sample's label, read from KEY.cls
+  // (a decimal class index). Samples are a shard's runs of members with the
+  // same key (the member's path up to the first dot of its file name), as
+  // WebDataset groups them, in shard order and then tar order. Errors (kIo,
+  // naming the shard and member): a shard that is not a regular file, a
+  // corrupt or truncated tar header (its checksum is checked), a member that
+  // runs past the end of its shard, a sample with a JPEG but no label or a
+  // label but no JPEG, a label that is not a decimal number below 2^31, a
+  // shard with no samples. JPEG bytes are read only when decoded.
+  static StatusOr<std::unique_ptr<ImageSet>> OpenShards(const std::string& pattern);
 
   const std::string& root() const { return root_; }  // as the user named it
-  int64_t count() const { return static_cast<int64_t>(files_.size()); }
-  int32_t label(int64_t i) const { return labels_[static_cast<size_t>(i)]; }
-  const std::string& path(int64_t i) const { return files_[static_cast<size_t>(i)]; }
+  int64_t count() const { return static_cast<int64_t>(items_.size()); }
+  int32_t label(int64_t i) const { return items_[static_cast<size_t>(i)].label; }
+  // Image i's file, or for a shard member "SHARD: MEMBER" (for messages).
+  std::string path(int64_t i) const;
+  // A folder's class names (sorted); empty for shards.
   const std::vector<std::string>& classes() const { return classes_; }
+  // The labels are below this: a folder's class count, a shard's largest
+  // label plus one.
+  int64_t class_count() const { return class_count_; }
+  bool shards() const { return shards_; }
 
-  // Decodes file i into `out` ([channels, height, width] float32; channels 1
+  // Decodes image i into `out` ([channels, height, width] float32; channels 1
   // decodes gray, 3 RGB) as `augmentation` says, the random choices drawn
   // from `seed`: for training (`train`) a random crop and flip, or the whole
   // image flipped with probability 1/2 where `flip`; else the center crop
@@ -112,14 +137,35 @@ class ImageFolder {
                 int64_t channels, int64_t height, int64_t width, float* out) const;
 
  private:
+  // Adds the samples of the tar shard at `path` (canonical), files_[file].
+  Status IndexShard(const std::string& path, int32_t file);
+
+  struct Item {
+    int32_t file = 0;     // in files_
+    int32_t label = 0;
+    int64_t offset = 0;   // a shard member's bytes; size -1: the whole file
+    int64_t size = -1;
+  };
   std::string root_;
+  bool shards_ = false;
   std::vector<std::string> classes_;
-  std::vector<std::string> files_;
-  std::vector<int32_t> labels_;
+  int64_t class_count_ = 0;
+  std::vector<std::string> files_;    // canonical paths, opened without following links
+  std::vector<std::string> members_;  // shards: each item's member name
+  std::vector<Item> items_;
 };
 
+// The shard files a PATTERN names, in order: brace ranges and lists expanded
+// first ("train-{000..127}.tar", "{a,b}.tar", zero-padded as the range's
+// first number is, as WebDataset's braceexpand does), then each result with
+// *, ? or [ matched against the file system (sorted, at least one match),
+// else taken as a path that must exist. kInvalidArgument names a malformed
+// pattern, one that expands to more than kMaxShards names, or no match.
+inline constexpr int64_t kMaxShards = 1 << 20;
+StatusOr<std::vector<std::string>> ExpandShardPattern(const std::string& pattern);
+
 // Decodes one JPEG file to out ([channels, height, width] in [0, 1]), its
-// crop and flip chosen from its size by `augment`, as ImageFolder::Decode
+// crop and flip chosen from its size by `augment`, as ImageSet::Decode
 // does before normalizing; exposed for tests.
 Status DecodeJpegFile(const std::string& path, int64_t channels, int64_t height, int64_t width,
                       const std::function<Augment(int64_t, int64_t)>& augment, float* out);

@@ -14,8 +14,10 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <string>
@@ -246,7 +248,7 @@ TEST(ImagesTest, FoldersListClassesAndFilesInTorchvisionOrder) {
   Write(r + "/a/x.jpeg", jpeg);
   Write(r + "/.hidden/y.jpg", jpeg);
   Write(r + "/top.jpg", jpeg);  // not in a class
-  auto folder = ImageFolder::Open(r, nullptr);
+  auto folder = ImageSet::OpenFolder(r, nullptr);
   ASSERT_TRUE(folder.ok()) << folder.status().ToString();
   EXPECT_EQ((*folder)->classes(), (std::vector<std::string>{"a", "b"}));
   std::vector<std::string> files;
@@ -259,7 +261,7 @@ TEST(ImagesTest, FoldersListClassesAndFilesInTorchvisionOrder) {
   // A validation split must hold the same classes.
   Write(r + "-val/a/v.jpg", jpeg);
   const std::vector<std::string> classes = (*folder)->classes();
-  auto val = ImageFolder::Open(r + "-val", &classes);
+  auto val = ImageSet::OpenFolder(r + "-val", &classes);
   EXPECT_FALSE(val.ok());
   EXPECT_NE(val.status().message().find("not the training folder's 2"), std::string::npos);
   fs::remove_all(r + "-val");
@@ -271,7 +273,7 @@ TEST(ImagesTest, FoldersRefuseEmptyClassesEscapingLinksAndNothing) {
   const std::string jpeg = Jpeg(8, 8);
   fs::create_directories(r + "/empty");
   Write(r + "/full/a.jpg", jpeg);
-  auto empty = ImageFolder::Open(r, nullptr);
+  auto empty = ImageSet::OpenFolder(r, nullptr);
   ASSERT_FALSE(empty.ok());
   EXPECT_NE(empty.status().message().find("empty: a class folder without a JPEG"),
             std::string::npos)
@@ -279,18 +281,18 @@ TEST(ImagesTest, FoldersRefuseEmptyClassesEscapingLinksAndNothing) {
   fs::remove_all(r + "/empty");
   // A link inside the dataset is followed; one leading out is refused.
   fs::create_symlink(r + "/full/a.jpg", r + "/full/b.jpg");
-  auto inside = ImageFolder::Open(r, nullptr);
+  auto inside = ImageSet::OpenFolder(r, nullptr);
   ASSERT_TRUE(inside.ok()) << inside.status().ToString();
   EXPECT_EQ((*inside)->count(), 2);
   fs::create_symlink("/etc", r + "/full/etc");
-  auto outside = ImageFolder::Open(r, nullptr);
+  auto outside = ImageSet::OpenFolder(r, nullptr);
   ASSERT_FALSE(outside.ok());
   EXPECT_NE(outside.status().message().find("a symbolic link that leads out of the dataset"),
             std::string::npos);
   TempDir bare;
-  EXPECT_NE(ImageFolder::Open(bare.path(), nullptr).status().message().find("no class folders"),
+  EXPECT_NE(ImageSet::OpenFolder(bare.path(), nullptr).status().message().find("no class folders"),
             std::string::npos);
-  EXPECT_FALSE(ImageFolder::Open(bare.path() + "/missing", nullptr).ok());
+  EXPECT_FALSE(ImageSet::OpenFolder(bare.path() + "/missing", nullptr).ok());
 }
 
 // ---------------------------------------------------------------------------
@@ -298,12 +300,12 @@ TEST(ImagesTest, FoldersRefuseEmptyClassesEscapingLinksAndNothing) {
 
 // 3 classes of 4 images each, of different sizes; the label is also in the
 // pixels' mean (so a batch row can be matched to its file).
-std::shared_ptr<const ImageFolder> SmallFolder(const std::string& root) {
+std::shared_ptr<const ImageSet> SmallFolder(const std::string& root) {
   for (int c = 0; c < 3; ++c)
     for (int i = 0; i < 4; ++i)
       Write(root + "/class" + std::to_string(c) + "/" + std::to_string(i) + ".jpg",
             Jpeg(20 + 4 * i + c, 16 + 3 * i));
-  auto folder = ImageFolder::Open(root, nullptr);
+  auto folder = ImageSet::OpenFolder(root, nullptr);
   EXPECT_TRUE(folder.ok()) << folder.status().ToString();
   return std::move(*folder);
 }
@@ -318,8 +320,8 @@ TEST(ImagesTest, FolderBatchesCoverEachImageOnceAndRepeatWithAnyThreads) {
   TempDir dir;
   auto folder = SmallFolder(dir.path());
   const std::vector<int64_t> shape = {4, 3, 8, 8};
-  auto one = BatchSource::FromImageFolder(folder, 4, shape, 3, true, 9, 1);
-  auto three = BatchSource::FromImageFolder(folder, 4, shape, 3, true, 9, 3);
+  auto one = BatchSource::FromImages(folder, 4, shape, 3, true, 9, 1);
+  auto three = BatchSource::FromImages(folder, 4, shape, 3, true, 9, 3);
   ASSERT_TRUE(one.ok() && three.ok());
   const std::vector<Batch> a = Batches(**one, 6), b = Batches(**three, 6);
   for (size_t i = 0; i < a.size(); ++i) {
@@ -335,14 +337,14 @@ TEST(ImagesTest, FolderBatchesCoverEachImageOnceAndRepeatWithAnyThreads) {
   }
   EXPECT_NE(a[0].images, a[3].images);
   // Resuming at batch 4 gives batches 4 and 5 again.
-  auto resumed = BatchSource::FromImageFolder(folder, 4, shape, 3, true, 9, 2);
+  auto resumed = BatchSource::FromImages(folder, 4, shape, 3, true, 9, 2);
   ASSERT_TRUE(resumed.ok());
   (*resumed)->Seek(4);
   const std::vector<Batch> c = Batches(**resumed, 2);
   EXPECT_EQ(c[0].images, a[4].images);
   EXPECT_EQ(c[1].labels, a[5].labels);
   // Two shards of the batch are its two halves.
-  auto shard = BatchSource::FromImageFolder(folder, 4, shape, 3, true, 9, 1);
+  auto shard = BatchSource::FromImages(folder, 4, shape, 3, true, 9, 1);
   ASSERT_TRUE(shard.ok() && (*shard)->SetShard(1, 2).ok());
   Batch half;
   (*shard)->Next(half);
@@ -350,7 +352,7 @@ TEST(ImagesTest, FolderBatchesCoverEachImageOnceAndRepeatWithAnyThreads) {
   EXPECT_TRUE(std::equal(half.images.begin(), half.images.end(),
                          a[0].images.begin() + 2 * 3 * 8 * 8));
   // Evaluation batches: in order, center-cropped, the same every time.
-  auto eval = BatchSource::FromImageFolder(folder, 4, shape, 3, false, 9, 2);
+  auto eval = BatchSource::FromImages(folder, 4, shape, 3, false, 9, 2);
   ASSERT_TRUE(eval.ok());
   const std::vector<Batch> e = Batches(**eval, 4);
   EXPECT_EQ(e[0].labels, (std::vector<int32_t>{0, 0, 0, 0}));
@@ -361,7 +363,7 @@ TEST(ImagesTest, UndecodableImagesAreSkippedAndCounted) {
   TempDir dir;
   auto folder = SmallFolder(dir.path());
   Write(dir.path() + "/class1/2.jpg", "corrupt");  // the folder listed it as a JPEG
-  auto source = BatchSource::FromImageFolder(folder, 4, {4, 3, 8, 8}, 3, false, 1, 2);
+  auto source = BatchSource::FromImages(folder, 4, {4, 3, 8, 8}, 3, false, 1, 2);
   ASSERT_TRUE(source.ok());
   const std::vector<Batch> epoch = Batches(**source, 6);
   EXPECT_EQ((*source)->skipped(), 1);
@@ -370,7 +372,7 @@ TEST(ImagesTest, UndecodableImagesAreSkippedAndCounted) {
   EXPECT_EQ(std::vector<float>(epoch[1].images.begin() + 2 * 192, epoch[1].images.begin() + 3 * 192),
             std::vector<float>(epoch[1].images.begin() + 3 * 192, epoch[1].images.end()));
   // Strict: the batch holding the bad file fails, naming it; nothing skipped.
-  auto strict = BatchSource::FromImageFolder(folder, 4, {4, 3, 8, 8}, 3, false, 1, 2);
+  auto strict = BatchSource::FromImages(folder, 4, {4, 3, 8, 8}, 3, false, 1, 2);
   ASSERT_TRUE(strict.ok());
   (*strict)->set_strict(true);
   const std::vector<Batch> strict_epoch = Batches(**strict, 2);
@@ -381,18 +383,294 @@ TEST(ImagesTest, UndecodableImagesAreSkippedAndCounted) {
   // A folder none of whose images decodes: the batch carries an error.
   TempDir junk;
   for (int i = 0; i < 6; ++i) Write(junk.path() + "/c/" + std::to_string(i) + ".jpg", "junk");
-  auto all_bad = ImageFolder::Open(junk.path(), nullptr);
+  auto all_bad = ImageSet::OpenFolder(junk.path(), nullptr);
   ASSERT_TRUE(all_bad.ok());
   auto junk_source =
-      BatchSource::FromImageFolder(std::move(*all_bad), 2, {2, 3, 8, 8}, 3, true, 1, 1);
+      BatchSource::FromImages(std::move(*all_bad), 2, {2, 3, 8, 8}, 3, true, 1, 1);
   ASSERT_TRUE(junk_source.ok());
   Batch none;
   (*junk_source)->Next(none);
   EXPECT_NE(none.error.find("none of 6 images in a row decodes"), std::string::npos) << none.error;
   // Wrong shapes for a folder.
-  EXPECT_FALSE(BatchSource::FromImageFolder(folder, 4, {4, 2, 8, 8}, 3, true, 1, 1).ok());
-  EXPECT_FALSE(BatchSource::FromImageFolder(folder, 16, {16, 3, 8, 8}, 3, true, 1, 1).ok());
-  EXPECT_FALSE(BatchSource::FromImageFolder(folder, 4, {4, 3, 8, 8}, 2, true, 1, 1).ok());
+  EXPECT_FALSE(BatchSource::FromImages(folder, 4, {4, 2, 8, 8}, 3, true, 1, 1).ok());
+  EXPECT_FALSE(BatchSource::FromImages(folder, 16, {16, 3, 8, 8}, 3, true, 1, 1).ok());
+  EXPECT_FALSE(BatchSource::FromImages(folder, 4, {4, 3, 8, 8}, 2, true, 1, 1).ok());
+}
+
+// ---------------------------------------------------------------------------
+// Tar shards.
+
+// One tar member: a ustar header (its checksum computed) and the data padded
+// to 512 bytes. `prefix` fills ustar's prefix field.
+std::string TarMember(const std::string& name, const std::string& data, char type = '0',
+                      const std::string& prefix = "") {
+  std::string h(512, '\0');
+  std::memcpy(&h[0], name.data(), std::min<size_t>(100, name.size()));
+  std::snprintf(&h[100], 8, "%07o", 0644);
+  std::snprintf(&h[108], 8, "%07o", 0);
+  std::snprintf(&h[116], 8, "%07o", 0);
+  std::snprintf(&h[124], 12, "%011o", static_cast<unsigned>(data.size()));
+  std::snprintf(&h[136], 12, "%011o", 0);
+  h[156] = type;
+  std::memcpy(&h[257], "ustar\0" "00", 8);
+  std::memcpy(&h[345], prefix.data(), std::min<size_t>(155, prefix.size()));
+  std::memset(&h[148], ' ', 8);
+  unsigned sum = 0;
+  for (unsigned char c : h) sum += c;
+  std::snprintf(&h[148], 8, "%06o", sum);
+  h[155] = ' ';
+  std::string member = h + data;
+  member.append((512 - data.size() % 512) % 512, '\0');
+  return member;
+}
+
+// A pax extended header naming the next member.
+std::string PaxPath(const std::string& path) {
+  std::string record = " path=" + path + "\n";
+  // The length counts its own digits.
+  size_t length = record.size() + 1;
+  while (std::to_string(length).size() + record.size() != length) ++length;
+  return TarMember("PaxHeader/x", std::to_string(length) + record, 'x');
+}
+
+std::string TarEnd() { return std::string(1024, '\0'); }
+
+// Recomputes the checksum of the header at `block` after an edit.
+void Rechecksum(std::string& tar, size_t block) {
+  std::memset(&tar[block + 148], ' ', 8);
+  unsigned sum = 0;
+  for (size_t i = block; i < block + 512; ++i) sum += static_cast<unsigned char>(tar[i]);
+  std::snprintf(&tar[block + 148], 8, "%06o", sum);
+  tar[block + 155] = ' ';
+}
+
+TEST(ImagesTest, ShardPatternsExpandAsBraceexpandDoes) {
+  auto expand = [](const std::string& pattern) {
+    StatusOr<std::vector<std::string>> names = ExpandShardPattern(pattern);
+    EXPECT_TRUE(names.ok()) << names.status().ToString();
+    return names.ok() ? *names : std::vector<std::string>{};
+  };
+  EXPECT_EQ(expand("a-{00..03}.tar"),
+            (std::vector<std::string>{"a-00.tar", "a-01.tar", "a-02.tar", "a-03.tar"}));
+  EXPECT_EQ(expand("{a,b}-{1..2}"), (std::vector<std::string>{"a-1", "a-2", "b-1", "b-2"}));
+  EXPECT_EQ(expand("x{3..1}"), (std::vector<std::string>{"x3", "x2", "x1"}));
+  EXPECT_EQ(expand("x{8..10}"), (std::vector<std::string>{"x8", "x9", "x10"}));
+  EXPECT_EQ(expand("x{9..010}"), (std::vector<std::string>{"x009", "x010"}));
+  EXPECT_EQ(expand("plain.tar"), (std::vector<std::string>{"plain.tar"}));
+  auto error = [](const std::string& pattern) {
+    StatusOr<std::vector<std::string>> names = ExpandShardPattern(pattern);
+    return names.ok() ? std::string("ok") : names.status().message();
+  };
+  EXPECT_NE(error("x{1..").find("a '{' without its '}'"), std::string::npos);
+  EXPECT_NE(error("x}{1..2}").find("a '}' without its '{'"), std::string::npos);
+  EXPECT_NE(error("x{1..2}}").find("a '}' without its '{'"), std::string::npos);
+  EXPECT_NE(error("x{{1..2}}").find("braces inside braces"), std::string::npos);
+  EXPECT_NE(error("x{1..a}").find("not a range of numbers"), std::string::npos);
+  EXPECT_NE(error("x{1}").find("is not A..B or a,b,..."), std::string::npos);
+  EXPECT_NE(error("x{0..9999999}").find("more than 1048576 shards"), std::string::npos);
+  EXPECT_NE(error("x{0..1023}{0..1023}{0..1}").find("more than 1048576 shards"),
+            std::string::npos);
+  EXPECT_NE(error("").find("an empty shard pattern"), std::string::npos);
+  // Wildcards match files, sorted; a wildcard that matches nothing is an error.
+  TempDir dir;
+  Write(dir.path() + "/s2.tar", "");
+  Write(dir.path() + "/s1.tar", "");
+  EXPECT_EQ(expand(dir.path() + "/s*.tar"),
+            (std::vector<std::string>{dir.path() + "/s1.tar", dir.path() + "/s2.tar"}));
+  EXPECT_NE(error(dir.path() + "/z*.tar").find("matches no file"), std::string::npos);
+}
+
+TEST(ImagesTest, ShardsIndexSamplesInOrderWithTheirLabels) {
+  TempDir dir;
+  const std::string a = Jpeg(8, 8), b = Jpeg(12, 8), c = Jpeg(8, 12), d = Jpeg(16, 16);
+  const std::string long_dir(120, 'd');
+  Write(dir.path() + "/s0.tar",
+        TarMember("k0.jpg", a) + TarMember("k0.cls", "2") + TarMember("folder/", "", '5') +
+            TarMember("k1.cls", " 0\n") + TarMember("k1.JPEG", b) + TarMember("k1.json", "{}") +
+            TarMember("README", "not a sample") + PaxPath(long_dir + "/k2.jpg") +
+            TarMember("cut", c) + TarMember("././@LongLink", long_dir + "/k2.cls" + '\0', 'L') +
+            TarMember("cut2", "1") + TarEnd());
+  // ustar's prefix field, and a shard without end-of-archive blocks.
+  Write(dir.path() + "/s1.tar", TarMember("k3.jpg", d, '0', "sub") +
+                                    TarMember("k3.cls", "1", '0', "sub"));
+  auto set = ImageSet::OpenShards(dir.path() + "/s{0..1}.tar");
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  const ImageSet& s = **set;
+  ASSERT_EQ(s.count(), 4);
+  EXPECT_TRUE(s.shards());
+  EXPECT_EQ(s.class_count(), 3);
+  EXPECT_EQ((std::vector<int32_t>{s.label(0), s.label(1), s.label(2), s.label(3)}),
+            (std::vector<int32_t>{2, 0, 1, 1}));
+  const std::string real = fs::canonical(dir.path()).string();
+  EXPECT_EQ(s.path(0), real + "/s0.tar: k0.jpg");
+  EXPECT_EQ(s.path(1), real + "/s0.tar: k1.JPEG");
+  EXPECT_EQ(s.path(2), real + "/s0.tar: " + long_dir + "/k2.jpg");
+  EXPECT_EQ(s.path(3), real + "/s1.tar: sub/k3.jpg");
+  // Each decodes as the same JPEG in a folder does.
+  const std::vector<std::string> jpegs = {a, b, c, d};
+  for (int i = 0; i < 4; ++i) {
+    TempDir folder_dir;
+    Write(folder_dir.path() + "/c/x.jpg", jpegs[i]);
+    auto folder = ImageSet::OpenFolder(folder_dir.path(), nullptr);
+    ASSERT_TRUE(folder.ok());
+    std::vector<float> from_shard(3 * 8 * 8), from_file(3 * 8 * 8);
+    ASSERT_TRUE(s.Decode(i, Augmentation::kImageNet, true, false, 5, 3, 8, 8, from_shard.data()).ok());
+    ASSERT_TRUE(
+        (*folder)->Decode(0, Augmentation::kImageNet, true, false, 5, 3, 8, 8, from_file.data()).ok());
+    EXPECT_EQ(from_shard, from_file) << "sample " << i;
+  }
+}
+
+TEST(ImagesTest, ShardBatchesAreTheFolderBatchesOfTheSameImages) {
+  TempDir dir;
+  auto folder = SmallFolder(dir.path() + "/folder");
+  // The folder's images in its order, over two shards.
+  std::string shards[2];
+  for (int64_t i = 0; i < folder->count(); ++i) {
+    std::ifstream in(folder->path(i), std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string key = "sample" + std::to_string(i);
+    shards[i / 8] += TarMember(key + ".jpg", bytes) +
+                     TarMember(key + ".cls", std::to_string(folder->label(i)));
+  }
+  Write(dir.path() + "/part-0.tar", shards[0] + TarEnd());
+  Write(dir.path() + "/part-1.tar", shards[1] + TarEnd());
+  auto set = ImageSet::OpenShards(dir.path() + "/part-{0..1}.tar");
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  ASSERT_EQ((*set)->count(), folder->count());
+  std::shared_ptr<const ImageSet> shard_set = std::move(*set);
+  const std::vector<int64_t> shape = {4, 3, 8, 8};
+  for (bool train : {true, false}) {
+    auto from_folder = BatchSource::FromImages(folder, 4, shape, 3, train, 9, 1);
+    auto from_shards = BatchSource::FromImages(shard_set, 4, shape, 3, train, 9, 2);
+    ASSERT_TRUE(from_folder.ok() && from_shards.ok());
+    const std::vector<Batch> x = Batches(**from_folder, 6), y = Batches(**from_shards, 6);
+    for (size_t i = 0; i < x.size(); ++i) {
+      EXPECT_EQ(x[i].images, y[i].images) << "batch " << i << (train ? " (training)" : "");
+      EXPECT_EQ(x[i].labels, y[i].labels);
+    }
+  }
+  // A model of fewer classes than the labels.
+  auto few = BatchSource::FromImages(shard_set, 4, shape, 2, true, 9, 1);
+  ASSERT_FALSE(few.ok());
+  EXPECT_NE(few.status().message().find("labels up to 2; the model tells 2 apart"),
+            std::string::npos)
+      << few.status().message();
+}
+
+TEST(ImagesTest, ShardsRefuseBadTarsNamingShardAndMember) {
+  TempDir dir;
+  const std::string jpeg = Jpeg(8, 8);
+  const std::string good = TarMember("k0.jpg", jpeg) + TarMember("k0.cls", "1");
+  auto error = [&](const std::string& name, const std::string& bytes) {
+    Write(dir.path() + "/" + name, bytes);
+    auto set = ImageSet::OpenShards(dir.path() + "/" + name);
+    return set.ok() ? std::string("ok") : set.status().message();
+  };
+  auto has = [](const std::string& message, const std::string& part) {
+    return message.find(part) != std::string::npos;
+  };
+  std::string m = error("nolabel.tar", good + TarMember("k1.jpg", jpeg) + TarEnd());
+  EXPECT_TRUE(has(m, "nolabel.tar: k1.jpg: a JPEG without its label (k1.cls")) << m;
+  m = error("noimage.tar", TarMember("k1.cls", "3") + good + TarEnd());
+  EXPECT_TRUE(has(m, "noimage.tar: k1.cls: a label without its JPEG (k1.jpg)")) << m;
+  for (const char* label : {"cat", "-1", "2147483648", "", "1 2"}) {
+    m = error("label.tar", TarMember("k.jpg", jpeg) + TarMember("k.cls", label) + TarEnd());
+    EXPECT_TRUE(has(m, "label.tar: k.cls: a label must be a decimal class index")) << m;
+  }
+  m = error("big.tar", TarMember("k.jpg", jpeg) + TarMember("k.cls", std::string(100, '1')));
+  EXPECT_TRUE(has(m, "100 bytes; a label is a decimal class index")) << m;
+  m = error("two.tar", good + TarMember("k0.jpeg", jpeg) + TarEnd());
+  EXPECT_TRUE(has(m, "two.tar: k0.jpeg: a second JPEG for key 'k0'")) << m;
+  std::string corrupt = good + good;
+  corrupt[good.size() + 3] ^= 0x20;  // the second copy's first header
+  m = error("checksum.tar", corrupt);
+  EXPECT_TRUE(has(m, "checksum.tar: byte " + std::to_string(good.size()) +
+                         ": a corrupt tar header (its checksum does not match)"))
+      << m;
+  m = error("notar.tar", jpeg);
+  EXPECT_TRUE(has(m, "notar.tar: byte 0: not a tar file")) << m;
+  m = error("cut.tar", good.substr(0, 512 + 100));
+  EXPECT_TRUE(has(m, "cut.tar: byte 0: member 'k0.jpg' of " + std::to_string(jpeg.size()) +
+                         " bytes runs past the end of the shard (truncated)"))
+      << m;
+  m = error("header.tar", good + std::string(100, 'x'));
+  EXPECT_TRUE(has(m, "header.tar: byte " + std::to_string(good.size()) +
+                         ": a tar header cut short (the shard is truncated)"))
+      << m;
+  m = error("empty.tar", TarEnd());
+  EXPECT_TRUE(has(m, "empty.tar: holds no samples")) << m;
+  m = error("empty2.tar", "");
+  EXPECT_TRUE(has(m, "empty2.tar: holds no samples")) << m;
+  std::string huge_size = TarMember("k.jpg", jpeg);
+  huge_size[124] = static_cast<char>(0xff);  // base-256, negative
+  Rechecksum(huge_size, 0);
+  m = error("negative.tar", huge_size + TarEnd());
+  EXPECT_TRUE(has(m, "negative.tar: byte 0: a tar header with a corrupt size")) << m;
+  std::string base256 = TarMember("k.jpg", jpeg);
+  std::memset(&base256[124], 0, 12);
+  base256[124] = static_cast<char>(0x80);  // base-256: 2^40 bytes
+  base256[130] = 1;
+  Rechecksum(base256, 0);
+  m = error("base256.tar", base256 + TarEnd());
+  EXPECT_TRUE(has(m, "member 'k.jpg' of 1099511627776 bytes runs past the end")) << m;
+  fs::create_directories(dir.path() + "/folder.tar");
+  m = error("good.tar", good + TarEnd());
+  EXPECT_EQ(m, "ok");
+  auto twice = ImageSet::OpenShards(dir.path() + "/{good,good}.tar");
+  EXPECT_TRUE(has(twice.status().message(), "named twice by the shard pattern")) << twice.status().message();
+  auto folder = ImageSet::OpenShards(dir.path() + "/folder.tar");
+  EXPECT_TRUE(has(folder.status().message(), "not a regular file")) << folder.status().message();
+  auto missing = ImageSet::OpenShards(dir.path() + "/missing.tar");
+  EXPECT_TRUE(has(missing.status().message(), "missing.tar: No such file")) << missing.status().message();
+  // A shard cut short after it was indexed: the member is an error, named.
+  auto set = ImageSet::OpenShards(dir.path() + "/good.tar");
+  ASSERT_TRUE(set.ok());
+  fs::resize_file(dir.path() + "/good.tar", 600);
+  std::vector<float> out(3 * 8 * 8);
+  Status cut = (*set)->Decode(0, Augmentation::kResize, false, false, 1, 3, 8, 8, out.data());
+  EXPECT_TRUE(has(cut.message(), "good.tar: k0.jpg: past the end of its shard")) << cut.message();
+}
+
+TEST(ImagesTest, ShardIndexSurvivesMutatedTars) {
+  // Random bytes of a valid shard changed (headers re-checksummed mostly, so
+  // that the parser reads past the checksum) or the file cut: every result is
+  // a clean error or a set whose images decode or fail cleanly.
+  TempDir dir;
+  const std::string jpeg = Jpeg(8, 8);
+  std::string valid = PaxPath("long/k0.jpg") + TarMember("x", jpeg) +
+                      TarMember("long/k0.cls", "1") + TarMember("k1.jpg", jpeg) +
+                      TarMember("k1.cls", "0") + TarEnd();
+  std::vector<size_t> headers;
+  for (size_t at = 0; at + 512 <= valid.size(); at += 512) headers.push_back(at);
+  uint64_t state = 12345;
+  auto next = [&state] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return state >> 33;
+  };
+  int opened = 0;
+  for (int round = 0; round < 1500; ++round) {
+    std::string bytes = valid;
+    if (next() % 8 == 0) {
+      bytes.resize(next() % bytes.size());
+    } else {
+      const size_t block = headers[next() % headers.size()];
+      for (uint64_t k = 0, n = 1 + next() % 4; k < n; ++k)
+        bytes[block + next() % 512] = static_cast<char>(next() & 0xff);
+      if (next() % 4 != 0) Rechecksum(bytes, block);
+    }
+    Write(dir.path() + "/m.tar", bytes);
+    auto set = ImageSet::OpenShards(dir.path() + "/m.tar");
+    if (!set.ok()) {
+      EXPECT_EQ(set.status().code(), ErrorCode::kIo) << set.status().ToString();
+      continue;
+    }
+    ++opened;
+    std::vector<float> out(3 * 8 * 8);
+    for (int64_t i = 0; i < (*set)->count(); ++i)
+      (void)(*set)->Decode(i, Augmentation::kImageNet, true, false, 1, 3, 8, 8, out.data());
+  }
+  EXPECT_GT(opened, 0);
 }
 
 }  // namespace

@@ -30,6 +30,7 @@ Status CheckOutputs(const TrainOptions& o, int rank, int ranks) {
                                                              {"--resume", o.resume},
                                                              {"--init", o.init}};
   for (const std::string& path : DataFiles(o.data)) inputs.emplace_back("--data", path);
+  for (const std::string& path : DataFiles(o.eval_data)) inputs.emplace_back("--eval-data", path);
   std::stringstream keys(o.trusted_keys);
   for (std::string path; std::getline(keys, path, ',');)
     inputs.emplace_back("--trusted-keys", path);

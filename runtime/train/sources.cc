@@ -17,6 +17,7 @@ namespace {
 constexpr const char kFashionPrefix[] = "fashion-mnist:";
 constexpr const char kNpyPrefix[] = "npy:";
 constexpr const char kImageFolderPrefix[] = "imagefolder:";
+constexpr const char kShardsPrefix[] = "shards:";
 
 bool StartsWith(const std::string& s, const char* prefix) {
   return s.rfind(prefix, 0) == 0;
@@ -33,36 +34,73 @@ std::vector<std::string> SplitCommas(const std::string& list) {
 
 std::vector<std::string> DataFiles(const std::string& spec) {
   if (StartsWith(spec, kNpyPrefix)) return SplitCommas(spec.substr(sizeof(kNpyPrefix) - 1));
+  if (StartsWith(spec, kShardsPrefix)) {
+    StatusOr<std::vector<std::string>> shards =
+        ExpandShardPattern(spec.substr(sizeof(kShardsPrefix) - 1));
+    if (shards.ok()) return *shards;
+  }
   return {};
 }
 
+namespace {
+
+// --eval-data's test split: an image folder (its classes those of the
+// training folder, where training reads one) or shards, in order.
+StatusOr<std::unique_ptr<BatchSource>> OpenEvalImages(
+    const std::string& spec, const std::vector<std::string>* train_classes,
+    const std::vector<int64_t>& image_shape, int64_t classes, uint64_t seed, int threads,
+    Augmentation augmentation) {
+  StatusOr<std::unique_ptr<ImageSet>> set = Status(ErrorCode::kInvalidArgument, "");
+  if (StartsWith(spec, kImageFolderPrefix) && spec.size() > sizeof(kImageFolderPrefix) - 1) {
+    set = ImageSet::OpenFolder(spec.substr(sizeof(kImageFolderPrefix) - 1), train_classes);
+  } else if (StartsWith(spec, kShardsPrefix) && spec.size() > sizeof(kShardsPrefix) - 1) {
+    set = ImageSet::OpenShards(spec.substr(sizeof(kShardsPrefix) - 1));
+  } else {
+    return Status(ErrorCode::kInvalidArgument,
+                  "--eval-data must be imagefolder:DIR or shards:PATTERN, got '" +
+                      Printable(spec) + "'");
+  }
+  if (!set.ok()) return set.status();
+  return BatchSource::FromImages(std::move(*set), image_shape[0], image_shape, classes,
+                                 /*train=*/false, seed, threads, augmentation);
+}
+
+}  // namespace
+
 // DIR/train and DIR/val when DIR has a train folder, else DIR alone.
-Status OpenImageFolders(const std::string& dir, const std::vector<int64_t>& image_shape,
-                        int64_t classes, bool need_test, uint64_t seed, int threads,
-                        Augmentation augmentation, DataSources& sources) {
+Status OpenImageFolders(const std::string& dir, const std::string& eval_spec,
+                        const std::vector<int64_t>& image_shape, int64_t classes, bool need_test,
+                        uint64_t seed, int threads, Augmentation augmentation,
+                        DataSources& sources) {
   struct stat st;
   const bool split = ::stat((dir + "/train").c_str(), &st) == 0 && S_ISDIR(st.st_mode);
   const std::string train_dir = split ? dir + "/train" : dir;
   const bool has_val = split && ::stat((dir + "/val").c_str(), &st) == 0 && S_ISDIR(st.st_mode);
   // The validation split is read only for --eval (a run without it trains
   // whatever DIR/val holds).
-  if (need_test && !has_val)
+  if (need_test && !has_val && eval_spec.empty())
     return Status(ErrorCode::kInvalidArgument,
-                  "--eval with --data imagefolder: needs DIR/train and DIR/val class folders, "
-                  "and '" + Printable(dir) + "' has no " + (split ? "val" : "train") + " folder");
+                  "--eval with --data imagefolder: needs DIR/train and DIR/val class folders "
+                  "(or --eval-data), and '" + Printable(dir) + "' has no " +
+                      (split ? "val" : "train") + " folder");
   const int64_t batch = image_shape[0];
-  StatusOr<std::unique_ptr<ImageFolder>> train = ImageFolder::Open(train_dir, nullptr);
+  StatusOr<std::unique_ptr<ImageSet>> train = ImageSet::OpenFolder(train_dir, nullptr);
   if (!train.ok()) return train.status();
-  std::shared_ptr<const ImageFolder> train_folder = std::move(*train);
-  auto made = BatchSource::FromImageFolder(train_folder, batch, image_shape, classes,
+  std::shared_ptr<const ImageSet> train_folder = std::move(*train);
+  auto made = BatchSource::FromImages(train_folder, batch, image_shape, classes,
                                            /*train=*/true, seed, threads, augmentation);
   if (!made.ok()) return made.status();
   sources.train = std::move(*made);
-  if (has_val && need_test) {
-    StatusOr<std::unique_ptr<ImageFolder>> val =
-        ImageFolder::Open(dir + "/val", &train_folder->classes());
+  if (need_test && !eval_spec.empty()) {
+    auto test = OpenEvalImages(eval_spec, &train_folder->classes(), image_shape, classes, seed,
+                               threads, augmentation);
+    if (!test.ok()) return test.status();
+    sources.test = std::move(*test);
+  } else if (has_val && need_test) {
+    StatusOr<std::unique_ptr<ImageSet>> val =
+        ImageSet::OpenFolder(dir + "/val", &train_folder->classes());
     if (!val.ok()) return val.status();
-    auto test = BatchSource::FromImageFolder(std::move(*val), batch, image_shape, classes,
+    auto test = BatchSource::FromImages(std::move(*val), batch, image_shape, classes,
                                              /*train=*/false, seed, threads, augmentation);
     if (!test.ok()) return test.status();
     sources.test = std::move(*test);
@@ -73,7 +111,8 @@ Status OpenImageFolders(const std::string& dir, const std::vector<int64_t>& imag
 StatusOr<DataSources> CreateDataSources(const std::string& spec,
                                         const std::vector<int64_t>& image_shape,
                                         int64_t classes, bool need_test, uint64_t seed,
-                                        int data_threads, Augmentation augmentation) {
+                                        int data_threads, Augmentation augmentation,
+                                        const std::string& eval_spec) {
   DataSources sources;
   const int64_t batch = image_shape.empty() ? 0 : image_shape[0];
   // One training split and an optional test split, read by `read(train)`.
@@ -106,7 +145,7 @@ StatusOr<DataSources> CreateDataSources(const std::string& spec,
       return Status(ErrorCode::kInvalidArgument,
                     "--data npy: needs IMAGES.npy,LABELS.npy[,TEST_IMAGES.npy,TEST_LABELS.npy], "
                     "got '" + Printable(spec) + "'");
-    if (need_test && paths.size() != 4)
+    if (need_test && paths.size() != 4 && eval_spec.empty())
       return Status(ErrorCode::kInvalidArgument,
                     "--eval with --data npy: needs the test arrays too: "
                     "npy:IMAGES.npy,LABELS.npy,TEST_IMAGES.npy,TEST_LABELS.npy");
@@ -117,15 +156,36 @@ StatusOr<DataSources> CreateDataSources(const std::string& spec,
   } else if (StartsWith(spec, kImageFolderPrefix) &&
              spec.size() > sizeof(kImageFolderPrefix) - 1) {
     sources.name = "imagefolder";
-    status = OpenImageFolders(spec.substr(sizeof(kImageFolderPrefix) - 1), image_shape, classes,
-                              need_test, seed, data_threads, augmentation, sources);
+    status = OpenImageFolders(spec.substr(sizeof(kImageFolderPrefix) - 1), eval_spec,
+                              image_shape, classes, need_test, seed, data_threads, augmentation,
+                              sources);
+  } else if (StartsWith(spec, kShardsPrefix) && spec.size() > sizeof(kShardsPrefix) - 1) {
+    sources.name = "shards";
+    if (need_test && eval_spec.empty())
+      return Status(ErrorCode::kInvalidArgument,
+                    "--eval with --data shards: needs --eval-data shards:PATTERN (or "
+                    "imagefolder:DIR), the test split");
+    StatusOr<std::unique_ptr<ImageSet>> shards =
+        ImageSet::OpenShards(spec.substr(sizeof(kShardsPrefix) - 1));
+    if (!shards.ok()) return shards.status();
+    auto made = BatchSource::FromImages(std::move(*shards), batch, image_shape, classes,
+                                        /*train=*/true, seed, data_threads, augmentation);
+    if (!made.ok()) return made.status();
+    sources.train = std::move(*made);
   } else {
     return Status(ErrorCode::kInvalidArgument,
                   "--data must be synthetic, fashion-mnist[:DIR], "
-                  "npy:IMAGES.npy,LABELS.npy[,...] or imagefolder:DIR, got '" +
+                  "npy:IMAGES.npy,LABELS.npy[,...], imagefolder:DIR or shards:PATTERN, got '" +
                       Printable(spec) + "'");
   }
   if (!status.ok()) return status;
+  // --eval-data for the splits that do not read it themselves.
+  if (need_test && !eval_spec.empty() && sources.name != "imagefolder") {
+    auto test = OpenEvalImages(eval_spec, nullptr, image_shape, classes, seed, data_threads,
+                               augmentation);
+    if (!test.ok()) return test.status();
+    sources.test = std::move(*test);
+  }
   if (!sources.test) sources.test = BatchSource::Synthetic(batch, image_shape, classes, 4, seed);
   return sources;
 }

@@ -6,6 +6,11 @@
 //   npy:IMAGES,LABELS[,TEST_IMAGES,TEST_LABELS]   the user's own arrays
 //   imagefolder:DIR               JPEGs in class folders: DIR/train and DIR/val
 //                                 (the test split), or DIR alone (no test split)
+//   shards:PATTERN                WebDataset tar shards (KEY.jpg + KEY.cls), e.g.
+//                                 train-{0000..0127}.tar; no test split
+//
+// An evaluation split of images may also be named on its own (graphrun
+// --eval-data imagefolder:DIR or shards:PATTERN).
 
 #ifndef GRAPHC_RUNTIME_TRAIN_SOURCES_H_
 #define GRAPHC_RUNTIME_TRAIN_SOURCES_H_
@@ -21,7 +26,7 @@
 namespace graphc::runtime {
 
 struct DataSources {
-  std::string name;  // "synthetic", "fashion-mnist", "npy" or "imagefolder", for reports
+  std::string name;  // "synthetic", "fashion-mnist", "npy", "imagefolder" or "shards"
   std::unique_ptr<BatchSource> train;  // shuffled per epoch (synthetic: cycled)
   std::unique_ptr<BatchSource> test;   // in order; synthetic when SPEC has no test split
 };
@@ -30,12 +35,16 @@ struct DataSources {
 // (both positive). `need_test`: the caller evaluates, so a SPEC that can carry
 // a test split must (npy: all four arrays; imagefolder: DIR/val).
 // `data_threads`: the threads that decode an image folder's batch (at least
-// 1), `augmentation` how its images are cropped. kInvalidArgument names a bad SPEC; the readers' errors name the file.
+// 1), `augmentation` how its images are cropped. `eval_spec`, if set, is
+// the test split (read only with need_test; an image folder's classes must
+// be the training folder's). kInvalidArgument names a bad SPEC; the
+// readers' errors name the file.
 StatusOr<DataSources> CreateDataSources(const std::string& spec,
                                         const std::vector<int64_t>& image_shape,
                                         int64_t classes, bool need_test, uint64_t seed,
                                         int data_threads = 1,
-                                        Augmentation augmentation = Augmentation::kImageNet);
+                                        Augmentation augmentation = Augmentation::kImageNet,
+                                        const std::string& eval_spec = "");
 
 // Every file SPEC reads (for refusing to overwrite one), in order.
 std::vector<std::string> DataFiles(const std::string& spec);

@@ -255,7 +255,8 @@ Status Trainer::OpenData() {
   StatusOr<DataSources> data =
       CreateDataSources(o_.data, global_shape, p().classes, o_.eval, o_.seed,
                         std::max(1, o_.data_threads),
-                        o_.augment == "none" ? Augmentation::kResize : Augmentation::kImageNet);
+                        o_.augment == "none" ? Augmentation::kResize : Augmentation::kImageNet,
+                        o_.eval_data);
   if (!data.ok()) return data.status();
   data_ = std::make_unique<DataSources>(std::move(*data));
   BatchSource& source = *data_->train;

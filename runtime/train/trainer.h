@@ -39,6 +39,7 @@ struct TrainOptions {
   int64_t steps = -1;     // -1: 100, or what --epochs says
   int64_t warmup = 10, epochs = 0, display_every = 10;
   std::string data = "synthetic";
+  std::string eval_data;  // the test split's own spec (imagefolder: or shards:), if set
   int data_threads = 1;  // decoding an image folder's batch (graphrun: 0 = its default)
   // An image folder's crops: "imagenet" (random resized crops and flips;
   // resize and center crop for evaluation) or "none" (whole images resized,

@@ -387,22 +387,29 @@ int Main(int argc, char** argv) {
                  "synthetic (default), fashion-mnist[:DIR] (default DIR " +
                      std::string(kFashionMnistDir) +
                      "), npy:IMAGES.npy,LABELS.npy[,TEST_IMAGES.npy,TEST_LABELS.npy] "
-                     "(float32 or uint8 NCHW images, int32 or int64 labels) or imagefolder:DIR "
-                     "(JPEGs in class folders, DIR/train and DIR/val or DIR alone; pixels in "
-                     "[0, 1], RGB normalized with ImageNet's mean and deviation; see --augment)");
+                     "(float32 or uint8 NCHW images, int32 or int64 labels), imagefolder:DIR "
+                     "(JPEGs in class folders, DIR/train and DIR/val or DIR alone) or "
+                     "shards:PATTERN (WebDataset tar shards of KEY.jpg with KEY.cls, e.g. "
+                     "train-{0000..0127}.tar); images' pixels in [0, 1], RGB normalized with "
+                     "ImageNet's mean and deviation; see --augment");
   app.add_option("--augment", train.augment,
-                 "image folders: imagenet (default: random resized crops and flips for training, "
+                 "image folders and shards: imagenet (default: random resized crops and flips for training, "
                  "resize and center crop for --eval) or none (whole images resized to the "
                  "model's input; --flip flips them)")
       ->check(CLI::IsMember({"imagenet", "none"}));
   app.add_flag("--strict-data", train.strict_data,
-               "image folders: stop at the first image that does not decode (default: skip it "
+               "image folders and shards: stop at the first image that does not decode (default: skip it "
                "with a warning and count it)");
   app.add_option("--data-threads", train.data_threads,
-                 "threads that decode an image folder's batches (default: the cores --threads "
+                 "threads that decode image batches (default: the cores --threads "
                  "leaves, at least 1)")
       ->check(InRange(1, kMaxThreads));
-  app.add_flag("--eval", train.eval, "evaluate test accuracy after training");
+  CLI::Option* eval_option =
+      app.add_flag("--eval", train.eval, "evaluate test accuracy after training");
+  app.add_option("--eval-data", train.eval_data,
+                 "--eval's images, when --data does not hold them: imagefolder:DIR (class "
+                 "folders) or shards:PATTERN")
+      ->needs(eval_option);
   app.add_flag("--flip", train.flip,
                "augment: flip each training image left-right with probability 1/2 (seeded)");
   app.add_flag("--profile", train.profile,

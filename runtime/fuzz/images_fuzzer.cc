@@ -1,0 +1,64 @@
+// libFuzzer target for the image readers: the input's first byte picks what
+// the rest is. Even: a WebDataset tar shard, indexed (ImageSet::OpenShards)
+// and each of its first samples decoded with a random crop; odd: a JPEG
+// file, decoded whole and with a crop at reduced (DCT-scaled) size. Every
+// input must end in a Status: no crash, no sanitizer report, no runaway
+// allocation (kMaxImagePixels and the shard checks bound them).
+
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "runtime/train/images.h"
+
+namespace {
+
+// The input as a file (the readers take paths), one per process.
+std::string WriteInput(const uint8_t* data, size_t size, const char* suffix) {
+  const char* tmp = std::getenv("TMPDIR");
+  const std::string path = std::string(tmp != nullptr ? tmp : "/tmp") + "/graphc-images-fuzz-" +
+                           std::to_string(::getpid()) + suffix;
+  FILE* file = std::fopen(path.c_str(), "wb");
+  if (file == nullptr) std::abort();
+  if (size > 0 && std::fwrite(data, 1, size, file) != size) std::abort();
+  std::fclose(file);
+  return path;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using graphc::runtime::Augment;
+  using graphc::runtime::Augmentation;
+  using graphc::runtime::CropBox;
+  if (size < 1) return 0;
+  const bool tar = (data[0] & 1) == 0;
+  const std::string path = WriteInput(data + 1, size - 1, tar ? ".tar" : ".jpg");
+  std::vector<float> out(3 * 24 * 24);
+  if (tar) {
+    auto set = graphc::runtime::ImageSet::OpenShards(path);
+    if (set.ok())
+      for (int64_t i = 0; i < (*set)->count() && i < 8; ++i)
+        (void)(*set)->Decode(i, Augmentation::kImageNet, /*train=*/true, false, uint64_t(i), 3,
+                             24, 24, out.data());
+  } else {
+    (void)graphc::runtime::DecodeJpegFile(
+        path, 3, 24, 24,
+        [](int64_t w, int64_t h) {
+          return Augment{CropBox{0, 0, double(w), double(h)}, false};
+        },
+        out.data());
+    (void)graphc::runtime::DecodeJpegFile(
+        path, 1, 24, 24,
+        [](int64_t w, int64_t h) {
+          return Augment{CropBox{w / 4.0, h / 3.0, w / 2.0, h / 2.0}, true};
+        },
+        out.data());
+  }
+  ::unlink(path.c_str());
+  return 0;
+}
