@@ -21,9 +21,9 @@ PACKAGES=(
   # runtime: plan format, CPU kernels, multi-rank, data
   flatbuffers-compiler libflatbuffers-dev libcli11-dev nlohmann-json3-dev libdnnl-dev
   libsodium-dev
-  # image folders: JPEG decoding (TurboJPEG API), and Pillow to write the
-  # tests' JPEGs
-  libturbojpeg0-dev python3-pil
+  # image folders and shards: JPEG decoding (TurboJPEG API), PNG (libpng),
+  # and Pillow to write the tests' images
+  libturbojpeg0-dev libpng-dev python3-pil
   # graphc import: ONNX (protobuf) models, the Python that writes test models,
   # and ONNX's own backend node tests (run through graphc compile --forward)
   libonnx-dev libprotobuf-dev python3-onnx libonnx-testdata

@@ -1,7 +1,8 @@
 // libFuzzer target for the image readers: the input's first byte picks what
 // the rest is. Even: a WebDataset tar shard, indexed (ImageSet::OpenShards)
-// and each of its first samples decoded with a random crop; odd: a JPEG
-// file, decoded whole and with a crop at reduced (DCT-scaled) size. Every
+// and each of its first samples decoded with a random crop; odd: an image
+// file (JPEG or PNG), decoded whole and with a crop (a JPEG at reduced,
+// DCT-scaled size). Every
 // input must end in a Status: no crash, no sanitizer report, no runaway
 // allocation (kMaxImagePixels and the shard checks bound them).
 
@@ -46,13 +47,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         (void)(*set)->Decode(i, Augmentation::kImageNet, /*train=*/true, false, uint64_t(i), 3,
                              24, 24, out.data());
   } else {
-    (void)graphc::runtime::DecodeJpegFile(
+    (void)graphc::runtime::DecodeImageFile(
         path, 3, 24, 24,
         [](int64_t w, int64_t h) {
           return Augment{CropBox{0, 0, double(w), double(h)}, false};
         },
         out.data());
-    (void)graphc::runtime::DecodeJpegFile(
+    (void)graphc::runtime::DecodeImageFile(
         path, 1, 24, 24,
         [](int64_t w, int64_t h) {
           return Augment{CropBox{w / 4.0, h / 3.0, w / 2.0, h / 2.0}, true};

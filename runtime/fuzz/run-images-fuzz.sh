@@ -1,7 +1,7 @@
 #!/bin/bash
 # Builds the image readers' fuzzer with clang (libFuzzer + ASan + UBSan) and
 # runs it for a bounded time, seeded with JPEGs (baseline, progressive, gray,
-# 4:2:0, optimized Huffman tables) and tar shards of them (ustar, GNU long names, pax
+# 4:2:0, optimized Huffman tables), PNGs (RGBA, palette, 16-bit gray) and tar shards of them (ustar, GNU long names, pax
 # headers) that Python writes here. Every file in runtime/fuzz/images_regressions/
 # (inputs that once crashed it) is replayed first.
 #
@@ -29,7 +29,7 @@ mkdir -p "$out/corpus" "$out/artifacts"
   -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
   -I"$src" -I"$build" \
   "$src/runtime/fuzz/images_fuzzer.cc" "$src/runtime/train/images.cc" \
-  "$src/contract/printable.cc" "$src/contract/status.cc" -lturbojpeg \
+  "$src/contract/printable.cc" "$src/contract/status.cc" -lturbojpeg -lpng16 \
   -o "$out/images_fuzzer"
 
 # Seeds: the first byte 0 marks a tar shard, 1 a JPEG.
@@ -51,6 +51,14 @@ images = {
     "420": jpeg((48, 32), subsampling=2),
     "optimized": jpeg((64, 16), optimize=True),
 }
+def png(size, mode):
+    image = Image.new(mode, size)
+    b = io.BytesIO()
+    image.save(b, "PNG")
+    return b.getvalue()
+images["png-rgba"] = png((17, 9), "RGBA")
+images["png-palette"] = png((8, 8), "P")
+images["png-gray16"] = png((5, 7), "I;16")
 for name, data in images.items():
     open(f"{out}/{name}.jpg", "wb").write(b"\x01" + data)
 for fmt in (tarfile.USTAR_FORMAT, tarfile.GNU_FORMAT, tarfile.PAX_FORMAT):

@@ -841,7 +841,8 @@ void BatchSource::DecodeRow(int64_t first, int64_t b, Batch& out) {
   std::lock_guard<std::mutex> lock(bad_mutex_);
   out.error = Printable(folder_->root(), 4096) + ": none of " + std::to_string(tries) +
               " images in a row decodes (each is named above); " +
-              (folder_->shards() ? "do the shards hold JPEG files?" : "is it a folder of JPEG files?");
+              (folder_->shards() ? "do the shards hold JPEG or PNG files?"
+                                  : "is it a folder of JPEG or PNG files?");
 }
 
 void BatchSource::Next(Batch& out) {

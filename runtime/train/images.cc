@@ -1,4 +1,4 @@
-// Image folders, JPEG decoding and augmentation (see images.h).
+// Image folders and shards, JPEG and PNG decoding, augmentation (see images.h).
 //
 // Folder names and file bytes come from users and from the network: paths
 // are escaped in messages, symbolic links may not leave the dataset, a file
@@ -10,6 +10,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <glob.h>
+#include <png.h>
 #include <sys/stat.h>
 #include <turbojpeg.h>
 #include <unistd.h>
@@ -40,12 +41,15 @@ Status IoError(const std::string& path, const std::string& what) {
   return Status(ErrorCode::kIo, Printable(path + ": " + what, 4096));
 }
 
-bool IsJpegName(const std::string& name) {
-  const size_t dot = name.rfind('.');
-  if (dot == std::string::npos) return false;
-  std::string ext = name.substr(dot + 1);
+bool IsImageExtension(const std::string& extension) {
+  std::string ext = extension;
   for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return ext == "jpg" || ext == "jpeg";
+  return ext == "jpg" || ext == "jpeg" || ext == "png";
+}
+
+bool IsImageName(const std::string& name) {
+  const size_t dot = name.rfind('.');
+  return dot != std::string::npos && IsImageExtension(name.substr(dot + 1));
 }
 
 // The canonical path, or "" if it cannot be resolved.
@@ -112,7 +116,7 @@ Status ListDirectory(const std::string& dir, const std::string& root,
   return Status::Ok();
 }
 
-// Every JPEG below `dir`, in the order torchvision's sorted os.walk gives:
+// Every image below `dir`, in the order torchvision's sorted os.walk gives:
 // by folder path, then by name.
 // Each file as (folder, name, the path to open: a link's target, so that
 // the file is opened without following links).
@@ -126,7 +130,7 @@ Status CollectJpegs(const std::string& dir, const std::string& root, int depth,
   for (const Entry& e : entries) {
     if (e.directory)
       GRAPHC_RETURN_IF_ERROR(CollectJpegs(dir + "/" + e.name, root, depth + 1, files));
-    else if (IsJpegName(e.name))
+    else if (IsImageName(e.name))
       files.emplace_back(dir, e.name, e.target.empty() ? dir + "/" + e.name : e.target);
   }
   return Status::Ok();
@@ -356,7 +360,7 @@ void ResizeCrop(const uint8_t* pixels, int64_t stride, int64_t image_width, int6
 
 namespace {
 
-// Decodes JPEG `bytes` (named `path` in errors) as DecodeJpegFile does.
+// Decodes JPEG `bytes` (named `path` in errors) as DecodeImageFile does.
 Status DecodeJpegBytes(const std::string& path, const std::vector<unsigned char>& bytes,
                        int64_t channels, int64_t height, int64_t width,
                        const std::function<Augment(int64_t, int64_t)>& augment, float* out) {
@@ -408,13 +412,68 @@ Status DecodeJpegBytes(const std::string& path, const std::vector<unsigned char>
   return Status::Ok();
 }
 
+// Decodes PNG `bytes` (named `path` in errors) with libpng's simplified
+// API: 8-bit RGBA (palettes expanded, gray replicated, 16-bit reduced by
+// libpng), then RGB with the alpha channel dropped, as PIL's convert("RGB")
+// does, or gray as PIL's convert("L") weighs RGB (ITU-R 601).
+Status DecodePngBytes(const std::string& path, const std::vector<unsigned char>& bytes,
+                      int64_t channels, int64_t height, int64_t width,
+                      const std::function<Augment(int64_t, int64_t)>& augment, float* out) {
+  png_image image;
+  std::memset(&image, 0, sizeof(image));
+  image.version = PNG_IMAGE_VERSION;
+  struct Closer {
+    png_image* image;
+    ~Closer() { png_image_free(image); }
+  } closer{&image};
+  if (!png_image_begin_read_from_memory(&image, bytes.data(), bytes.size()))
+    return IoError(path, std::string("not a PNG the decoder reads: ") + image.message);
+  const int64_t w = image.width, h = image.height;
+  // A PNG decodes whole (no reduced-size decoding): as few pixels as a
+  // progressive JPEG may have.
+  if (w < 1 || h < 1 || w * h > kMaxProgressivePixels)
+    return IoError(path, std::to_string(w) + "x" + std::to_string(h) +
+                             " pixels; a PNG may have 1 to " +
+                             std::to_string(kMaxProgressivePixels));
+  image.format = PNG_FORMAT_RGBA;
+  thread_local std::vector<uint8_t> rgba;
+  rgba.resize(PNG_IMAGE_SIZE(image));
+  if (!png_image_finish_read(&image, nullptr, rgba.data(), 0, nullptr))
+    return IoError(path, std::string("does not decode: ") + image.message);
+  thread_local std::vector<uint8_t> pixels;
+  pixels.resize(static_cast<size_t>(w * h * channels));
+  for (int64_t p = 0; p < w * h; ++p) {
+    const uint8_t* px = &rgba[static_cast<size_t>(p) * 4];
+    if (channels == 3) {
+      std::memcpy(&pixels[static_cast<size_t>(p) * 3], px, 3);
+    } else {
+      pixels[static_cast<size_t>(p)] =
+          static_cast<uint8_t>((px[0] * 19595 + px[1] * 38470 + px[2] * 7471 + 0x8000) >> 16);
+    }
+  }
+  const Augment chosen = augment(w, h);
+  ResizeCrop(pixels.data(), w * channels, w, h, channels, chosen.box, width, height, chosen.flip,
+             out);
+  return Status::Ok();
+}
+
+// A PNG by its signature, else a JPEG (whose decoder names what else it is).
+Status DecodeImageBytes(const std::string& path, const std::vector<unsigned char>& bytes,
+                        int64_t channels, int64_t height, int64_t width,
+                        const std::function<Augment(int64_t, int64_t)>& augment, float* out) {
+  static constexpr unsigned char kPng[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+  if (bytes.size() >= 8 && std::memcmp(bytes.data(), kPng, 8) == 0)
+    return DecodePngBytes(path, bytes, channels, height, width, augment, out);
+  return DecodeJpegBytes(path, bytes, channels, height, width, augment, out);
+}
+
 }  // namespace
 
-Status DecodeJpegFile(const std::string& path, int64_t channels, int64_t height, int64_t width,
+Status DecodeImageFile(const std::string& path, int64_t channels, int64_t height, int64_t width,
                       const std::function<Augment(int64_t, int64_t)>& augment, float* out) {
   thread_local std::vector<unsigned char> bytes;
   GRAPHC_RETURN_IF_ERROR(ReadBytes(path, 0, -1, path, bytes));
-  return DecodeJpegBytes(path, bytes, channels, height, width, augment, out);
+  return DecodeImageBytes(path, bytes, channels, height, width, augment, out);
 }
 
 StatusOr<std::unique_ptr<ImageSet>> ImageSet::OpenFolder(const std::string& dir,
@@ -433,7 +492,7 @@ StatusOr<std::unique_ptr<ImageSet>> ImageSet::OpenFolder(const std::string& dir,
     const std::string class_dir = root + "/" + e.name;
     GRAPHC_RETURN_IF_ERROR(CollectJpegs(class_dir, root, 1, files));
     if (files.empty())
-      return IoError(class_dir, "a class folder without a JPEG file (*.jpg, *.jpeg)");
+      return IoError(class_dir, "a class folder without an image (*.jpg, *.jpeg, *.png)");
     std::sort(files.begin(), files.end());
     const int32_t label = static_cast<int32_t>(folder->classes_.size());
     folder->classes_.push_back(e.name);
@@ -479,7 +538,7 @@ Status ImageSet::Decode(int64_t i, Augmentation augmentation, bool train, bool f
   const std::string& file = files_[static_cast<size_t>(item.file)];
   const std::string name = shards_ ? path(i) : file;
   GRAPHC_RETURN_IF_ERROR(ReadBytes(file, item.offset, item.size, name, bytes));
-  GRAPHC_RETURN_IF_ERROR(DecodeJpegBytes(name, bytes, channels, height, width, augment, out));
+  GRAPHC_RETURN_IF_ERROR(DecodeImageBytes(name, bytes, channels, height, width, augment, out));
   if (channels == 3) {
     static constexpr float kMean[3] = {0.485f, 0.456f, 0.406f};
     static constexpr float kStd[3] = {0.229f, 0.224f, 0.225f};
@@ -729,9 +788,10 @@ Status ImageSet::IndexShard(const std::string& path, int32_t file) {
   auto finish = [&]() -> Status {
     if (has_image && !has_label)
       return IoError(path + ": " + image_member,
-                     "a JPEG without its label (" + key + ".cls, a class index)");
+                     "an image without its label (" + key + ".cls, a class index)");
     if (has_label && !has_image)
-      return IoError(path + ": " + label_member, "a label without its JPEG (" + key + ".jpg)");
+      return IoError(path + ": " + label_member,
+                     "a label without its image (" + key + ".jpg, .jpeg or .png)");
     if (has_image) {
       items_.push_back(image);
       members_.push_back(image_member);
@@ -800,8 +860,8 @@ Status ImageSet::IndexShard(const std::string& path, int32_t file) {
       GRAPHC_RETURN_IF_ERROR(finish());
       key = member_key;
     }
-    if (extension == "jpg" || extension == "jpeg") {
-      if (has_image) return IoError(path + ": " + name, "a second JPEG for key '" + key + "'");
+    if (IsImageExtension(extension)) {
+      if (has_image) return IoError(path + ": " + name, "a second image for key '" + key + "'");
       has_image = true;
       image.file = file;
       image.offset = data;
@@ -823,7 +883,7 @@ Status ImageSet::IndexShard(const std::string& path, int32_t file) {
   }
   GRAPHC_RETURN_IF_ERROR(finish());
   if (items_.size() == first_item)
-    return IoError(path, "holds no samples (KEY.jpg with its label in KEY.cls)");
+    return IoError(path, "holds no samples (KEY.jpg or KEY.png with its label in KEY.cls)");
   return Status::Ok();
 }
 

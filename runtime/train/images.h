@@ -1,7 +1,8 @@
-// Training on image files: a folder of JPEGs laid out as torchvision's
-// ImageFolder (one subfolder per class, labels from the sorted folder names)
-// or WebDataset-style tar shards (KEY.jpg with its label in KEY.cls),
-// decoded with libjpeg-turbo's TurboJPEG API and augmented on the host. The
+// Training on image files: a folder of JPEGs and PNGs laid out as
+// torchvision's ImageFolder (one subfolder per class, labels from the sorted
+// folder names) or WebDataset-style tar shards (KEY.jpg or KEY.png with its
+// label in KEY.cls), decoded with libjpeg-turbo's TurboJPEG API or libpng's
+// simplified API and augmented on the host. The
 // ImageNet augmentation (the default):
 //
 //  - training: RandomResizedCrop (scale 0.08 to 1, aspect 3/4 to 4/3, as
@@ -14,16 +15,18 @@
 // at that size, such as Fashion-MNIST as JPEGs), flipped on request.
 // JPEGs decode at reduced size where the crop allows (the decoder's DCT
 // scaling: 1/2, 1/4, 1/8 of the pixels, never smaller than the output needs),
+// PNGs whole (at most kMaxProgressivePixels; RGB with any alpha dropped, or
+// gray weighed from RGB, as PIL converts them),
 // and the crop is resampled with a triangle filter as wide as the scale
 // (PIL's antialiased bilinear). Pixels end in [0, 1]; three channels are then
 // normalized with ImageNet's mean and standard deviation, one channel (gray)
 // is left in [0, 1].
 //
 // Shards are indexed once (each member's offset and size, each label) and
-// their JPEGs then read in place, so that shards and folders are the same
+// their images then read in place, so that shards and folders are the same
 // list of images to the batch source.
 //
-// A file that does not decode (corrupt, truncated, not a JPEG, or over
+// A file that does not decode (corrupt, truncated, not a JPEG or PNG, or over
 // kMaxImagePixels: a decompression bomb) is an error naming the file; the
 // batch source skips it with a warning and counts it.
 
@@ -92,13 +95,14 @@ enum class Augmentation {
 };
 
 // The images of a training or evaluation split, with their labels: a folder
-// of class folders of JPEG files (*.jpg, *.jpeg, any case), or WebDataset
-// tar shards whose samples are KEY.jpg (or .jpeg) beside KEY.cls.
+// of class folders of image files (*.jpg, *.jpeg, *.png, any case), or
+// WebDataset tar shards whose samples are KEY.jpg (or .jpeg, .png) beside
+// KEY.cls.
 class ImageSet {
  public:
   // Reads DIR's class folders and their files, sorted by name. Errors (kIo,
   // naming the path): DIR or a class that cannot be read, no class folders,
-  // a class folder with no JPEG, a symbolic link that leads out of DIR.
+  // a class folder with no image, a symbolic link that leads out of DIR.
   // With `classes`, the folder must hold exactly those classes (a validation
   // split against its training split).
   static StatusOr<std::unique_ptr<ImageSet>> OpenFolder(const std::string& dir,
@@ -111,9 +115,9 @@ class ImageSet {
   // WebDataset groups them, in shard order and then tar order. Errors (kIo,
   // naming the shard and member): a shard that is not a regular file, a
   // corrupt or truncated tar header (its checksum is checked), a member that
-  // runs past the end of its shard, a sample with a JPEG but no label or a
-  // label but no JPEG, a label that is not a decimal number below 2^31, a
-  // shard with no samples. JPEG bytes are read only when decoded.
+  // runs past the end of its shard, a sample with an image but no label or
+  // a label but no image, a label that is not a decimal number below 2^31,
+  // a shard with no samples. Image bytes are read only when decoded.
   static StatusOr<std::unique_ptr<ImageSet>> OpenShards(const std::string& pattern);
 
   const std::string& root() const { return root_; }  // as the user named it
@@ -164,11 +168,12 @@ class ImageSet {
 inline constexpr int64_t kMaxShards = 1 << 20;
 StatusOr<std::vector<std::string>> ExpandShardPattern(const std::string& pattern);
 
-// Decodes one JPEG file to out ([channels, height, width] in [0, 1]), its
-// crop and flip chosen from its size by `augment`, as ImageSet::Decode
-// does before normalizing; exposed for tests.
-Status DecodeJpegFile(const std::string& path, int64_t channels, int64_t height, int64_t width,
-                      const std::function<Augment(int64_t, int64_t)>& augment, float* out);
+// Decodes one JPEG or PNG file (told apart by their first bytes) to out
+// ([channels, height, width] in [0, 1]), its crop and flip chosen from its
+// size by `augment`, as ImageSet::Decode does before normalizing; exposed
+// for tests.
+Status DecodeImageFile(const std::string& path, int64_t channels, int64_t height, int64_t width,
+                       const std::function<Augment(int64_t, int64_t)>& augment, float* out);
 
 }  // namespace graphc::runtime
 

@@ -7,7 +7,9 @@
 #include "runtime/train/images.h"
 
 #include <gtest/gtest.h>
+#include <png.h>
 #include <turbojpeg.h>
+#include <zlib.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -152,6 +154,31 @@ std::string Jpeg(int width, int height, int quality = 95, int flags = 0) {
   return bytes;
 }
 
+// A PNG of the test pattern (RGB, RGBA with a varying alpha, or gray).
+std::string Png(int width, int height, uint32_t format) {
+  const int channels = PNG_IMAGE_SAMPLE_CHANNELS(format);
+  std::vector<uint8_t> pixels(static_cast<size_t>(width) * height * channels);
+  for (int y = 0; y < height; ++y)
+    for (int x = 0; x < width; ++x)
+      for (int c = 0; c < channels; ++c)
+        pixels[(y * width + x) * channels + c] =
+            c == 3 ? static_cast<uint8_t>(x * 37 % 256)  // alpha, kept out of the pixels
+                   : Pattern(x, y, channels == 1 ? 0 : c, width, height);
+  png_image image;
+  std::memset(&image, 0, sizeof(image));
+  image.version = PNG_IMAGE_VERSION;
+  image.width = width;
+  image.height = height;
+  image.format = format;
+  png_alloc_size_t size = 0;
+  EXPECT_TRUE(png_image_write_to_memory(&image, nullptr, &size, 0, pixels.data(), 0, nullptr));
+  std::string bytes(size, '\0');
+  EXPECT_TRUE(png_image_write_to_memory(&image, bytes.data(), &size, 0, pixels.data(), 0, nullptr))
+      << image.message;
+  bytes.resize(size);
+  return bytes;
+}
+
 void Write(const std::string& path, const std::string& bytes) {
   fs::create_directories(fs::path(path).parent_path());
   std::ofstream(path, std::ios::binary) << bytes;
@@ -164,7 +191,7 @@ TEST(ImagesTest, JpegDecodesToItsPixelsWholeAndReduced) {
   const std::string path = dir.path() + "/a.jpg";
   Write(path, Jpeg(64, 48));
   std::vector<float> out(3 * 48 * 64);
-  ASSERT_TRUE(DecodeJpegFile(path, 3, 48, 64, Whole, out.data()).ok());
+  ASSERT_TRUE(DecodeImageFile(path, 3, 48, 64, Whole, out.data()).ok());
   float worst = 0;
   for (int c = 0; c < 3; ++c)
     for (int y = 0; y < 48; ++y)
@@ -174,7 +201,7 @@ TEST(ImagesTest, JpegDecodesToItsPixelsWholeAndReduced) {
   EXPECT_LT(worst, 4.0f);  // quality 95, 4:4:4
   // Gray: the luma of the pattern.
   std::vector<float> gray(48 * 64);
-  ASSERT_TRUE(DecodeJpegFile(path, 1, 48, 64, Whole, gray.data()).ok());
+  ASSERT_TRUE(DecodeImageFile(path, 1, 48, 64, Whole, gray.data()).ok());
   const float luma = (0.299f * Pattern(10, 20, 0, 64, 48) + 0.587f * Pattern(10, 20, 1, 64, 48) +
                       0.114f * 128) / 255;
   EXPECT_NEAR(gray[20 * 64 + 10], luma, 4.0f / 255);
@@ -183,7 +210,7 @@ TEST(ImagesTest, JpegDecodesToItsPixelsWholeAndReduced) {
   // center).
   Write(path, Jpeg(512, 512));
   std::vector<float> small(3 * 64 * 64);
-  ASSERT_TRUE(DecodeJpegFile(path, 3, 64, 64, Whole, small.data()).ok());
+  ASSERT_TRUE(DecodeImageFile(path, 3, 64, 64, Whole, small.data()).ok());
   worst = 0;
   for (int y = 1; y < 63; ++y)
     for (int x = 1; x < 63; ++x)
@@ -197,7 +224,7 @@ TEST(ImagesTest, BadFilesAreErrorsNamingThem) {
   auto error = [&](const std::string& name, const std::string& bytes) {
     const std::string path = dir.path() + "/" + name;
     Write(path, bytes);
-    Status status = DecodeJpegFile(path, 3, 8, 8, Whole, out.data());
+    Status status = DecodeImageFile(path, 3, 8, 8, Whole, out.data());
     EXPECT_FALSE(status.ok()) << name;
     EXPECT_NE(status.message().find(path), std::string::npos) << status.message();
     return status.message();
@@ -227,14 +254,88 @@ TEST(ImagesTest, BadFilesAreErrorsNamingThem) {
   // A small progressive JPEG decodes.
   Write(dir.path() + "/small-progressive.jpg", Jpeg(64, 64, 95, TJFLAG_PROGRESSIVE));
   EXPECT_TRUE(
-      DecodeJpegFile(dir.path() + "/small-progressive.jpg", 3, 8, 8, Whole, out.data()).ok());
+      DecodeImageFile(dir.path() + "/small-progressive.jpg", 3, 8, 8, Whole, out.data()).ok());
   // A frame of no rows (the decoder refuses its header).
   std::string empty_frame = good;
   empty_frame[sof + 5] = empty_frame[sof + 6] = 0;
   EXPECT_NE(error("zero.jpg", empty_frame).find("not a JPEG the decoder reads"), std::string::npos);
   fs::create_directories(dir.path() + "/folder.jpg");
-  EXPECT_FALSE(DecodeJpegFile(dir.path() + "/folder.jpg", 3, 8, 8, Whole, out.data()).ok());
-  EXPECT_FALSE(DecodeJpegFile(dir.path() + "/missing.jpg", 3, 8, 8, Whole, out.data()).ok());
+  EXPECT_FALSE(DecodeImageFile(dir.path() + "/folder.jpg", 3, 8, 8, Whole, out.data()).ok());
+  EXPECT_FALSE(DecodeImageFile(dir.path() + "/missing.jpg", 3, 8, 8, Whole, out.data()).ok());
+}
+
+TEST(ImagesTest, PngDecodesToItsPixelsAsPilConvertsThem) {
+  TempDir dir;
+  const std::string rgb = dir.path() + "/rgb.png", rgba = dir.path() + "/rgba.png",
+                    gray = dir.path() + "/gray.png";
+  Write(rgb, Png(40, 30, PNG_FORMAT_RGB));
+  Write(rgba, Png(40, 30, PNG_FORMAT_RGBA));
+  Write(gray, Png(40, 30, PNG_FORMAT_GRAY));
+  // Lossless, at its own size: the pattern exactly; alpha dropped, not
+  // composited (PIL's convert("RGB")).
+  for (const std::string& path : {rgb, rgba}) {
+    std::vector<float> out(3 * 30 * 40);
+    Status status = DecodeImageFile(path, 3, 30, 40, Whole, out.data());
+    ASSERT_TRUE(status.ok()) << status.ToString();
+    for (int c = 0; c < 3; ++c)
+      for (int y = 0; y < 30; ++y)
+        for (int x = 0; x < 40; ++x)
+          ASSERT_EQ(out[(c * 30 + y) * 40 + x] * 255, Pattern(x, y, c, 40, 30))
+              << path << " " << c << " " << y << " " << x;
+  }
+  // Gray from RGB: PIL's convert("L") weights, rounded as PIL rounds.
+  std::vector<float> luma(30 * 40);
+  ASSERT_TRUE(DecodeImageFile(rgb, 1, 30, 40, Whole, luma.data()).ok());
+  const int r = Pattern(7, 11, 0, 40, 30), g = Pattern(7, 11, 1, 40, 30), b = 128;
+  EXPECT_EQ(luma[11 * 40 + 7] * 255, (r * 19595 + g * 38470 + b * 7471 + 0x8000) >> 16);
+  // A gray PNG for an RGB model: the gray in every channel.
+  std::vector<float> replicated(3 * 30 * 40);
+  ASSERT_TRUE(DecodeImageFile(gray, 3, 30, 40, Whole, replicated.data()).ok());
+  EXPECT_EQ(replicated[(2 * 30 + 11) * 40 + 7] * 255, Pattern(7, 11, 0, 40, 30));
+  // Cropped and resized like a JPEG: an 80x60 image's left half at 40x60.
+  Write(rgb, Png(80, 60, PNG_FORMAT_RGB));
+  std::vector<float> half(3 * 60 * 40);
+  ASSERT_TRUE(DecodeImageFile(rgb, 3, 60, 40,
+                              [](int64_t, int64_t) { return Augment{CropBox{0, 0, 40, 60}, false}; },
+                              half.data())
+                  .ok());
+  EXPECT_EQ(half[(1 * 60 + 59) * 40 + 39] * 255, Pattern(39, 59, 1, 80, 60));
+
+  // Bad PNGs are errors naming the file.
+  std::vector<float> out(3 * 8 * 8);
+  auto error = [&](const std::string& name, const std::string& bytes) {
+    const std::string path = dir.path() + "/" + name;
+    Write(path, bytes);
+    Status status = DecodeImageFile(path, 3, 8, 8, Whole, out.data());
+    EXPECT_FALSE(status.ok()) << name;
+    EXPECT_NE(status.message().find(path), std::string::npos) << status.message();
+    return status.message();
+  };
+  const std::string good = Png(64, 64, PNG_FORMAT_RGB);
+  std::string m = error("truncated.png", good.substr(0, good.size() / 2));
+  EXPECT_NE(m.find("does not decode"), std::string::npos) << m;
+  m = error("signature.png", good.substr(0, 12));
+  EXPECT_NE(m.find("not a PNG the decoder reads"), std::string::npos) << m;
+  std::string crc = good;
+  crc[20] ^= 1;  // IHDR's width, its CRC not updated
+  m = error("crc.png", crc);
+  EXPECT_NE(m.find("not a PNG the decoder reads"), std::string::npos) << m;
+  // 5000 x 5000 in IHDR (its CRC updated): refused before decoding.
+  std::string bomb = good;
+  for (int at : {16, 20}) {
+    bomb[at] = 0, bomb[at + 1] = 0, bomb[at + 2] = 0x13, bomb[at + 3] = static_cast<char>(0x88);
+  }
+  const uLong ihdr_crc = crc32(0, reinterpret_cast<const Bytef*>(bomb.data() + 12), 17);
+  for (int i = 0; i < 4; ++i) bomb[29 + i] = static_cast<char>((ihdr_crc >> (24 - 8 * i)) & 0xff);
+  m = error("bomb.png", bomb);
+  EXPECT_NE(m.find("5000x5000 pixels; a PNG may have 1 to 16777216"), std::string::npos) << m;
+  // Folders and shards take PNGs beside JPEGs.
+  Write(dir.path() + "/set/a/x.png", good);
+  Write(dir.path() + "/set/a/y.jpg", Jpeg(8, 8));
+  auto folder = ImageSet::OpenFolder(dir.path() + "/set", nullptr);
+  ASSERT_TRUE(folder.ok()) << folder.status().ToString();
+  EXPECT_EQ((*folder)->count(), 2);
+  EXPECT_TRUE((*folder)->Decode(0, Augmentation::kImageNet, true, false, 1, 3, 8, 8, out.data()).ok());
 }
 
 TEST(ImagesTest, FoldersListClassesAndFilesInTorchvisionOrder) {
@@ -275,7 +376,7 @@ TEST(ImagesTest, FoldersRefuseEmptyClassesEscapingLinksAndNothing) {
   Write(r + "/full/a.jpg", jpeg);
   auto empty = ImageSet::OpenFolder(r, nullptr);
   ASSERT_FALSE(empty.ok());
-  EXPECT_NE(empty.status().message().find("empty: a class folder without a JPEG"),
+  EXPECT_NE(empty.status().message().find("empty: a class folder without an image"),
             std::string::npos)
       << empty.status().message();
   fs::remove_all(r + "/empty");
@@ -492,12 +593,15 @@ TEST(ImagesTest, ShardsIndexSamplesInOrderWithTheirLabels) {
             TarMember("cut2", "1") + TarEnd());
   // ustar's prefix field, and a shard without end-of-archive blocks.
   Write(dir.path() + "/s1.tar", TarMember("k3.jpg", d, '0', "sub") +
-                                    TarMember("k3.cls", "1", '0', "sub"));
+                                    TarMember("k3.cls", "1", '0', "sub") +
+                                    TarMember("k4.cls", "0") +
+                                    TarMember("k4.png", Png(8, 8, PNG_FORMAT_RGB)));
   auto set = ImageSet::OpenShards(dir.path() + "/s{0..1}.tar");
   ASSERT_TRUE(set.ok()) << set.status().ToString();
   const ImageSet& s = **set;
-  ASSERT_EQ(s.count(), 4);
+  ASSERT_EQ(s.count(), 5);
   EXPECT_TRUE(s.shards());
+  EXPECT_EQ(s.path(4), fs::canonical(dir.path()).string() + "/s1.tar: k4.png");
   EXPECT_EQ(s.class_count(), 3);
   EXPECT_EQ((std::vector<int32_t>{s.label(0), s.label(1), s.label(2), s.label(3)}),
             (std::vector<int32_t>{2, 0, 1, 1}));
@@ -507,8 +611,8 @@ TEST(ImagesTest, ShardsIndexSamplesInOrderWithTheirLabels) {
   EXPECT_EQ(s.path(2), real + "/s0.tar: " + long_dir + "/k2.jpg");
   EXPECT_EQ(s.path(3), real + "/s1.tar: sub/k3.jpg");
   // Each decodes as the same JPEG in a folder does.
-  const std::vector<std::string> jpegs = {a, b, c, d};
-  for (int i = 0; i < 4; ++i) {
+  const std::vector<std::string> jpegs = {a, b, c, d, Png(8, 8, PNG_FORMAT_RGB)};
+  for (int i = 0; i < 5; ++i) {
     TempDir folder_dir;
     Write(folder_dir.path() + "/c/x.jpg", jpegs[i]);
     auto folder = ImageSet::OpenFolder(folder_dir.path(), nullptr);
@@ -571,9 +675,10 @@ TEST(ImagesTest, ShardsRefuseBadTarsNamingShardAndMember) {
     return message.find(part) != std::string::npos;
   };
   std::string m = error("nolabel.tar", good + TarMember("k1.jpg", jpeg) + TarEnd());
-  EXPECT_TRUE(has(m, "nolabel.tar: k1.jpg: a JPEG without its label (k1.cls")) << m;
+  EXPECT_TRUE(has(m, "nolabel.tar: k1.jpg: an image without its label (k1.cls")) << m;
   m = error("noimage.tar", TarMember("k1.cls", "3") + good + TarEnd());
-  EXPECT_TRUE(has(m, "noimage.tar: k1.cls: a label without its JPEG (k1.jpg)")) << m;
+  EXPECT_TRUE(has(m, "noimage.tar: k1.cls: a label without its image (k1.jpg, .jpeg or .png)"))
+      << m;
   for (const char* label : {"cat", "-1", "2147483648", "", "1 2"}) {
     m = error("label.tar", TarMember("k.jpg", jpeg) + TarMember("k.cls", label) + TarEnd());
     EXPECT_TRUE(has(m, "label.tar: k.cls: a label must be a decimal class index")) << m;
@@ -581,7 +686,7 @@ TEST(ImagesTest, ShardsRefuseBadTarsNamingShardAndMember) {
   m = error("big.tar", TarMember("k.jpg", jpeg) + TarMember("k.cls", std::string(100, '1')));
   EXPECT_TRUE(has(m, "100 bytes; a label is a decimal class index")) << m;
   m = error("two.tar", good + TarMember("k0.jpeg", jpeg) + TarEnd());
-  EXPECT_TRUE(has(m, "two.tar: k0.jpeg: a second JPEG for key 'k0'")) << m;
+  EXPECT_TRUE(has(m, "two.tar: k0.jpeg: a second image for key 'k0'")) << m;
   std::string corrupt = good + good;
   corrupt[good.size() + 3] ^= 0x20;  // the second copy's first header
   m = error("checksum.tar", corrupt);

@@ -388,8 +388,8 @@ int Main(int argc, char** argv) {
                      std::string(kFashionMnistDir) +
                      "), npy:IMAGES.npy,LABELS.npy[,TEST_IMAGES.npy,TEST_LABELS.npy] "
                      "(float32 or uint8 NCHW images, int32 or int64 labels), imagefolder:DIR "
-                     "(JPEGs in class folders, DIR/train and DIR/val or DIR alone) or "
-                     "shards:PATTERN (WebDataset tar shards of KEY.jpg with KEY.cls, e.g. "
+                     "(JPEGs and PNGs in class folders, DIR/train and DIR/val or DIR alone) or "
+                     "shards:PATTERN (WebDataset tar shards of KEY.jpg or KEY.png with KEY.cls, e.g. "
                      "train-{0000..0127}.tar); images' pixels in [0, 1], RGB normalized with "
                      "ImageNet's mean and deviation; see --augment");
   app.add_option("--augment", train.augment,
