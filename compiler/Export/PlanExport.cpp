@@ -29,6 +29,8 @@ fb::DType toDType(Type type) {
     return fb::DType::I64;
   if (type.isInteger(1))
     return fb::DType::I1;
+  if (type.isInteger(8))
+    return fb::DType::U8;
   return fb::DType::F32;
 }
 

@@ -79,10 +79,12 @@ Value castScalar(OpBuilder &b, Location loc, Value x, Type to) {
   }
   if (fromFloat)
     return b.create<arith::FPToSIOp>(loc, to, x);
+  // i1 and i8 (bytes: pixels) are unsigned.
+  const bool fromUnsigned = from.isInteger(1) || from.isInteger(8);
   if (toFloat)
-    return from.isInteger(1) ? b.create<arith::UIToFPOp>(loc, to, x).getResult()
-                             : b.create<arith::SIToFPOp>(loc, to, x).getResult();
-  if (from.isInteger(1))
+    return fromUnsigned ? b.create<arith::UIToFPOp>(loc, to, x).getResult()
+                        : b.create<arith::SIToFPOp>(loc, to, x).getResult();
+  if (fromUnsigned && from.getIntOrFloatBitWidth() < to.getIntOrFloatBitWidth())
     return b.create<arith::ExtUIOp>(loc, to, x);
   if (from.getIntOrFloatBitWidth() < to.getIntOrFloatBitWidth())
     return b.create<arith::ExtSIOp>(loc, to, x);

@@ -8,6 +8,7 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <vector>
 
@@ -28,6 +29,44 @@ llvm::cl::OptionCategory &precisionCategory() {
 llvm::cl::OptionCategory &trainingCategory() {
   static llvm::cl::OptionCategory category("Training step (compile)");
   return category;
+}
+
+InputNormalization parseInputNormalize(llvm::StringRef text, std::string *error) {
+  InputNormalization options;
+  auto fail = [&](const std::string &why) {
+    if (error)
+      *error = "--input-normalize " + why;
+    return InputNormalization{};
+  };
+  if (text.empty() || text == "none")
+    return options;
+  if (text == "imagenet") {
+    options.mean = {0.485, 0.456, 0.406};
+    options.std = {0.229, 0.224, 0.225};
+    return options;
+  }
+  llvm::SmallVector<llvm::StringRef> parts;
+  text.split(parts, ',');
+  std::vector<double> values;
+  for (llvm::StringRef part : parts) {
+    double v = 0;
+    if (part.trim().getAsDouble(v) || !std::isfinite(v))
+      return fail("takes none, imagenet or MEAN,STD numbers; '" + part.str() +
+                  "' is not a finite number");
+    values.push_back(v);
+  }
+  if (values.size() % 2 != 0)
+    return fail("takes as many means as standard deviations (MEAN,STD or "
+                "MEAN1,...,MEANC,STD1,...,STDC), got " +
+                std::to_string(values.size()) + " numbers");
+  const size_t half = values.size() / 2;
+  options.mean.assign(values.begin(), values.begin() + half);
+  options.std.assign(values.begin() + half, values.end());
+  for (size_t i = 0; i < half; ++i)
+    if (!(options.std[i] > 0))
+      return fail("needs positive standard deviations, got '" + parts[half + i].trim().str() +
+                  "'");
+  return options;
 }
 
 void CompileOptions::exposeOn(llvm::cl::SubCommand &compile, llvm::cl::SubCommand &info) {
@@ -77,6 +116,13 @@ std::string CompileOptions::validate() const {
     return "--dump-kernels is empty";
   if (!dumpKernels.empty() && !llvm::sys::fs::is_directory(dumpKernels))
     return "--dump-kernels: '" + dumpKernels + "' is not a directory";
+
+  if (given(inputNormalize)) {
+    std::string error;
+    parseInputNormalize(inputNormalize, &error);
+    if (!error.empty())
+      return error;
+  }
 
   // An inference-only plan trains nothing.
   if (forward)
@@ -179,6 +225,9 @@ PipelineOptions CompileOptions::resolve(std::string *lrChoice) const {
     mixed.initialScale = initialLossScale;
     mixed.window = lossScaleWindow;
   }
+  InputNormalization normalization = parseInputNormalize(inputNormalize, nullptr);
+  options.normalizeMean = normalization.mean;
+  options.normalizeStd = normalization.std;
   options.codegen.cpu = kernelCpu;
   options.codegen.targets = target;
   if (const char *cudaHome = std::getenv("CUDA_HOME"))

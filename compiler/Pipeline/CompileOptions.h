@@ -23,6 +23,7 @@
 #include "llvm/Support/CommandLine.h"
 
 #include <string>
+#include <vector>
 
 namespace graphc {
 
@@ -137,6 +138,16 @@ struct CompileOptions : public mlir::PassPipelineOptions<CompileOptions> {
       llvm::cl::value_desc("fp32|fp16"), llvm::cl::init("fp32"),
       llvm::cl::cat(distributedCategory())};
 
+  // The images' form.
+  Option<std::string> inputNormalize{
+      *this, "input-normalize",
+      llvm::cl::desc("Take the images as 8-bit pixels (0 to 255) and normalize them in the "
+                     "step's first kernel, (x / 255 - mean) / std: imagenet (mean 0.485, "
+                     "0.456, 0.406, std 0.229, 0.224, 0.225), MEAN,STD for all channels, or "
+                     "MEAN1,...,MEANC,STD1,...,STDC per channel (default none: float "
+                     "images, normalized by whoever feeds them)"),
+      llvm::cl::value_desc("none|imagenet|MEAN,STD"), llvm::cl::cat(trainingCategory())};
+
   // Mixed precision.
   Option<std::string> amp{
       *this, "amp",
@@ -225,6 +236,13 @@ struct CompileOptions : public mlir::PassPipelineOptions<CompileOptions> {
 /// Registers the `graphc-compile` pass pipeline (graphc-opt): the passes
 /// graphc compile runs for these options, after validate().
 void registerCompilePipeline();
+
+/// --input-normalize's value as graphc-input-normalize's options: empty for
+/// none; an error message in `error` (when given) for a malformed value.
+struct InputNormalization {
+  std::vector<double> mean, std;
+};
+InputNormalization parseInputNormalize(llvm::StringRef text, std::string *error);
 
 } // namespace graphc
 

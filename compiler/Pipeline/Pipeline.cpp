@@ -8,6 +8,11 @@
 //    planning and kernel generation need; doing it before autodiff means the
 //    gradients are built once, with the final shapes (batch-norm means divide
 //    by N*H*W, a constant only then).
+//  - graphc-input-normalize (--input-normalize) right after: the byte images
+//    and their normalization are then part of @forward, so @eval_step and
+//    @infer clone them, autodiff never differentiates them (no parameter
+//    reaches them), and fusion folds the cast and multiply-add into one
+//    kernel (with the layout's transpose where there is one).
 //  - graphc-fuse-attention (fusing, CPU plans) before autodiff, which then
 //    derives nn.attention_backward, and before @eval_step is cloned.
 //  - graphc-build-eval-step before any training rewrite: it clones @forward as
@@ -74,6 +79,12 @@ void buildCompilePipeline(mlir::OpPassManager &pm, const PipelineOptions &option
   pm.addPass(createVerifyModel(VerifyModelOptions{options.forward}));
   if (options.batchSize > 0)
     pm.addPass(createSetBatchSize(SetBatchSizeOptions{options.batchSize}));
+  if (!options.normalizeMean.empty()) {
+    InputNormalizeOptions normalize;
+    normalize.mean = options.normalizeMean;
+    normalize.std = options.normalizeStd;
+    pm.addPass(createInputNormalize(normalize));
+  }
   if (options.stopAfter == Phase::Verify)
     return;
 

@@ -74,6 +74,9 @@ struct PipelineOptions {
   /// An inference-only plan: one program, @infer (graphc-build-infer); no
   /// training phases.
   bool forward = false;
+  /// graphc-input-normalize's mean and std per channel (or one of each);
+  /// empty, the images stay float.
+  std::vector<double> normalizeMean, normalizeStd;
 };
 
 /// Adds the passes of every phase up to `options.stopAfter` to `pm`, which must

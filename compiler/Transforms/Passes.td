@@ -463,6 +463,41 @@ def Rematerialize : Pass<"graphc-rematerialize", "::mlir::ModuleOp"> {
   let dependentDialects = ["::graphc::nn::NNDialect"];
 }
 
+def InputNormalize : Pass<"graphc-input-normalize", "::mlir::ModuleOp"> {
+  let summary = "Takes the images as 8-bit pixels and normalizes them in the step";
+  let description = [{
+    The model's images (`@forward`'s first input, or `@infer`'s) become i8,
+    each byte an unsigned pixel value 0 to 255, and the step begins with
+    what a data loader would otherwise do on the host: `(x / 255 - mean) /
+    std`, as one multiply-add per element (`x * (1 / (255 std)) - mean /
+    std`) that fusion folds into one kernel with the cast. `mean` and `std`
+    hold one value for every element, or one per channel of NCHW images.
+    A quarter of the bytes cross to the device, and the host does no
+    arithmetic on them.
+
+    ```mlir
+    // before, with mean=0.5 std=0.25
+    func.func @forward(%x: tensor<8x1x28x28xf32>, %y: tensor<8xi32>) -> tensor<f32> {
+      %0 = nn.relu %x : tensor<8x1x28x28xf32>
+    // after
+    func.func @forward(%x: tensor<8x1x28x28xi8>, %y: tensor<8xi32>) -> tensor<f32> {
+      %f = nn.cast %x : tensor<8x1x28x28xi8> to f32
+      %s = nn.constant dense<0.0156862754> : tensor<f32>
+      %sb = nn.broadcast %s to %f dims [] : tensor<f32>, tensor<8x1x28x28xf32>
+      %m = nn.mul %f, %sb : tensor<8x1x28x28xf32>
+      %b = nn.constant dense<-2.000000e+00> : tensor<f32>
+      %bb = nn.broadcast %b to %f dims [] : tensor<f32>, tensor<8x1x28x28xf32>
+      %n = nn.add %m, %bb : tensor<8x1x28x28xf32>
+      %0 = nn.relu %n : tensor<8x1x28x28xf32>
+    ```
+  }];
+  let options = [
+    ListOption<"mean", "mean", "double", "The mean of each channel, or of all (in [0, 1])">,
+    ListOption<"std", "std", "double", "The standard deviation of each channel, or of all">
+  ];
+  let dependentDialects = ["::graphc::nn::NNDialect"];
+}
+
 def SetBatchSize : Pass<"graphc-set-batch-size", "::mlir::ModuleOp"> {
   let summary = "Sets the batch dimension of the model inputs and re-infers shapes";
   let description = [{

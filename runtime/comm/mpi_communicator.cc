@@ -845,6 +845,8 @@ void MpiCommunicator::Issue(Job& job) {
           case fb::DType::I32: type = MPI_INT32_T; break;
           case fb::DType::I64: type = MPI_INT64_T; break;
           case fb::DType::I1: type = MPI_UNSIGNED_CHAR; op = MPI_LOR; break;
+          // The plan verifier allows float collectives only.
+          case fb::DType::U8: type = MPI_UNSIGNED_CHAR; break;
         }
         const uint64_t element_bytes = CommDTypeBytes(group.wire);
         for (uint64_t first = 0; first < group.elements; first += kMaxCount) {

@@ -134,6 +134,7 @@ uint64_t CommDTypeBytes(fb::DType dtype) {
     case fb::DType::I32: return 4;
     case fb::DType::I64: return 8;
     case fb::DType::I1: return 1;
+    case fb::DType::U8: return 1;
   }
   return 0;
 }
@@ -146,6 +147,7 @@ const char* CommDTypeName(fb::DType dtype) {
     case fb::DType::I32: return "i32";
     case fb::DType::I64: return "i64";
     case fb::DType::I1: return "i1";
+    case fb::DType::U8: return "u8";
   }
   return "?";
 }

@@ -99,7 +99,7 @@ uint64_t DTypeBytes(fb::DType dtype) {
     case fb::DType::F32: case fb::DType::I32: return 4;
     case fb::DType::F16: case fb::DType::BF16: return 2;
     case fb::DType::I64: return 8;
-    case fb::DType::I1: return 1;
+    case fb::DType::I1: case fb::DType::U8: return 1;
   }
   return 0;
 }

@@ -42,6 +42,7 @@ DTypeInfo InfoOf(fb::DType dtype) {
     case fb::DType::I32: return {"I32", 4};
     case fb::DType::I64: return {"I64", 8};
     case fb::DType::I1: return {"BOOL", 1};
+    case fb::DType::U8: return {"U8", 1};
   }
   return {"?", 0};
 }

@@ -244,8 +244,7 @@ Status Prepare(Executor& exec, const Programs& p, const Batch& batch, uint64_t s
     const int64_t zero = 0;
     GRAPHC_RETURN_IF_ERROR(exec.Write(p.rank_state, &zero, sizeof(zero)));
   }
-  GRAPHC_RETURN_IF_ERROR(
-      exec.Write(p.images, batch.images.data(), batch.images.size() * sizeof(float)));
+  GRAPHC_RETURN_IF_ERROR(exec.Write(p.images, ImageData(batch), ImageBytes(batch)));
   return exec.Write(p.labels, batch.labels.data(), batch.labels.size() * sizeof(int32_t));
 }
 
@@ -276,8 +275,9 @@ StatusOr<CrosscheckResult> Crosscheck(const Plan& plan, Backend& reference, Back
   StatusOr<Programs> programs = FindPrograms(want);
   if (!programs.ok()) return programs.status();
   const Programs& p = *programs;
-  std::unique_ptr<BatchSource> source =
-      BatchSource::Synthetic(p.batch, p.image_shape, p.classes, 1, options.seed);
+  std::unique_ptr<BatchSource> source = BatchSource::Synthetic(
+      p.batch, p.image_shape, p.classes, 1, options.seed, /*unit=*/p.images_u8);
+  source->set_pixels_u8(p.images_u8);
   Batch batch;
   source->Next(batch);
   GRAPHC_RETURN_IF_ERROR(Prepare(want, p, batch, options.seed));

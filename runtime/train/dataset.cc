@@ -550,6 +550,22 @@ StatusOr<NpyArray> ReadNpyFloat32(const std::string& path) {
   return array;
 }
 
+StatusOr<NpyBytes> ReadNpyUint8(const std::string& path) {
+  StatusOr<NpyFile> npy = OpenNpy(path);
+  if (!npy.ok()) return npy.status();
+  if (npy->descr != "|u1" && npy->descr != "<u1")
+    return IoError(path, "an array of dtype '" + npy->descr + "'; give uint8 ('|u1')");
+  if (npy->shape.size() > 8)
+    return IoError(path, "an array of rank " + std::to_string(npy->shape.size()) +
+                             "; at most 8");
+  if (Status s = CheckNpyDataSize(*npy, 1); !s.ok()) return s;
+  NpyBytes array;
+  array.shape = npy->shape;
+  array.values.resize(npy->data_bytes);
+  if (Status s = ReadNpyData(*npy, array.values.data()); !s.ok()) return s;
+  return array;
+}
+
 std::string NpyFloat32File(const std::vector<int64_t>& shape, const float* values,
                            uint64_t count) {
   // Python's tuple: (), (2,), (2, 3).
@@ -626,6 +642,7 @@ StatusOr<Examples> ReadNpy(const std::string& images_path, const std::string& la
     std::vector<uint8_t> bytes(pixels);
     if (Status s = ReadNpyData(*images, bytes.data()); !s.ok()) return s;
     for (uint64_t i = 0; i < pixels; ++i) e.images[i] = bytes[i] / 255.0f;
+    e.from_bytes = true;
   }
 
   std::vector<uint8_t> bytes(labels->data_bytes);
@@ -675,10 +692,11 @@ StatusOr<Examples> ReadIdx(const std::string& images_path, const std::string& la
   e.images.resize(im.size());
   for (size_t i = 0; i < im.size(); ++i) e.images[i] = (im[i] / 255.0f - mean) / stddev;
   e.labels.assign(lb.begin(), lb.end());
+  e.from_bytes = true;
   return StatusOr<Examples>(std::move(e));
 }
 
-StatusOr<Examples> ReadFashionMnist(const std::string& dir, bool train) {
+StatusOr<Examples> ReadFashionMnist(const std::string& dir, bool train, bool normalize) {
   std::string prefix = dir + "/" + (train ? "train" : "t10k");
   // stat, not open: opening a FIFO named like the file would block.
   auto pick = [](const std::string& base) {
@@ -687,7 +705,7 @@ StatusOr<Examples> ReadFashionMnist(const std::string& dir, bool train) {
   };
   // Fashion-MNIST's training-set pixel mean and standard deviation.
   return ReadIdx(pick(prefix + "-images-idx3-ubyte"), pick(prefix + "-labels-idx1-ubyte"),
-                 0.2860f, 0.3530f);
+                 normalize ? 0.2860f : 0.0f, normalize ? 0.3530f : 1.0f);
 }
 
 StatusOr<std::unique_ptr<BatchSource>> BatchSource::Create(
@@ -736,7 +754,7 @@ StatusOr<std::unique_ptr<BatchSource>> BatchSource::Create(
 std::unique_ptr<BatchSource> BatchSource::Synthetic(int64_t batch,
                                                     const std::vector<int64_t>& image_shape,
                                                     int64_t classes, int64_t batches,
-                                                    uint64_t seed) {
+                                                    uint64_t seed, bool unit) {
   Examples e;
   e.count = batch * std::max<int64_t>(batches, 1);
   e.channels = image_shape[1];
@@ -744,7 +762,8 @@ std::unique_ptr<BatchSource> BatchSource::Synthetic(int64_t batch,
   e.width = image_shape[3];
   Rng rng{seed ^ 0x5eed5eed5eed5eedull};
   e.images.resize(e.count * e.channels * e.height * e.width);
-  for (float& x : e.images) x = static_cast<float>(2.0 * rng.Uniform() - 1.0);
+  for (float& x : e.images)
+    x = static_cast<float>(unit ? rng.Uniform() : 2.0 * rng.Uniform() - 1.0);
   e.labels.resize(e.count);
   for (int32_t& y : e.labels) y = static_cast<int32_t>(rng.Next() % uint64_t(classes));
   return std::unique_ptr<BatchSource>(new BatchSource(std::move(e), batch, false, seed));
@@ -769,7 +788,7 @@ void BatchSource::Shuffle() {
 StatusOr<std::unique_ptr<BatchSource>> BatchSource::FromImages(
     std::shared_ptr<const ImageSet> folder, int64_t batch,
     const std::vector<int64_t>& image_shape, int64_t classes, bool train, uint64_t seed,
-    int threads, Augmentation augmentation) {
+    int threads, Augmentation augmentation, bool normalize) {
   if (batch <= 0 || image_shape.size() != 4 || image_shape[0] != batch)
     return Status(ErrorCode::kInvalidArgument, "image folders feed rank-4 images in batches");
   if (image_shape[1] != 1 && image_shape[1] != 3)
@@ -798,6 +817,7 @@ StatusOr<std::unique_ptr<BatchSource>> BatchSource::FromImages(
   source->folder_ = std::move(folder);
   source->threads_ = std::max(1, threads);
   source->augmentation_ = augmentation;
+  source->normalize_ = normalize;
   return source;
 }
 
@@ -817,7 +837,8 @@ void BatchSource::DecodeRow(int64_t first, int64_t b, Batch& out) {
     const uint64_t seed =
         (seed_ * 0x9e3779b97f4a7c15ull + epoch_) * 0xbf58476d1ce4e5b9ull + uint64_t(index);
     Status status = folder_->Decode(index, augmentation_, shuffle_, flip_, seed,
-                                    examples_.channels, examples_.height, examples_.width, image);
+                                    examples_.channels, examples_.height, examples_.width, image,
+                                    normalize_);
     if (status.ok()) {
       out.labels[b] = examples_.labels[index];
       return;
@@ -867,6 +888,7 @@ void BatchSource::Next(Batch& out) {
     work(0);
     for (std::thread& thread : pool) thread.join();
     position_ += batch_;
+    FillPixels(out);
     return;
   }
   for (int64_t b = 0; b < rows; ++b) {
@@ -885,6 +907,19 @@ void BatchSource::Next(Batch& out) {
     out.labels[b] = examples_.labels[index];
   }
   position_ += batch_;
+  FillPixels(out);
+}
+
+void BatchSource::FillPixels(Batch& out) const {
+  if (!pixels_u8_) {
+    out.pixels.clear();
+    return;
+  }
+  out.pixels.resize(out.images.size());
+  for (size_t i = 0; i < out.images.size(); ++i) {
+    const float x = std::min(std::max(out.images[i], 0.0f), 1.0f);  // NaN: 1
+    out.pixels[i] = static_cast<uint8_t>(std::lrint(x * 255.0f));
+  }
 }
 
 Status BatchSource::SetShard(int64_t shard, int64_t shards) {
@@ -907,7 +942,11 @@ void BatchSource::Seek(int64_t batches) {
   Shuffle();
 }
 
-Prefetcher::Prefetcher(BatchSource& source) : source_(source) {
+Prefetcher::Prefetcher(BatchSource& source, int depth)
+    : source_(source),
+      depth_(static_cast<size_t>(std::max(1, depth))),
+      buffers_(depth_ + 1) {
+  for (int i = static_cast<int>(buffers_.size()) - 1; i >= 0; --i) free_.push_back(i);
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -925,14 +964,15 @@ void Prefetcher::Loop() {
     int target;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      changed_.wait(lock, [&] { return stop_ || ready_ == -1; });
+      changed_.wait(lock, [&] { return stop_ || (!free_.empty() && ready_.size() < depth_); });
       if (stop_) return;
-      target = 1 - consumer_;
+      target = free_.back();
+      free_.pop_back();
     }
-    source_.Next(buffers_[target]);
+    source_.Next(buffers_[static_cast<size_t>(target)]);
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      ready_ = target;
+      ready_.push_back(target);
     }
     changed_.notify_all();
   }
@@ -941,12 +981,14 @@ void Prefetcher::Loop() {
 const Batch& Prefetcher::Next() {
   {
     std::unique_lock<std::mutex> lock(mutex_);
-    changed_.wait(lock, [&] { return ready_ != -1; });
-    consumer_ = ready_;
-    ready_ = -1;
+    // The batch handed out last time is the caller's no longer.
+    if (consumer_ >= 0) free_.push_back(consumer_);
+    changed_.notify_all();
+    changed_.wait(lock, [&] { return !ready_.empty(); });
+    consumer_ = ready_.front();
+    ready_.pop_front();
   }
-  changed_.notify_all();
-  return buffers_[consumer_];
+  return buffers_[static_cast<size_t>(consumer_)];
 }
 
 }  // namespace graphc::runtime

@@ -16,6 +16,7 @@
 #define GRAPHC_RUNTIME_TRAIN_DATASET_H_
 
 #include <condition_variable>
+#include <deque>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -32,16 +33,30 @@ namespace graphc::runtime {
 struct Batch {
   std::vector<float> images;    // batch x channels x height x width
   std::vector<int32_t> labels;  // batch
+  // The images as 8-bit pixels, round(255 x) of images in [0, 1], when the
+  // source makes them (BatchSource::set_pixels_u8); else empty.
+  std::vector<uint8_t> pixels;
   // Set when the batch could not be made (an image folder none of whose
   // images decode): the run stops with it.
   std::string error;
 };
+
+// What a plan's images input is given: the batch's 8-bit pixels or its
+// float32 images.
+inline const void* ImageData(const Batch& b) {
+  return b.pixels.empty() ? static_cast<const void*>(b.images.data()) : b.pixels.data();
+}
+inline uint64_t ImageBytes(const Batch& b) {
+  return b.pixels.empty() ? b.images.size() * sizeof(float) : b.pixels.size();
+}
 
 // Images of one shape with labels in [0, classes).
 struct Examples {
   int64_t count = 0, channels = 0, height = 0, width = 0;
   std::vector<float> images;
   std::vector<int32_t> labels;
+  // The images were 8-bit (k / 255 exactly, before any normalization).
+  bool from_bytes = false;
 };
 
 // Reads an IDX image file and its label file (gzip-compressed or not), scales
@@ -77,14 +92,22 @@ struct NpyArray {
   std::vector<float> values;
 };
 StatusOr<NpyArray> ReadNpyFloat32(const std::string& path);
+// One uint8 array, checked the same way (a plan's 8-bit images).
+struct NpyBytes {
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> values;
+};
+StatusOr<NpyBytes> ReadNpyUint8(const std::string& path);
 
 // The bytes of a .npy file (format 1.0) holding `count` float32 values of
 // `shape`, as numpy.save writes it.
 std::string NpyFloat32File(const std::vector<int64_t>& shape, const float* values,
                            uint64_t count);
 
-// Fashion-MNIST's training or test split from DIR (train-*/t10k-*-idx?-ubyte.gz).
-StatusOr<Examples> ReadFashionMnist(const std::string& dir, bool train);
+// Fashion-MNIST's training or test split from DIR (train-*/t10k-*-idx?-ubyte.gz),
+// normalized with the training set's mean and deviation, or with
+// `normalize` false left in [0, 1].
+StatusOr<Examples> ReadFashionMnist(const std::string& dir, bool train, bool normalize = true);
 inline constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
 
 // Batches of a fixed shape from examples, in an order shuffled per epoch.
@@ -110,14 +133,15 @@ class BatchSource {
   static StatusOr<std::unique_ptr<BatchSource>> FromImages(
       std::shared_ptr<const ImageSet> folder, int64_t batch,
       const std::vector<int64_t>& image_shape, int64_t classes, bool train, uint64_t seed,
-      int threads, Augmentation augmentation = Augmentation::kImageNet);
-  // Random examples (uniform labels, normal pixels), `batches` batches' worth
-  // (at least one). The caller checks that batch, classes and image_shape (of
-  // rank 4) are positive, as graphrun does from the plan.
+      int threads, Augmentation augmentation = Augmentation::kImageNet, bool normalize = true);
+  // Random examples (uniform labels, pixels uniform in [-1, 1), or in
+  // [0, 1) with `unit`), `batches` batches' worth (at least one). The caller
+  // checks that batch, classes and image_shape (of rank 4) are positive, as
+  // graphrun does from the plan.
   static std::unique_ptr<BatchSource> Synthetic(int64_t batch,
                                                 const std::vector<int64_t>& image_shape,
                                                 int64_t classes, int64_t batches,
-                                                uint64_t seed);
+                                                uint64_t seed, bool unit = false);
 
   // Whole batches per epoch (the remainder of an epoch is dropped).
   int64_t batches_per_epoch() const { return examples_.count / batch_; }
@@ -136,6 +160,10 @@ class BatchSource {
   // example): the usual augmentation for Fashion-MNIST and CIFAR. (An image
   // folder's training batches are flipped by their own augmentation.)
   void set_flip(bool flip) { flip_ = flip; }
+  // Each batch also as 8-bit pixels (Batch::pixels), for a plan that
+  // normalizes its images itself: the source's images must then be in
+  // [0, 1] (values outside are clamped).
+  void set_pixels_u8(bool pixels_u8) { pixels_u8_ = pixels_u8; }
   // Image folders: with `strict`, the first undecodable file fails its
   // batch (Batch::error) instead of being skipped (graphrun --strict-data).
   void set_strict(bool strict) { strict_ = strict; }
@@ -153,6 +181,7 @@ class BatchSource {
  private:
   BatchSource(Examples examples, int64_t batch, bool shuffle, uint64_t seed);
   void Shuffle();
+  void FillPixels(Batch& out) const;
   // Row b of `out` (a batch from order_[first]) decoded from the folder.
   void DecodeRow(int64_t first, int64_t b, Batch& out);
 
@@ -171,15 +200,19 @@ class BatchSource {
   Augmentation augmentation_ = Augmentation::kImageNet;
   int threads_ = 1;
   bool strict_ = false;
+  bool normalize_ = true;  // image folders: ImageNet's mean and deviation for RGB
+  bool pixels_u8_ = false;
   mutable std::mutex bad_mutex_;
   std::vector<bool> bad_;
   int64_t skipped_ = 0;
 };
 
-// Runs source->Next on a background thread, one batch ahead.
+// Runs source->Next on a background thread, up to `depth` batches ahead
+// (at least 1): a bounded queue that absorbs a slow batch (large JPEGs, a
+// cold disk) as long as the decoding keeps up on average.
 class Prefetcher {
  public:
-  explicit Prefetcher(BatchSource& source);
+  explicit Prefetcher(BatchSource& source, int depth = 1);
   ~Prefetcher();
   // The next batch; valid until the following call.
   const Batch& Next();
@@ -188,9 +221,11 @@ class Prefetcher {
   void Loop();
 
   BatchSource& source_;
-  Batch buffers_[2];
-  int ready_ = -1;    // index of the filled buffer not yet taken, or -1
-  int consumer_ = 1;  // the buffer the caller holds
+  size_t depth_;
+  std::vector<Batch> buffers_;  // depth + 1: the queue's and the caller's
+  std::deque<int> ready_;       // filled buffers, oldest first
+  std::vector<int> free_;       // buffers the producer may fill
+  int consumer_ = -1;           // the buffer the caller holds, or -1
   bool stop_ = false;
   std::mutex mutex_;
   std::condition_variable changed_;

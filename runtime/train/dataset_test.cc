@@ -22,6 +22,7 @@
 #include <iterator>
 #include <limits>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace graphc::runtime {
@@ -640,20 +641,26 @@ TEST(DatasetBatchSource, CreateRefusesInconsistentExamples) {
   EXPECT_EQ(made.status().code(), ErrorCode::kInvalidArgument);
 }
 
-TEST(DatasetPrefetcher, YieldsTheBatchesOfNext) {
-  std::unique_ptr<BatchSource> direct = NumberedSource(7, 2);
-  std::unique_ptr<BatchSource> prefetched = NumberedSource(7, 2);
-  ASSERT_NE(direct, nullptr);
-  ASSERT_NE(prefetched, nullptr);
-  direct->Seek(4);
-  prefetched->Seek(4);
-  Prefetcher prefetcher(*prefetched);
-  Batch b;
-  for (int i = 0; i < 12; ++i) {
-    SCOPED_TRACE(i);
-    direct->Next(b);
-    const Batch& p = prefetcher.Next();
-    EXPECT_TRUE(SameBatch(p, b));
+TEST(DatasetPrefetcher, YieldsTheBatchesOfNextAtAnyDepth) {
+  for (int depth : {1, 2, 5}) {
+    SCOPED_TRACE(depth);
+    std::unique_ptr<BatchSource> direct = NumberedSource(7, 2);
+    std::unique_ptr<BatchSource> prefetched = NumberedSource(7, 2);
+    ASSERT_NE(direct, nullptr);
+    ASSERT_NE(prefetched, nullptr);
+    direct->Seek(4);
+    prefetched->Seek(4);
+    Prefetcher prefetcher(*prefetched, depth);
+    Batch b;
+    for (int i = 0; i < 12; ++i) {
+      SCOPED_TRACE(i);
+      direct->Next(b);
+      const Batch& p = prefetcher.Next();
+      EXPECT_TRUE(SameBatch(p, b));
+      // The batch stays the caller's while the queue fills behind it.
+      if (i % 4 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      EXPECT_TRUE(SameBatch(p, b));
+    }
   }
 }
 

@@ -517,7 +517,7 @@ StatusOr<std::unique_ptr<ImageSet>> ImageSet::OpenFolder(const std::string& dir,
 
 Status ImageSet::Decode(int64_t i, Augmentation augmentation, bool train, bool flip,
                            uint64_t seed, int64_t channels, int64_t height, int64_t width,
-                           float* out) const {
+                           float* out, bool normalize) const {
   SplitMix64 rng{seed};
   auto uniform = [&rng] { return static_cast<double>(rng.Next() >> 11) * 0x1.0p-53; };
   auto augment = [&](int64_t w, int64_t h) {
@@ -539,7 +539,7 @@ Status ImageSet::Decode(int64_t i, Augmentation augmentation, bool train, bool f
   const std::string name = shards_ ? path(i) : file;
   GRAPHC_RETURN_IF_ERROR(ReadBytes(file, item.offset, item.size, name, bytes));
   GRAPHC_RETURN_IF_ERROR(DecodeImageBytes(name, bytes, channels, height, width, augment, out));
-  if (channels == 3) {
+  if (channels == 3 && normalize) {
     static constexpr float kMean[3] = {0.485f, 0.456f, 0.406f};
     static constexpr float kStd[3] = {0.229f, 0.224f, 0.225f};
     for (int64_t c = 0; c < 3; ++c)

@@ -137,8 +137,11 @@ class ImageSet {
   // from `seed`: for training (`train`) a random crop and flip, or the whole
   // image flipped with probability 1/2 where `flip`; else the center crop
   // or the whole image.
+  // With `normalize`, RGB is then normalized with ImageNet's mean and
+  // deviation; else every image stays in [0, 1].
   Status Decode(int64_t i, Augmentation augmentation, bool train, bool flip, uint64_t seed,
-                int64_t channels, int64_t height, int64_t width, float* out) const;
+                int64_t channels, int64_t height, int64_t width, float* out,
+                bool normalize = true) const;
 
  private:
   // Adds the samples of the tar shard at `path` (canonical), files_[file].

@@ -460,6 +460,44 @@ TEST(ImagesTest, FolderBatchesCoverEachImageOnceAndRepeatWithAnyThreads) {
   EXPECT_EQ(e[3].images, e[0].images);
 }
 
+TEST(ImagesTest, BytesForPlansThatNormalizeThemselves) {
+  // --input-normalize plans: the crops unnormalized, in [0, 1], and the
+  // same batch as bytes, round(255 x); the normalized batch is their
+  // ImageNet normalization.
+  TempDir dir;
+  auto folder = SmallFolder(dir.path());
+  const std::vector<int64_t> shape = {4, 3, 8, 8};
+  auto raw = BatchSource::FromImages(folder, 4, shape, 3, true, 9, 1, Augmentation::kImageNet,
+                                     /*normalize=*/false);
+  auto normalized = BatchSource::FromImages(folder, 4, shape, 3, true, 9, 1);
+  ASSERT_TRUE(raw.ok() && normalized.ok());
+  (*raw)->set_pixels_u8(true);
+  Batch r, n;
+  (*raw)->Next(r);
+  (*normalized)->Next(n);
+  ASSERT_EQ(r.pixels.size(), r.images.size());
+  EXPECT_TRUE(n.pixels.empty());
+  EXPECT_EQ(ImageBytes(r), r.images.size());
+  EXPECT_EQ(ImageData(r), static_cast<const void*>(r.pixels.data()));
+  EXPECT_EQ(ImageBytes(n), n.images.size() * sizeof(float));
+  static constexpr float kMean[3] = {0.485f, 0.456f, 0.406f};
+  static constexpr float kStd[3] = {0.229f, 0.224f, 0.225f};
+  for (size_t i = 0; i < r.images.size(); ++i) {
+    ASSERT_GE(r.images[i], 0.0f);
+    ASSERT_LE(r.images[i], 1.0f);
+    ASSERT_EQ(r.pixels[i], static_cast<uint8_t>(std::lrint(r.images[i] * 255.0f))) << i;
+    const size_t c = (i / 64) % 3;
+    ASSERT_NEAR(n.images[i], (r.images[i] - kMean[c]) / kStd[c], 1e-5f) << i;
+  }
+  // Synthetic bytes span the range.
+  auto synthetic = BatchSource::Synthetic(4, shape, 3, 1, 5, /*unit=*/true);
+  synthetic->set_pixels_u8(true);
+  Batch s;
+  synthetic->Next(s);
+  EXPECT_LE(*std::min_element(s.pixels.begin(), s.pixels.end()), 5);
+  EXPECT_GE(*std::max_element(s.pixels.begin(), s.pixels.end()), 250);
+}
+
 TEST(ImagesTest, UndecodableImagesAreSkippedAndCounted) {
   TempDir dir;
   auto folder = SmallFolder(dir.path());

@@ -66,9 +66,8 @@ class InputFeeder {
   // Enqueues the copies that put `batch` into the input buffers, ordered
   // before whatever the compute stream runs next.
   Status Feed(const Batch& batch) {
-    const void* data[2] = {batch.images.data(), batch.labels.data()};
-    const uint64_t bytes[2] = {batch.images.size() * sizeof(float),
-                               batch.labels.size() * sizeof(int32_t)};
+    const void* data[2] = {ImageData(batch), batch.labels.data()};
+    const uint64_t bytes[2] = {ImageBytes(batch), batch.labels.size() * sizeof(int32_t)};
     if (!staged_) {
       for (int i = 0; i < 2; ++i) {
         Status status = exec_.Write(buffers_[i], data[i], bytes[i]);

@@ -39,11 +39,14 @@ StatusOr<Programs> FindPrograms(const Executor& exec) {
   p.loss = step.outputs()->Get(0);
   p.image_shape = ShapeOf(exec.buffer(p.images));
   p.batch = p.image_shape.empty() ? 0 : p.image_shape[0];
-  if (p.image_shape.size() != 4 || exec.buffer(p.images).dtype() != fb::DType::F32 ||
+  p.images_u8 = exec.buffer(p.images).dtype() == fb::DType::U8;
+  if (p.image_shape.size() != 4 ||
+      (exec.buffer(p.images).dtype() != fb::DType::F32 && !p.images_u8) ||
       exec.buffer(p.labels).dtype() != fb::DType::I32 ||
       exec.buffer(p.loss).dtype() != fb::DType::F32 || exec.buffer(p.loss).size() != 4)
     return Status(ErrorCode::kUnsupported,
-                  "train_step must take f32 NCHW images and i32 labels and return an f32 loss");
+                  "train_step must take f32 or u8 NCHW images and i32 labels and return an f32 "
+                  "loss");
   if (p.batch < 1 || root.batch_size() != p.batch ||
       ShapeOf(exec.buffer(p.labels)) != std::vector<int64_t>{p.batch})
     return Status(ErrorCode::kInvalidArgument,
@@ -57,6 +60,7 @@ StatusOr<Programs> FindPrograms(const Executor& exec) {
     // correct predictions.
     if (e.inputs()->size() != 2 || e.outputs()->size() != 2 ||
         exec.buffer(e.inputs()->Get(0)).size() != exec.buffer(p.images).size() ||
+        exec.buffer(e.inputs()->Get(0)).dtype() != exec.buffer(p.images).dtype() ||
         exec.buffer(e.inputs()->Get(1)).size() != exec.buffer(p.labels).size() ||
         exec.buffer(e.outputs()->Get(1)).dtype() != fb::DType::I64 ||
         exec.buffer(e.outputs()->Get(1)).size() != 8)
@@ -90,8 +94,7 @@ StatusOr<double> Evaluate(Executor& exec, const Programs& p, BatchSource& test,
     test.Next(b);
     if (!b.error.empty()) return Status(ErrorCode::kIo, b.error);
     int64_t correct = 0;
-    Status status =
-        exec.Write(e.inputs()->Get(0), b.images.data(), b.images.size() * sizeof(float));
+    Status status = exec.Write(e.inputs()->Get(0), ImageData(b), ImageBytes(b));
     if (status.ok()) status = exec.Write(e.inputs()->Get(1), b.labels.data(), b.labels.size() * 4);
     if (status.ok()) status = exec.Run(p.eval);
     if (status.ok()) status = exec.Read(p.correct, &correct, sizeof(correct));

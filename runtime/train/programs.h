@@ -27,6 +27,9 @@ struct Programs {
   // this process (dropout under data-parallel); -1 without.
   int32_t world_size = -1, rank_state = -1;
   std::vector<int64_t> image_shape;
+  // The images are 8-bit pixels, normalized by the plan (graphc compile
+  // --input-normalize); else float32, normalized by the data source.
+  bool images_u8 = false;
   int64_t batch = 0, classes = 0;
 };
 

@@ -48,8 +48,8 @@ namespace {
 // training folder, where training reads one) or shards, in order.
 StatusOr<std::unique_ptr<BatchSource>> OpenEvalImages(
     const std::string& spec, const std::vector<std::string>* train_classes,
-    const std::vector<int64_t>& image_shape, int64_t classes, uint64_t seed, int threads,
-    Augmentation augmentation) {
+    const std::vector<int64_t>& image_shape, int64_t classes, uint64_t seed,
+    const DataOptions& options) {
   StatusOr<std::unique_ptr<ImageSet>> set = Status(ErrorCode::kInvalidArgument, "");
   if (StartsWith(spec, kImageFolderPrefix) && spec.size() > sizeof(kImageFolderPrefix) - 1) {
     set = ImageSet::OpenFolder(spec.substr(sizeof(kImageFolderPrefix) - 1), train_classes);
@@ -62,16 +62,17 @@ StatusOr<std::unique_ptr<BatchSource>> OpenEvalImages(
   }
   if (!set.ok()) return set.status();
   return BatchSource::FromImages(std::move(*set), image_shape[0], image_shape, classes,
-                                 /*train=*/false, seed, threads, augmentation);
+                                 /*train=*/false, seed, options.threads, options.augmentation,
+                                 /*normalize=*/!options.pixels_u8);
 }
 
 }  // namespace
 
 // DIR/train and DIR/val when DIR has a train folder, else DIR alone.
-Status OpenImageFolders(const std::string& dir, const std::string& eval_spec,
-                        const std::vector<int64_t>& image_shape, int64_t classes, bool need_test,
-                        uint64_t seed, int threads, Augmentation augmentation,
-                        DataSources& sources) {
+Status OpenImageFolders(const std::string& dir, const std::vector<int64_t>& image_shape,
+                        int64_t classes, bool need_test, uint64_t seed,
+                        const DataOptions& options, DataSources& sources) {
+  const std::string& eval_spec = options.eval_spec;
   struct stat st;
   const bool split = ::stat((dir + "/train").c_str(), &st) == 0 && S_ISDIR(st.st_mode);
   const std::string train_dir = split ? dir + "/train" : dir;
@@ -88,12 +89,13 @@ Status OpenImageFolders(const std::string& dir, const std::string& eval_spec,
   if (!train.ok()) return train.status();
   std::shared_ptr<const ImageSet> train_folder = std::move(*train);
   auto made = BatchSource::FromImages(train_folder, batch, image_shape, classes,
-                                           /*train=*/true, seed, threads, augmentation);
+                                      /*train=*/true, seed, options.threads, options.augmentation,
+                                      /*normalize=*/!options.pixels_u8);
   if (!made.ok()) return made.status();
   sources.train = std::move(*made);
   if (need_test && !eval_spec.empty()) {
-    auto test = OpenEvalImages(eval_spec, &train_folder->classes(), image_shape, classes, seed,
-                               threads, augmentation);
+    auto test =
+        OpenEvalImages(eval_spec, &train_folder->classes(), image_shape, classes, seed, options);
     if (!test.ok()) return test.status();
     sources.test = std::move(*test);
   } else if (has_val && need_test) {
@@ -101,7 +103,8 @@ Status OpenImageFolders(const std::string& dir, const std::string& eval_spec,
         ImageSet::OpenFolder(dir + "/val", &train_folder->classes());
     if (!val.ok()) return val.status();
     auto test = BatchSource::FromImages(std::move(*val), batch, image_shape, classes,
-                                             /*train=*/false, seed, threads, augmentation);
+                                        /*train=*/false, seed, options.threads,
+                                        options.augmentation, /*normalize=*/!options.pixels_u8);
     if (!test.ok()) return test.status();
     sources.test = std::move(*test);
   }
@@ -111,8 +114,8 @@ Status OpenImageFolders(const std::string& dir, const std::string& eval_spec,
 StatusOr<DataSources> CreateDataSources(const std::string& spec,
                                         const std::vector<int64_t>& image_shape,
                                         int64_t classes, bool need_test, uint64_t seed,
-                                        int data_threads, Augmentation augmentation,
-                                        const std::string& eval_spec) {
+                                        const DataOptions& options) {
+  const std::string& eval_spec = options.eval_spec;
   DataSources sources;
   const int64_t batch = image_shape.empty() ? 0 : image_shape[0];
   // One training split and an optional test split, read by `read(train)`.
@@ -121,6 +124,11 @@ StatusOr<DataSources> CreateDataSources(const std::string& spec,
       const bool train = split == 0;
       StatusOr<Examples> examples = read(train);
       if (!examples.ok()) return examples.status();
+      if (options.pixels_u8 && !examples->from_bytes)
+        return Status(ErrorCode::kInvalidArgument,
+                      "the plan takes 8-bit pixels (graphc compile --input-normalize), and the "
+                      "data's images are float32: give uint8 arrays, or compile without "
+                      "--input-normalize");
       auto made = BatchSource::Create(std::move(*examples), batch, image_shape, classes,
                                       /*shuffle=*/train, seed);
       if (!made.ok()) return made.status();
@@ -131,13 +139,16 @@ StatusOr<DataSources> CreateDataSources(const std::string& spec,
   Status status;
   if (spec == "synthetic") {
     sources.name = "synthetic";
-    sources.train = BatchSource::Synthetic(batch, image_shape, classes, 4, seed);
+    sources.train =
+        BatchSource::Synthetic(batch, image_shape, classes, 4, seed, options.pixels_u8);
   } else if (spec == "fashion-mnist" ||
              (StartsWith(spec, kFashionPrefix) && spec.size() > sizeof(kFashionPrefix) - 1)) {
     const std::string dir =
         spec == "fashion-mnist" ? kFashionMnistDir : spec.substr(sizeof(kFashionPrefix) - 1);
     sources.name = "fashion-mnist";
-    status = from([&](bool train) { return ReadFashionMnist(dir, train); }, 2);
+    status = from(
+        [&](bool train) { return ReadFashionMnist(dir, train, /*normalize=*/!options.pixels_u8); },
+        2);
   } else if (StartsWith(spec, kNpyPrefix)) {
     const std::vector<std::string> paths = DataFiles(spec);
     if ((paths.size() != 2 && paths.size() != 4) ||
@@ -156,9 +167,8 @@ StatusOr<DataSources> CreateDataSources(const std::string& spec,
   } else if (StartsWith(spec, kImageFolderPrefix) &&
              spec.size() > sizeof(kImageFolderPrefix) - 1) {
     sources.name = "imagefolder";
-    status = OpenImageFolders(spec.substr(sizeof(kImageFolderPrefix) - 1), eval_spec,
-                              image_shape, classes, need_test, seed, data_threads, augmentation,
-                              sources);
+    status = OpenImageFolders(spec.substr(sizeof(kImageFolderPrefix) - 1), image_shape, classes,
+                              need_test, seed, options, sources);
   } else if (StartsWith(spec, kShardsPrefix) && spec.size() > sizeof(kShardsPrefix) - 1) {
     sources.name = "shards";
     if (need_test && eval_spec.empty())
@@ -169,7 +179,8 @@ StatusOr<DataSources> CreateDataSources(const std::string& spec,
         ImageSet::OpenShards(spec.substr(sizeof(kShardsPrefix) - 1));
     if (!shards.ok()) return shards.status();
     auto made = BatchSource::FromImages(std::move(*shards), batch, image_shape, classes,
-                                        /*train=*/true, seed, data_threads, augmentation);
+                                        /*train=*/true, seed, options.threads,
+                                        options.augmentation, /*normalize=*/!options.pixels_u8);
     if (!made.ok()) return made.status();
     sources.train = std::move(*made);
   } else {
@@ -181,12 +192,14 @@ StatusOr<DataSources> CreateDataSources(const std::string& spec,
   if (!status.ok()) return status;
   // --eval-data for the splits that do not read it themselves.
   if (need_test && !eval_spec.empty() && sources.name != "imagefolder") {
-    auto test = OpenEvalImages(eval_spec, nullptr, image_shape, classes, seed, data_threads,
-                               augmentation);
+    auto test = OpenEvalImages(eval_spec, nullptr, image_shape, classes, seed, options);
     if (!test.ok()) return test.status();
     sources.test = std::move(*test);
   }
-  if (!sources.test) sources.test = BatchSource::Synthetic(batch, image_shape, classes, 4, seed);
+  if (!sources.test)
+    sources.test = BatchSource::Synthetic(batch, image_shape, classes, 4, seed, options.pixels_u8);
+  sources.train->set_pixels_u8(options.pixels_u8);
+  sources.test->set_pixels_u8(options.pixels_u8);
   return sources;
 }
 

@@ -31,20 +31,30 @@ struct DataSources {
   std::unique_ptr<BatchSource> test;   // in order; synthetic when SPEC has no test split
 };
 
+// How the sources read their data.
+struct DataOptions {
+  // The threads that decode an image batch (at least 1), and how its images
+  // are cropped.
+  int threads = 1;
+  Augmentation augmentation = Augmentation::kImageNet;
+  // The test split's own SPEC (imagefolder: or shards:), read only when the
+  // caller evaluates; an image folder's classes must be the training
+  // folder's.
+  std::string eval_spec;
+  // The plan takes 8-bit pixels and normalizes them itself (graphc compile
+  // --input-normalize): the sources give pixels in [0, 1], unnormalized, and
+  // fill Batch::pixels; float32 arrays (npy) are refused rather than rounded.
+  bool pixels_u8 = false;
+};
+
 // `image_shape` is the plan's [batch, c, h, w] and `classes` its logit count
 // (both positive). `need_test`: the caller evaluates, so a SPEC that can carry
 // a test split must (npy: all four arrays; imagefolder: DIR/val).
-// `data_threads`: the threads that decode an image folder's batch (at least
-// 1), `augmentation` how its images are cropped. `eval_spec`, if set, is
-// the test split (read only with need_test; an image folder's classes must
-// be the training folder's). kInvalidArgument names a bad SPEC; the
-// readers' errors name the file.
+// kInvalidArgument names a bad SPEC; the readers' errors name the file.
 StatusOr<DataSources> CreateDataSources(const std::string& spec,
                                         const std::vector<int64_t>& image_shape,
                                         int64_t classes, bool need_test, uint64_t seed,
-                                        int data_threads = 1,
-                                        Augmentation augmentation = Augmentation::kImageNet,
-                                        const std::string& eval_spec = "");
+                                        const DataOptions& options = DataOptions());
 
 // Every file SPEC reads (for refusing to overwrite one), in order.
 std::vector<std::string> DataFiles(const std::string& spec);

@@ -252,11 +252,14 @@ Status Trainer::OpenData() {
   // The sources make batches of the global batch; each rank takes its shard.
   std::vector<int64_t> global_shape = p().image_shape;
   global_shape[0] *= ranks_;
+  DataOptions data_options;
+  data_options.threads = std::max(1, o_.data_threads);
+  data_options.augmentation =
+      o_.augment == "none" ? Augmentation::kResize : Augmentation::kImageNet;
+  data_options.eval_spec = o_.eval_data;
+  data_options.pixels_u8 = p().images_u8;
   StatusOr<DataSources> data =
-      CreateDataSources(o_.data, global_shape, p().classes, o_.eval, o_.seed,
-                        std::max(1, o_.data_threads),
-                        o_.augment == "none" ? Augmentation::kResize : Augmentation::kImageNet,
-                        o_.eval_data);
+      CreateDataSources(o_.data, global_shape, p().classes, o_.eval, o_.seed, data_options);
   if (!data.ok()) return data.status();
   data_ = std::make_unique<DataSources>(std::move(*data));
   BatchSource& source = *data_->train;
@@ -390,7 +393,7 @@ Status Trainer::Loop() {
   scaled_ = p().loss_scale >= 0;
   BatchSource& source = *data_->train;
   source.Seek(start_step_);
-  Prefetcher prefetch(source);
+  Prefetcher prefetch(source, o_.prefetch);
   out_ << "Step\tImg/sec\ttotal_loss" << (scaled_ ? "\tloss_scale\tskipped" : "") << "\n";
   GRAPHC_RETURN_IF_ERROR(clock_->Start());
   for (int64_t step = 0; step < steps_; ++step) {

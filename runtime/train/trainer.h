@@ -41,6 +41,7 @@ struct TrainOptions {
   std::string data = "synthetic";
   std::string eval_data;  // the test split's own spec (imagefolder: or shards:), if set
   int data_threads = 1;  // decoding an image folder's batch (graphrun: 0 = its default)
+  int prefetch = 2;      // batches made ahead of the step
   // An image folder's crops: "imagenet" (random resized crops and flips;
   // resize and center crop for evaluation) or "none" (whole images resized,
   // flipped with `flip`).

@@ -207,6 +207,10 @@ def prepare(args):
     compile_plan(f"{models}/fmnist_cnn.mlir", 32, "fmnist_cnn", "--lr", "0.02")
     compile_plan(f"{models}/fmnist_cnn.mlir", 32, "fmnist_cnn_fp16", "--lr", "0.02", "--amp=fp16")
     compile_plan(f"{models}/resnet_tiny.mlir", 8, "resnet_tiny", "--lr", "0.02")
+    # 8-bit images normalized in the plan: the byte loads and the unsigned
+    # cast in a PTX kernel.
+    compile_plan(f"{models}/resnet_tiny.mlir", 8, "resnet_tiny_u8", "--lr", "0.02",
+                 "--input-normalize=imagenet")
     # One step of the headline model at a batch whose large elementwise
     # kernels run vectorized on the GPU (four elements a thread, 16-byte
     # accesses), which the small models' kernels are too short for.
@@ -582,8 +586,8 @@ class Check:
         # the CPU's inputs, so that a difference names the command that makes
         # it instead of growing through the step.
         crosschecks, ok = {}, True
-        for model in os.environ.get("GPU_CHECK_CROSSCHECK", "resnet_tiny fmnist_cnn_fp16 "
-                                    "crosscheck_amp equivalence_resnet").split():
+        for model in os.environ.get("GPU_CHECK_CROSSCHECK", "resnet_tiny resnet_tiny_u8 "
+                                    "fmnist_cnn_fp16 crosscheck_amp equivalence_resnet").split():
             report = os.path.join(self.results, f"crosscheck_{model}.json")
             flags = ["--deterministic"] if device == "cuda" else []
             r = self.run(f"crosscheck_{model}", [

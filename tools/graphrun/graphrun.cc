@@ -400,6 +400,10 @@ int Main(int argc, char** argv) {
   app.add_flag("--strict-data", train.strict_data,
                "image folders and shards: stop at the first image that does not decode (default: skip it "
                "with a warning and count it)");
+  app.add_option("--prefetch", train.prefetch,
+                 "batches made ahead of the step on a background thread (default 2; each "
+                 "holds a batch of images on the host)")
+      ->check(InRange(1, 64));
   app.add_option("--data-threads", train.data_threads,
                  "threads that decode image batches (default: the cores --threads "
                  "leaves, at least 1)")

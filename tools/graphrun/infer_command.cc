@@ -35,11 +35,11 @@ CLI::App* AddInferCommand(CLI::App& app, InferFlags& f) {
   CLI::App* c = app.add_subcommand(
       "infer",
       "run an inference-only plan (graphc compile --forward) once: its inputs from float32 "
-      ".npy files, its outputs written as .npy files");
+      "(or, for 8-bit images, uint8) .npy files, its outputs written as .npy files");
   c->add_option("plan", f.plan, "the plan file (graphc compile --forward -o)")->required();
   c->add_option("--inputs", f.inputs,
-                "the program's inputs in order, comma-separated .npy files (float32, exactly "
-                "the plan's shapes)")
+                "the program's inputs in order, comma-separated .npy files (float32, or uint8 "
+                "for images compiled with --input-normalize; exactly the plan's shapes)")
       ->required();
   c->add_option("--outputs", f.outputs,
                 "where its outputs go, in order, comma-separated (written atomically as "
@@ -97,16 +97,32 @@ int RunInferCommand(const InferFlags& f) {
   for (size_t i = 0; i < inputs.size(); ++i) {
     const int32_t buffer = infer.inputs()->Get(static_cast<flatbuffers::uoffset_t>(i));
     const fb::Buffer& b = exec.buffer(buffer);
-    StatusOr<NpyArray> array = ReadNpyFloat32(inputs[i]);
-    if (!array.ok()) return Fail(array.status());
-    if (b.dtype() != fb::DType::F32 || array->shape != ShapeOf(b))
+    // 8-bit images (graphc compile --input-normalize) from uint8 arrays.
+    const bool bytes = b.dtype() == fb::DType::U8;
+    std::vector<int64_t> shape;
+    std::vector<float> floats;
+    std::vector<uint8_t> pixels;
+    if (bytes) {
+      StatusOr<NpyBytes> array = ReadNpyUint8(inputs[i]);
+      if (!array.ok()) return Fail(array.status());
+      shape = array->shape;
+      pixels = std::move(array->values);
+    } else {
+      StatusOr<NpyArray> array = ReadNpyFloat32(inputs[i]);
+      if (!array.ok()) return Fail(array.status());
+      shape = array->shape;
+      floats = std::move(array->values);
+    }
+    if ((b.dtype() != fb::DType::F32 && !bytes) || shape != ShapeOf(b))
       return Fail(Status(ErrorCode::kInvalidArgument,
                          Printable(inputs[i]) + ": input " + std::to_string(i) + " ('" +
                              Printable(StringOf(b.name())) + "') is " +
                              fb::EnumNameDType(b.dtype()) + " " + ShapeString(ShapeOf(b)) +
-                             ", the file float32 " + ShapeString(array->shape)));
-    if (Status s = exec.Write(buffer, array->values.data(), array->values.size() * 4); !s.ok())
-      return Fail(s);
+                             ", the file " + (bytes ? "uint8 " : "float32 ") +
+                             ShapeString(shape)));
+    Status written = bytes ? exec.Write(buffer, pixels.data(), pixels.size())
+                           : exec.Write(buffer, floats.data(), floats.size() * 4);
+    if (!written.ok()) return Fail(written);
   }
   if (Status s = exec.Run(*program); !s.ok()) return Fail(s);
   std::cout << "infer: " << created->backend->Describe() << "\n";

@@ -71,7 +71,9 @@ def NN_FloatTensor : RankedTensorOf<[F16, BF16, F32, F64]>;
 def NN_IntTensor : RankedTensorOf<[I32, I64]>;
 def NN_BoolTensor : RankedTensorOf<[I1]>;
 def NN_NumericTensor : RankedTensorOf<[F16, BF16, F32, F64, I32, I64]>;
-def NN_AnyTensor : RankedTensorOf<[F16, BF16, F32, F64, I1, I32, I64]>;
+// i8 holds bytes: images as 8-bit pixels (graphc-input-normalize), which
+// nn.cast reads as unsigned.
+def NN_AnyTensor : RankedTensorOf<[F16, BF16, F32, F64, I1, I8, I32, I64]>;
 def NN_F32Scalar : 0DTensorOf<[F32]>,
     BuildableType<"::mlir::RankedTensorType::get({}, $_builder.getF32Type())">;
 def NN_I64Scalar : 0DTensorOf<[I64]>,

@@ -229,7 +229,8 @@ def NN_CmpOp : NN_Op<"cmp", [Pure, AllTypesMatch<["lhs", "rhs"]>,
 def NN_CastOp : NN_Op<"cast", [Pure, InferTypeOpAdaptor]> {
   let summary = "converts the element type";
   let description = [{
-    Float-to-float rounds to nearest even; float-to-int truncates toward zero.
+    Float-to-float rounds to nearest even; float-to-int truncates toward zero;
+    an i8 operand is an unsigned byte (a pixel, 0 to 255).
 
     ```mlir
     %h = nn.cast %x : tensor<?x64x56x56xf32> to f16

@@ -40,7 +40,7 @@ int64_t graphc::plan::elementBytes(Type type) {
     return 2;
   if (type.isInteger(64))
     return 8;
-  if (type.isInteger(1))
+  if (type.isInteger(1) || type.isInteger(8))
     return 1;
   return 0;
 }
