@@ -917,7 +917,8 @@ void BatchSource::FillPixels(Batch& out) const {
   }
   out.pixels.resize(out.images.size());
   for (size_t i = 0; i < out.images.size(); ++i) {
-    const float x = std::min(std::max(out.images[i], 0.0f), 1.0f);  // NaN: 1
+    float x = out.images[i];
+    x = x >= 0.0f ? std::min(x, 1.0f) : 0.0f;  // NaN: 0
     out.pixels[i] = static_cast<uint8_t>(std::lrint(x * 255.0f));
   }
 }
@@ -988,6 +989,8 @@ const Batch& Prefetcher::Next() {
     consumer_ = ready_.front();
     ready_.pop_front();
   }
+  // The queue has room again: the producer fills it while the step runs.
+  changed_.notify_all();
   return buffers_[static_cast<size_t>(consumer_)];
 }
 

@@ -413,9 +413,11 @@ Status DecodeJpegBytes(const std::string& path, const std::vector<unsigned char>
 }
 
 // Decodes PNG `bytes` (named `path` in errors) with libpng's simplified
-// API: 8-bit RGBA (palettes expanded, gray replicated, 16-bit reduced by
-// libpng), then RGB with the alpha channel dropped, as PIL's convert("RGB")
-// does, or gray as PIL's convert("L") weighs RGB (ITU-R 601).
+// API: 8-bit RGBA (palettes expanded, gray replicated, 16-bit samples
+// rounded to 8 bits, within a level of PIL's), then RGB with the alpha
+// channel dropped, as PIL's convert("RGB") does, or gray as PIL's
+// convert("L") weighs RGB (ITU-R 601). Unlike PIL, libpng applies a gAMA
+// chunk that is not sRGB's.
 Status DecodePngBytes(const std::string& path, const std::vector<unsigned char>& bytes,
                       int64_t channels, int64_t height, int64_t width,
                       const std::function<Augment(int64_t, int64_t)>& augment, float* out) {
@@ -436,6 +438,9 @@ Status DecodePngBytes(const std::string& path, const std::vector<unsigned char>&
                              " pixels; a PNG may have 1 to " +
                              std::to_string(kMaxProgressivePixels));
   image.format = PNG_FORMAT_RGBA;
+  // 16-bit samples without a gAMA or sRGB chunk are sRGB (as PIL takes
+  // them), not libpng's default of linear.
+  image.flags |= PNG_IMAGE_FLAG_16BIT_sRGB;
   thread_local std::vector<uint8_t> rgba;
   rgba.resize(PNG_IMAGE_SIZE(image));
   if (!png_image_finish_read(&image, nullptr, rgba.data(), 0, nullptr))
@@ -565,6 +570,8 @@ constexpr int64_t kMaxPaxBytes = int64_t{1} << 20;   // a pax extended header
 constexpr int64_t kMaxLongName = int64_t{1} << 16;   // a GNU long name
 constexpr int64_t kMaxLabelBytes = 64;               // KEY.cls
 constexpr size_t kMaxPatternBytes = 4096;
+constexpr int64_t kMaxBraceGroups = 8;
+constexpr int64_t kMaxExpandedBytes = int64_t{64} << 20;
 
 // An open file descriptor, closed at the end of its scope.
 struct Fd {
@@ -574,18 +581,19 @@ struct Fd {
   }
 };
 
-// Reads exactly `size` bytes at `offset`.
-bool PreadAll(int fd, void* out, int64_t size, int64_t offset) {
+// Reads exactly `size` bytes at `offset` of `path`'s open `fd`.
+Status PreadAll(int fd, const std::string& path, void* out, int64_t size, int64_t offset) {
   auto* to = static_cast<unsigned char*>(out);
   int64_t done = 0;
   while (done < size) {
     const ssize_t n = ::pread(fd, to + done, static_cast<size_t>(size - done),
                               static_cast<off_t>(offset + done));
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
+    if (n < 0) return IoError(path, std::strerror(errno));
+    if (n == 0) return IoError(path, "cut short while it was read (changed meanwhile?)");
     done += n;
   }
-  return true;
+  return Status::Ok();
 }
 
 // A tar number field: octal digits (after optional spaces, ending at a NUL,
@@ -739,6 +747,34 @@ StatusOr<std::vector<std::string>> ExpandShardPattern(const std::string& pattern
   if (pattern.size() > kMaxPatternBytes)
     return Status(ErrorCode::kInvalidArgument,
                   "a shard pattern of more than " + std::to_string(kMaxPatternBytes) + " bytes");
+  // Bounded before anything is expanded: the names' count and bytes, and
+  // the groups (each pass over the names is one group's).
+  int64_t names = 1, groups = 0;
+  for (size_t open = pattern.find('{'); open != std::string::npos;
+       open = pattern.find('{', open + 1)) {
+    const size_t close = pattern.find('}', open);
+    if (close == std::string::npos) break;  // ExpandBraces names the error
+    const std::string body = pattern.substr(open + 1, close - open - 1);
+    int64_t alternatives = 1 + static_cast<int64_t>(std::count(body.begin(), body.end(), ','));
+    const size_t dots = body.find("..");
+    if (dots != std::string::npos) {
+      const std::string a = body.substr(0, dots), b = body.substr(dots + 2);
+      if (!a.empty() && !b.empty() && a.size() <= 18 && b.size() <= 18 &&
+          a.find_first_not_of("0123456789") == std::string::npos &&
+          b.find_first_not_of("0123456789") == std::string::npos)
+        alternatives = std::llabs(std::stoll(b) - std::stoll(a)) + 1;
+    }
+    ++groups;
+    if (groups > kMaxBraceGroups || __builtin_mul_overflow(names, alternatives, &names) ||
+        names > kMaxShards ||
+        names * static_cast<int64_t>(pattern.size() + 20 * groups) > kMaxExpandedBytes)
+      return Status(ErrorCode::kInvalidArgument,
+                    Printable("shard pattern '" + pattern + "': expands to more than " +
+                                  std::to_string(kMaxShards) + " shards, " +
+                                  std::to_string(kMaxExpandedBytes >> 20) + " MiB of names or " +
+                                  std::to_string(kMaxBraceGroups) + " brace groups",
+                              4096));
+  }
   std::vector<std::string> expanded;
   GRAPHC_RETURN_IF_ERROR(ExpandBraces(pattern, expanded));
   std::vector<std::string> files;
@@ -807,7 +843,7 @@ Status ImageSet::IndexShard(const std::string& path, int32_t file) {
   int64_t pos = 0;
   while (pos < end) {
     if (end - pos < kTarBlock) return at(pos, "a tar header cut short (the shard is truncated)");
-    if (!PreadAll(shard.fd, header, kTarBlock, pos)) return IoError(path, std::strerror(errno));
+    GRAPHC_RETURN_IF_ERROR(PreadAll(shard.fd, path, header, kTarBlock, pos));
     if (std::all_of(header, header + kTarBlock, [](unsigned char c) { return c == 0; }))
       break;  // the end-of-archive blocks
     if (!TarChecksumMatches(header))
@@ -815,7 +851,11 @@ Status ImageSet::IndexShard(const std::string& path, int32_t file) {
                               : "a corrupt tar header (its checksum does not match)");
     int64_t size = 0;
     if (!TarNumber(header + 124, 12, size)) return at(pos, "a tar header with a corrupt size");
-    if (pax_size >= 0) size = pax_size;
+    const char type = static_cast<char>(header[156]);
+    // Extended headers (pax 'x' and 'g', GNU 'L' and 'K') describe the next
+    // member; their own sizes are their own.
+    const bool extended = type == 'x' || type == 'g' || type == 'L' || type == 'K';
+    if (pax_size >= 0 && !extended) size = pax_size;
     const int64_t data = pos + kTarBlock;
     std::string name = TarText(header, 100);
     if (std::memcmp(header + 257, "ustar\0", 6) == 0) {  // POSIX: a prefix field
@@ -828,12 +868,15 @@ Status ImageSet::IndexShard(const std::string& path, int32_t file) {
       return at(pos, "member '" + name + "' of " + std::to_string(size) +
                          " bytes runs past the end of the shard (truncated)");
     const int64_t next = data + (size + kTarBlock - 1) / kTarBlock * kTarBlock;
-    const char type = static_cast<char>(header[156]);
+    if (type == 'g' || type == 'K') {  // global records, a long link name: not used
+      pos = next;
+      continue;
+    }
     if (type == 'x' || type == 'L') {
       if (size > (type == 'x' ? kMaxPaxBytes : kMaxLongName))
         return at(pos, "an extended header of " + std::to_string(size) + " bytes");
       std::string text(static_cast<size_t>(size), '\0');
-      if (!PreadAll(shard.fd, text.data(), size, data)) return IoError(path, std::strerror(errno));
+      GRAPHC_RETURN_IF_ERROR(PreadAll(shard.fd, path, text.data(), size, data));
       if (type == 'L') {
         long_name = text.substr(0, text.find('\0'));
       } else if (!ParsePax(text, pax_path, pax_size)) {
@@ -846,8 +889,8 @@ Status ImageSet::IndexShard(const std::string& path, int32_t file) {
     pax_path.clear();
     pax_size = -1;
     pos = next;
-    if (type == 'g' || type == 'K' || !(type == '0' || type == '\0' || type == '7'))
-      continue;  // not a file: a directory, a link, global pax records
+    if (!(type == '0' || type == '\0' || type == '7'))
+      continue;  // not a file: a directory, a link, a device
     // WebDataset's key and extension: split at the first dot of the file name.
     const size_t slash = name.rfind('/');
     const size_t base = slash == std::string::npos ? 0 : slash + 1;
@@ -873,7 +916,7 @@ Status ImageSet::IndexShard(const std::string& path, int32_t file) {
         return IoError(path + ": " + name,
                        std::to_string(size) + " bytes; a label is a decimal class index");
       std::string text(static_cast<size_t>(size), '\0');
-      if (!PreadAll(shard.fd, text.data(), size, data)) return IoError(path, std::strerror(errno));
+      GRAPHC_RETURN_IF_ERROR(PreadAll(shard.fd, path, text.data(), size, data));
       if (!ParseLabel(text, image.label))
         return IoError(path + ": " + name,
                        "a label must be a decimal class index (0 to 2^31 - 1), not '" + text + "'");

@@ -610,6 +610,14 @@ TEST(ImagesTest, ShardPatternsExpandAsBraceexpandDoes) {
   EXPECT_NE(error("x{0..1023}{0..1023}{0..1}").find("more than 1048576 shards"),
             std::string::npos);
   EXPECT_NE(error("").find("an empty shard pattern"), std::string::npos);
+  // Bounded before expanding: a million names of 4 KiB, or many groups
+  // (each a pass over the names).
+  EXPECT_NE(error("{0..1048574}" + std::string(4000, 'x')).find("64 MiB of names"),
+            std::string::npos);
+  std::string groups;
+  for (int i = 0; i < 20; ++i) groups += "{,}";
+  for (int i = 0; i < 600; ++i) groups += "{1..1}";
+  EXPECT_NE(error(groups).find("8 brace groups"), std::string::npos);
   // Wildcards match files, sorted; a wildcard that matches nothing is an error.
   TempDir dir;
   Write(dir.path() + "/s2.tar", "");
@@ -625,7 +633,8 @@ TEST(ImagesTest, ShardsIndexSamplesInOrderWithTheirLabels) {
   const std::string long_dir(120, 'd');
   Write(dir.path() + "/s0.tar",
         TarMember("k0.jpg", a) + TarMember("k0.cls", "2") + TarMember("folder/", "", '5') +
-            TarMember("k1.cls", " 0\n") + TarMember("k1.JPEG", b) + TarMember("k1.json", "{}") +
+            TarMember("k1.cls", " 0\n") + TarMember("././@LongLink", "a/link", 'K') +
+            TarMember("k1.JPEG", b) + TarMember("k1.json", "{}") +
             TarMember("README", "not a sample") + PaxPath(long_dir + "/k2.jpg") +
             TarMember("cut", c) + TarMember("././@LongLink", long_dir + "/k2.cls" + '\0', 'L') +
             TarMember("cut2", "1") + TarEnd());
