@@ -979,6 +979,11 @@ void Prefetcher::Loop() {
   }
 }
 
+int Prefetcher::queued() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return static_cast<int>(ready_.size());
+}
+
 const Batch& Prefetcher::Next() {
   {
     std::unique_lock<std::mutex> lock(mutex_);

@@ -216,6 +216,8 @@ class Prefetcher {
   ~Prefetcher();
   // The next batch; valid until the following call.
   const Batch& Next();
+  // The batches made and not yet taken (at most the depth).
+  int queued();
 
  private:
   void Loop();

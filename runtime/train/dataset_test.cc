@@ -657,8 +657,14 @@ TEST(DatasetPrefetcher, YieldsTheBatchesOfNextAtAnyDepth) {
       direct->Next(b);
       const Batch& p = prefetcher.Next();
       EXPECT_TRUE(SameBatch(p, b));
-      // The batch stays the caller's while the queue fills behind it.
-      if (i % 4 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      // The queue fills behind the batch the caller holds (the step), up
+      // to its depth, without another call; the batch stays the caller's.
+      if (i % 4 == 0) {
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        while (prefetcher.queued() < depth && std::chrono::steady_clock::now() < until)
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        EXPECT_EQ(prefetcher.queued(), depth);
+      }
       EXPECT_TRUE(SameBatch(p, b));
     }
   }
