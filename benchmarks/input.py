@@ -3,7 +3,8 @@
 training on JPEGs against synthetic data.
 
   benchmarks/input.py [--images 640] [--rounds 3] [--torch-python PY]
-                      [--skip-train] [--out benchmarks/results] [--name input]
+                      [--dali-python PY] [--skip-train] [--out benchmarks/results]
+                      [--name input]
 
 Makes a folder of ImageNet-size JPEGs (500x375 and 375x500, 10 classes,
 quality 90: a smooth random field with grain, about as many bytes as an
@@ -19,6 +20,10 @@ ImageNet photo at that size), then times, in alternating rounds:
             batch 32, with 1 worker and with one per core
   tvio      the same with torchvision.io.decode_jpeg and the v2 transforms on
             uint8 tensors
+  dali      NVIDIA DALI's CPU pipeline (--dali-python: a Python with
+            nvidia-dali-cuda120 from PyPI; it runs without a GPU): the file
+            reader, decoding fused with the random crop, antialiased resize,
+            flip and normalize, with 1 thread and with one per core
 
 each over the whole folder a few times (first batches excluded). Then, unless
 --skip-train, ResNet-50 v1.5 (batch 32, FP32) trained by graphrun on the same
@@ -90,6 +95,37 @@ while done < batches + warm:
 print(json.dumps({"images_per_sec": 32 * batches / (time.perf_counter() - start)}))
 """
 
+DALI_WORKER = r"""
+import sys, time, json
+from nvidia.dali import pipeline_def, fn, types
+root, threads, batches = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+
+# DALI's CPU pipeline (no GPU: device_id=None): the file reader, the
+# decoder fused with the random crop (it decodes the crop's region only),
+# an antialiased resize to 224, then flip and normalize to CHW float32.
+@pipeline_def(batch_size=32, num_threads=threads, device_id=None, seed=1, prefetch_queue_depth=2)
+def pipe():
+    jpegs, labels = fn.readers.file(file_root=root, random_shuffle=True, name="reader")
+    images = fn.decoders.image_random_crop(jpegs, device="cpu", output_type=types.RGB,
+                                           random_area=[0.08, 1.0],
+                                           random_aspect_ratio=[0.75, 4.0 / 3.0])
+    images = fn.resize(images, resize_x=224, resize_y=224)
+    images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, output_layout="CHW",
+                                      mean=[0.485 * 255, 0.456 * 255, 0.406 * 255],
+                                      std=[0.229 * 255, 0.224 * 255, 0.225 * 255],
+                                      mirror=fn.random.coin_flip())
+    return images, labels
+
+p = pipe()
+p.build()
+for _ in range(2):
+    p.run()
+start = time.perf_counter()
+for _ in range(batches):
+    p.run()
+print(json.dumps({"images_per_sec": 32 * batches / (time.perf_counter() - start)}))
+"""
+
 
 def make_folder(root, count):
     """`count` JPEGs in 10 class folders: low-frequency colour fields plus
@@ -125,6 +161,7 @@ def main():
     parser.add_argument("--images", type=int, default=640)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--torch-python", default="")
+    parser.add_argument("--dali-python", default="")
     parser.add_argument("--skip-train", action="store_true")
     parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
     parser.add_argument("--name", default="input")
@@ -143,6 +180,8 @@ def main():
     variants = [("graphrun", 1), ("graphrun", cores)]
     if args.torch_python:
         variants += [("pil", 1), ("pil", cores), ("tvio", 1), ("tvio", cores)]
+    if args.dali_python:
+        variants += [("dali", 1), ("dali", cores)]
     rates = {f"{v}/{t}": [] for v, t in variants}
     for r in range(args.rounds):
         for variant, threads in variants:
@@ -152,9 +191,12 @@ def main():
                 rate, _ = graphrun(probe, "imagefolder:" + folder, steps, 1, threads,
                                    os.path.join(work, "probe.json"))
             else:
-                out = subprocess.run([args.torch_python, "-c", TORCH_WORKER, folder, variant,
-                                      str(threads), str(steps)],
-                                     check=True, capture_output=True, text=True).stdout
+                if variant == "dali":
+                    cmd = [args.dali_python, "-c", DALI_WORKER, folder, str(threads), str(steps)]
+                else:
+                    cmd = [args.torch_python, "-c", TORCH_WORKER, folder, variant, str(threads),
+                           str(steps)]
+                out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
                 rate = json.loads(out.strip().splitlines()[-1])["images_per_sec"]
             rates[f"{variant}/{threads}"].append(rate)
             print(f"round {r + 1}: {variant} with {threads} thread(s): {rate:.1f} images/sec",
