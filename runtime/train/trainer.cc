@@ -36,6 +36,7 @@
 #include "runtime/train/programs.h"
 #include "runtime/train/rank_sync.h"
 #include "runtime/train/report.h"
+#include "runtime/train/scaling_model.h"
 #include "runtime/train/sources.h"
 #include "runtime/train/step_clock.h"
 
@@ -125,6 +126,7 @@ class Trainer {
   Programs programs_;
   double load_ms_ = 0;
   double data_wait_s_ = 0;  // the timed steps' waits for their batch
+  nlohmann::json prediction_;  // --predict's table
   std::string load_summary_, library_math_;
   // Resume
   int64_t start_step_ = 0;
@@ -505,8 +507,24 @@ Status Trainer::Finish() {
   nlohmann::json profile;
   if (o_.profile && !times_.ms.empty()) {
     exec_->set_profiling(false);
-    profile = PrintProfile(root_, exec_->program(p().train), exec_->command_seconds(p().train),
+    const fb::Program& step_program = exec_->program(p().train);
+    profile = PrintProfile(root_, step_program, exec_->command_seconds(p().train),
                            times_.ms.size(), out_);
+    // Each command's time per step, for graphrun --predict --step-profile.
+    MeasuredStep measured;
+    for (double s : exec_->command_seconds(p().train))
+      measured.command_ms.push_back(s * 1000.0 / static_cast<double>(times_.ms.size()));
+    profile["commands"] = CommandProfileJson(root_, step_program, measured.command_ms);
+    if (!o_.predict.ranks.empty()) {
+      measured.step_ms = median_ms;
+      measured.batch = p().batch;
+      measured.device = backend_.name();
+      measured.source = "this run";
+      StatusOr<nlohmann::json> predicted =
+          PredictScaling(root_, step_program, measured, o_.predict, out_);
+      if (!predicted.ok()) return predicted.status();
+      prediction_ = std::move(*predicted);
+    }
   }
 
   double accuracy = -1;
@@ -584,6 +602,7 @@ Status Trainer::WriteReport(double total_rate, double median_ms, double p90_ms,
   if (!library_math_.empty()) j["library_math"] = library_math_;
   for (const auto& [key, value] : o_.report_extra.items()) j[key] = value;
   if (!profile.is_null()) j["profile"] = profile;
+  if (!prediction_.is_null()) j["prediction"] = prediction_;
   if (o_.eval) {
     j["test_accuracy"] = accuracy;
     j["test_examples"] = evaluated;

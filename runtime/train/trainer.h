@@ -14,6 +14,7 @@
 #include <string>
 
 #include "nlohmann/json.hpp"
+#include "runtime/train/scaling_model.h"
 #include "runtime/core/backend.h"
 #include "runtime/core/plan_loader.h"
 #include "contract/status.h"
@@ -66,6 +67,9 @@ struct TrainOptions {
   // or "mpi".
   std::string collectives = "auto";
   double collective_timeout = 300;  // seconds, for the device collectives too
+  // With ranks: after the timed (profiled) steps, predict the step on that
+  // many ranks (graphrun --predict; scaling_model.h).
+  PredictOptions predict;
   // Added to the --report JSON as they are (e.g. how the device was chosen).
   nlohmann::json report_extra = nlohmann::json::object();
 };

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "contract/files.h"
 #include "runtime/backends/backend_factory.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/train/dataset.h"
@@ -270,8 +271,39 @@ int RunTrainingOn(TrainOptions& o, const DeviceOptions& d, Communicator& comm) {
   o.report_extra["math"] = backend.name() == std::string("cuda") && d.tf32 ? "tf32" : "fp32";
   o.report_extra["deterministic"] = d.deterministic;
   o.report_extra["sync_debug"] = o.sync_debug;
+  if (!o.predict.ranks.empty() && comm.size() > 1)
+    return Fail(Status(ErrorCode::kInvalidArgument,
+                       "--predict measures one rank's step: run it without mpirun (or give "
+                       "--step-profile, a report of such a run)"));
   status = graphc::runtime::Train(plan, backend, o, std::cout, &comm);
   if (!status.ok()) return Fail(status);
+  return 0;
+}
+
+// graphrun PLAN --predict N,... --step-profile REPORT: the prediction alone,
+// from an earlier one-rank run's --profile --report (no device is started).
+int RunPrediction(const TrainOptions& o) {
+  StatusOr<std::unique_ptr<Plan>> loaded = LoadPlan(o.plan_path, o.trusted_keys);
+  if (!loaded.ok()) return Fail(loaded.status());
+  const fb::Plan& root = (*loaded)->root();
+  const fb::Program* step = nullptr;
+  for (const fb::Program* program : *root.programs())
+    if (StringOf(program->name()) == "train_step") step = program;
+  if (step == nullptr)
+    return Fail(Status(ErrorCode::kInvalidArgument,
+                       "--predict: the plan has no program 'train_step' (an inference plan?)"));
+  Status status = CheckOutputs(o, 0, 1);
+  if (!status.ok()) return Fail(status);
+  StatusOr<MeasuredStep> measured = ReadStepProfile(o.predict.step_profile, root, *step);
+  if (!measured.ok()) return Fail(measured.status());
+  StatusOr<nlohmann::json> predicted = PredictScaling(root, *step, *measured, o.predict, std::cout);
+  if (!predicted.ok()) return Fail(predicted.status());
+  if (!o.report.empty()) {
+    nlohmann::json j = {{"model", StringOf(root.model())}, {"prediction", *predicted}};
+    status = WriteFileAtomically(
+        o.report, j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+    if (!status.ok()) return Fail(status);
+  }
   return 0;
 }
 
@@ -473,6 +505,32 @@ int Main(int argc, char** argv) {
                  "device buffers where every rank can use it, else through host memory and "
                  "MPI; on the CPU, MPI), nccl (an error where NCCL cannot run) or mpi")
       ->check(CLI::IsMember({"auto", "nccl", "mpi"}));
+  CLI::Option* predict_option =
+      app.add_option("--predict", train.predict.ranks,
+                     "after the run (profiled: one rank), predict the step on these numbers of "
+                     "ranks (e.g. 1,2,4,8,16) from each command's measured time, the plan's "
+                     "gradient buckets and the links: step time, images/sec, speedup, scaling "
+                     "efficiency, exposed communication")
+          ->delimiter(',')
+          ->check(InRange(1, 1 << 20));
+  app.add_option("--link", train.predict.link,
+                 "--predict: the link between nodes, BANDWIDTH[,LATENCY] (10gbit,50us; "
+                 "100gbit; 12.5GB/s,2us): one per node, its ranks share it")
+      ->needs(predict_option);
+  app.add_option("--intra-link", train.predict.intra_link,
+                 "--predict: the link between ranks of one node (default 10GB/s,1us: shared "
+                 "memory; NVLink is about 450GB/s,3us)")
+      ->needs(predict_option);
+  app.add_option("--step-profile", train.predict.step_profile,
+                 "--predict from this --report of an earlier one-rank run with --profile "
+                 "(of this plan, or of one that computes the same: other buckets, overlap or "
+                 "wire) instead of training now")
+      ->needs(predict_option);
+  app.add_option("--predict-algorithm", train.predict.algorithm,
+                 "--predict: the allreduce algorithm: auto (default: NCCL's ring for a profile "
+                 "measured on a GPU, Open MPI's Rabenseifner on the CPU), ring or rabenseifner")
+      ->check(CLI::IsMember({"auto", "ring", "rabenseifner"}))
+      ->needs(predict_option);
   std::string plan_path;
   std::string device = "none";
   bool no_buffers = false, no_commands = false;
@@ -533,9 +591,18 @@ int Main(int argc, char** argv) {
                    "or graphrun inspect PLAN\n";
       return 1;
     }
-    if (launch.nodes == 0 && (launch.ranks_per_node != 1 || !launch.hostfile.empty()))
+    const bool predict = !train.predict.ranks.empty();
+    if (predict && launch.nodes > 0)
       return Fail(Status(ErrorCode::kInvalidArgument,
-                         "--ranks-per-node and --hostfile go with --nodes"));
+                         "--predict measures one rank's step: leave out --nodes"));
+    if (launch.nodes == 0 && !launch.hostfile.empty())
+      return Fail(Status(ErrorCode::kInvalidArgument, "--hostfile goes with --nodes"));
+    if (launch.nodes == 0 && !predict && launch.ranks_per_node != 1)
+      return Fail(Status(ErrorCode::kInvalidArgument,
+                         "--ranks-per-node goes with --nodes (or --predict)"));
+    train.predict.ranks_per_node = launch.ranks_per_node;
+    if (predict && !train.predict.step_profile.empty()) return RunPrediction(train);
+    if (predict) train.profile = true;
     if (launch.nodes * launch.ranks_per_node > 1 && !InsideMpiJob()) {
       if (std::getenv("GRAPHC_RELAUNCHED") != nullptr)
         return Fail(Status(ErrorCode::kUnavailable,

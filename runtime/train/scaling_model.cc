@@ -1,0 +1,558 @@
+#include "runtime/train/scaling_model.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iomanip>
+#include <limits>
+#include <map>
+#include <sstream>
+
+#include "contract/printable.h"
+
+namespace graphc::runtime {
+
+namespace {
+
+Status Invalid(const std::string& message) {
+  return Status(ErrorCode::kInvalidArgument, message);
+}
+
+std::string Trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t");
+  if (b == std::string::npos) return "";
+  size_t e = s.find_last_not_of(" \t");
+  return s.substr(b, e - b + 1);
+}
+
+// A number followed by a unit: the number (finite, not negative) and the
+// unit as written, or false.
+bool SplitNumber(const std::string& text, double* number, std::string* unit) {
+  const std::string t = Trim(text);
+  if (t.empty() || !(std::isdigit(static_cast<unsigned char>(t[0])) || t[0] == '.')) return false;
+  errno = 0;
+  char* end = nullptr;
+  *number = std::strtod(t.c_str(), &end);
+  if (errno != 0 || end == t.c_str() || !std::isfinite(*number) || *number < 0) return false;
+  *unit = Trim(std::string(end));
+  return true;
+}
+
+std::string Lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+StatusOr<double> ParseBandwidth(const std::string& text, const std::string& shown, bool* in_bytes) {
+  double value = 0;
+  std::string unit;
+  if (!SplitNumber(text, &value, &unit))
+    return Invalid(shown + ": the bandwidth '" + Printable(text) +
+                   "' is not a number with a unit (e.g. 10gbit, 1Gbit/s, 12.5GB/s)");
+  static const std::map<std::string, double> kBits = {
+      {"bit", 1}, {"kbit", 1e3}, {"mbit", 1e6}, {"gbit", 1e9}, {"tbit", 1e12}};
+  static const std::map<std::string, double> kBytes = {
+      {"B/s", 1}, {"KB/s", 1e3}, {"kB/s", 1e3}, {"MB/s", 1e6}, {"GB/s", 1e9}, {"TB/s", 1e12}};
+  double bytes_per_second = -1;
+  std::string bits = Lower(unit);
+  if (bits.size() > 2 && bits.compare(bits.size() - 2, 2, "/s") == 0)
+    bits.resize(bits.size() - 2);
+  if (auto it = kBits.find(bits); it != kBits.end()) bytes_per_second = value * it->second / 8;
+  if (auto it = kBytes.find(unit); it != kBytes.end()) {
+    bytes_per_second = value * it->second;
+    *in_bytes = true;
+  }
+  if (bytes_per_second < 0) {
+    const std::string l = Lower(unit);
+    if (l == "bps" || l == "kbps" || l == "mbps" || l == "gbps" || l == "tbps")
+      return Invalid(shown + ": '" + Printable(unit) +
+                     "' is ambiguous (tc reads mbps as megabytes per second): write gbit for "
+                     "bits or GB/s for bytes");
+    return Invalid(shown + ": the bandwidth unit '" + Printable(unit) +
+                   "' is none of bit, kbit, mbit, gbit, tbit (optionally with /s), B/s, KB/s, "
+                   "MB/s, GB/s, TB/s");
+  }
+  if (bytes_per_second < 1 || bytes_per_second > 1e15)
+    return Invalid(shown + ": a bandwidth of '" + Printable(text) +
+                   "' is outside 8 bit/s to 1 PB/s");
+  return bytes_per_second;
+}
+
+StatusOr<double> ParseLatency(const std::string& text, const std::string& shown) {
+  double value = 0;
+  std::string unit;
+  if (!SplitNumber(text, &value, &unit))
+    return Invalid(shown + ": the latency '" + Printable(text) +
+                   "' is not a number with a unit (e.g. 50us, 1.5ms)");
+  static const std::map<std::string, double> kUnits = {
+      {"ns", 1e-9}, {"us", 1e-6}, {"ms", 1e-3}, {"s", 1}};
+  auto it = kUnits.find(unit);
+  if (it == kUnits.end())
+    return Invalid(shown + ": the latency unit '" + Printable(unit) +
+                   "' is none of ns, us, ms, s");
+  const double seconds = value * it->second;
+  if (seconds > 10) return Invalid(shown + ": a latency of '" + Printable(text) + "' is over 10 s");
+  return seconds;
+}
+
+std::string Number(double value, int digits) {
+  std::ostringstream s;
+  s << std::setprecision(digits) << value;
+  return s.str();
+}
+
+// One group of `p` ranks on one kind of link.
+AllreduceCost FlatCost(double bytes, int64_t p, const Link& link, Algorithm algorithm) {
+  AllreduceCost cost;
+  if (p <= 1 || bytes <= 0) return cost;
+  const double beta = bytes / link.bytes_per_second;
+  const double alpha = link.latency_seconds;
+  if (algorithm == Algorithm::kRing) {
+    cost.latency_seconds = 2.0 * static_cast<double>(p - 1) * alpha;
+    cost.transfer_seconds = 2.0 * static_cast<double>(p - 1) / static_cast<double>(p) * beta;
+    return cost;
+  }
+  // Rabenseifner on the largest power of two q <= p; the other p - q ranks
+  // first hand their whole buffer to a partner and get the result back.
+  int64_t q = 1, steps = 0;
+  while (q * 2 <= p) {
+    q *= 2;
+    ++steps;
+  }
+  cost.latency_seconds = 2.0 * static_cast<double>(steps) * alpha;
+  cost.transfer_seconds = 2.0 * static_cast<double>(q - 1) / static_cast<double>(q) * beta;
+  if (q < p) {
+    cost.latency_seconds += 2 * alpha;
+    cost.transfer_seconds += 2 * beta;
+  }
+  return cost;
+}
+
+}  // namespace
+
+StatusOr<Link> ParseLink(const std::string& text, const std::string& option) {
+  const std::string shown = option + " " + Printable(text);
+  const size_t comma = text.find(',');
+  if (comma != std::string::npos && text.find(',', comma + 1) != std::string::npos)
+    return Invalid(shown + ": give BANDWIDTH[,LATENCY], e.g. 10gbit,50us");
+  Link link;
+  StatusOr<double> bandwidth = ParseBandwidth(text.substr(0, comma), shown, &link.in_bytes);
+  if (!bandwidth.ok()) return bandwidth.status();
+  link.bytes_per_second = *bandwidth;
+  if (comma != std::string::npos) {
+    StatusOr<double> latency = ParseLatency(text.substr(comma + 1), shown);
+    if (!latency.ok()) return latency.status();
+    link.latency_seconds = *latency;
+  }
+  return link;
+}
+
+std::string DescribeLink(const Link& link) {
+  const double mbit = link.bytes_per_second * 8 / 1e6;
+  std::string bandwidth;
+  if (!link.in_bytes)
+    bandwidth = mbit >= 1000 ? Number(mbit / 1000, 6) + " Gbit/s" : Number(mbit, 6) + " Mbit/s";
+  else
+    bandwidth = link.bytes_per_second >= 1e9 ? Number(link.bytes_per_second / 1e9, 6) + " GB/s"
+                                             : Number(link.bytes_per_second / 1e6, 6) + " MB/s";
+  const double us = link.latency_seconds * 1e6;
+  return bandwidth + ", " + (us >= 1000 ? Number(us / 1000, 6) + " ms" : Number(us, 6) + " us");
+}
+
+AllreduceCost AllreduceCostOf(double bytes, const Cluster& c) {
+  const int64_t per_node = std::max<int64_t>(1, std::min(c.ranks_per_node, c.ranks));
+  const int64_t nodes = (c.ranks + per_node - 1) / per_node;
+  if (nodes == 1) return FlatCost(bytes, c.ranks, c.intra, c.algorithm);
+  if (per_node == 1) return FlatCost(bytes, nodes, c.inter, c.algorithm);
+  // Hierarchical: a ring reduce-scatter within each node, the nodes' allreduce
+  // of 1/K of the bytes per rank (K of them through the node's one link: the
+  // bytes of one whole buffer), a ring allgather within each node.
+  AllreduceCost within = FlatCost(bytes, per_node, c.intra, Algorithm::kRing);
+  AllreduceCost across = FlatCost(bytes, nodes, c.inter, c.algorithm);
+  return {within.latency_seconds + across.latency_seconds,
+          within.transfer_seconds + across.transfer_seconds};
+}
+
+StatusOr<StepPrediction> SimulateStep(const std::vector<StepEvent>& events,
+                                      const Cluster& cluster) {
+  struct Flight {
+    int bucket;
+    double latency_left, work_left;  // seconds: latency, then bytes at full bandwidth
+  };
+  std::vector<Flight> active;       // in start order
+  std::map<int, double> finished;   // bucket -> when its allreduce finished
+  std::map<int, bool> in_flight;    // bucket -> started and not yet waited for
+  double now = 0;                   // how far the network has been played
+  const bool shared = cluster.sharing == Sharing::kShared;
+  constexpr double kEpsilon = 1e-15;
+
+  // Plays the network up to `limit` or until the next flight finishes or
+  // enters its transfer, whichever comes first.
+  auto step = [&](double limit) {
+    int transferring = 0;
+    for (const Flight& f : active) transferring += f.latency_left <= 0;
+    double dt = limit - now;
+    for (size_t i = 0; i < active.size(); ++i) {
+      const Flight& f = active[i];
+      if (!shared && i > 0) break;
+      const double rate = shared && f.latency_left <= 0 ? 1.0 / transferring : 1.0;
+      dt = std::min(dt, f.latency_left > 0 ? f.latency_left : f.work_left / rate);
+    }
+    dt = std::max(dt, 0.0);
+    for (size_t i = 0; i < active.size(); ++i) {
+      Flight& f = active[i];
+      if (!shared && i > 0) break;
+      if (f.latency_left > 0) {
+        f.latency_left -= dt;
+        if (f.latency_left <= kEpsilon) f.latency_left = 0;
+      } else {
+        f.work_left -= dt * (shared ? 1.0 / transferring : 1.0);
+        if (f.work_left <= kEpsilon) f.work_left = 0;
+      }
+    }
+    now += dt;
+    for (size_t i = 0; i < active.size();) {
+      if (active[i].latency_left <= 0 && active[i].work_left <= 0) {
+        finished[active[i].bucket] = now;
+        active.erase(active.begin() + static_cast<std::ptrdiff_t>(i));
+      } else {
+        ++i;
+      }
+    }
+  };
+  auto play_to = [&](double t) {
+    while (!active.empty() && now < t) step(t);
+    now = std::max(now, t);
+  };
+
+  StepPrediction p;
+  double t = 0;  // the compute's clock
+  for (const StepEvent& e : events) {
+    switch (e.kind) {
+      case StepEvent::kCompute:
+        t += e.seconds;
+        break;
+      case StepEvent::kStart: {
+        if (in_flight[e.bucket])
+          return Status(ErrorCode::kInvalidArgument,
+                        "bucket " + std::to_string(e.bucket) + " starts again while in flight");
+        play_to(t);
+        const AllreduceCost cost = AllreduceCostOf(e.bytes, cluster);
+        p.comm_seconds += cost.total();
+        if (cluster.ranks > 1) p.wire_bytes += e.bytes;
+        in_flight[e.bucket] = true;
+        finished.erase(e.bucket);
+        if (cost.total() <= 0)
+          finished[e.bucket] = t;
+        else
+          active.push_back({e.bucket, cost.latency_seconds, cost.transfer_seconds});
+        break;
+      }
+      case StepEvent::kWait: {
+        if (!in_flight[e.bucket])
+          return Status(ErrorCode::kInvalidArgument,
+                        "bucket " + std::to_string(e.bucket) + " is waited for but not in flight");
+        play_to(t);
+        while (finished.count(e.bucket) == 0) {
+          if (active.empty())
+            return Status(ErrorCode::kInternal,
+                          "bucket " + std::to_string(e.bucket) + " is lost in the model");
+          step(std::numeric_limits<double>::infinity());
+        }
+        const double done = finished[e.bucket];
+        if (done > t) {
+          p.exposed_seconds += done - t;
+          t = done;
+        }
+        in_flight[e.bucket] = false;
+        break;
+      }
+    }
+  }
+  for (const auto& [bucket, flying] : in_flight)
+    if (flying)
+      return Status(ErrorCode::kInvalidArgument,
+                    "bucket " + std::to_string(bucket) + " is still in flight at the step's end");
+  p.step_seconds = t;
+  return p;
+}
+
+std::vector<StepEvent> StepEventsOf(const fb::Plan& root, const fb::Program& program,
+                                    const std::vector<double>& seconds) {
+  std::vector<StepEvent> events;
+  double compute = 0;
+  auto flush = [&] {
+    if (compute > 0) events.push_back({StepEvent::kCompute, compute, -1, 0});
+    compute = 0;
+  };
+  for (uint32_t c = 0; c < program.commands()->size(); ++c) {
+    const fb::Command& command = *program.commands()->Get(c);
+    const bool start = command.op() == fb::Opcode::AllreduceStart;
+    if (!start && command.op() != fb::Opcode::AllreduceWait) {
+      compute += c < seconds.size() ? seconds[c] : 0.0;
+      continue;
+    }
+    flush();
+    const fb::CollectiveAttrs* attrs = command.collective();
+    const int bucket = attrs != nullptr ? attrs->bucket() : -1;
+    if (!start) {
+      events.push_back({StepEvent::kWait, 0, bucket, 0});
+      continue;
+    }
+    const fb::DType wire = attrs != nullptr ? attrs->wire() : fb::DType::F32;
+    double bytes = 0;
+    if (command.inputs() != nullptr)
+      for (int32_t index : *command.inputs()) {
+        const fb::Buffer& b = *root.buffers()->Get(static_cast<uint32_t>(index));
+        const uint64_t element = DTypeBytes(b.dtype());
+        if (element == 0) continue;
+        const bool narrowed = b.dtype() == fb::DType::F32 &&
+                              (wire == fb::DType::F16 || wire == fb::DType::BF16);
+        bytes += static_cast<double>(b.size() / element) * (narrowed ? 2.0 : double(element));
+      }
+    events.push_back({StepEvent::kStart, 0, bucket, bytes});
+  }
+  flush();
+  return events;
+}
+
+namespace {
+
+std::string KernelNameOf(const fb::Plan& root, const fb::Command& command) {
+  if (command.op() != fb::Opcode::Kernel || root.kernels() == nullptr || command.kernel() < 0 ||
+      static_cast<uint32_t>(command.kernel()) >= root.kernels()->size())
+    return "";
+  return StringOf(root.kernels()->Get(static_cast<uint32_t>(command.kernel()))->name());
+}
+
+}  // namespace
+
+nlohmann::json CommandProfileJson(const fb::Plan& root, const fb::Program& program,
+                                  const std::vector<double>& ms_per_step) {
+  nlohmann::json commands = nlohmann::json::array();
+  for (uint32_t c = 0; c < program.commands()->size(); ++c) {
+    const fb::Command& command = *program.commands()->Get(c);
+    commands.push_back({fb::EnumNameOpcode(command.op()), KernelNameOf(root, command),
+                        StringOf(command.location()),
+                        c < ms_per_step.size() ? ms_per_step[c] : 0.0});
+  }
+  return commands;
+}
+
+StatusOr<MeasuredStep> ReadStepProfile(const std::string& path, const fb::Plan& root,
+                                       const fb::Program& program) {
+  const std::string shown = "--step-profile " + Printable(path);
+  auto bad = [&](const std::string& why) { return Status(ErrorCode::kInvalidArgument, shown + ": " + why); };
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0)
+    return Status(ErrorCode::kIo, shown + ": " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) return Status(ErrorCode::kIo, shown + ": not a regular file");
+  if (st.st_size > (64 << 20)) return bad("larger than 64 MiB; not a graphrun report");
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  if (!in && !in.eof()) return Status(ErrorCode::kIo, shown + ": cannot read it");
+  nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return bad("not JSON (a graphrun --report file is)");
+  auto number = [&](const char* key, double* out) -> Status {
+    auto it = j.find(key);
+    if (it == j.end() || !it->is_number())
+      return bad(std::string("has no number '") + key + "' (not a graphrun --report file?)");
+    *out = it->get<double>();
+    return Status::Ok();
+  };
+  MeasuredStep m;
+  m.source = path;
+  double batch = 0, world = 1;
+  GRAPHC_RETURN_IF_ERROR(number("step_ms_median", &m.step_ms));
+  GRAPHC_RETURN_IF_ERROR(number("batch_size", &batch));
+  if (j.contains("world_size")) GRAPHC_RETURN_IF_ERROR(number("world_size", &world));
+  if (world != 1)
+    return bad("was measured on " + Number(world, 6) +
+               " ranks; the model starts from one rank's step (graphrun PLAN --profile --report "
+               "FILE without --nodes)");
+  if (!(m.step_ms > 0) || !std::isfinite(m.step_ms))
+    return bad("its step_ms_median is not a positive time (did the run time any step?)");
+  m.batch = static_cast<int64_t>(batch);
+  if (m.batch != root.batch_size())
+    return bad("was measured at batch " + Number(batch, 12) + ", the plan's batch is " +
+               std::to_string(root.batch_size()));
+  if (auto it = j.find("device"); it != j.end() && it->is_string()) m.device = it->get<std::string>();
+  auto profile = j.find("profile");
+  if (profile == j.end() || !profile->is_object() || !profile->contains("commands") ||
+      !(*profile)["commands"].is_array())
+    return bad("has no per-command profile: write it with graphrun PLAN --profile --report FILE");
+  const nlohmann::json& commands = (*profile)["commands"];
+  // The report's computation, collectives left out, against the plan's.
+  std::vector<std::pair<size_t, const nlohmann::json*>> measured;
+  for (size_t i = 0; i < commands.size(); ++i) {
+    const nlohmann::json& e = commands[i];
+    if (!e.is_array() || e.size() != 4 || !e[0].is_string() || !e[1].is_string() ||
+        !e[2].is_string() || !e[3].is_number() || !std::isfinite(e[3].get<double>()) ||
+        e[3].get<double>() < 0)
+      return bad("profile command " + std::to_string(i) +
+                 " is not [opcode, kernel, location, ms] with a time of 0 or more");
+    const std::string op = e[0].get<std::string>();
+    if (op != "AllreduceStart" && op != "AllreduceWait") measured.emplace_back(i, &e);
+  }
+  m.command_ms.assign(program.commands()->size(), 0.0);
+  size_t next = 0;
+  for (uint32_t c = 0; c < program.commands()->size(); ++c) {
+    const fb::Command& command = *program.commands()->Get(c);
+    if (IsCollective(command.op())) continue;
+    const std::string op = fb::EnumNameOpcode(command.op());
+    const std::string kernel = KernelNameOf(root, command);
+    const std::string location = StringOf(command.location());
+    if (next == measured.size())
+      return bad("was measured on another plan: it ends where this plan's command " +
+                 std::to_string(c) + " (" + op + " " + Printable(kernel + " " + location) +
+                 ") is still to come");
+    const nlohmann::json& e = *measured[next].second;
+    if (e[0].get<std::string>() != op || e[1].get<std::string>() != kernel ||
+        e[2].get<std::string>() != location)
+      return bad("was measured on another plan: its command " +
+                 std::to_string(measured[next].first) + " is " +
+                 Printable(e[0].get<std::string>() + " " + e[1].get<std::string>() + " " +
+                           e[2].get<std::string>()) +
+                 ", this plan's command " + std::to_string(c) + " is " +
+                 Printable(op + " " + kernel + " " + location));
+    m.command_ms[c] = e[3].get<double>();
+    ++next;
+  }
+  if (next != measured.size())
+    return bad("was measured on another plan: it has " + std::to_string(measured.size() - next) +
+               " more computing commands than this plan");
+  return m;
+}
+
+StatusOr<nlohmann::json> PredictScaling(const fb::Plan& root, const fb::Program& program,
+                                        const MeasuredStep& measured,
+                                        const PredictOptions& options, std::ostream& out) {
+  Cluster cluster;
+  cluster.ranks_per_node = options.ranks_per_node;
+  StatusOr<Link> intra = ParseLink(options.intra_link, "--intra-link");
+  if (!intra.ok()) return intra.status();
+  cluster.intra = *intra;
+  bool across_nodes = false;
+  for (int64_t n : options.ranks) {
+    if (n < 1) return Invalid("--predict: " + std::to_string(n) + " is not a number of ranks");
+    if (n > options.ranks_per_node && n % options.ranks_per_node != 0)
+      return Invalid("--predict " + std::to_string(n) + ": not a whole number of nodes of " +
+                     std::to_string(options.ranks_per_node) + " ranks (--ranks-per-node)");
+    across_nodes |= n > options.ranks_per_node;
+  }
+  if (!options.link.empty()) {
+    StatusOr<Link> inter = ParseLink(options.link, "--link");
+    if (!inter.ok()) return inter.status();
+    cluster.inter = *inter;
+  } else if (across_nodes) {
+    return Invalid("--predict: ranks on several nodes need the link between them: --link "
+                   "BANDWIDTH[,LATENCY], e.g. --link 10gbit,50us");
+  }
+  // The communicator the run would use: NCCL (a ring, one bucket at a time on
+  // its stream) on a GPU, Open MPI (Rabenseifner's schedule, every bucket in
+  // flight at once) on the CPU.
+  const bool gpu = measured.device == "cuda";
+  std::string algorithm = options.algorithm;
+  if (algorithm == "auto") algorithm = gpu ? "ring" : "rabenseifner";
+  if (algorithm == "ring") {
+    cluster.algorithm = Algorithm::kRing;
+  } else if (algorithm == "rabenseifner") {
+    cluster.algorithm = Algorithm::kRabenseifner;
+  } else {
+    return Invalid("--algorithm " + Printable(options.algorithm) +
+                   ": none of auto, ring, rabenseifner");
+  }
+  cluster.sharing = gpu ? Sharing::kInTurn : Sharing::kShared;
+
+  // The compute as profiled, scaled so that one rank's step is the measured
+  // median (the profile times each command alone; what lies between them,
+  // the host's share of a step, is spread in proportion).
+  double profiled_ms = 0;
+  for (uint32_t c = 0; c < program.commands()->size(); ++c)
+    if (!IsCollective(program.commands()->Get(c)->op()) && c < measured.command_ms.size())
+      profiled_ms += measured.command_ms[c];
+  if (!(profiled_ms > 0))
+    return Invalid("the profile of " + Printable(measured.source) + " gives the step no time");
+  const double scale = measured.step_ms / profiled_ms;
+  std::vector<double> seconds(measured.command_ms.size());
+  for (size_t c = 0; c < seconds.size(); ++c) seconds[c] = measured.command_ms[c] * scale / 1000;
+  const std::vector<StepEvent> events = StepEventsOf(root, program, seconds);
+  int buckets = 0;
+  double bucket_bytes = 0;
+  for (const StepEvent& e : events)
+    if (e.kind == StepEvent::kStart) {
+      ++buckets;
+      bucket_bytes += e.bytes;
+    }
+
+  const double batch = static_cast<double>(root.batch_size());
+  nlohmann::json j = {
+      {"measured_step_ms", measured.step_ms},
+      {"profiled_step_ms", profiled_ms},
+      {"measured_on", measured.device},
+      {"measured_from", measured.source},
+      {"batch_per_rank", root.batch_size()},
+      {"buckets", buckets},
+      {"wire_mib_per_step", bucket_bytes / 1048576.0},
+      {"algorithm", algorithm},
+      {"buckets_share_the_link", cluster.sharing == Sharing::kShared},
+      {"ranks_per_node", cluster.ranks_per_node},
+      {"intra_link",
+       {{"bytes_per_second", cluster.intra.bytes_per_second},
+        {"latency_seconds", cluster.intra.latency_seconds}}},
+  };
+  if (!options.link.empty())
+    j["link"] = {{"bytes_per_second", cluster.inter.bytes_per_second},
+                 {"latency_seconds", cluster.inter.latency_seconds}};
+
+  const std::ios::fmtflags flags = out.flags();
+  out << "prediction for " << PrintableOf(root.model()) << ", batch " << root.batch_size()
+      << " per rank, from a measured step of " << std::fixed << std::setprecision(1)
+      << measured.step_ms << " ms (" << (measured.device.empty() ? "?" : measured.device) << ", "
+      << Printable(measured.source) << "; each command's profiled time x" << std::setprecision(3)
+      << scale << "):\n"
+      << "  " << buckets << " gradient bucket" << (buckets == 1 ? "" : "s") << ", "
+      << std::setprecision(1) << bucket_bytes / 1048576.0 << " MiB on the wire per rank per step; "
+      << (algorithm == "ring" ? "ring allreduce, one bucket at a time (NCCL)"
+                              : "Rabenseifner's allreduce, buckets sharing the link (Open MPI)")
+      << "\n  links: "
+      << (options.link.empty() ? std::string("none between nodes")
+                               : "between nodes " + DescribeLink(cluster.inter))
+      << "; within a node " << DescribeLink(cluster.intra) << "; " << cluster.ranks_per_node
+      << " rank" << (cluster.ranks_per_node == 1 ? "" : "s") << " per node\n";
+  out << "  ranks  nodes    step ms   images/sec  speedup  efficiency    comm ms  exposed ms\n";
+  const double one_rank_rate = batch * 1000.0 / measured.step_ms;
+  for (int64_t n : options.ranks) {
+    cluster.ranks = n;
+    StatusOr<StepPrediction> p = SimulateStep(events, cluster);
+    if (!p.ok()) return p.status();
+    const double rate = static_cast<double>(n) * batch / p->step_seconds;
+    const double speedup = rate / one_rank_rate;
+    const int64_t nodes = (n + options.ranks_per_node - 1) / options.ranks_per_node;
+    out << std::setw(7) << n << std::setw(7) << nodes << std::setprecision(1) << std::setw(11)
+        << p->step_seconds * 1000 << std::setprecision(2) << std::setw(13) << rate
+        << std::setw(9) << speedup << std::setprecision(3) << std::setw(12)
+        << speedup / static_cast<double>(n) << std::setprecision(1) << std::setw(11)
+        << p->comm_seconds * 1000 << std::setw(12) << p->exposed_seconds * 1000 << "\n";
+    j["rows"].push_back({{"ranks", n},
+                         {"nodes", nodes},
+                         {"step_ms", p->step_seconds * 1000},
+                         {"total_images_per_sec", rate},
+                         {"speedup", speedup},
+                         {"scaling_efficiency", speedup / static_cast<double>(n)},
+                         {"comm_ms", p->comm_seconds * 1000},
+                         {"exposed_comm_ms", p->exposed_seconds * 1000},
+                         {"wire_mib_per_rank", p->wire_bytes / 1048576.0}});
+  }
+  out.flags(flags);
+  return j;
+}
+
+}  // namespace graphc::runtime

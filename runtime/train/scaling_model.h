@@ -1,0 +1,146 @@
+// Data-parallel scaling on paper (graphrun PLAN --predict N1,N2,...): a
+// training step on N ranks simulated from one rank's measured step.
+//
+// A data-parallel plan already says everything that decides scaling but the
+// network: the order of its commands, the bytes of each gradient bucket, the
+// point in backward where each bucket's allreduce starts and the point where
+// the step first needs it reduced. A profile of one rank gives each command's
+// time. The model replays the step: compute runs command after command as
+// measured (each rank computes its own batch, as the one rank did); at a
+// bucket's start its allreduce joins the network; at its wait the compute
+// stalls until the allreduce is done. What a bucket's allreduce costs is the
+// alpha-beta model of the algorithm the communicator uses (latency per step
+// of the algorithm, bytes over bandwidth), and concurrent buckets either take
+// the link in turn (NCCL: one stream) or share it (Open MPI: every bucket's
+// nonblocking allreduce progresses at once).
+//
+// Not modelled: the host time a reduction takes (sums of floats, memory
+// bound; a few ms per 100 MiB), cores that compute and communication share,
+// stragglers and jitter between ranks, and congestion beyond one link per node.
+
+#ifndef GRAPHC_RUNTIME_TRAIN_SCALING_MODEL_H_
+#define GRAPHC_RUNTIME_TRAIN_SCALING_MODEL_H_
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "contract/status.h"
+#include "nlohmann/json.hpp"
+#include "runtime/core/plan_loader.h"
+
+namespace graphc::runtime {
+
+// A link: bandwidth in bytes per second (each direction) and the latency of
+// one message.
+struct Link {
+  double bytes_per_second = 0;
+  double latency_seconds = 0;
+  bool in_bytes = false;  // written in bytes per second (shown so)
+};
+
+// "BANDWIDTH[,LATENCY]": bandwidth in bits (kbit, mbit, gbit, tbit, each with
+// an optional "/s": 10gbit, 1Gbit/s, 100mbit) or bytes (KB/s, MB/s, GB/s,
+// TB/s) per second, decimal units; latency in ns, us, ms or s (default 0).
+// Anything else is kInvalidArgument naming `option` and the text.
+StatusOr<Link> ParseLink(const std::string& text, const std::string& option);
+// "1 Gbit/s, 50 us", or "12.5 GB/s, 2 us" for a link written in bytes.
+std::string DescribeLink(const Link& link);
+
+enum class Algorithm {
+  kRing,          // NCCL: 2(p-1) steps of S/p bytes
+  kRabenseifner,  // Open MPI's reduce-scatter by halving, allgather by doubling
+};
+enum class Sharing {
+  kInTurn,  // one bucket on the link at a time, in start order (one stream)
+  kShared,  // every bucket in flight progresses at once, sharing the bandwidth
+};
+
+struct Cluster {
+  int64_t ranks = 1;
+  int64_t ranks_per_node = 1;  // ranks sharing a node (and its link)
+  Link inter, intra;           // between nodes (per node), within a node
+  Algorithm algorithm = Algorithm::kRabenseifner;
+  Sharing sharing = Sharing::kShared;
+};
+
+// An allreduce of `bytes` (on the wire, per rank) on its own: the latency
+// terms and the time its bytes take at full bandwidth. Zero for one rank.
+// Ranks on several nodes of several ranks each reduce hierarchically: within
+// each node (reduce-scatter), across nodes (each rank's 1/K of the bytes, the
+// node's K ranks through its one link), within each node again (allgather).
+struct AllreduceCost {
+  double latency_seconds = 0, transfer_seconds = 0;
+  double total() const { return latency_seconds + transfer_seconds; }
+};
+AllreduceCost AllreduceCostOf(double bytes, const Cluster& cluster);
+
+// A step as the model sees it: compute, a bucket's start, a bucket's wait.
+struct StepEvent {
+  enum Kind { kCompute, kStart, kWait } kind = kCompute;
+  double seconds = 0;  // kCompute
+  int bucket = -1;     // kStart, kWait
+  double bytes = 0;    // kStart: on the wire, per rank
+};
+
+struct StepPrediction {
+  double step_seconds = 0;
+  double comm_seconds = 0;     // every bucket's allreduce alone, summed
+  double exposed_seconds = 0;  // compute stalled at waits
+  double wire_bytes = 0;       // per rank per step
+};
+
+// Replays `events` on `cluster`. Every started bucket must be waited for
+// exactly once later (the plan loader proves it of a plan).
+StatusOr<StepPrediction> SimulateStep(const std::vector<StepEvent>& events,
+                                      const Cluster& cluster);
+
+// The step of `program` as events: each command's compute from `seconds`
+// (per command, one step), consecutive computes merged, collectives as their
+// buckets' starts and waits with their buffers' bytes on the wire. A
+// collective's own measured time is left out (on one rank it does nothing).
+std::vector<StepEvent> StepEventsOf(const fb::Plan& root, const fb::Program& program,
+                                    const std::vector<double>& seconds);
+
+// What graphrun --predict asks for.
+struct PredictOptions {
+  std::vector<int64_t> ranks;  // empty: no prediction
+  int64_t ranks_per_node = 1;
+  std::string link, intra_link = "10GB/s,1us";
+  std::string algorithm = "auto";  // auto, ring, rabenseifner
+  std::string step_profile;        // a --report with --profile, or "" to measure now
+};
+
+// One rank's measured step: the time of each command of train_step (ms per
+// step), the median step, and what it was measured on.
+struct MeasuredStep {
+  std::vector<double> command_ms;
+  double step_ms = 0;
+  int64_t batch = 0;
+  std::string device;  // "cpu", "cuda"
+  std::string source;  // "this run", or the report's path
+};
+
+// The per-command entries --report writes under "profile" ("commands": one
+// [opcode, kernel or "", location, ms per step] per command) for `program`.
+nlohmann::json CommandProfileJson(const fb::Plan& root, const fb::Program& program,
+                                  const std::vector<double>& ms_per_step);
+
+// Reads a --report written by a one-rank run with --profile, and matches its
+// commands with `program`'s: the same computation in the same order (the
+// collectives may differ: other bucket sizes, overlap, wire). Every mismatch
+// is a one-line error naming the report and where it differs.
+StatusOr<MeasuredStep> ReadStepProfile(const std::string& path, const fb::Plan& root,
+                                       const fb::Program& program);
+
+// Predicts every size in `options.ranks` from `measured` (the compute scaled
+// so that one rank's step is the measured median), prints the table to `out`
+// and returns it as JSON.
+StatusOr<nlohmann::json> PredictScaling(const fb::Plan& root, const fb::Program& program,
+                                        const MeasuredStep& measured,
+                                        const PredictOptions& options, std::ostream& out);
+
+}  // namespace graphc::runtime
+
+#endif  // GRAPHC_RUNTIME_TRAIN_SCALING_MODEL_H_
