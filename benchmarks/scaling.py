@@ -26,6 +26,23 @@ efficiency loses is communication that compute did not hide. Configurations:
 The configurations run in rounds (each once per round) so that drifts in
 machine speed hit all alike; each run reports the median images/sec of its
 timed steps (warmup excluded), and the table gives the median over the rounds.
+
+Beside every measured row with communication, two predictions of
+`graphrun PLAN --predict 2` (the error of each is (predicted - measured) /
+measured efficiency):
+
+  - "nominal": from the same round's one-rank run (profiled: `--profile
+    --report`) and the link as it is named: shared memory as the default
+    --intra-link, a shaped link at its tc rate, with half the namespaces'
+    ping round trip as latency;
+  - "measured inputs": from what a user can measure before a job as well:
+    the compute of one of the round's 2 separate runs (profiled: what a rank
+    computes with a neighbour on its machine) and each link's bandwidth as a
+    2-rank 25 MiB allreduce through graphrun's communicator achieves it
+    (`graphc-comm-probe bench`, the way nccl-tests measures NCCL's bus
+    bandwidth), alone and beside the ranks' compute (two one-rank trainings
+    running meanwhile; the ratio is --busy-share); its efficiency is the
+    predicted rate over the measured one-rank rate.
 Writes scaling.json and scaling.png into --out. The namespaces need root and
 iproute2 (`ip`, `tc`); without them (or with --no-netns) only the one-machine
 rows are measured, and the JSON says why.
@@ -83,6 +100,18 @@ class TwoNodes:
                     "exec ip netns exec \"$ns\" sh -c \"$*\"\n")
         os.chmod(self.agent, 0o755)
 
+    def latency(self):
+        """Half the mean ping round trip between the namespaces in microseconds,
+        and how it was found (50 us assumed without ping: Debian iputils-ping)."""
+        if not shutil.which("ping"):
+            return 50.0, "assumed (no ping)"
+        out = sh("ip", "netns", "exec", NAMESPACES[0], "ping", "-c", "5", "-i", "0.2", "-q",
+                 ADDRESSES[1], check=False).stdout
+        for line in out.splitlines():
+            if "min/avg/max" in line:
+                return float(line.split("=")[1].split("/")[1]) * 1000 / 2, "half the ping round trip"
+        return 50.0, "assumed (ping failed)"
+
     def shape(self, link):
         for ns, dev in zip(NAMESPACES, DEVICES):
             sh("ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", dev, "root", check=False)
@@ -116,6 +145,41 @@ def netns_unavailable():
     return None
 
 
+def predict(graphrun, plan, profile, link_flag, link, work, busy_share=1.0):
+    """graphrun --predict 2's prediction row for `plan` from a one-rank
+    profile, with `link` as --link or --intra-link (`link_flag`)."""
+    out = os.path.join(work, "predicted.json")
+    cmd = [graphrun, plan, "--predict", "2", "--step-profile", profile, "--report", out,
+           link_flag, link, "--busy-share", f"{busy_share:.3f}"]
+    if link_flag == "--intra-link":
+        cmd += ["--ranks-per-node", "2"]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    with open(out) as f:
+        return json.load(f)["prediction"]["rows"][0]
+
+
+def allreduce_bandwidth(launch, probe, latency_us, load=None):
+    """The bytes per second a 2-rank 25 MiB fp32 allreduce through the
+    communicator achieves (Rabenseifner on 2 ranks: T = 2 latencies + S / B),
+    beside the processes `load` starts if given."""
+    loads = []
+    try:
+        if load:
+            loads = [subprocess.Popen(load, stdout=subprocess.DEVNULL) for _ in range(2)]
+            time.sleep(8)  # past loading and the first steps
+        out = subprocess.run(launch + [probe, "bench"], check=True, capture_output=True,
+                             text=True).stdout
+    finally:
+        for p in loads:
+            p.kill()
+            p.wait()
+    for line in out.splitlines():
+        if line.startswith("communicator, f32 mean, 1 tensor"):
+            ms = float(line.split("median")[1].split("ms")[0])
+            return 25 * 2**20 / max(1e-6, ms / 1000 - 2 * latency_us * 1e-6)
+    sys.exit(f"scaling.py: no bandwidth in graphc-comm-probe's output:\n{out}")
+
+
 def plot(summary, out):
     """Writes OUT/scaling.json and OUT/scaling.png (efficiency per configuration)."""
     plt = save_summary(summary, out, "scaling")
@@ -133,6 +197,17 @@ def plot(summary, out):
                       "#1f77b4" if row["overlap"] else "#9e9e9e")
     fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(labels)), 4))
     bars = ax.bar(range(len(labels)), values, color=colors)
+    for key, color, label in (
+            ("predicted_efficiency", "#ff9896", "predicted, nominal links"),
+            ("predicted_efficiency_measured_inputs", "#d62728",
+             "predicted, measured links and compute")):
+        predicted = [row.get(key) for row in table[1:]]
+        xs = [i for i, v in enumerate(predicted) if v is not None]
+        if xs:
+            ax.scatter(xs, [predicted[i] for i in xs], marker="_", s=400, color=color,
+                       linewidths=2, zorder=3, label=label)
+    if any(row.get("predicted_efficiency") is not None for row in table[1:]):
+        ax.legend(fontsize=7, loc="lower left")
     for bar, v in zip(bars, values):
         ax.text(bar.get_x() + bar.get_width() / 2, v, f"{v:.2f}", ha="center", va="bottom",
                 fontsize=8)
@@ -217,6 +292,33 @@ def main():
         print(f"two-node rows skipped: {why_not}", flush=True)
 
     nodes = TwoNodes(work) if why_not is None else None
+    latency_us, latency_how = nodes.latency() if nodes else (None, None)
+    if nodes:
+        print(f"namespaces' link latency: {latency_us:.0f} us ({latency_how})", flush=True)
+    # Each link as the communicator achieves it, measured once before the runs.
+    probe = tool("graphc-comm-probe", args.build)
+    # The load: each rank's compute, a one-rank training of the plan.
+    load = [graphrun, plans[("fp32", True, 25)], "--steps", "100000", "--warmup", "0",
+            "--threads", str(threads)]
+    local = ["mpirun", "-np", "2", "--bind-to", "none", "--oversubscribe"]
+    achieved, busy = {}, {}
+    for link in ["shm"] + (list(LINKS) if nodes else []):
+        launch, latency = (local, 1.0) if link == "shm" else (nodes.launch(), latency_us)
+        if link != "shm":
+            nodes.shape(link)
+        achieved[link] = allreduce_bandwidth(launch, probe, latency)
+        busy[link] = allreduce_bandwidth(launch, probe, latency, load) / achieved[link]
+        print(f"allreduce bandwidth achieved on {link}: {achieved[link] / 1e6:.1f} MB/s, "
+              f"beside compute {busy[link]:.2f} of it", flush=True)
+
+    def links(link):
+        """(flag, nominal, measured, busy share) link arguments of graphrun --predict."""
+        share = min(1.0, busy[link])
+        if link == "shm":
+            return "--intra-link", "10GB/s,1us", f"{achieved['shm'] / 1e6:.1f}MB/s,1us", share
+        return ("--link", f"{link},{latency_us:.0f}us",
+                f"{achieved[link] / 1e6:.1f}MB/s,{latency_us:.0f}us", share)
+
     try:
         for r in range(args.repeats):
             for i, c in enumerate(configs):
@@ -225,10 +327,11 @@ def main():
                 run = [graphrun, plan, "--steps", str(args.steps + args.warmup), "--warmup",
                        str(args.warmup), "--threads", str(threads), "--report", report]
                 if c["link"] == "none":
-                    # Two plain one-rank runs side by side: their rates add up.
+                    # Two plain one-rank runs side by side: their rates add up;
+                    # the first is profiled (a rank's compute beside another).
                     second = os.path.join(work, f"run-{i}-b.json")
-                    procs = [subprocess.Popen(run[:-1] + [path], stdout=subprocess.DEVNULL)
-                             for path in (report, second)]
+                    procs = [subprocess.Popen(run[:-1] + [path] + extra, stdout=subprocess.DEVNULL)
+                             for path, extra in ((report, ["--profile"]), (second, []))]
                     if any(p.wait() != 0 for p in procs):
                         sys.exit("scaling.py: a separate run failed")
                     with open(report) as f, open(second) as g:
@@ -236,11 +339,13 @@ def main():
                     c.setdefault("runs", []).append(a["total_images_per_sec"] +
                                                     b["total_images_per_sec"])
                     c.setdefault("wait_s", []).append(0.0)
+                    shutil.copyfile(report, os.path.join(work, f"beside-{r}.json"))
                     print(f"round {r + 1}/{args.repeats} {c['name']}: "
                           f"{c['runs'][-1]:.2f} images/sec", flush=True)
                     continue
+                profile = os.path.join(work, f"profile-{r}.json")
                 if c["ranks"] == 1:
-                    cmd = run
+                    cmd = run + ["--profile"]
                 elif c["link"] == "shm":
                     cmd = run + ["--nodes", "2"]
                 else:
@@ -249,13 +354,29 @@ def main():
                 subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
                 with open(report) as f:
                     j = json.load(f)
+                if c["ranks"] == 1:
+                    shutil.copyfile(report, profile)
+                    base_rate = j["total_images_per_sec"]
+                else:
+                    flag, nominal, measured, share = links(c["link"])
+                    row = predict(graphrun, plan, profile, flag, nominal, work)
+                    c.setdefault("predicted", []).append(row["scaling_efficiency"])
+                    row = predict(graphrun, plan, os.path.join(work, f"beside-{r}.json"), flag,
+                                  measured, work, share)
+                    c.setdefault("predicted_measured", []).append(
+                        row["total_images_per_sec"] / (2 * base_rate))
+                    c.setdefault("predicted_exposed_s", []).append(
+                        row["exposed_comm_ms"] / 1000 * (args.steps))
                 c.setdefault("runs", []).append(j["total_images_per_sec"])
                 c.setdefault("wait_s", []).append(max(j.get("per_rank_collective_wait_seconds",
                                                             [0])))
                 wire, overlap, bucket = c["variant"]
                 print(f"round {r + 1}/{args.repeats} {c['name']} ({wire}, "
                       f"{'overlap' if overlap else 'no overlap'}, {bucket} MiB buckets): "
-                      f"{j['total_images_per_sec']:.2f} images/sec", flush=True)
+                      f"{j['total_images_per_sec']:.2f} images/sec" +
+                      (f", predicted efficiency {c['predicted'][-1]:.3f} (nominal), "
+                       f"{c['predicted_measured'][-1]:.3f} (measured inputs)" if "predicted" in c
+                       else ""), flush=True)
     finally:
         if nodes:
             nodes.teardown()
@@ -267,24 +388,40 @@ def main():
         wire, overlap, bucket = c["variant"]
         total = statistics.median(c["runs"])
         speedup = total / base
+        predicted = statistics.median(c["predicted"]) if "predicted" in c else None
+        measured_in = (statistics.median(c["predicted_measured"]) if "predicted" in c
+                       else None)
         table.append({
             "configuration": c["name"], "link": c["link"] or "-", "ranks": c["ranks"],
             "allreduce_dtype": wire, "overlap": overlap, "bucket_mb": bucket,
             "total_images_per_sec": total, "speedup": speedup,
             "scaling_efficiency": speedup / c["ranks"], "runs": c["runs"],
             "collective_wait_seconds_max_rank": c["wait_s"],
+            "predicted_efficiency": predicted,
+            "prediction_error": (predicted - speedup / c["ranks"]) / (speedup / c["ranks"])
+                                if predicted is not None else None,
+            "predicted_runs": c.get("predicted", []),
+            "predicted_efficiency_measured_inputs": measured_in,
+            "prediction_error_measured_inputs":
+                (measured_in - speedup / c["ranks"]) / (speedup / c["ranks"])
+                if measured_in is not None else None,
+            "predicted_measured_inputs_runs": c.get("predicted_measured", []),
+            "predicted_collective_wait_seconds": c.get("predicted_exposed_s", []),
         })
     summary = {"machine": machine(), "date": time.strftime("%Y-%m-%d"), "model": args.model,
                "batch_per_rank": args.batch, "threads_per_rank": threads,
                "steps": args.steps, "warmup": args.warmup, "repeats": args.repeats,
                "two_nodes": "measured" if why_not is None else f"skipped: {why_not}",
+               "link_latency_us": latency_us, "link_latency": latency_how,
+               "allreduce_bytes_per_second": achieved, "busy_share": busy,
                "results": table}
 
     print()
     print(f"machine: {summary['machine']}; {args.model}, batch {args.batch} per rank, "
           f"{threads} thread(s) per rank, FP32 compute; median of {args.repeats} rounds")
     print(f"{'configuration':<22} {'wire':>5} {'overlap':>8} {'bucket':>7} "
-          f"{'total img/s':>12} {'speedup':>8} {'efficiency':>11}")
+          f"{'total img/s':>12} {'speedup':>8} {'efficiency':>11} {'nominal':>8} {'error':>7} "
+          f"{'measured inputs':>16} {'error':>7}")
     for row in table:
         collective = row["ranks"] > 1 and row["link"] != "none"
         wire = row["allreduce_dtype"] if collective else "-"
@@ -292,7 +429,11 @@ def main():
         bucket = f"{row['bucket_mb']} MiB" if collective else "-"
         print(f"{row['configuration']:<22} {wire:>5} {overlap:>8} {bucket:>7} "
               f"{row['total_images_per_sec']:>12.2f} {row['speedup']:>7.2f}x "
-              f"{row['scaling_efficiency']:>11.2f}")
+              f"{row['scaling_efficiency']:>11.3f}" +
+              (f" {row['predicted_efficiency']:>8.3f} {100 * row['prediction_error']:>6.1f}%"
+               f" {row['predicted_efficiency_measured_inputs']:>16.3f}"
+               f" {100 * row['prediction_error_measured_inputs']:>6.1f}%"
+               if row["predicted_efficiency"] is not None else f" {'-':>8} {'-':>7} {'-':>16} {'-':>7}"))
 
     plot(summary, args.out)
     print(f"\nwrote {os.path.join(args.out, 'scaling.json')} and scaling.png")

@@ -192,27 +192,27 @@ StatusOr<StepPrediction> SimulateStep(const std::vector<StepEvent>& events,
   const bool shared = cluster.sharing == Sharing::kShared;
   constexpr double kEpsilon = 1e-15;
 
-  // Plays the network up to `limit` or until the next flight finishes or
-  // enters its transfer, whichever comes first.
-  auto step = [&](double limit) {
+  // Plays the network at `speed` up to `limit` or until the next flight
+  // finishes or enters its transfer, whichever comes first.
+  auto step = [&](double limit, double speed) {
     int transferring = 0;
     for (const Flight& f : active) transferring += f.latency_left <= 0;
     double dt = limit - now;
     for (size_t i = 0; i < active.size(); ++i) {
       const Flight& f = active[i];
       if (!shared && i > 0) break;
-      const double rate = shared && f.latency_left <= 0 ? 1.0 / transferring : 1.0;
-      dt = std::min(dt, f.latency_left > 0 ? f.latency_left : f.work_left / rate);
+      const double rate = speed * (shared && f.latency_left <= 0 ? 1.0 / transferring : 1.0);
+      dt = std::min(dt, (f.latency_left > 0 ? f.latency_left / speed : f.work_left / rate));
     }
     dt = std::max(dt, 0.0);
     for (size_t i = 0; i < active.size(); ++i) {
       Flight& f = active[i];
       if (!shared && i > 0) break;
       if (f.latency_left > 0) {
-        f.latency_left -= dt;
+        f.latency_left -= dt * speed;
         if (f.latency_left <= kEpsilon) f.latency_left = 0;
       } else {
-        f.work_left -= dt * (shared ? 1.0 / transferring : 1.0);
+        f.work_left -= dt * speed * (shared ? 1.0 / transferring : 1.0);
         if (f.work_left <= kEpsilon) f.work_left = 0;
       }
     }
@@ -226,8 +226,9 @@ StatusOr<StepPrediction> SimulateStep(const std::vector<StepEvent>& events,
       }
     }
   };
+  // Up to the compute's clock: the ranks were computing all along.
   auto play_to = [&](double t) {
-    while (!active.empty() && now < t) step(t);
+    while (!active.empty() && now < t) step(t, cluster.busy_share);
     now = std::max(now, t);
   };
 
@@ -263,7 +264,7 @@ StatusOr<StepPrediction> SimulateStep(const std::vector<StepEvent>& events,
           if (active.empty())
             return Status(ErrorCode::kInternal,
                           "bucket " + std::to_string(e.bucket) + " is lost in the model");
-          step(std::numeric_limits<double>::infinity());
+          step(std::numeric_limits<double>::infinity(), 1.0);
         }
         const double done = finished[e.bucket];
         if (done > t) {
@@ -470,6 +471,9 @@ StatusOr<nlohmann::json> PredictScaling(const fb::Plan& root, const fb::Program&
                    ": none of auto, ring, rabenseifner");
   }
   cluster.sharing = gpu ? Sharing::kInTurn : Sharing::kShared;
+  if (!(options.busy_share > 0 && options.busy_share <= 1))
+    return Invalid("--busy-share " + Number(options.busy_share, 6) + ": not in (0, 1]");
+  cluster.busy_share = options.busy_share;
 
   // The compute as profiled, scaled so that one rank's step is the measured
   // median (the profile times each command alone; what lies between them,
@@ -504,6 +508,7 @@ StatusOr<nlohmann::json> PredictScaling(const fb::Plan& root, const fb::Program&
       {"algorithm", algorithm},
       {"buckets_share_the_link", cluster.sharing == Sharing::kShared},
       {"ranks_per_node", cluster.ranks_per_node},
+      {"busy_share", cluster.busy_share},
       {"intra_link",
        {{"bytes_per_second", cluster.intra.bytes_per_second},
         {"latency_seconds", cluster.intra.latency_seconds}}},
@@ -526,7 +531,11 @@ StatusOr<nlohmann::json> PredictScaling(const fb::Plan& root, const fb::Program&
       << (options.link.empty() ? std::string("none between nodes")
                                : "between nodes " + DescribeLink(cluster.inter))
       << "; within a node " << DescribeLink(cluster.intra) << "; " << cluster.ranks_per_node
-      << " rank" << (cluster.ranks_per_node == 1 ? "" : "s") << " per node\n";
+      << " rank" << (cluster.ranks_per_node == 1 ? "" : "s") << " per node";
+  if (cluster.busy_share < 1)
+    out << "; beside compute, allreduces at " << std::setprecision(2) << cluster.busy_share
+        << " of their speed";
+  out << "\n";
   out << "  ranks  nodes    step ms   images/sec  speedup  efficiency    comm ms  exposed ms\n";
   const double one_rank_rate = batch * 1000.0 / measured.step_ms;
   for (int64_t n : options.ranks) {

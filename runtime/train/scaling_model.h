@@ -63,6 +63,11 @@ struct Cluster {
   Link inter, intra;           // between nodes (per node), within a node
   Algorithm algorithm = Algorithm::kRabenseifner;
   Sharing sharing = Sharing::kShared;
+  // The share of its speed communication keeps while the ranks compute (1:
+  // all of it). On a CPU whose cores all compute, the communication thread
+  // and the network stack wait for a core: an allreduce in flight beside
+  // backward progresses slower than one the step waits for.
+  double busy_share = 1.0;
 };
 
 // An allreduce of `bytes` (on the wire, per rank) on its own: the latency
@@ -91,8 +96,10 @@ struct StepPrediction {
   double wire_bytes = 0;       // per rank per step
 };
 
-// Replays `events` on `cluster`. Every started bucket must be waited for
-// exactly once later (the plan loader proves it of a plan).
+// Replays `events` on `cluster`: buckets in flight progress at the
+// cluster's busy share while compute runs, at full speed while the compute
+// waits for them. Every started bucket must be waited for exactly once later
+// (the plan loader proves it of a plan).
 StatusOr<StepPrediction> SimulateStep(const std::vector<StepEvent>& events,
                                       const Cluster& cluster);
 
@@ -109,6 +116,7 @@ struct PredictOptions {
   int64_t ranks_per_node = 1;
   std::string link, intra_link = "10GB/s,1us";
   std::string algorithm = "auto";  // auto, ring, rabenseifner
+  double busy_share = 1.0;         // Cluster::busy_share
   std::string step_profile;        // a --report with --profile, or "" to measure now
 };
 

@@ -154,6 +154,23 @@ TEST(ScalingModelTest, BucketsInTurnFinishInOrderAndSharedOnesTogether) {
   EXPECT_NEAR(joined->exposed_seconds, 2.0, 1e-12);
 }
 
+TEST(ScalingModelTest, BesideComputeAllreducesKeepTheirBusyShare) {
+  // A 1-second bucket beside 1 s of compute at half speed is half done when
+  // the step waits for it; the other half goes at full speed.
+  Cluster c = TwoRanks(Sharing::kShared);
+  c.busy_share = 0.5;
+  StatusOr<StepPrediction> p =
+      SimulateStep({Compute(1.0), Start(0, 1e9), Compute(1.0), Wait(0)}, c);
+  ASSERT_TRUE(p.ok());
+  EXPECT_DOUBLE_EQ(p->step_seconds, 2.5);
+  EXPECT_DOUBLE_EQ(p->exposed_seconds, 0.5);
+  EXPECT_DOUBLE_EQ(p->comm_seconds, 1.0);  // alone, at full speed
+  // Without compute beside it the share does not apply.
+  p = SimulateStep({Compute(1.0), Start(0, 1e9), Wait(0)}, c);
+  ASSERT_TRUE(p.ok());
+  EXPECT_DOUBLE_EQ(p->step_seconds, 2.0);
+}
+
 TEST(ScalingModelTest, SmallBucketsAreLatencyBound) {
   // 100 buckets of 1 kB on 2 ranks with 50 us per message: each costs 2
   // latencies (100 us) and 1 us of bytes; one at a time they add up.

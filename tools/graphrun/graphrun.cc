@@ -526,6 +526,12 @@ int Main(int argc, char** argv) {
                  "(of this plan, or of one that computes the same: other buckets, overlap or "
                  "wire) instead of training now")
       ->needs(predict_option);
+  app.add_option("--busy-share", train.predict.busy_share,
+                 "--predict: the share of its speed an allreduce keeps while the ranks compute "
+                 "(default 1; on a CPU whose cores all compute, less: measure an allreduce beside "
+                 "a computing process and alone, and give the ratio)")
+      ->check(CLI::Range(1e-3, 1.0))
+      ->needs(predict_option);
   app.add_option("--predict-algorithm", train.predict.algorithm,
                  "--predict: the allreduce algorithm: auto (default: NCCL's ring for a profile "
                  "measured on a GPU, Open MPI's Rabenseifner on the CPU), ring or rabenseifner")
