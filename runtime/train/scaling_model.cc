@@ -458,7 +458,7 @@ StatusOr<nlohmann::json> PredictScaling(const fb::Plan& root, const fb::Program&
   }
   // The communicator the run would use: NCCL (a ring, one bucket at a time on
   // its stream) on a GPU, Open MPI (Rabenseifner's schedule, every bucket in
-  // flight at once) on the CPU.
+  // flight at once) on the CPU; naming the algorithm names the communicator.
   const bool gpu = measured.device == "cuda";
   std::string algorithm = options.algorithm;
   if (algorithm == "auto") algorithm = gpu ? "ring" : "rabenseifner";
@@ -467,10 +467,10 @@ StatusOr<nlohmann::json> PredictScaling(const fb::Plan& root, const fb::Program&
   } else if (algorithm == "rabenseifner") {
     cluster.algorithm = Algorithm::kRabenseifner;
   } else {
-    return Invalid("--algorithm " + Printable(options.algorithm) +
+    return Invalid("--predict-algorithm " + Printable(options.algorithm) +
                    ": none of auto, ring, rabenseifner");
   }
-  cluster.sharing = gpu ? Sharing::kInTurn : Sharing::kShared;
+  cluster.sharing = algorithm == "ring" ? Sharing::kInTurn : Sharing::kShared;
   if (!(options.busy_share > 0 && options.busy_share <= 1))
     return Invalid("--busy-share " + Number(options.busy_share, 6) + ": not in (0, 1]");
   cluster.busy_share = options.busy_share;
@@ -484,7 +484,11 @@ StatusOr<nlohmann::json> PredictScaling(const fb::Plan& root, const fb::Program&
       profiled_ms += measured.command_ms[c];
   if (!(profiled_ms > 0))
     return Invalid("the profile of " + Printable(measured.source) + " gives the step no time");
-  const double scale = measured.step_ms / profiled_ms;
+  if (options.step_ms < 0 || !std::isfinite(options.step_ms))
+    return Invalid("--step-ms " + Number(options.step_ms, 6) + ": not a time in ms");
+  const bool given = options.step_ms > 0;
+  const double step_ms = given ? options.step_ms : measured.step_ms;
+  const double scale = step_ms / profiled_ms;
   std::vector<double> seconds(measured.command_ms.size());
   for (size_t c = 0; c < seconds.size(); ++c) seconds[c] = measured.command_ms[c] * scale / 1000;
   const std::vector<StepEvent> events = StepEventsOf(root, program, seconds);
@@ -499,6 +503,8 @@ StatusOr<nlohmann::json> PredictScaling(const fb::Plan& root, const fb::Program&
   const double batch = static_cast<double>(root.batch_size());
   nlohmann::json j = {
       {"measured_step_ms", measured.step_ms},
+      {"step_ms", step_ms},
+      {"step_ms_given", given},
       {"profiled_step_ms", profiled_ms},
       {"measured_on", measured.device},
       {"measured_from", measured.source},
@@ -519,10 +525,15 @@ StatusOr<nlohmann::json> PredictScaling(const fb::Plan& root, const fb::Program&
 
   const std::ios::fmtflags flags = out.flags();
   out << "prediction for " << PrintableOf(root.model()) << ", batch " << root.batch_size()
-      << " per rank, from a measured step of " << std::fixed << std::setprecision(1)
-      << measured.step_ms << " ms (" << (measured.device.empty() ? "?" : measured.device) << ", "
-      << Printable(measured.source) << "; each command's profiled time x" << std::setprecision(3)
-      << scale << "):\n"
+      << " per rank, from " << (given ? "a given" : "a measured") << " step of " << std::fixed
+      << std::setprecision(1) << step_ms << " ms (";
+  if (given)
+    out << "--step-ms; the profile of " << Printable(measured.source) << ", measured on "
+        << (measured.device.empty() ? "?" : measured.device) << ", places its commands";
+  else
+    out << (measured.device.empty() ? "?" : measured.device) << ", " << Printable(measured.source)
+        << "; each command's profiled time x" << std::setprecision(3) << scale;
+  out << "):\n"
       << "  " << buckets << " gradient bucket" << (buckets == 1 ? "" : "s") << ", "
       << std::setprecision(1) << bucket_bytes / 1048576.0 << " MiB on the wire per rank per step; "
       << (algorithm == "ring" ? "ring allreduce, one bucket at a time (NCCL)"
@@ -537,7 +548,7 @@ StatusOr<nlohmann::json> PredictScaling(const fb::Plan& root, const fb::Program&
         << " of their speed";
   out << "\n";
   out << "  ranks  nodes    step ms   images/sec  speedup  efficiency    comm ms  exposed ms\n";
-  const double one_rank_rate = batch * 1000.0 / measured.step_ms;
+  const double one_rank_rate = batch * 1000.0 / step_ms;
   for (int64_t n : options.ranks) {
     cluster.ranks = n;
     StatusOr<StepPrediction> p = SimulateStep(events, cluster);

@@ -117,6 +117,10 @@ struct PredictOptions {
   std::string link, intra_link = "10GB/s,1us";
   std::string algorithm = "auto";  // auto, ring, rabenseifner
   double busy_share = 1.0;         // Cluster::busy_share
+  // > 0: one rank's step in ms, instead of the measured one; the profile then
+  // only says where in the step each command falls (the published step of
+  // another device, on paper).
+  double step_ms = 0;
   std::string step_profile;        // a --report with --profile, or "" to measure now
 };
 
@@ -143,8 +147,8 @@ StatusOr<MeasuredStep> ReadStepProfile(const std::string& path, const fb::Plan& 
                                        const fb::Program& program);
 
 // Predicts every size in `options.ranks` from `measured` (the compute scaled
-// so that one rank's step is the measured median), prints the table to `out`
-// and returns it as JSON.
+// so that one rank's step is the measured median, or options.step_ms),
+// prints the table to `out` and returns it as JSON.
 StatusOr<nlohmann::json> PredictScaling(const fb::Plan& root, const fb::Program& program,
                                         const MeasuredStep& measured,
                                         const PredictOptions& options, std::ostream& out);

@@ -532,9 +532,15 @@ int Main(int argc, char** argv) {
                  "a computing process and alone, and give the ratio)")
       ->check(CLI::Range(1e-3, 1.0))
       ->needs(predict_option);
+  app.add_option("--step-ms", train.predict.step_ms,
+                 "--predict from a one-rank step of this many ms instead of the measured one "
+                 "(e.g. a GPU's published step): the profile then only places each command in it")
+      ->check(CLI::Range(1e-3, 1e9))
+      ->needs(predict_option);
   app.add_option("--predict-algorithm", train.predict.algorithm,
-                 "--predict: the allreduce algorithm: auto (default: NCCL's ring for a profile "
-                 "measured on a GPU, Open MPI's Rabenseifner on the CPU), ring or rabenseifner")
+                 "--predict: the communicator: auto (default: NCCL for a profile measured on a "
+                 "GPU, Open MPI on the CPU), ring (NCCL: a ring allreduce, one bucket at a time) "
+                 "or rabenseifner (Open MPI: Rabenseifner's, the buckets sharing the link)")
       ->check(CLI::IsMember({"auto", "ring", "rabenseifner"}))
       ->needs(predict_option);
   std::string plan_path;
