@@ -35,14 +35,16 @@ measured efficiency):
     --report`) and the link as it is named: shared memory as the default
     --intra-link, a shaped link at its tc rate, with half the namespaces'
     ping round trip as latency;
-  - "measured inputs": from what a user can measure before a job as well:
-    the compute of one of the round's 2 separate runs (profiled: what a rank
-    computes with a neighbour on its machine) and each link's bandwidth as a
-    2-rank 25 MiB allreduce through graphrun's communicator achieves it
-    (`graphc-comm-probe bench`, the way nccl-tests measures NCCL's bus
-    bandwidth), alone and beside the ranks' compute (two one-rank trainings
-    running meanwhile; the ratio is --busy-share); its efficiency is the
-    predicted rate over the measured one-rank rate.
+  - "measured inputs": from the same profile and what a user can measure
+    before a job as well: each link's bandwidth as a 2-rank 25 MiB allreduce
+    through graphrun's communicator achieves it (`graphc-comm-probe bench`,
+    the way nccl-tests measures NCCL's bus bandwidth), alone and beside the
+    ranks' compute (two one-rank trainings running meanwhile; the ratio is
+    --busy-share), and the ranks' compute beside such allreduces (two
+    one-rank trainings with and without allreduces looping between the
+    ranks' places; the ratio of their speeds is --compute-share).
+
+Both take stragglers from the one-rank run's spread of step times.
 Writes scaling.json and scaling.png into --out. The namespaces need root and
 iproute2 (`ip`, `tc`); without them (or with --no-netns) only the one-machine
 rows are measured, and the JSON says why.
@@ -145,12 +147,12 @@ def netns_unavailable():
     return None
 
 
-def predict(graphrun, plan, profile, link_flag, link, work, busy_share=1.0):
+def predict(graphrun, plan, profile, link_flag, link, work, extra=()):
     """graphrun --predict 2's prediction row for `plan` from a one-rank
     profile, with `link` as --link or --intra-link (`link_flag`)."""
     out = os.path.join(work, "predicted.json")
     cmd = [graphrun, plan, "--predict", "2", "--step-profile", profile, "--report", out,
-           link_flag, link, "--busy-share", f"{busy_share:.3f}"]
+           link_flag, link, *extra]
     if link_flag == "--intra-link":
         cmd += ["--ranks-per-node", "2"]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
@@ -178,6 +180,25 @@ def allreduce_bandwidth(launch, probe, latency_us, load=None):
             ms = float(line.split("median")[1].split("ms")[0])
             return 25 * 2**20 / max(1e-6, ms / 1000 - 2 * latency_us * 1e-6)
     sys.exit(f"scaling.py: no bandwidth in graphc-comm-probe's output:\n{out}")
+
+
+def compute_share(train, probe, work):
+    """The speed two one-rank trainings (`train`) keep while `probe`'s
+    allreduces loop between the ranks' places, against their speed alone."""
+    def rate(beside):
+        reports = [os.path.join(work, f"share-{i}.json") for i in range(2)]
+        loads = [subprocess.Popen(train + ["--report", r], stdout=subprocess.DEVNULL)
+                 for r in reports]
+        while beside and any(p.poll() is None for p in loads):
+            subprocess.run(probe, check=True, capture_output=True)
+        if any(p.wait() != 0 for p in loads):
+            sys.exit("scaling.py: a training beside the probe failed")
+        total = 0.0
+        for path in reports:
+            with open(path) as f:
+                total += json.load(f)["total_images_per_sec"]
+        return total
+    return rate(True) / rate(False)
 
 
 def plot(summary, out):
@@ -301,23 +322,28 @@ def main():
     load = [graphrun, plans[("fp32", True, 25)], "--steps", "100000", "--warmup", "0",
             "--threads", str(threads)]
     local = ["mpirun", "-np", "2", "--bind-to", "none", "--oversubscribe"]
-    achieved, busy = {}, {}
+    achieved, busy, computing = {}, {}, {}
+    timed = [graphrun, plans[("fp32", True, 25)], "--steps", "5", "--warmup", "1",
+             "--threads", str(threads)]
     for link in ["shm"] + (list(LINKS) if nodes else []):
         launch, latency = (local, 1.0) if link == "shm" else (nodes.launch(), latency_us)
         if link != "shm":
             nodes.shape(link)
         achieved[link] = allreduce_bandwidth(launch, probe, latency)
         busy[link] = allreduce_bandwidth(launch, probe, latency, load) / achieved[link]
+        computing[link] = compute_share(timed, launch + [probe, "bench"], work)
         print(f"allreduce bandwidth achieved on {link}: {achieved[link] / 1e6:.1f} MB/s, "
-              f"beside compute {busy[link]:.2f} of it", flush=True)
+              f"beside compute {busy[link]:.2f} of it; compute beside allreduces "
+              f"{computing[link]:.2f} of its speed", flush=True)
 
     def links(link):
-        """(flag, nominal, measured, busy share) link arguments of graphrun --predict."""
-        share = min(1.0, busy[link])
+        """(flag, nominal, measured, shares) link arguments of graphrun --predict."""
+        shares = ["--busy-share", f"{min(1.0, busy[link]):.3f}",
+                  "--compute-share", f"{min(1.0, computing[link]):.3f}"]
         if link == "shm":
-            return "--intra-link", "10GB/s,1us", f"{achieved['shm'] / 1e6:.1f}MB/s,1us", share
+            return "--intra-link", "10GB/s,1us", f"{achieved['shm'] / 1e6:.1f}MB/s,1us", shares
         return ("--link", f"{link},{latency_us:.0f}us",
-                f"{achieved[link] / 1e6:.1f}MB/s,{latency_us:.0f}us", share)
+                f"{achieved[link] / 1e6:.1f}MB/s,{latency_us:.0f}us", shares)
 
     try:
         for r in range(args.repeats):
@@ -327,11 +353,10 @@ def main():
                 run = [graphrun, plan, "--steps", str(args.steps + args.warmup), "--warmup",
                        str(args.warmup), "--threads", str(threads), "--report", report]
                 if c["link"] == "none":
-                    # Two plain one-rank runs side by side: their rates add up;
-                    # the first is profiled (a rank's compute beside another).
+                    # Two plain one-rank runs side by side: their rates add up.
                     second = os.path.join(work, f"run-{i}-b.json")
-                    procs = [subprocess.Popen(run[:-1] + [path] + extra, stdout=subprocess.DEVNULL)
-                             for path, extra in ((report, ["--profile"]), (second, []))]
+                    procs = [subprocess.Popen(run[:-1] + [path], stdout=subprocess.DEVNULL)
+                             for path in (report, second)]
                     if any(p.wait() != 0 for p in procs):
                         sys.exit("scaling.py: a separate run failed")
                     with open(report) as f, open(second) as g:
@@ -339,7 +364,6 @@ def main():
                     c.setdefault("runs", []).append(a["total_images_per_sec"] +
                                                     b["total_images_per_sec"])
                     c.setdefault("wait_s", []).append(0.0)
-                    shutil.copyfile(report, os.path.join(work, f"beside-{r}.json"))
                     print(f"round {r + 1}/{args.repeats} {c['name']}: "
                           f"{c['runs'][-1]:.2f} images/sec", flush=True)
                     continue
@@ -356,15 +380,12 @@ def main():
                     j = json.load(f)
                 if c["ranks"] == 1:
                     shutil.copyfile(report, profile)
-                    base_rate = j["total_images_per_sec"]
                 else:
-                    flag, nominal, measured, share = links(c["link"])
+                    flag, nominal, measured, shares = links(c["link"])
                     row = predict(graphrun, plan, profile, flag, nominal, work)
                     c.setdefault("predicted", []).append(row["scaling_efficiency"])
-                    row = predict(graphrun, plan, os.path.join(work, f"beside-{r}.json"), flag,
-                                  measured, work, share)
-                    c.setdefault("predicted_measured", []).append(
-                        row["total_images_per_sec"] / (2 * base_rate))
+                    row = predict(graphrun, plan, profile, flag, measured, work, shares)
+                    c.setdefault("predicted_measured", []).append(row["scaling_efficiency"])
                     c.setdefault("predicted_exposed_s", []).append(
                         row["exposed_comm_ms"] / 1000 * (args.steps))
                 c.setdefault("runs", []).append(j["total_images_per_sec"])
@@ -414,6 +435,7 @@ def main():
                "two_nodes": "measured" if why_not is None else f"skipped: {why_not}",
                "link_latency_us": latency_us, "link_latency": latency_how,
                "allreduce_bytes_per_second": achieved, "busy_share": busy,
+               "compute_share": computing,
                "results": table}
 
     print()

@@ -39,6 +39,14 @@ double Median(std::vector<double> values) {
   return (lower + upper) / 2;
 }
 
+double StepJitterMs(const std::vector<double>& ms) {
+  if (ms.size() < 2) return 0;
+  const double median = Median(ms);
+  std::vector<double> deviations;
+  for (double v : ms) deviations.push_back(std::fabs(v - median));
+  return 1.4826 * Median(deviations);
+}
+
 double Percentile(std::vector<double> values, double q) {
   if (values.empty()) return 0;
   std::sort(values.begin(), values.end());

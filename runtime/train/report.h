@@ -28,6 +28,10 @@ Speed SpeedOf(const std::vector<double>& rates);
 // count); 0 for no values.
 double Median(std::vector<double> values);
 
+// A robust standard deviation of step times: 1.4826 x the median absolute
+// deviation from the median (0 for fewer than 2 steps).
+double StepJitterMs(const std::vector<double>& ms);
+
 // The q-quantile (0 < q <= 1) by the nearest-rank method: the smallest value
 // with at least q of the values at or below it; 0 for no values.
 double Percentile(std::vector<double> values, double q);

@@ -17,6 +17,13 @@ TEST(ReportTest, SpeedMatchesTfCnnBenchmarksStatistics) {
   EXPECT_NEAR(s.jitter, 11.1195, 1e-12);
 }
 
+TEST(ReportTest, StepJitterIsTheScaledMedianAbsoluteDeviation) {
+  // median 102.5; deviations 2.5 7.5 12.5 27.5 7.5 2.5, their median 7.5.
+  EXPECT_NEAR(StepJitterMs({100, 110, 90, 130, 95, 105}), 1.4826 * 7.5, 1e-12);
+  EXPECT_EQ(StepJitterMs({250}), 0);
+  EXPECT_EQ(StepJitterMs({}), 0);
+}
+
 TEST(ReportTest, SpeedOfOneStepHasNoSpread) {
   Speed s = SpeedOf({250});
   EXPECT_EQ(s.mean, 250);

@@ -179,6 +179,22 @@ AllreduceCost AllreduceCostOf(double bytes, const Cluster& c) {
           within.transfer_seconds + across.transfer_seconds};
 }
 
+double ExpectedMaxOfNormals(int64_t n) {
+  if (n <= 1) return 0;
+  // E[max] = integral of x n phi(x) Phi(x)^(n-1) dx, by Simpson's rule.
+  constexpr int kSteps = 4000;
+  constexpr double kLow = -12, kHigh = 12, kH = (kHigh - kLow) / kSteps;
+  double sum = 0;
+  for (int i = 0; i <= kSteps; ++i) {
+    const double x = kLow + i * kH;
+    const double phi = std::exp(-0.5 * x * x) / std::sqrt(2 * M_PI);
+    const double cdf = 0.5 * std::erfc(-x / std::sqrt(2.0));
+    const double f = x * static_cast<double>(n) * phi * std::pow(cdf, static_cast<double>(n - 1));
+    sum += f * (i == 0 || i == kSteps ? 1 : i % 2 ? 4 : 2);
+  }
+  return sum * kH / 3;
+}
+
 StatusOr<StepPrediction> SimulateStep(const std::vector<StepEvent>& events,
                                       const Cluster& cluster) {
   struct Flight {
@@ -236,9 +252,19 @@ StatusOr<StepPrediction> SimulateStep(const std::vector<StepEvent>& events,
   double t = 0;  // the compute's clock
   for (const StepEvent& e : events) {
     switch (e.kind) {
-      case StepEvent::kCompute:
-        t += e.seconds;
+      case StepEvent::kCompute: {
+        // Beside allreduces in flight the compute keeps its share of speed;
+        // the network plays along (at its busy share) event by event.
+        play_to(t);
+        double left = e.seconds;
+        while (left > kEpsilon && !active.empty() && cluster.compute_share < 1) {
+          step(t + left / cluster.compute_share, cluster.busy_share);
+          left -= (now - t) * cluster.compute_share;
+          t = now;
+        }
+        if (left > kEpsilon) t += left;
         break;
+      }
       case StepEvent::kStart: {
         if (in_flight[e.bucket])
           return Status(ErrorCode::kInvalidArgument,
@@ -280,7 +306,10 @@ StatusOr<StepPrediction> SimulateStep(const std::vector<StepEvent>& events,
     if (flying)
       return Status(ErrorCode::kInvalidArgument,
                     "bucket " + std::to_string(bucket) + " is still in flight at the step's end");
-  p.step_seconds = t;
+  p.straggler_seconds = cluster.ranks > 1 ? cluster.step_jitter_seconds *
+                                                 ExpectedMaxOfNormals(cluster.ranks)
+                                           : 0;
+  p.step_seconds = t + p.straggler_seconds;
   return p;
 }
 
@@ -385,6 +414,9 @@ StatusOr<MeasuredStep> ReadStepProfile(const std::string& path, const fb::Plan& 
     return bad("was measured at batch " + Number(batch, 12) + ", the plan's batch is " +
                std::to_string(root.batch_size()));
   if (auto it = j.find("device"); it != j.end() && it->is_string()) m.device = it->get<std::string>();
+  if (auto it = j.find("step_ms_jitter"); it != j.end() && it->is_number() &&
+                                          std::isfinite(it->get<double>()) && it->get<double>() >= 0)
+    m.jitter_ms = it->get<double>();
   auto profile = j.find("profile");
   if (profile == j.end() || !profile->is_object() || !profile->contains("commands") ||
       !(*profile)["commands"].is_array())
@@ -474,6 +506,9 @@ StatusOr<nlohmann::json> PredictScaling(const fb::Plan& root, const fb::Program&
   if (!(options.busy_share > 0 && options.busy_share <= 1))
     return Invalid("--busy-share " + Number(options.busy_share, 6) + ": not in (0, 1]");
   cluster.busy_share = options.busy_share;
+  if (!(options.compute_share > 0 && options.compute_share <= 1))
+    return Invalid("--compute-share " + Number(options.compute_share, 6) + ": not in (0, 1]");
+  cluster.compute_share = options.compute_share;
 
   // The compute as profiled, scaled so that one rank's step is the measured
   // median (the profile times each command alone; what lies between them,
@@ -492,6 +527,12 @@ StatusOr<nlohmann::json> PredictScaling(const fb::Plan& root, const fb::Program&
   std::vector<double> seconds(measured.command_ms.size());
   for (size_t c = 0; c < seconds.size(); ++c) seconds[c] = measured.command_ms[c] * scale / 1000;
   const std::vector<StepEvent> events = StepEventsOf(root, program, seconds);
+  // Stragglers: the measured spread unless one is given; a step given by
+  // --step-ms comes without a spread of its own.
+  const double jitter_ms = options.step_jitter_ms >= 0 ? options.step_jitter_ms
+                           : given                      ? 0.0
+                                                        : measured.jitter_ms;
+  cluster.step_jitter_seconds = jitter_ms / 1000;
   int buckets = 0;
   double bucket_bytes = 0;
   for (const StepEvent& e : events)
@@ -515,6 +556,8 @@ StatusOr<nlohmann::json> PredictScaling(const fb::Plan& root, const fb::Program&
       {"buckets_share_the_link", cluster.sharing == Sharing::kShared},
       {"ranks_per_node", cluster.ranks_per_node},
       {"busy_share", cluster.busy_share},
+      {"compute_share", cluster.compute_share},
+      {"step_jitter_ms", jitter_ms},
       {"intra_link",
        {{"bytes_per_second", cluster.intra.bytes_per_second},
         {"latency_seconds", cluster.intra.latency_seconds}}},
@@ -546,6 +589,11 @@ StatusOr<nlohmann::json> PredictScaling(const fb::Plan& root, const fb::Program&
   if (cluster.busy_share < 1)
     out << "; beside compute, allreduces at " << std::setprecision(2) << cluster.busy_share
         << " of their speed";
+  if (cluster.compute_share < 1)
+    out << "; beside allreduces, compute at " << std::setprecision(2) << cluster.compute_share
+        << " of its speed";
+  if (jitter_ms > 0)
+    out << "; stragglers: steps spread by " << std::setprecision(1) << jitter_ms << " ms";
   out << "\n";
   out << "  ranks  nodes    step ms   images/sec  speedup  efficiency    comm ms  exposed ms\n";
   const double one_rank_rate = batch * 1000.0 / step_ms;
@@ -569,6 +617,7 @@ StatusOr<nlohmann::json> PredictScaling(const fb::Plan& root, const fb::Program&
                          {"scaling_efficiency", speedup / static_cast<double>(n)},
                          {"comm_ms", p->comm_seconds * 1000},
                          {"exposed_comm_ms", p->exposed_seconds * 1000},
+                         {"straggler_ms", p->straggler_seconds * 1000},
                          {"wire_mib_per_rank", p->wire_bytes / 1048576.0}});
   }
   out.flags(flags);

@@ -14,9 +14,12 @@
 // the link in turn (NCCL: one stream) or share it (Open MPI: every bucket's
 // nonblocking allreduce progresses at once).
 //
-// Not modelled: the host time a reduction takes (sums of floats, memory
-// bound; a few ms per 100 MiB), cores that compute and communication share,
-// stragglers and jitter between ranks, and congestion beyond one link per node.
+// Three measured terms cover what the hosts do to it: the share of its speed
+// communication keeps beside compute, the share compute keeps beside
+// communication (on a CPU both use the same cores), and stragglers (every
+// bucket waits for the slowest rank: the spread of one rank's step times
+// times the expected largest of N normal draws). Not modelled: congestion
+// beyond one link per node, and a framework's own overheads.
 
 #ifndef GRAPHC_RUNTIME_TRAIN_SCALING_MODEL_H_
 #define GRAPHC_RUNTIME_TRAIN_SCALING_MODEL_H_
@@ -68,6 +71,14 @@ struct Cluster {
   // and the network stack wait for a core: an allreduce in flight beside
   // backward progresses slower than one the step waits for.
   double busy_share = 1.0;
+  // The share of its speed compute keeps while an allreduce is in flight (1:
+  // all of it). On a CPU the network stack and the reductions run on the
+  // cores that compute.
+  double compute_share = 1.0;
+  // The spread of one rank's step times (a robust standard deviation, s):
+  // every bucket waits for the slowest rank, so a step of N ranks lasts the
+  // longest of N draws, stragglers' time on top of the replay.
+  double step_jitter_seconds = 0;
 };
 
 // An allreduce of `bytes` (on the wire, per rank) on its own: the latency
@@ -90,7 +101,8 @@ struct StepEvent {
 };
 
 struct StepPrediction {
-  double step_seconds = 0;
+  double step_seconds = 0;     // the replay, and the stragglers' time
+  double straggler_seconds = 0;
   double comm_seconds = 0;     // every bucket's allreduce alone, summed
   double exposed_seconds = 0;  // compute stalled at waits
   double wire_bytes = 0;       // per rank per step
@@ -117,6 +129,8 @@ struct PredictOptions {
   std::string link, intra_link = "10GB/s,1us";
   std::string algorithm = "auto";  // auto, ring, rabenseifner
   double busy_share = 1.0;         // Cluster::busy_share
+  double compute_share = 1.0;      // Cluster::compute_share
+  double step_jitter_ms = -1;      // < 0: as measured (0 with step_ms)
   // > 0: one rank's step in ms, instead of the measured one; the profile then
   // only says where in the step each command falls (the published step of
   // another device, on paper).
@@ -129,10 +143,15 @@ struct PredictOptions {
 struct MeasuredStep {
   std::vector<double> command_ms;
   double step_ms = 0;
+  double jitter_ms = 0;  // the robust spread of the timed steps
   int64_t batch = 0;
   std::string device;  // "cpu", "cuda"
   std::string source;  // "this run", or the report's path
 };
+
+// The expected largest of n independent standard normal draws (0 for n = 1;
+// 0.5642 for 2, 1.0294 for 4, 2.0697 for 32).
+double ExpectedMaxOfNormals(int64_t n);
 
 // The per-command entries --report writes under "profile" ("commands": one
 // [opcode, kernel or "", location, ms per step] per command) for `program`.

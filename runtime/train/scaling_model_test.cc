@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 namespace graphc::runtime {
 namespace {
 
@@ -169,6 +171,42 @@ TEST(ScalingModelTest, BesideComputeAllreducesKeepTheirBusyShare) {
   p = SimulateStep({Compute(1.0), Start(0, 1e9), Wait(0)}, c);
   ASSERT_TRUE(p.ok());
   EXPECT_DOUBLE_EQ(p->step_seconds, 2.0);
+}
+
+TEST(ScalingModelTest, BesideAllreducesComputeKeepsItsShare) {
+  // 1 s of compute at half speed beside a 1-second bucket: when the bucket is
+  // done (1 s later) half the compute is left, and goes at full speed.
+  Cluster c = TwoRanks(Sharing::kShared);
+  c.compute_share = 0.5;
+  StatusOr<StepPrediction> p =
+      SimulateStep({Compute(1.0), Start(0, 1e9), Compute(1.0), Wait(0)}, c);
+  ASSERT_TRUE(p.ok());
+  EXPECT_DOUBLE_EQ(p->step_seconds, 2.5);
+  EXPECT_DOUBLE_EQ(p->exposed_seconds, 0);
+  // Both shares at once: the network at half speed needs 2 s for the
+  // bucket, during which the compute (at half speed) does its 1 s.
+  c.busy_share = 0.5;
+  p = SimulateStep({Compute(1.0), Start(0, 1e9), Compute(1.0), Wait(0)}, c);
+  ASSERT_TRUE(p.ok());
+  EXPECT_NEAR(p->step_seconds, 3.0, 1e-12);
+  EXPECT_NEAR(p->exposed_seconds, 0, 1e-12);
+}
+
+TEST(ScalingModelTest, StragglersAddTheExpectedLongestOfNSteps) {
+  EXPECT_EQ(ExpectedMaxOfNormals(1), 0);
+  EXPECT_NEAR(ExpectedMaxOfNormals(2), 1 / std::sqrt(M_PI), 1e-9);  // 0.5642
+  EXPECT_NEAR(ExpectedMaxOfNormals(3), 1.5 / std::sqrt(M_PI), 1e-9);
+  EXPECT_NEAR(ExpectedMaxOfNormals(4), 1.0293754, 1e-6);
+  EXPECT_NEAR(ExpectedMaxOfNormals(32), 2.0696, 1e-3);
+  Cluster c = TwoRanks(Sharing::kShared);
+  c.step_jitter_seconds = 0.1;
+  StatusOr<StepPrediction> p = SimulateStep({Compute(1.0)}, c);
+  ASSERT_TRUE(p.ok());
+  EXPECT_NEAR(p->step_seconds, 1.0 + 0.1 / std::sqrt(M_PI), 1e-9);
+  EXPECT_NEAR(p->straggler_seconds, 0.1 / std::sqrt(M_PI), 1e-9);
+  c.ranks = 1;  // nobody to wait for
+  p = SimulateStep({Compute(1.0)}, c);
+  EXPECT_EQ(p->step_seconds, 1.0);
 }
 
 TEST(ScalingModelTest, SmallBucketsAreLatencyBound) {

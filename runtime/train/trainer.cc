@@ -517,6 +517,7 @@ Status Trainer::Finish() {
     profile["commands"] = CommandProfileJson(root_, step_program, measured.command_ms);
     if (!o_.predict.ranks.empty()) {
       measured.step_ms = median_ms;
+      measured.jitter_ms = StepJitterMs(times_.ms);
       measured.batch = p().batch;
       measured.device = backend_.name();
       measured.source = "this run";
@@ -583,6 +584,7 @@ Status Trainer::WriteReport(double total_rate, double median_ms, double p90_ms,
       {"seed", o_.seed},
       {"cuda_graphs", exec_->replays_graph(p().train)},
   };
+  j["step_ms_jitter"] = StepJitterMs(times_.ms);
   j["data_wait_ms_per_step"] = times_.ms.empty() ? 0.0 : 1000.0 * data_wait_s_ / times_.ms.size();
   j["skipped_images"] = data_->train->skipped() + (data_->test ? data_->test->skipped() : 0);
   j["world_size"] = ranks_;

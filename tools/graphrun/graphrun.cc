@@ -532,6 +532,18 @@ int Main(int argc, char** argv) {
                  "a computing process and alone, and give the ratio)")
       ->check(CLI::Range(1e-3, 1.0))
       ->needs(predict_option);
+  app.add_option("--compute-share", train.predict.compute_share,
+                 "--predict: the share of its speed compute keeps while an allreduce is in flight "
+                 "(default 1; on a CPU the network stack and reductions take cores: measure a "
+                 "training beside an allreduce loop and alone, and give the ratio)")
+      ->check(CLI::Range(1e-3, 1.0))
+      ->needs(predict_option);
+  app.add_option("--step-jitter", train.predict.step_jitter_ms,
+                 "--predict: the spread of one rank's step times in ms (a robust standard "
+                 "deviation) for the stragglers every bucket waits for (default: as measured; 0 "
+                 "with --step-ms)")
+      ->check(CLI::Range(0.0, 1e9))
+      ->needs(predict_option);
   app.add_option("--step-ms", train.predict.step_ms,
                  "--predict from a one-rank step of this many ms instead of the measured one "
                  "(e.g. a GPU's published step): the profile then only places each command in it")
