@@ -407,8 +407,10 @@ StatusOr<MeasuredStep> ReadStepProfile(const std::string& path, const fb::Plan& 
     return bad("was measured on " + Number(world, 6) +
                " ranks; the model starts from one rank's step (graphrun PLAN --profile --report "
                "FILE without --nodes)");
-  if (!(m.step_ms > 0) || !std::isfinite(m.step_ms))
-    return bad("its step_ms_median is not a positive time (did the run time any step?)");
+  if (!(m.step_ms > 0) || !(m.step_ms <= 1e9))
+    return bad("its step_ms_median is not a time in (0, 1e9] ms (did the run time any step?)");
+  if (!(batch >= 1 && batch <= double(int64_t{1} << 40)) || batch != std::floor(batch))
+    return bad("its batch_size is not a batch");
   m.batch = static_cast<int64_t>(batch);
   if (m.batch != root.batch_size())
     return bad("was measured at batch " + Number(batch, 12) + ", the plan's batch is " +
@@ -431,6 +433,8 @@ StatusOr<MeasuredStep> ReadStepProfile(const std::string& path, const fb::Plan& 
         e[3].get<double>() < 0)
       return bad("profile command " + std::to_string(i) +
                  " is not [opcode, kernel, location, ms] with a time of 0 or more");
+    if (e[3].get<double>() > 1e9)
+      return bad("profile command " + std::to_string(i) + " takes over 1e9 ms");
     const std::string op = e[0].get<std::string>();
     if (op != "AllreduceStart" && op != "AllreduceWait") measured.emplace_back(i, &e);
   }
