@@ -28,7 +28,9 @@ std::string TracePathOf(const std::string& path, int rank, int ranks) {
 Status CheckOutputs(const TrainOptions& o, int rank, int ranks) {
   std::vector<std::pair<std::string, std::string>> inputs = {{"the plan", o.plan_path},
                                                              {"--resume", o.resume},
-                                                             {"--init", o.init}};
+                                                             {"--init", o.init},
+                                                             {"--step-profile",
+                                                              o.predict.step_profile}};
   for (const std::string& path : DataFiles(o.data)) inputs.emplace_back("--data", path);
   for (const std::string& path : DataFiles(o.eval_data)) inputs.emplace_back("--eval-data", path);
   std::stringstream keys(o.trusted_keys);

@@ -36,10 +36,16 @@ std::string Trim(const std::string& s) {
 bool SplitNumber(const std::string& text, double* number, std::string* unit) {
   const std::string t = Trim(text);
   if (t.empty() || !(std::isdigit(static_cast<unsigned char>(t[0])) || t[0] == '.')) return false;
+  // Decimal only (strtod would also read hex and "inf").
+  const size_t digits = t.find_first_not_of("0123456789.eE+-");
+  const std::string number_text = t.substr(0, digits);
   errno = 0;
   char* end = nullptr;
-  *number = std::strtod(t.c_str(), &end);
-  if (errno != 0 || end == t.c_str() || !std::isfinite(*number) || *number < 0) return false;
+  *number = std::strtod(number_text.c_str(), &end);
+  if (errno != 0 || end == number_text.c_str() || *end != '\0' || !std::isfinite(*number) ||
+      *number < 0)
+    return false;
+  end = const_cast<char*>(t.c_str()) + number_text.size();
   *unit = Trim(std::string(end));
   return true;
 }
@@ -157,7 +163,9 @@ std::string DescribeLink(const Link& link) {
   const double mbit = link.bytes_per_second * 8 / 1e6;
   std::string bandwidth;
   if (!link.in_bytes)
-    bandwidth = mbit >= 1000 ? Number(mbit / 1000, 6) + " Gbit/s" : Number(mbit, 6) + " Mbit/s";
+    bandwidth = mbit >= 1000 ? Number(mbit / 1000, 6) + " Gbit/s"
+                : mbit >= 1  ? Number(mbit, 6) + " Mbit/s"
+                             : Number(mbit * 1000, 6) + " kbit/s";
   else
     bandwidth = link.bytes_per_second >= 1e9 ? Number(link.bytes_per_second / 1e9, 6) + " GB/s"
                                              : Number(link.bytes_per_second / 1e6, 6) + " MB/s";
@@ -243,8 +251,13 @@ StatusOr<StepPrediction> SimulateStep(const std::vector<StepEvent>& events,
     }
   };
   // Up to the compute's clock: the ranks were computing all along.
+  int64_t rounds = 0;  // a guard: every round moves the network or the compute on
+  constexpr int64_t kMaxRounds = int64_t{1} << 26;
+  auto NotConverging = [] {
+    return Status(ErrorCode::kInternal, "the scaling model did not settle (a bug)");
+  };
   auto play_to = [&](double t) {
-    while (!active.empty() && now < t) step(t, cluster.busy_share);
+    while (!active.empty() && now < t && rounds++ < kMaxRounds) step(t, cluster.busy_share);
     now = std::max(now, t);
   };
 
@@ -257,12 +270,20 @@ StatusOr<StepPrediction> SimulateStep(const std::vector<StepEvent>& events,
         // the network plays along (at its busy share) event by event.
         play_to(t);
         double left = e.seconds;
-        while (left > kEpsilon && !active.empty() && cluster.compute_share < 1) {
-          step(t + left / cluster.compute_share, cluster.busy_share);
+        while (left > 0 && !active.empty() && cluster.compute_share < 1) {
+          const double until = t + left / cluster.compute_share;
+          if (!(until > t)) break;  // less than the clock resolves
+          step(until, cluster.busy_share);
+          if (!(now < until)) {
+            t = until;
+            left = 0;
+            break;
+          }
           left -= (now - t) * cluster.compute_share;
           t = now;
+          if (++rounds > kMaxRounds) return NotConverging();
         }
-        if (left > kEpsilon) t += left;
+        if (left > 0) t += left;
         break;
       }
       case StepEvent::kStart: {
@@ -287,6 +308,7 @@ StatusOr<StepPrediction> SimulateStep(const std::vector<StepEvent>& events,
                         "bucket " + std::to_string(e.bucket) + " is waited for but not in flight");
         play_to(t);
         while (finished.count(e.bucket) == 0) {
+          if (++rounds > kMaxRounds) return NotConverging();
           if (active.empty())
             return Status(ErrorCode::kInternal,
                           "bucket " + std::to_string(e.bucket) + " is lost in the model");
@@ -302,6 +324,7 @@ StatusOr<StepPrediction> SimulateStep(const std::vector<StepEvent>& events,
       }
     }
   }
+  if (rounds > kMaxRounds) return NotConverging();
   for (const auto& [bucket, flying] : in_flight)
     if (flying)
       return Status(ErrorCode::kInvalidArgument,
@@ -416,9 +439,11 @@ StatusOr<MeasuredStep> ReadStepProfile(const std::string& path, const fb::Plan& 
     return bad("was measured at batch " + Number(batch, 12) + ", the plan's batch is " +
                std::to_string(root.batch_size()));
   if (auto it = j.find("device"); it != j.end() && it->is_string()) m.device = it->get<std::string>();
-  if (auto it = j.find("step_ms_jitter"); it != j.end() && it->is_number() &&
-                                          std::isfinite(it->get<double>()) && it->get<double>() >= 0)
+  if (auto it = j.find("step_ms_jitter"); it != j.end()) {
+    if (!it->is_number() || !(it->get<double>() >= 0 && it->get<double>() <= 1e9))
+      return bad("its step_ms_jitter is not a time in [0, 1e9] ms");
     m.jitter_ms = it->get<double>();
+  }
   auto profile = j.find("profile");
   if (profile == j.end() || !profile->is_object() || !profile->contains("commands") ||
       !(*profile)["commands"].is_array())
@@ -468,9 +493,8 @@ StatusOr<MeasuredStep> ReadStepProfile(const std::string& path, const fb::Plan& 
   return m;
 }
 
-StatusOr<nlohmann::json> PredictScaling(const fb::Plan& root, const fb::Program& program,
-                                        const MeasuredStep& measured,
-                                        const PredictOptions& options, std::ostream& out) {
+StatusOr<Cluster> ClusterOf(const PredictOptions& options, const std::string& device,
+                            std::string* algorithm) {
   Cluster cluster;
   cluster.ranks_per_node = options.ranks_per_node;
   StatusOr<Link> intra = ParseLink(options.intra_link, "--intra-link");
@@ -495,24 +519,42 @@ StatusOr<nlohmann::json> PredictScaling(const fb::Plan& root, const fb::Program&
   // The communicator the run would use: NCCL (a ring, one bucket at a time on
   // its stream) on a GPU, Open MPI (Rabenseifner's schedule, every bucket in
   // flight at once) on the CPU; naming the algorithm names the communicator.
-  const bool gpu = measured.device == "cuda";
-  std::string algorithm = options.algorithm;
-  if (algorithm == "auto") algorithm = gpu ? "ring" : "rabenseifner";
-  if (algorithm == "ring") {
+  *algorithm = options.algorithm;
+  if (*algorithm == "auto") *algorithm = device == "cuda" ? "ring" : "rabenseifner";
+  if (*algorithm == "ring") {
     cluster.algorithm = Algorithm::kRing;
-  } else if (algorithm == "rabenseifner") {
+  } else if (*algorithm == "rabenseifner") {
     cluster.algorithm = Algorithm::kRabenseifner;
   } else {
     return Invalid("--predict-algorithm " + Printable(options.algorithm) +
                    ": none of auto, ring, rabenseifner");
   }
-  cluster.sharing = algorithm == "ring" ? Sharing::kInTurn : Sharing::kShared;
+  cluster.sharing = *algorithm == "ring" ? Sharing::kInTurn : Sharing::kShared;
   if (!(options.busy_share > 0 && options.busy_share <= 1))
     return Invalid("--busy-share " + Number(options.busy_share, 6) + ": not in (0, 1]");
   cluster.busy_share = options.busy_share;
   if (!(options.compute_share > 0 && options.compute_share <= 1))
     return Invalid("--compute-share " + Number(options.compute_share, 6) + ": not in (0, 1]");
   cluster.compute_share = options.compute_share;
+  if (!(options.step_jitter_ms < 0) && !(options.step_jitter_ms <= 1e9))
+    return Invalid("--step-jitter: not a time in [0, 1e9] ms");
+  if (!(options.step_ms >= 0 && options.step_ms <= 1e9))
+    return Invalid("--step-ms " + Number(options.step_ms, 6) + ": not a time in (0, 1e9] ms");
+  return cluster;
+}
+
+Status CheckPredictOptions(const PredictOptions& options) {
+  std::string algorithm;
+  return ClusterOf(options, "", &algorithm).status();
+}
+
+StatusOr<nlohmann::json> PredictScaling(const fb::Plan& root, const fb::Program& program,
+                                        const MeasuredStep& measured,
+                                        const PredictOptions& options, std::ostream& out) {
+  std::string algorithm;
+  StatusOr<Cluster> made = ClusterOf(options, measured.device, &algorithm);
+  if (!made.ok()) return made.status();
+  Cluster cluster = *made;
 
   // The compute as profiled, scaled so that one rank's step is the measured
   // median (the profile times each command alone; what lies between them,
@@ -521,10 +563,9 @@ StatusOr<nlohmann::json> PredictScaling(const fb::Plan& root, const fb::Program&
   for (uint32_t c = 0; c < program.commands()->size(); ++c)
     if (!IsCollective(program.commands()->Get(c)->op()) && c < measured.command_ms.size())
       profiled_ms += measured.command_ms[c];
-  if (!(profiled_ms > 0))
-    return Invalid("the profile of " + Printable(measured.source) + " gives the step no time");
-  if (options.step_ms < 0 || !std::isfinite(options.step_ms))
-    return Invalid("--step-ms " + Number(options.step_ms, 6) + ": not a time in ms");
+  if (!(profiled_ms >= 1e-6))
+    return Invalid("the profile of " + Printable(measured.source) +
+                   " gives the step no time (under a nanosecond)");
   const bool given = options.step_ms > 0;
   const double step_ms = given ? options.step_ms : measured.step_ms;
   const double scale = step_ms / profiled_ms;
@@ -599,7 +640,8 @@ StatusOr<nlohmann::json> PredictScaling(const fb::Plan& root, const fb::Program&
   if (jitter_ms > 0)
     out << "; stragglers: steps spread by " << std::setprecision(1) << jitter_ms << " ms";
   out << "\n";
-  out << "  ranks  nodes    step ms   images/sec  speedup  efficiency    comm ms  exposed ms\n";
+  out << "     ranks    nodes       step ms      images/sec    speedup  efficiency      comm ms"
+         "   exposed ms\n";
   const double one_rank_rate = batch * 1000.0 / step_ms;
   for (int64_t n : options.ranks) {
     cluster.ranks = n;
@@ -608,11 +650,12 @@ StatusOr<nlohmann::json> PredictScaling(const fb::Plan& root, const fb::Program&
     const double rate = static_cast<double>(n) * batch / p->step_seconds;
     const double speedup = rate / one_rank_rate;
     const int64_t nodes = (n + options.ranks_per_node - 1) / options.ranks_per_node;
-    out << std::setw(7) << n << std::setw(7) << nodes << std::setprecision(1) << std::setw(11)
-        << p->step_seconds * 1000 << std::setprecision(2) << std::setw(13) << rate
-        << std::setw(9) << speedup << std::setprecision(3) << std::setw(12)
-        << speedup / static_cast<double>(n) << std::setprecision(1) << std::setw(11)
-        << p->comm_seconds * 1000 << std::setw(12) << p->exposed_seconds * 1000 << "\n";
+    // Every column after a space of its own, so that none runs into the next.
+    out << ' ' << std::setw(9) << n << ' ' << std::setw(8) << nodes << std::setprecision(1) << ' '
+        << std::setw(13) << p->step_seconds * 1000 << std::setprecision(2) << ' ' << std::setw(15)
+        << rate << ' ' << std::setw(10) << speedup << std::setprecision(3) << ' ' << std::setw(11)
+        << speedup / static_cast<double>(n) << std::setprecision(1) << ' ' << std::setw(12)
+        << p->comm_seconds * 1000 << ' ' << std::setw(12) << p->exposed_seconds * 1000 << "\n";
     j["rows"].push_back({{"ranks", n},
                          {"nodes", nodes},
                          {"step_ms", p->step_seconds * 1000},

@@ -165,6 +165,10 @@ nlohmann::json CommandProfileJson(const fb::Plan& root, const fb::Program& progr
 StatusOr<MeasuredStep> ReadStepProfile(const std::string& path, const fb::Plan& root,
                                        const fb::Program& program);
 
+// Checks `options` as PredictScaling will (links, numbers of ranks, shares,
+// times), so that a mistake is named before a run is profiled.
+Status CheckPredictOptions(const PredictOptions& options);
+
 // Predicts every size in `options.ranks` from `measured` (the compute scaled
 // so that one rank's step is the measured median, or options.step_ms),
 // prints the table to `out` and returns it as JSON.

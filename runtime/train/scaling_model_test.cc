@@ -192,6 +192,20 @@ TEST(ScalingModelTest, BesideAllreducesComputeKeepsItsShare) {
   EXPECT_NEAR(p->exposed_seconds, 0, 1e-12);
 }
 
+TEST(ScalingModelTest, ComputeSharesSettleFarFromTheClocksOrigin) {
+  // Far from t = 0 the clock's resolution is coarser than the compute left
+  // after a network event (this once looped forever): 1 s of allreduce
+  // beside compute at 0.8 leaves 99.2 of the second 100 s.
+  Cluster c = TwoRanks(Sharing::kShared);
+  c.compute_share = 0.8;
+  for (double start : {100.0, 3e4, 1e7}) {
+    StatusOr<StepPrediction> p =
+        SimulateStep({Compute(start), Start(0, 1e9), Compute(100.0), Wait(0)}, c);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    EXPECT_NEAR(p->step_seconds, start + 1.0 + 99.2, 1e-6 * start) << start;
+  }
+}
+
 TEST(ScalingModelTest, StragglersAddTheExpectedLongestOfNSteps) {
   EXPECT_EQ(ExpectedMaxOfNormals(1), 0);
   EXPECT_NEAR(ExpectedMaxOfNormals(2), 1 / std::sqrt(M_PI), 1e-9);  // 0.5642

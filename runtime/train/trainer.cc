@@ -505,6 +505,8 @@ Status Trainer::Finish() {
     out_ << std::setprecision(4) << loss_ << std::defaultfloat << "\n";
 
   nlohmann::json profile;
+  if (!o_.predict.ranks.empty() && times_.ms.empty())
+    out_ << "prediction: none (no step was timed: --predict needs more steps than --warmup)\n";
   if (o_.profile && !times_.ms.empty()) {
     exec_->set_profiling(false);
     const fb::Program& step_program = exec_->program(p().train);

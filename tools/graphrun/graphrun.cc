@@ -625,8 +625,24 @@ int Main(int argc, char** argv) {
       return Fail(Status(ErrorCode::kInvalidArgument,
                          "--ranks-per-node goes with --nodes (or --predict)"));
     train.predict.ranks_per_node = launch.ranks_per_node;
-    if (predict && !train.predict.step_profile.empty()) return RunPrediction(train);
-    if (predict) train.profile = true;
+    if (predict) {
+      if (Status status = CheckPredictOptions(train.predict); !status.ok()) return Fail(status);
+      if (!train.predict.step_profile.empty()) {
+        // Nothing trains: options of a training run would be silently unused.
+        for (const char* name : {"--steps", "--epochs", "--warmup", "--data", "--eval",
+                                 "--eval-data", "--save", "--resume", "--init", "--trace",
+                                 "--profile", "--device", "--threads"})
+          if (app.count(name) > 0)
+            return Fail(Status(ErrorCode::kInvalidArgument,
+                               std::string("--step-profile predicts without training: ") +
+                                   name + " has nothing to do"));
+        return RunPrediction(train);
+      }
+      if (train.steps >= 0 && train.steps <= train.warmup)
+        return Fail(Status(ErrorCode::kInvalidArgument,
+                           "--predict needs timed steps: --steps more than --warmup"));
+      train.profile = true;
+    }
     if (launch.nodes * launch.ranks_per_node > 1 && !InsideMpiJob()) {
       if (std::getenv("GRAPHC_RELAUNCHED") != nullptr)
         return Fail(Status(ErrorCode::kUnavailable,

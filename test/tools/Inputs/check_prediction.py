@@ -67,9 +67,10 @@ assert overlap[2]["exposed_comm_ms"] <= after[2]["exposed_comm_ms"] + 1e-9, (ove
 nodes = load("nodes")
 r = {r["ranks"]: r for r in nodes["rows"]}
 assert r[2]["nodes"] == 1 and r[16]["nodes"] == 1 and r[32]["nodes"] == 2, nodes["rows"]
-# Within the node: a ring over 2 ranks at 100 GB/s moves S / B.
+# Within the node: 2 ranks at 100 GB/s move S / B.
 close(r[2]["comm_ms"], PARAMS * 4 / 100e9 * 1000, rel=1e-6, what="2 ranks in a node")
-# 16 ranks in one node: 2 * 15/16 * S at 100 GB/s (a ring within the node).
+# 16 ranks in one node: Rabenseifner's 2 * 15/16 * S at 100 GB/s (a ring
+# moves the same bytes).
 close(r[16]["comm_ms"], 2 * 15 / 16 * PARAMS * 4 / 100e9 * 1000, rel=1e-6, what="16 in a node")
 # 32 on 2 nodes: the node's ring, then the nodes' allreduce of S through 1 Gbit/s.
 close(r[32]["comm_ms"], (2 * 15 / 16 * PARAMS * 4 / 100e9 + PARAMS * 4 / bits) * 1000, rel=1e-6,
