@@ -14,6 +14,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <initializer_list>
 #include <cerrno>
 #include <cctype>
 #include <cmath>
@@ -534,36 +535,38 @@ Status ReadIdxData(IdxFile& idx, std::vector<uint8_t>& out) {
 
 }  // namespace
 
-StatusOr<NpyArray> ReadNpyFloat32(const std::string& path) {
+namespace {
+
+// An .npy array of one dtype: `descrs` are the headers that spell it, `want`
+// how the error names it.
+template <typename Array>
+StatusOr<Array> ReadNpyOf(const std::string& path, std::initializer_list<const char*> descrs,
+                          const char* want) {
+  using Element = typename decltype(Array::values)::value_type;
   StatusOr<NpyFile> npy = OpenNpy(path);
   if (!npy.ok()) return npy.status();
-  if (npy->descr != "<f4")
-    return IoError(path, "an array of dtype '" + npy->descr + "'; give float32 ('<f4')");
+  if (std::none_of(descrs.begin(), descrs.end(),
+                   [&](const char* d) { return npy->descr == d; }))
+    return IoError(path, "an array of dtype '" + npy->descr + "'; give " + want);
   if (npy->shape.size() > 8)
     return IoError(path, "an array of rank " + std::to_string(npy->shape.size()) +
                              "; at most 8");
-  if (Status s = CheckNpyDataSize(*npy, 4); !s.ok()) return s;
-  NpyArray array;
+  if (Status s = CheckNpyDataSize(*npy, sizeof(Element)); !s.ok()) return s;
+  Array array;
   array.shape = npy->shape;
-  array.values.resize(npy->data_bytes / 4);
+  array.values.resize(npy->data_bytes / sizeof(Element));
   if (Status s = ReadNpyData(*npy, array.values.data()); !s.ok()) return s;
   return array;
 }
 
+}  // namespace
+
+StatusOr<NpyArray> ReadNpyFloat32(const std::string& path) {
+  return ReadNpyOf<NpyArray>(path, {"<f4"}, "float32 ('<f4')");
+}
+
 StatusOr<NpyBytes> ReadNpyUint8(const std::string& path) {
-  StatusOr<NpyFile> npy = OpenNpy(path);
-  if (!npy.ok()) return npy.status();
-  if (npy->descr != "|u1" && npy->descr != "<u1")
-    return IoError(path, "an array of dtype '" + npy->descr + "'; give uint8 ('|u1')");
-  if (npy->shape.size() > 8)
-    return IoError(path, "an array of rank " + std::to_string(npy->shape.size()) +
-                             "; at most 8");
-  if (Status s = CheckNpyDataSize(*npy, 1); !s.ok()) return s;
-  NpyBytes array;
-  array.shape = npy->shape;
-  array.values.resize(npy->data_bytes);
-  if (Status s = ReadNpyData(*npy, array.values.data()); !s.ok()) return s;
-  return array;
+  return ReadNpyOf<NpyBytes>(path, {"|u1", "<u1"}, "uint8 ('|u1')");
 }
 
 std::string NpyFloat32File(const std::vector<int64_t>& shape, const float* values,
