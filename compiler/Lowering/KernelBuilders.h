@@ -9,7 +9,8 @@
 //   ReductionKernels.cpp    reductions, the global average pool, argmax
 //   LossKernels.cpp         softmax cross-entropy and its gradient
 //   OptimizerKernels.cpp    the learning-rate schedule, optimizer updates,
-//                           multi-tensor updates, overflow flags
+//                           multi-tensor updates, overflow flags, PowerSGD's
+//                           orthonormalization
 //
 //===----------------------------------------------------------------------===//
 
@@ -86,6 +87,8 @@ KernelSignature emitOptimizer(mlir::Operation *op, mlir::ModuleOp kernels, llvm:
 KernelSignature emitMultiTensor(nn::MultiTensorOp op, mlir::ModuleOp kernels,
                                 llvm::StringRef name);
 KernelSignature emitNonfiniteFlags(nn::NonfiniteFlagsOp op, mlir::ModuleOp kernels,
+                                   llvm::StringRef name);
+KernelSignature emitOrthonormalize(nn::OrthonormalizeOp op, mlir::ModuleOp kernels,
                                    llvm::StringRef name);
 
 } // namespace graphc::kernel

@@ -97,7 +97,7 @@ bool isKernelOp(Operation *op) {
                    nn::LrScheduleOp, nn::SgdOp, nn::SgdMomentumOp, nn::LarsOp, nn::AdamOp,
                    nn::DropoutMaskOp, nn::NonfiniteFlagsOp, nn::FusionOp,
                    nn::MultiTensorOp, nn::TransposeOp, nn::ConcatOp, nn::SliceOp,
-                   nn::GatherOp, nn::ScatterAddOp>(op);
+                   nn::GatherOp, nn::ScatterAddOp, nn::OrthonormalizeOp>(op);
 }
 
 FailureOr<KernelSignature> emitKernel(Operation *op, ModuleOp kernels, StringRef name) {
@@ -123,6 +123,7 @@ FailureOr<KernelSignature> emitKernel(Operation *op, ModuleOp kernels, StringRef
       .Case([&](nn::LrScheduleOp o) { return emitLrSchedule(o, kernels, name); })
       .Case([&](nn::DropoutMaskOp o) { return emitDropoutMask(o, kernels, name); })
       .Case([&](nn::NonfiniteFlagsOp o) { return emitNonfiniteFlags(o, kernels, name); })
+      .Case([&](nn::OrthonormalizeOp o) { return emitOrthonormalize(o, kernels, name); })
       .Case<nn::SgdOp, nn::SgdMomentumOp, nn::LarsOp, nn::AdamOp>(
           [&](Operation *o) { return emitOptimizer(o, kernels, name); })
       .Default([&](Operation *o) -> FailureOr<KernelSignature> {

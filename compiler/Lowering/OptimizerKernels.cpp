@@ -2,7 +2,8 @@
 //
 // The learning-rate schedule, the optimizer updates (SGD, momentum, LARS,
 // Adam) with gradient unscaling and skip-on-overflow, the multi-tensor
-// updates of many parameters in one kernel, and the overflow flags.
+// updates of many parameters in one kernel, the overflow flags, and the
+// orthonormalization of PowerSGD's factors.
 //
 //===----------------------------------------------------------------------===//
 
@@ -463,6 +464,80 @@ KernelSignature emitNonfiniteFlags(nn::NonfiniteFlagsOp op, ModuleOp kernels,
   buildMultiTensorLoop(b, loc, firstChunk, Flags::kLanes, leaf);
   b.create<func::ReturnOp>(loc);
   return {llvm::to_vector(op.getInputs()), /*elementwise=*/false};
+}
+
+/// nn.orthonormalize: modified Gram-Schmidt over the rows, serially (r rows
+/// of n, r^2 n multiply-adds: microseconds for PowerSGD's factors), sums in
+/// f64. `out` is written from `in` first, then worked on in place.
+KernelSignature emitOrthonormalize(nn::OrthonormalizeOp op, ModuleOp kernels, StringRef name) {
+  OpBuilder b(op->getContext());
+  Location loc = op.getLoc();
+  auto type = llvm::cast<RankedTensorType>(op.getType());
+  func::FuncOp func =
+      createKernelFunc(b, kernels, name, loc, {flatType(type), flatType(type)});
+  Value in = func.getArgument(0), out = func.getArgument(1);
+  const int64_t rows = type.getDimSize(0), cols = type.getDimSize(1);
+  Type f32 = b.getF32Type(), f64 = b.getF64Type();
+  Value zero = constIndex(b, loc, 0), one = constIndex(b, loc, 1);
+  Value n = constIndex(b, loc, cols);
+  auto loop = [&](OpBuilder &ob, Location l, Value from, Value to,
+                  llvm::function_ref<void(OpBuilder &, Location, Value)> body) {
+    ob.create<scf::ForOp>(l, from, to, one, ValueRange{},
+                          [&](OpBuilder &fb, Location fl, Value i, ValueRange) {
+                            body(fb, fl, i);
+                            fb.create<scf::YieldOp>(fl);
+                          });
+  };
+  auto at = [&](OpBuilder &ob, Location l, Value row, Value col) {
+    return ob.create<arith::AddIOp>(l, ob.create<arith::MulIOp>(l, row, n), col).getResult();
+  };
+  // sum_k out[r1, k] * out[r2, k], in f64.
+  auto dot = [&](OpBuilder &ob, Location l, Value r1, Value r2) {
+    auto sum = ob.create<scf::ForOp>(
+        l, zero, n, one, ValueRange{constFloat(ob, l, f64, 0.0)},
+        [&](OpBuilder &fb, Location fl, Value k, ValueRange acc) {
+          Value x = fb.create<arith::ExtFOp>(
+              fl, f64, fb.create<memref::LoadOp>(fl, out, ValueRange{at(fb, fl, r1, k)}).getResult());
+          Value y = fb.create<arith::ExtFOp>(
+              fl, f64, fb.create<memref::LoadOp>(fl, out, ValueRange{at(fb, fl, r2, k)}).getResult());
+          fb.create<scf::YieldOp>(
+              fl, ValueRange{fb.create<arith::AddFOp>(fl, acc[0],
+                                                      fb.create<arith::MulFOp>(fl, x, y))});
+        });
+    return sum.getResult(0);
+  };
+  loop(b, loc, zero, constIndex(b, loc, rows * cols), [&](OpBuilder &fb, Location fl, Value k) {
+    fb.create<memref::StoreOp>(fl, fb.create<memref::LoadOp>(fl, in, ValueRange{k}), out,
+                               ValueRange{k});
+  });
+  loop(b, loc, zero, constIndex(b, loc, rows), [&](OpBuilder &rb, Location rl, Value i) {
+    Value norm = rb.create<math::SqrtOp>(rl, dot(rb, rl, i, i));
+    Value scale = rb.create<arith::TruncFOp>(
+        rl, f32,
+        rb.create<arith::DivFOp>(rl, constFloat(rb, rl, f64, 1.0),
+                                 rb.create<arith::AddFOp>(rl, norm,
+                                                          constFloat(rb, rl, f64, 1e-8))));
+    loop(rb, rl, zero, n, [&](OpBuilder &fb, Location fl, Value k) {
+      Value index = at(fb, fl, i, k);
+      Value x = fb.create<memref::LoadOp>(fl, out, ValueRange{index});
+      fb.create<memref::StoreOp>(fl, fb.create<arith::MulFOp>(fl, x, scale), out,
+                                 ValueRange{index});
+    });
+    Value next = rb.create<arith::AddIOp>(rl, i, one);
+    loop(rb, rl, next, constIndex(rb, rl, rows), [&](OpBuilder &jb, Location jl, Value j) {
+      Value d = jb.create<arith::TruncFOp>(jl, f32, dot(jb, jl, i, j));
+      loop(jb, jl, zero, n, [&](OpBuilder &fb, Location fl, Value k) {
+        Value index = at(fb, fl, j, k);
+        Value x = fb.create<memref::LoadOp>(fl, out, ValueRange{at(fb, fl, i, k)});
+        Value y = fb.create<memref::LoadOp>(fl, out, ValueRange{index});
+        fb.create<memref::StoreOp>(
+            fl, fb.create<arith::SubFOp>(fl, y, fb.create<arith::MulFOp>(fl, d, x)), out,
+            ValueRange{index});
+      });
+    });
+  });
+  b.create<func::ReturnOp>(loc);
+  return {{op.getInput()}, /*elementwise=*/false};
 }
 
 } // namespace graphc::kernel

@@ -2,6 +2,8 @@
 
 #include "compiler/Pipeline/CompileOptions.h"
 
+#include "compiler/Transforms/GradCompression.h"
+
 #include "mlir/Pass/PassRegistry.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/Twine.h"
@@ -94,10 +96,25 @@ std::string CompileOptions::validate() const {
     return llvm::formatv("--bucket-mb must be in (0, 1048576], got {0}", double(bucketMb)).str();
   if (allreduceDtype != "fp32" && allreduceDtype != "fp16")
     return "--allreduce-dtype must be fp32 or fp16, got '" + allreduceDtype + "'";
+  {
+    std::string error;
+    GradCompression compression = parseGradCompression(gradCompression, error);
+    if (!error.empty())
+      return "--grad-compression: " + error;
+    if (compression.kind != GradCompression::Kind::None && given(allreduceDtype) &&
+        !(compression.kind == GradCompression::Kind::Fp16 && allreduceDtype == "fp16"))
+      return "--grad-compression=" + gradCompression + " and --allreduce-dtype=" +
+             allreduceDtype + " both say how gradients travel; give one";
+    if (compression.kind == GradCompression::Kind::PowerSgd && amp == "fp16")
+      return "--grad-compression=powersgd does not combine with --amp fp16 (its loss "
+             "scaling would leave an overflowed step's infinities in the error feedback); "
+             "use --amp bf16 or fp32";
+  }
   if (noDataParallel)
     for (const llvm::cl::Option *option :
          {static_cast<const llvm::cl::Option *>(&bucketMb),
           static_cast<const llvm::cl::Option *>(&allreduceDtype),
+          static_cast<const llvm::cl::Option *>(&gradCompression),
           static_cast<const llvm::cl::Option *>(&syncBn),
           static_cast<const llvm::cl::Option *>(&noAllreduceOverlap)})
       if (given(*option))
@@ -134,6 +151,7 @@ std::string CompileOptions::validate() const {
           static_cast<const llvm::cl::Option *>(&syncBn),
           static_cast<const llvm::cl::Option *>(&bucketMb),
           static_cast<const llvm::cl::Option *>(&allreduceDtype),
+          static_cast<const llvm::cl::Option *>(&gradCompression),
           static_cast<const llvm::cl::Option *>(&noAllreduceOverlap),
           static_cast<const llvm::cl::Option *>(&noDataParallel)})
       if (given(*option))
@@ -216,7 +234,17 @@ PipelineOptions CompileOptions::resolve(std::string *lrChoice) const {
   options.dataParallel = !noDataParallel;
   options.syncBn = syncBn;
   options.distributed.bucketMb = bucketMb;
-  options.distributed.allreduceDtype = allreduceDtype;
+  {
+    // fp16 is the fp16 wire, so the plan is the one --allreduce-dtype=fp16
+    // gives; PowerSGD is the data-parallel pass's to build.
+    std::string error;
+    GradCompression compression = parseGradCompression(gradCompression, error);
+    options.distributed.allreduceDtype =
+        compression.kind == GradCompression::Kind::Fp16 ? std::string("fp16")
+                                                        : allreduceDtype.getValue();
+    if (compression.kind == GradCompression::Kind::PowerSgd)
+      options.distributed.gradCompression = gradCompression;
+  }
   options.distributed.overlap = !noAllreduceOverlap;
   if (!amp.empty()) {
     MixedPrecisionOptions &mixed = options.mixedPrecision;

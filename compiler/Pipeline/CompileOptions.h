@@ -137,6 +137,14 @@ struct CompileOptions : public mlir::PassPipelineOptions<CompileOptions> {
                      "the bytes, each rank's share rounded to fp16)"),
       llvm::cl::value_desc("fp32|fp16"), llvm::cl::init("fp32"),
       llvm::cl::cat(distributedCategory())};
+  Option<std::string> gradCompression{
+      *this, "grad-compression",
+      llvm::cl::desc("How gradients travel between ranks: none (default), fp16 (the same as "
+                     "--allreduce-dtype=fp16) or powersgd:RANK (PowerSGD: each large "
+                     "gradient matrix as two rank-RANK factors, with error feedback and a "
+                     "warm-started Q kept as state; RANK 1 to 64)"),
+      llvm::cl::value_desc("none|fp16|powersgd:RANK"), llvm::cl::init("none"),
+      llvm::cl::cat(distributedCategory())};
 
   // The images' form.
   Option<std::string> inputNormalize{

@@ -10,6 +10,7 @@
 #include "compiler/Transforms/Passes.h"
 
 #include "compiler/Transforms/BuildUtils.h"
+#include "compiler/Transforms/GradCompression.h"
 #include "dialects/dist/IR/DistOps.h"
 #include "dialects/nn/IR/NNOps.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -68,6 +69,14 @@ struct DataParallelPass : impl::DataParallelBase<DataParallelPass> {
           << allreduceDtype << "'; expected fp32 or fp16";
       return signalPassFailure();
     }
+    std::string compressionError;
+    GradCompression compression = parseGradCompression(gradCompression, compressionError);
+    if (!compressionError.empty()) {
+      module.emitError("graphc-data-parallel: grad-compression: ") << compressionError;
+      return signalPassFailure();
+    }
+    const bool halfWire =
+        allreduceDtype == "fp16" || compression.kind == GradCompression::Kind::Fp16;
     auto step = module.lookupSymbol<func::FuncOp>("train_step");
     if (!step || step.isExternal()) {
       module.emitError("graphc-data-parallel needs @train_step (run graphc-autodiff first)");
@@ -201,7 +210,7 @@ struct DataParallelPass : impl::DataParallelBase<DataParallelPass> {
       else
         b.setInsertionPointAfter(anchor);
       previousAnchor = anchor;
-      bool compress = allreduceDtype == "fp16" && llvm::any_of(bucket, [](Value g) {
+      bool compress = halfWire && llvm::any_of(bucket, [](Value g) {
         return llvm::cast<RankedTensorType>(g.getType()).getElementType().isF32();
       });
       Location loc = b.getFusedLoc(llvm::to_vector(
@@ -270,6 +279,11 @@ struct DataParallelPass : impl::DataParallelBase<DataParallelPass> {
       sizes.push_back(total);
     }
     module->setAttr(kAllreduceBucketsAttr, b.getDenseI64ArrayAttr(sizes));
+
+    // 7) PowerSGD, on the buckets built above.
+    if (compression.kind == GradCompression::Kind::PowerSgd &&
+        failed(applyPowerSgd(module, step, compression.rank)))
+      return signalPassFailure();
   }
 };
 

@@ -97,6 +97,13 @@ def DataParallel : Pass<"graphc-data-parallel", "::mlir::ModuleOp"> {
     bucket only once backward is done (the baseline overlap is measured
     against).
 
+    7) `grad-compression=powersgd:R` then rewrites the buckets for PowerSGD
+    (GradCompression.h): each gradient whose rank-r factors are under half
+    its size leaves its bucket and travels as `P = (G + E) Q` (allreduce sum,
+    orthonormalized) and `Q = (G + E)^T P` (allreduce mean), with the error
+    `E` and the warm-started `Q` as states; the optimizer gets `P Q^T`.
+    `grad-compression=fp16` is `allreduce-dtype=fp16`.
+
     ```mlir
     // before
     %dw2 = nn.matmul ...
@@ -124,6 +131,9 @@ def DataParallel : Pass<"graphc-data-parallel", "::mlir::ModuleOp"> {
            "Wire type of f32 gradients: empty or fp32 (as computed), fp16 (compressed)">,
     Option<"overlap", "overlap", "bool", /*default=*/"true",
            "Start each bucket as backward completes it (false: all after backward)">,
+    Option<"gradCompression", "grad-compression", "std::string", /*default=*/"\"none\"",
+           "none, fp16 (as allreduce-dtype=fp16) or powersgd:RANK (low-rank factors "
+           "with error feedback, PowerSGD)">,
   ];
 }
 

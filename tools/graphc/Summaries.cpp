@@ -4,6 +4,7 @@
 
 #include "compiler/Export/PlanExport.h"
 #include "compiler/Lowering/Passes.h"
+#include "compiler/Transforms/GradCompression.h"
 #include "dialects/plan/IR/PlanDialect.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -67,6 +68,16 @@ void printAllreduceSummary(ModuleOp module, const PipelineOptions &options) {
   if (options.syncBn)
     os << "; batch norm synchronized across ranks";
   os << "\n";
+  // rank, gradients as factors, gradients, wire bytes without and with.
+  if (auto powerSgd = module->getAttrOfType<DenseI64ArrayAttr>(graphc::kGradCompressionAttr);
+      powerSgd && powerSgd.size() == 5) {
+    ArrayRef<int64_t> s = powerSgd.asArrayRef();
+    os << "grad-compression: powersgd rank " << s[0] << ": " << s[1] << " of " << s[2]
+       << " gradients sent as rank-" << s[0] << " factors (error feedback, warm-started Q); "
+       << mebibytes(s[3]) << " -> " << mebibytes(s[4]) << " on the wire per step ("
+       << llvm::formatv("{0:f1}", s[4] > 0 ? double(s[3]) / double(s[4]) : 0.0)
+       << "x less)\n";
+  }
 }
 
 /// What graphc-rematerialize did to train_step's memory.

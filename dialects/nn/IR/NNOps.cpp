@@ -1149,6 +1149,15 @@ LogicalResult LinearOp::inferReturnTypes(MLIRContext *, std::optional<Location> 
   return success();
 }
 
+LogicalResult OrthonormalizeOp::verify() {
+  auto type = llvm::cast<RankedTensorType>(getInput().getType());
+  if (type.getRank() != 2 || !type.hasStaticShape() || !type.getElementType().isF32())
+    return emitOpError("expects a static rank-2 f32 tensor, got ") << type;
+  if (type.getDimSize(0) < 1 || type.getDimSize(0) > type.getDimSize(1))
+    return emitOpError("expects 1 <= rows <= columns, got ") << type;
+  return success();
+}
+
 LogicalResult MatmulOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                                          Adaptor adaptor,
                                          SmallVectorImpl<Type> &types) {

@@ -591,6 +591,26 @@ def NN_MatmulOp : NN_Op<"matmul", [Pure, InferTypeOpAdaptor]> {
   }];
 }
 
+def NN_OrthonormalizeOp : NN_Op<"orthonormalize", [Pure, AllTypesMatch<["input", "result"]>]> {
+  let summary = "the rows of a matrix made orthonormal (Gram-Schmidt)";
+  let description = [{
+    Modified Gram-Schmidt over the rows of an `[r, n]` f32 matrix (r <= n),
+    in order: row i is divided by its norm plus 1e-8 (so a zero row stays
+    zero rather than becoming NaN), then its projection is taken out of every
+    later row. PowerSGD's low-rank factors (graphc-data-parallel's
+    `grad-compression=powersgd:R`) are kept orthonormal with it; sums are
+    accumulated in f64. Not differentiable: it only ever follows backward.
+
+    ```mlir
+    %q = nn.orthonormalize %p : tensor<4x4608xf32>
+    ```
+  }];
+  let arguments = (ins NN_FloatTensor:$input);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
 def NN_AttentionOp : NN_Op<"attention", [Pure, InferTypeOpAdaptor]> {
   let summary = "softmax(q k^T + biases) v without the score matrix (fused attention)";
   let description = [{

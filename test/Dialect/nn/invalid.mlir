@@ -605,6 +605,32 @@ func.func @f(%a: tensor<2x2x3xf32>, %b: tensor<5x3x4xf32>) {
 
 // -----
 
+// Tests that orthonormalize takes a static f32 matrix with no more rows than
+// columns.
+func.func @f(%a: tensor<5x3xf32>) {
+  // expected-error@+1 {{expects 1 <= rows <= columns, got 'tensor<5x3xf32>'}}
+  %0 = nn.orthonormalize %a : tensor<5x3xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: tensor<2x3xf16>) {
+  // expected-error@+1 {{expects a static rank-2 f32 tensor, got 'tensor<2x3xf16>'}}
+  %0 = nn.orthonormalize %a : tensor<2x3xf16>
+  return
+}
+
+// -----
+
+func.func @f(%a: tensor<?x3xf32>) {
+  // expected-error@+1 {{expects a static rank-2 f32 tensor}}
+  %0 = nn.orthonormalize %a : tensor<?x3xf32>
+  return
+}
+
+// -----
+
 // Tests that matmul operands share an element type.
 func.func @f(%a: tensor<2x3xf32>, %b: tensor<3x4xf16>) {
   // expected-error@+1 {{operand element types differ: 'f32' and 'f16'}}

@@ -230,3 +230,10 @@ func.func @concat_slice_sigmoid(%a: tensor<?x3x5x5xf32>, %b: tensor<?x2x5x5xf32>
   %g = nn.sigmoid %a : tensor<?x3x5x5xf32>
   return %c, %s, %g : tensor<?x5x5x5xf32>, tensor<?x2x5x5xf32>, tensor<?x3x5x5xf32>
 }
+
+// CHECK-LABEL: func.func @orthonormalize
+func.func @orthonormalize(%p: tensor<4x5xf32>) -> tensor<4x5xf32> {
+  // CHECK: nn.orthonormalize %{{.+}} : tensor<4x5xf32>
+  %0 = nn.orthonormalize %p : tensor<4x5xf32>
+  return %0 : tensor<4x5xf32>
+}

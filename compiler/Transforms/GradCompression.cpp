@@ -1,0 +1,242 @@
+//===- GradCompression.cpp - PowerSGD on graphc-data-parallel's buckets ---===//
+//
+// See GradCompression.h for the algorithm. Everything here is ops of the
+// step: the factors are nn.matmul (GEMMs), their orthonormalization
+// nn.orthonormalize, the error feedback nn.add / nn.sub fused with their
+// neighbours, the states ordinary nn.state (checkpointed and checked like any
+// other), the collectives dist.allreduce_start / wait.
+//
+//===----------------------------------------------------------------------===//
+
+#include "compiler/Transforms/GradCompression.h"
+
+#include "compiler/Transforms/BuildUtils.h"
+#include "dialects/dist/IR/DistOps.h"
+#include "dialects/nn/IR/NNOps.h"
+#include "compiler/Transforms/Passes.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
+
+using namespace mlir;
+
+namespace graphc {
+
+GradCompression parseGradCompression(StringRef spec, std::string &error) {
+  GradCompression result;
+  if (spec.empty() || spec == "none")
+    return result;
+  if (spec == "fp16") {
+    result.kind = GradCompression::Kind::Fp16;
+    return result;
+  }
+  StringRef rank = spec;
+  int64_t r = 0;
+  if (rank.consume_front("powersgd:") && !rank.empty() &&
+      llvm::all_of(rank, [](char c) { return llvm::isDigit(c); }) && rank.size() <= 3 && !rank.getAsInteger(10, r) &&
+      r >= 1 && r <= kMaxPowerSgdRank) {
+    result.kind = GradCompression::Kind::PowerSgd;
+    result.rank = r;
+    return result;
+  }
+  error = ("expected none, fp16 or powersgd:RANK with RANK in [1, " + llvm::Twine(kMaxPowerSgdRank) +
+           "], got '" + spec + "'")
+              .str();
+  return result;
+}
+
+namespace {
+
+/// One gradient sent as PowerSGD's factors.
+struct Factored {
+  unsigned index;       // in its bucket
+  Value gradient;       // as backward computed it
+  int64_t n, m, r;      // its matrix view [n, m], the factors' rank
+  StringRef parameter;  // whose gradient it is
+  Value matrix;         // M = G + E, [n, m]
+  Value p;              // P^T, [r, n]: computed, then reduced and orthonormalized
+  Value qNew;           // Q^T, [r, m]: computed in the Q phase
+  std::string errorState, qState;
+};
+
+int64_t wireBytesOf(Value tensor, bool halfWire) {
+  auto type = llvm::cast<RankedTensorType>(tensor.getType());
+  int64_t bytes = llvm::divideCeil(type.getElementTypeBitWidth(), 8);
+  if (halfWire && type.getElementType().isF32())
+    bytes = 2;
+  return type.getNumElements() * bytes;
+}
+
+} // namespace
+
+LogicalResult applyPowerSgd(ModuleOp module, func::FuncOp step, int64_t rank) {
+  if (module.lookupSymbol(kLossScaleState))
+    return step.emitError("grad-compression=powersgd does not combine with loss scaling (--amp "
+                          "fp16): a step whose gradients overflow would leave its infinities "
+                          "in the error feedback; use --amp bf16, or fp32");
+  Block &body = step.getBody().front();
+  SmallVector<dist::AllreduceStartOp> starts(body.getOps<dist::AllreduceStartOp>());
+  // The Q phases go where backward is over: before the first bucket's wait.
+  Operation *qAnchor = nullptr;
+  for (dist::AllreduceStartOp start : starts)
+    if (Operation *wait = start.getWait(); wait && (!qAnchor || wait->isBeforeInBlock(qAnchor)))
+      qAnchor = wait;
+
+  OpBuilder b(module.getContext());
+  Type f32 = b.getF32Type();
+  int64_t factoredCount = 0, total = 0, bytesBefore = 0, bytesAfter = 0;
+  // Declared at the end of the module, in the order of the buckets.
+  auto declare = [&](StringRef name, RankedTensorType type, nn::Initializer init,
+                     FloatAttr value) {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToEnd(module.getBody());
+    b.create<nn::StateOp>(step.getLoc(), name, type, init, value);
+  };
+
+  for (dist::AllreduceStartOp start : starts) {
+    dist::AllreduceWaitOp wait = start.getWait();
+    if (!wait)
+      return start.emitOpError("has no wait");
+    const bool halfWire = start.getWireType().has_value();
+    SmallVector<Factored> factored;
+    SmallVector<unsigned> kept;
+    for (auto [index, g] : llvm::enumerate(start.getTensors())) {
+      ++total;
+      bytesBefore += wireBytesOf(g, halfWire);
+      auto type = llvm::cast<RankedTensorType>(g.getType());
+      StringRef parameter;
+      for (Operation *user : wait.getResult(index).getUsers())
+        if (auto update = llvm::dyn_cast<nn::ApplyGradientOp>(user)) {
+          parameter = update.getParameter();
+          break;
+        }
+      int64_t n = type.getRank() >= 2 ? type.getDimSize(0) : 0;
+      int64_t m = n > 0 ? type.getNumElements() / n : 0;
+      int64_t r = std::min({n, m, rank});
+      // PyTorch's test (min_compression_rate 2): the factors under half the
+      // matrix.
+      // Half gradients (--amp bf16) are factored in f32, as their error is
+      // kept.
+      if (llvm::isa<FloatType>(type.getElementType()) && !parameter.empty() && r >= 1 &&
+          (n + m) * r * 2 < n * m) {
+        Factored f;
+        f.index = index;
+        f.gradient = g;
+        f.n = n, f.m = m, f.r = r;
+        f.parameter = parameter;
+        factored.push_back(std::move(f));
+      } else {
+        kept.push_back(index);
+        bytesAfter += wireBytesOf(g, halfWire);
+      }
+    }
+    if (factored.empty())
+      continue;
+    factoredCount += factored.size();
+
+    // The bucket keeps the others, in a start and wait where it had them.
+    dist::AllreduceStartOp keptStart;
+    dist::AllreduceWaitOp keptWait;
+    if (!kept.empty()) {
+      SmallVector<Value> tensors;
+      for (unsigned i : kept)
+        tensors.push_back(start.getTensors()[i]);
+      b.setInsertionPoint(start);
+      keptStart = b.create<dist::AllreduceStartOp>(start.getLoc(), ValueRange(tensors).getTypes(),
+                                                   tensors, start.getReductionAttr(),
+                                                   start.getBucketAttr(),
+                                                   start.getWireTypeAttr());
+      b.setInsertionPoint(wait);
+      keptWait = b.create<dist::AllreduceWaitOp>(wait.getLoc(), keptStart.getResultTypes(),
+                                                 keptStart.getResults());
+      for (auto [k, i] : llvm::enumerate(kept))
+        wait.getResult(i).replaceAllUsesWith(keptWait.getResult(k));
+    }
+
+    // P phase, where the bucket started: P^T = orthonormalize(Q^T) M^T.
+    b.setInsertionPoint(start);
+    SmallVector<Value> ps;
+    for (Factored &f : factored) {
+      Location loc = f.gradient.getLoc();
+      f.errorState = ("graphc.powersgd." + f.parameter + ".error").str();
+      f.qState = ("graphc.powersgd." + f.parameter + ".q").str();
+      auto matrixType = RankedTensorType::get({f.n, f.m}, f32);
+      auto qType = RankedTensorType::get({f.r, f.m}, f32);
+      if (module.lookupSymbol(f.errorState) || module.lookupSymbol(f.qState))
+        return start.emitOpError("PowerSGD's state for @")
+               << f.parameter << " is already declared (a gradient applied twice?)";
+      declare(f.errorState, matrixType, nn::Initializer::zeros, nullptr);
+      // Q starts as N(0, 1) draws, the same on every rank (graphrun seeds
+      // every rank's states alike), as PyTorch's hook seeds its first Q.
+      declare(f.qState, qType, nn::Initializer::normal, b.getF64FloatAttr(1.0));
+      Value g = f.gradient;
+      if (llvm::cast<RankedTensorType>(g.getType()).getRank() != 2)
+        g = b.create<nn::ReshapeOp>(loc, g, b.getDenseI64ArrayAttr({f.n, f.m}));
+      if (!llvm::cast<RankedTensorType>(g.getType()).getElementType().isF32())
+        g = b.create<nn::CastOp>(loc, g, TypeAttr::get(f32));
+      Value error = b.create<nn::LoadOp>(loc, matrixType, f.errorState);
+      f.matrix = b.create<nn::AddOp>(loc, g, error);
+      Value q = b.create<nn::LoadOp>(loc, qType, f.qState);
+      Value qOrtho = b.create<nn::OrthonormalizeOp>(loc, q);
+      f.p = b.create<nn::MatmulOp>(loc, qOrtho, f.matrix, UnitAttr(), b.getUnitAttr());
+      ps.push_back(f.p);
+    }
+    Location bucketLoc = start.getLoc();
+    auto sum = dist::ReductionAttr::get(module.getContext(), dist::Reduction::sum);
+    auto mean = dist::ReductionAttr::get(module.getContext(), dist::Reduction::mean);
+    auto pStart = b.create<dist::AllreduceStartOp>(bucketLoc, ValueRange(ps).getTypes(), ps, sum,
+                                                   start.getBucketAttr(), start.getWireTypeAttr());
+
+    // Q phase, after backward: Q^T = orthonormalize(sum P^T) M.
+    b.setInsertionPoint(qAnchor == wait.getOperation() && keptWait ? keptWait.getOperation()
+                                                                    : qAnchor);
+    auto pWait = b.create<dist::AllreduceWaitOp>(bucketLoc, pStart.getResultTypes(),
+                                                 pStart.getResults());
+    SmallVector<Value> qs;
+    for (auto [f, reduced] : llvm::zip(factored, pWait.getResults())) {
+      Location loc = f.gradient.getLoc();
+      f.p = b.create<nn::OrthonormalizeOp>(loc, reduced);
+      f.qNew = b.create<nn::MatmulOp>(loc, f.p, f.matrix, UnitAttr(), UnitAttr());
+      qs.push_back(f.qNew);
+      bytesAfter += wireBytesOf(f.p, halfWire) + wireBytesOf(f.qNew, halfWire);
+    }
+    auto qStart = b.create<dist::AllreduceStartOp>(bucketLoc, ValueRange(qs).getTypes(), qs, mean,
+                                                   start.getBucketAttr(), start.getWireTypeAttr());
+
+    // Where the bucket's wait was: G' = P Q^T, E = M - G', Q kept.
+    b.setInsertionPoint(keptWait ? keptWait.getOperation() : wait.getOperation());
+    auto qWait = b.create<dist::AllreduceWaitOp>(bucketLoc, qStart.getResultTypes(),
+                                                 qStart.getResults());
+    for (auto [f, q] : llvm::zip(factored, qWait.getResults())) {
+      Location loc = f.gradient.getLoc();
+      Value approx = b.create<nn::MatmulOp>(loc, f.p, q, b.getUnitAttr(), UnitAttr());
+      b.create<nn::AssignOp>(loc, f.errorState, b.create<nn::SubOp>(loc, f.matrix, approx));
+      b.create<nn::AssignOp>(loc, f.qState, q);
+      // The optimizer takes the f32 approximation (the parameter's type).
+      Value gradient = approx;
+      if (llvm::cast<RankedTensorType>(f.gradient.getType()).getShape() !=
+          llvm::cast<RankedTensorType>(approx.getType()).getShape())
+        gradient = b.create<nn::ReshapeOp>(
+            loc, approx,
+            b.getDenseI64ArrayAttr(
+                llvm::cast<RankedTensorType>(f.gradient.getType()).getShape()));
+      wait.getResult(f.index).replaceAllUsesWith(gradient);
+    }
+
+    // Later buckets' Q phases still go before every wait.
+    if (qAnchor == wait.getOperation())
+      qAnchor = qWait;
+    wait.erase();
+    start.erase();
+  }
+
+  // Buckets numbered again in start order (the P and Q collectives are
+  // buckets of their own).
+  int64_t next = 0;
+  for (dist::AllreduceStartOp start : body.getOps<dist::AllreduceStartOp>())
+    start.setBucketAttr(b.getI64IntegerAttr(next++));
+  module->setAttr(kGradCompressionAttr,
+                  b.getDenseI64ArrayAttr({rank, factoredCount, total, bytesBefore, bytesAfter}));
+  return success();
+}
+
+} // namespace graphc
