@@ -5,6 +5,7 @@ tables report it (total images/sec, speedup, scaling efficiency).
 
   sudo benchmarks/scaling.py [--model resnet50] [--batch 8] [--repeats 3]
                              [--out benchmarks/results] [--no-netns]
+                             [--compression [--powersgd-rank 4]]
   benchmarks/scaling.py --replot benchmarks/results/scaling.json   (redraw only)
 
 Every rank gets the same cores (--threads: the machine's cores / 2), so the
@@ -22,6 +23,13 @@ efficiency loses is communication that compute did not hide. Configurations:
     FP16 gradients on the wire (graphc --allreduce-dtype) and overlap on vs
     off (graphc --no-allreduce-overlap); at 1 Gbit/s also bucket sizes
     (--bucket-mb 5 and 100 next to the default 25).
+
+With --compression the rows are instead gradient compression's (written as
+scaling-compression.json and .png): 1 rank uncompressed (the baseline) and
+with PowerSGD (what its compute costs), 2 separate runs, and 2 "nodes" at
+10 Gbit/s, 1 Gbit/s and 100 Mbit/s with fp32 gradients, the fp16 wire and
+PowerSGD (graphc --grad-compression), each with the bytes on the wire per
+step (from graphc's summary) and the loss after the run's steps.
 
 The configurations run in rounds (each once per round) so that drifts in
 machine speed hit all alike; each run reports the median images/sec of its
@@ -67,7 +75,10 @@ DEVICES = ("gcs-veth0", "gcs-veth1")
 ADDRESSES = ("10.77.91.1", "10.77.91.2")
 SUBNET = "10.77.91.0/24"
 # tbf needs a bucket of at least rate / HZ; these leave room at both speeds.
-LINKS = {"10gbit": ("10 Gbit/s", "4mb"), "1gbit": ("1 Gbit/s", "512kb")}
+LINKS = {"10gbit": ("10 Gbit/s", "4mb"), "1gbit": ("1 Gbit/s", "512kb"),
+         "100mbit": ("100 Mbit/s", "256kb")}
+# The default rows' links; --compression adds 100 Mbit/s.
+DEFAULT_LINKS = ("10gbit", "1gbit")
 
 
 def sh(*cmd, check=True):
@@ -201,9 +212,25 @@ def compute_share(train, probe, work):
     return rate(True) / rate(False)
 
 
-def plot(summary, out):
-    """Writes OUT/scaling.json and OUT/scaling.png (efficiency per configuration)."""
-    plt = save_summary(summary, out, "scaling")
+def wire_mebibytes(summary, wire):
+    """The MiB a rank sends into the allreduces per step, from graphc's
+    summary: PowerSGD's factors where it says so, else the buckets (halved on
+    the fp16 wire: ResNet-50's gradients are all fp32)."""
+    for line in summary.splitlines():
+        if line.startswith("grad-compression:") and " -> " in line:
+            amount, unit = line.split(" -> ")[1].split()[:2]
+            return float(amount) * {"MiB": 1.0, "KiB": 1 / 1024, "B": 1 / 2**20}[unit]
+    for line in summary.splitlines():
+        if line.startswith("data-parallel:") and " in all " in line:
+            amount, unit = line.split(" of ")[1].split()[:2]
+            mib = float(amount) * {"MiB": 1.0, "KiB": 1 / 1024, "B": 1 / 2**20}[unit]
+            return mib / 2 if wire == "fp16" else mib
+    return None
+
+
+def plot(summary, out, name="scaling"):
+    """Writes OUT/NAME.json and OUT/NAME.png (efficiency per configuration)."""
+    plt = save_summary(summary, out, name)
     table = summary["results"]
     labels, values, colors = [], [], []
     for row in table[1:]:
@@ -212,6 +239,10 @@ def plot(summary, out):
             label += f"\n{row['allreduce_dtype']}, {'overlap' if row['overlap'] else 'after bwd'}"
             if row["bucket_mb"] != 25:
                 label += f"\n{row['bucket_mb']} MiB buckets"
+            if row.get("grad_compression", "none") != "none":
+                label = label.replace("fp32, ", "") + f"\n{row['grad_compression']}"
+        elif row.get("grad_compression", "none") != "none":
+            label += f"\n{row['grad_compression']}"
         labels.append(label)
         values.append(row["scaling_efficiency"])
         colors.append("#2ca02c" if row["link"] == "none" else
@@ -240,7 +271,7 @@ def plot(summary, out):
     ax.set_title(f"{summary['model']}, batch {summary['batch_per_rank']}/rank, "
                  f"{summary['threads_per_rank']} thread(s)/rank: {summary['machine']}", fontsize=8)
     fig.tight_layout()
-    fig.savefig(os.path.join(out, "scaling.png"), dpi=120)
+    fig.savefig(os.path.join(out, f"{name}.png"), dpi=120)
 
 
 def main():
@@ -254,13 +285,18 @@ def main():
     parser.add_argument("--build", default=os.environ.get("GRAPHC_BUILD_DIR",
                                                           os.path.join(ROOT, "build")))
     parser.add_argument("--no-netns", action="store_true", help="one machine only")
+    parser.add_argument("--compression", action="store_true",
+                        help="gradient compression's rows (none, fp16, PowerSGD) instead")
+    parser.add_argument("--powersgd-rank", type=int, default=4)
     parser.add_argument("--replot", metavar="JSON",
                         help="redraw the chart of an earlier run's scaling.json, measuring nothing")
     args = parser.parse_args()
     if args.replot:
         with open(args.replot) as f:
-            plot(json.load(f), args.out)
-        print(f"wrote {os.path.join(args.out, 'scaling.png')}")
+            summary = json.load(f)
+        name = "scaling-compression" if summary.get("compression_rows") else "scaling"
+        plot(summary, args.out, name)
+        print(f"wrote {os.path.join(args.out, name + '.png')}")
         return
     if args.repeats < 1 or args.steps < 1:
         sys.exit("scaling.py: --repeats and --steps must be at least 1")
@@ -274,41 +310,64 @@ def main():
     os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
     os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
 
-    # One plan per compile-time variant: (wire, overlap, bucket MiB).
-    variants = [("fp32", True, 25), ("fp32", False, 25), ("fp16", True, 25),
-                ("fp16", False, 25), ("fp32", True, 5), ("fp32", True, 100)]
-    plans = {}
-    for wire, overlap, bucket in variants:
-        plan = os.path.join(work, f"{wire}-{'overlap' if overlap else 'after'}-{bucket}.plan")
+    # One plan per compile-time variant: (wire, overlap, bucket MiB,
+    # compression).
+    powersgd = f"powersgd:{args.powersgd_rank}"
+    if args.compression:
+        variants = [("fp32", True, 25, "none"), ("fp16", True, 25, "none"),
+                    ("fp32", True, 25, powersgd)]
+    else:
+        variants = [("fp32", True, 25, "none"), ("fp32", False, 25, "none"),
+                    ("fp16", True, 25, "none"), ("fp16", False, 25, "none"),
+                    ("fp32", True, 5, "none"), ("fp32", True, 100, "none")]
+    plans, wire_mib = {}, {}
+    for wire, overlap, bucket, compression in variants:
+        plan = os.path.join(work, f"{wire}-{'overlap' if overlap else 'after'}-{bucket}-"
+                                  f"{compression.replace(':', '')}.plan")
         cmd = [graphc, "compile", model, "--batch-size", str(args.batch), "--lr", "0.01",
-               "--allreduce-dtype", wire, "--bucket-mb", str(bucket), "-o", plan]
+               "--bucket-mb", str(bucket), "-o", plan]
+        cmd += (["--grad-compression", compression] if compression != "none"
+                else ["--allreduce-dtype", wire])
         if not overlap:
             cmd.append("--no-allreduce-overlap")
         out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-        plans[(wire, overlap, bucket)] = plan
-        summary_line = [l for l in out.splitlines() if l.startswith("data-parallel:")]
-        print(f"compiled {args.model} batch {args.batch}: {summary_line[0] if summary_line else ''}",
-              flush=True)
+        variant = (wire, overlap, bucket, compression)
+        plans[variant] = plan
+        wire_mib[variant] = wire_mebibytes(out, wire)
+        summary_line = [l for l in out.splitlines()
+                        if l.startswith("data-parallel:") or l.startswith("grad-compression:")]
+        print(f"compiled {args.model} batch {args.batch}: {'; '.join(summary_line)}", flush=True)
 
     why_not = "--no-netns" if args.no_netns else netns_unavailable()
+    base_variant = ("fp32", True, 25, "none")
     configs = [
-        {"name": "1 rank", "link": None, "ranks": 1, "variant": ("fp32", True, 25)},
-        {"name": "2 separate runs", "link": "none", "ranks": 2,
-         "variant": ("fp32", True, 25)},
-        {"name": "2 ranks, one machine", "link": "shm", "ranks": 2,
-         "variant": ("fp32", True, 25)},
-        {"name": "2 ranks, one machine", "link": "shm", "ranks": 2,
-         "variant": ("fp32", False, 25)},
+        {"name": "1 rank", "link": None, "ranks": 1, "variant": base_variant},
+        {"name": "2 separate runs", "link": "none", "ranks": 2, "variant": base_variant},
     ]
-    if why_not is None:
-        for link in LINKS:
+    if args.compression:
+        configs.insert(1, {"name": "1 rank", "link": None, "ranks": 1,
+                           "variant": ("fp32", True, 25, powersgd)})
+    else:
+        configs += [
+            {"name": "2 ranks, one machine", "link": "shm", "ranks": 2, "variant": base_variant},
+            {"name": "2 ranks, one machine", "link": "shm", "ranks": 2,
+             "variant": ("fp32", False, 25, "none")},
+        ]
+    links_used = list(LINKS) if args.compression else list(DEFAULT_LINKS)
+    if why_not is None and args.compression:
+        for link in links_used:
+            for variant in variants:
+                configs.append({"name": f"2 nodes, {LINKS[link][0]}", "link": link,
+                                "ranks": 2, "variant": variant})
+    elif why_not is None:
+        for link in links_used:
             for wire in ("fp32", "fp16"):
                 for overlap in (True, False):
                     configs.append({"name": f"2 nodes, {LINKS[link][0]}", "link": link,
-                                    "ranks": 2, "variant": (wire, overlap, 25)})
+                                    "ranks": 2, "variant": (wire, overlap, 25, "none")})
         for bucket in (5, 100):
             configs.append({"name": "2 nodes, 1 Gbit/s", "link": "1gbit", "ranks": 2,
-                            "variant": ("fp32", True, bucket)})
+                            "variant": ("fp32", True, bucket, "none")})
     else:
         print(f"two-node rows skipped: {why_not}", flush=True)
 
@@ -319,13 +378,13 @@ def main():
     # Each link as the communicator achieves it, measured once before the runs.
     probe = tool("graphc-comm-probe", args.build)
     # The load: each rank's compute, a one-rank training of the plan.
-    load = [graphrun, plans[("fp32", True, 25)], "--steps", "100000", "--warmup", "0",
+    load = [graphrun, plans[base_variant], "--steps", "100000", "--warmup", "0",
             "--threads", str(threads)]
     local = ["mpirun", "-np", "2", "--bind-to", "none", "--oversubscribe"]
     achieved, busy, computing = {}, {}, {}
-    timed = [graphrun, plans[("fp32", True, 25)], "--steps", "5", "--warmup", "1",
+    timed = [graphrun, plans[base_variant], "--steps", "5", "--warmup", "1",
              "--threads", str(threads)]
-    for link in ["shm"] + (list(LINKS) if nodes else []):
+    for link in ["shm"] + (links_used if nodes else []):
         launch, latency = (local, 1.0) if link == "shm" else (nodes.launch(), latency_us)
         if link != "shm":
             nodes.shape(link)
@@ -363,11 +422,13 @@ def main():
                         a, b = json.load(f), json.load(g)
                     c.setdefault("runs", []).append(a["total_images_per_sec"] +
                                                     b["total_images_per_sec"])
+                    c.setdefault("loss", []).append(a["final_loss"])
                     c.setdefault("wait_s", []).append(0.0)
                     print(f"round {r + 1}/{args.repeats} {c['name']}: "
                           f"{c['runs'][-1]:.2f} images/sec", flush=True)
                     continue
-                profile = os.path.join(work, f"profile-{r}.json")
+                # A profile per compression: the predictions match its commands.
+                profile = os.path.join(work, f"profile-{r}-{c['variant'][3]}.json")
                 if c["ranks"] == 1:
                     cmd = run + ["--profile"]
                 elif c["link"] == "shm":
@@ -389,11 +450,13 @@ def main():
                     c.setdefault("predicted_exposed_s", []).append(
                         row["exposed_comm_ms"] / 1000 * (args.steps))
                 c.setdefault("runs", []).append(j["total_images_per_sec"])
+                c.setdefault("loss", []).append(j["final_loss"])
                 c.setdefault("wait_s", []).append(max(j.get("per_rank_collective_wait_seconds",
                                                             [0])))
-                wire, overlap, bucket = c["variant"]
+                wire, overlap, bucket, compression = c["variant"]
                 print(f"round {r + 1}/{args.repeats} {c['name']} ({wire}, "
-                      f"{'overlap' if overlap else 'no overlap'}, {bucket} MiB buckets): "
+                      f"{'overlap' if overlap else 'no overlap'}, {bucket} MiB buckets, "
+                      f"compression {compression}): "
                       f"{j['total_images_per_sec']:.2f} images/sec" +
                       (f", predicted efficiency {c['predicted'][-1]:.3f} (nominal), "
                        f"{c['predicted_measured'][-1]:.3f} (measured inputs)" if "predicted" in c
@@ -406,7 +469,7 @@ def main():
     base = statistics.median(configs[0]["runs"])
     table = []
     for c in configs:
-        wire, overlap, bucket = c["variant"]
+        wire, overlap, bucket, compression = c["variant"]
         total = statistics.median(c["runs"])
         speedup = total / base
         predicted = statistics.median(c["predicted"]) if "predicted" in c else None
@@ -415,6 +478,8 @@ def main():
         table.append({
             "configuration": c["name"], "link": c["link"] or "-", "ranks": c["ranks"],
             "allreduce_dtype": wire, "overlap": overlap, "bucket_mb": bucket,
+            "grad_compression": compression, "wire_mib_per_step": wire_mib[c["variant"]],
+            "final_loss": statistics.median(c["loss"]), "final_losses": c["loss"],
             "total_images_per_sec": total, "speedup": speedup,
             "scaling_efficiency": speedup / c["ranks"], "runs": c["runs"],
             "collective_wait_seconds_max_rank": c["wait_s"],
@@ -435,13 +500,14 @@ def main():
                "two_nodes": "measured" if why_not is None else f"skipped: {why_not}",
                "link_latency_us": latency_us, "link_latency": latency_how,
                "allreduce_bytes_per_second": achieved, "busy_share": busy,
-               "compute_share": computing,
+               "compute_share": computing, "compression_rows": args.compression,
                "results": table}
 
     print()
     print(f"machine: {summary['machine']}; {args.model}, batch {args.batch} per rank, "
           f"{threads} thread(s) per rank, FP32 compute; median of {args.repeats} rounds")
-    print(f"{'configuration':<22} {'wire':>5} {'overlap':>8} {'bucket':>7} "
+    print(f"{'configuration':<22} {'wire':>5} {'overlap':>8} {'bucket':>7} {'compression':>11} "
+          f"{'MiB/step':>8} {'loss':>7} "
           f"{'total img/s':>12} {'speedup':>8} {'efficiency':>11} {'nominal':>8} {'error':>7} "
           f"{'measured inputs':>16} {'error':>7}")
     for row in table:
@@ -449,7 +515,9 @@ def main():
         wire = row["allreduce_dtype"] if collective else "-"
         overlap = ("yes" if row["overlap"] else "no") if collective else "-"
         bucket = f"{row['bucket_mb']} MiB" if collective else "-"
+        mib = f"{row['wire_mib_per_step']:.1f}" if collective else "-"
         print(f"{row['configuration']:<22} {wire:>5} {overlap:>8} {bucket:>7} "
+              f"{row['grad_compression']:>11} {mib:>8} {row['final_loss']:>7.4f} "
               f"{row['total_images_per_sec']:>12.2f} {row['speedup']:>7.2f}x "
               f"{row['scaling_efficiency']:>11.3f}" +
               (f" {row['predicted_efficiency']:>8.3f} {100 * row['prediction_error']:>6.1f}%"
@@ -457,8 +525,9 @@ def main():
                f" {100 * row['prediction_error_measured_inputs']:>6.1f}%"
                if row["predicted_efficiency"] is not None else f" {'-':>8} {'-':>7} {'-':>16} {'-':>7}"))
 
-    plot(summary, args.out)
-    print(f"\nwrote {os.path.join(args.out, 'scaling.json')} and scaling.png")
+    name = "scaling-compression" if args.compression else "scaling"
+    plot(summary, args.out, name)
+    print(f"\nwrote {os.path.join(args.out, name + '.json')} and {name}.png")
 
 
 if __name__ == "__main__":

@@ -211,6 +211,10 @@ def prepare(args):
     # cast in a PTX kernel.
     compile_plan(f"{models}/resnet_tiny.mlir", 8, "resnet_tiny_u8", "--lr", "0.02",
                  "--input-normalize=imagenet")
+    # PowerSGD: the factors' GEMMs and the one-thread Gram-Schmidt kernel
+    # (nn.orthonormalize) on the GPU, its error feedback fused.
+    compile_plan(f"{models}/fmnist_cnn.mlir", 32, "fmnist_cnn_powersgd", "--lr", "0.02",
+                 "--grad-compression=powersgd:2")
     # One step of the headline model at a batch whose large elementwise
     # kernels run vectorized on the GPU (four elements a thread, 16-byte
     # accesses), which the small models' kernels are too short for.
@@ -587,7 +591,8 @@ class Check:
         # it instead of growing through the step.
         crosschecks, ok = {}, True
         for model in os.environ.get("GPU_CHECK_CROSSCHECK", "resnet_tiny resnet_tiny_u8 "
-                                    "fmnist_cnn_fp16 crosscheck_amp equivalence_resnet").split():
+                                    "fmnist_cnn_powersgd fmnist_cnn_fp16 crosscheck_amp "
+                                    "equivalence_resnet").split():
             report = os.path.join(self.results, f"crosscheck_{model}.json")
             flags = ["--deterministic"] if device == "cuda" else []
             r = self.run(f"crosscheck_{model}", [
