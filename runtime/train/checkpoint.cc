@@ -246,7 +246,13 @@ bool IsOptimizerSlot(const std::string& name, const std::set<std::string>& train
 }
 
 Status LoadStates(Executor& exec, const std::string& path, LoadKind kind,
-                  std::map<std::string, std::string>* metadata, size_t* loaded);
+                  std::map<std::string, std::string>* metadata, size_t* loaded,
+                  size_t* fresh = nullptr);
+
+// PowerSGD's error feedback and warm-started Q (graphc-data-parallel).
+bool IsPowerSgdState(const std::string& name) {
+  return name.rfind("graphc.powersgd.", 0) == 0;
+}
 
 }  // namespace
 
@@ -275,14 +281,15 @@ Status LoadInferenceWeights(Executor& exec, const std::string& path, size_t* loa
 }
 
 Status LoadCheckpoint(Executor& exec, const std::string& path,
-                      std::map<std::string, std::string>* metadata) {
-  return LoadStates(exec, path, LoadKind::kCheckpoint, metadata, nullptr);
+                      std::map<std::string, std::string>* metadata, size_t* fresh) {
+  return LoadStates(exec, path, LoadKind::kCheckpoint, metadata, nullptr, fresh);
 }
 
 namespace {
 
 Status LoadStates(Executor& exec, const std::string& path, LoadKind kind,
-                  std::map<std::string, std::string>* metadata, size_t* loaded) {
+                  std::map<std::string, std::string>* metadata, size_t* loaded,
+                  size_t* fresh) {
   const bool initial = kind != LoadKind::kCheckpoint;
   const bool inference = kind == LoadKind::kInferenceWeights;
   StatusOr<int> opened = OpenRegular(path, initial ? "initial weights" : "checkpoint");
@@ -317,11 +324,19 @@ Status LoadStates(Executor& exec, const std::string& path, LoadKind kind,
   std::vector<Load> loads;
   std::set<std::string> wanted;
   const fb::Plan& root = exec.plan().root();
+  // A checkpoint of a plan without PowerSGD: its states start fresh.
+  bool powersgd_saved = false;
+  for (const auto& [name, value] : header.items()) powersgd_saved |= IsPowerSgdState(name);
+  size_t started_fresh = 0;
   if (root.states() != nullptr)
     for (const fb::State* state : *root.states()) {
       const fb::Buffer& b = exec.buffer(state->buffer());
       const std::string name = StringOf(b.name());
       if (IsRuntimeOwnedState(name) || (initial && !IsModelState(exec.plan(), name))) continue;
+      if (!initial && !powersgd_saved && IsPowerSgdState(name)) {
+        ++started_fresh;
+        continue;
+      }
       wanted.insert(name);
       auto it = header.find(name);
       if (it == header.end())
@@ -426,6 +441,7 @@ Status LoadStates(Executor& exec, const std::string& path, LoadKind kind,
         if (value.is_string()) (*metadata)[key] = value.get<std::string>();
   }
   if (loaded != nullptr) *loaded = loads.size();
+  if (fresh != nullptr) *fresh = started_fresh;
   return Status::Ok();
 }
 

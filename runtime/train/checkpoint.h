@@ -45,9 +45,14 @@ Status SaveCheckpoint(const Executor& exec, const std::string& path,
 // not have, or one of another dtype or shape is an error naming it, and
 // nothing is written unless the whole file checks out, NaN and infinity
 // (kNonFinite, naming the tensor) included. With `metadata`, also gives the
-// file's "__metadata__" strings (others are left out).
+// file's "__metadata__" strings (others are left out). One exception: a
+// checkpoint without any of PowerSGD's states (graphc.powersgd.*, saved by a
+// plan without it) leaves them as they started, so that PowerSGD can take
+// over from plain allreduces (its warm-up); `fresh` then counts them. A file
+// with some of them must have all.
 Status LoadCheckpoint(Executor& exec, const std::string& path,
-                      std::map<std::string, std::string>* metadata = nullptr);
+                      std::map<std::string, std::string>* metadata = nullptr,
+                      size_t* fresh = nullptr);
 
 // Whether state `name` of `plan` is the model's own: a parameter, or state
 // the model declared (batch-norm statistics), not one the compiler added

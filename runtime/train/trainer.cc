@@ -200,7 +200,8 @@ Status Trainer::Resume() {
   }
   if (o_.resume.empty()) return Status::Ok();
   std::map<std::string, std::string> metadata;
-  GRAPHC_RETURN_IF_ERROR(LoadCheckpoint(*exec_, o_.resume, &metadata));
+  size_t fresh = 0;
+  GRAPHC_RETURN_IF_ERROR(LoadCheckpoint(*exec_, o_.resume, &metadata, &fresh));
   if (p().step_counter >= 0)
     GRAPHC_RETURN_IF_ERROR(exec_->Read(p().step_counter, &start_step_, sizeof(start_step_)));
   if (start_step_ < 0 || start_step_ > kMaxSteps)
@@ -209,6 +210,10 @@ Status Trainer::Resume() {
                       std::to_string(start_step_) + ", outside [0, " + std::to_string(kMaxSteps) +
                       "]");
   out_ << "resumed from " << Printable(o_.resume) << " at step " << start_step_ << "\n";
+  if (fresh > 0)
+    out_ << "PowerSGD starts here: the checkpoint has none of its " << fresh
+         << " states (saved without --grad-compression=powersgd), so the errors start at zero "
+            "and Q as initialized\n";
   // The data order continues where the saved run was only with the same
   // global batch and seed (the shuffle, synthetic data and dropout masks
   // follow the seed); otherwise the run trains on, but says so.
