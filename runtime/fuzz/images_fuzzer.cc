@@ -14,23 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/fuzz/fuzz_input.h"
 #include "runtime/train/images.h"
-
-namespace {
-
-// The input as a file (the readers take paths), one per process.
-std::string WriteInput(const uint8_t* data, size_t size, const char* suffix) {
-  const char* tmp = std::getenv("TMPDIR");
-  const std::string path = std::string(tmp != nullptr ? tmp : "/tmp") + "/graphc-images-fuzz-" +
-                           std::to_string(::getpid()) + suffix;
-  FILE* file = std::fopen(path.c_str(), "wb");
-  if (file == nullptr) std::abort();
-  if (size > 0 && std::fwrite(data, 1, size, file) != size) std::abort();
-  std::fclose(file);
-  return path;
-}
-
-}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using graphc::runtime::Augment;
@@ -38,7 +23,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using graphc::runtime::CropBox;
   if (size < 1) return 0;
   const bool tar = (data[0] & 1) == 0;
-  const std::string path = WriteInput(data + 1, size - 1, tar ? ".tar" : ".jpg");
+  const std::string path =
+      graphc::fuzz::WriteInput("graphc-images-fuzz", data + 1, size - 1, tar ? ".tar" : ".jpg");
   std::vector<float> out(3 * 24 * 24);
   if (tar) {
     auto set = graphc::runtime::ImageSet::OpenShards(path);

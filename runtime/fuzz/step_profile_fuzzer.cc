@@ -18,23 +18,13 @@
 #include <string>
 
 #include "runtime/core/plan_loader.h"
+#include "runtime/fuzz/fuzz_input.h"
 #include "runtime/train/scaling_model.h"
 
 namespace {
 
 std::unique_ptr<graphc::runtime::Plan> g_plan;
 const graphc::fb::Program* g_step = nullptr;
-
-std::string WriteInput(const uint8_t* data, size_t size) {
-  const char* tmp = std::getenv("TMPDIR");
-  const std::string path = std::string(tmp != nullptr ? tmp : "/tmp") +
-                           "/graphc-step-profile-fuzz-" + std::to_string(::getpid()) + ".json";
-  FILE* file = std::fopen(path.c_str(), "wb");
-  if (file == nullptr) std::abort();
-  if (size > 0 && std::fwrite(data, 1, size, file) != size) std::abort();
-  std::fclose(file);
-  return path;
-}
 
 }  // namespace
 
@@ -59,7 +49,8 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace graphc;
   using namespace graphc::runtime;
-  const std::string path = WriteInput(data, size);
+  const std::string path =
+      graphc::fuzz::WriteInput("graphc-step-profile-fuzz", data, size, ".json");
   StatusOr<MeasuredStep> measured = ReadStepProfile(path, g_plan->root(), *g_step);
   if (!measured.ok()) return 0;
   // What a user could ask of any profile that reads: small and large jobs,
