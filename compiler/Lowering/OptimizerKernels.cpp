@@ -467,8 +467,8 @@ KernelSignature emitNonfiniteFlags(nn::NonfiniteFlagsOp op, ModuleOp kernels,
 }
 
 /// nn.orthonormalize: modified Gram-Schmidt over the rows, serially (r rows
-/// of n, r^2 n multiply-adds: microseconds for PowerSGD's factors), sums in
-/// f64. `out` is written from `in` first, then worked on in place.
+/// of n, about 2 r^2 n multiply-adds), sums in f64. `out` is written from
+/// `in` first, then worked on in place.
 KernelSignature emitOrthonormalize(nn::OrthonormalizeOp op, ModuleOp kernels, StringRef name) {
   OpBuilder b(op->getContext());
   Location loc = op.getLoc();
@@ -511,12 +511,52 @@ KernelSignature emitOrthonormalize(nn::OrthonormalizeOp op, ModuleOp kernels, St
                                ValueRange{k});
   });
   loop(b, loc, zero, constIndex(b, loc, rows), [&](OpBuilder &rb, Location rl, Value i) {
-    Value norm = rb.create<math::SqrtOp>(rl, dot(rb, rl, i, i));
+    // A row with (next to) nothing left, say from a gradient that was zero:
+    // a fixed pseudo-random row (the same on every rank), made orthogonal
+    // to the rows before it. Normalizing it by its tiny norm would leave it
+    // zero for good (PowerSGD's Q would stay zero, and so its layer).
+    Value degenerate = rb.create<arith::CmpFOp>(rl, arith::CmpFPredicate::OLT,
+                                                dot(rb, rl, i, i),
+                                                constFloat(rb, rl, f64, 1e-30));
+    rb.create<scf::IfOp>(rl, degenerate, [&](OpBuilder &tb, Location tl) {
+      Type i64 = tb.getI64Type();
+      auto c64 = [&](int64_t v) { return constInt(tb, tl, i64, v); };
+      Value row = tb.create<arith::IndexCastOp>(tl, i64, i);
+      Value rowHash = tb.create<arith::MulIOp>(
+          tl, tb.create<arith::AddIOp>(tl, row, c64(1)), c64(0x85EBCA77));
+      loop(tb, tl, zero, n, [&](OpBuilder &fb, Location fl, Value k) {
+        Value col = fb.create<arith::IndexCastOp>(fl, i64, k);
+        Value h = fb.create<arith::XOrIOp>(
+            fl,
+            fb.create<arith::MulIOp>(fl, fb.create<arith::AddIOp>(fl, col, c64(1)),
+                                     c64(0x9E3779B1)),
+            rowHash);
+        Value bits = fb.create<arith::AndIOp>(fl, fb.create<arith::ShRUIOp>(fl, h, c64(7)),
+                                              c64(0xFFFF));
+        Value v = fb.create<arith::SubFOp>(
+            fl,
+            fb.create<arith::MulFOp>(fl, fb.create<arith::UIToFPOp>(fl, f32, bits),
+                                     constFloat(fb, fl, f32, 1.0 / 32768.0)),
+            constFloat(fb, fl, f32, 1.0));
+        fb.create<memref::StoreOp>(fl, v, out, ValueRange{at(fb, fl, i, k)});
+      });
+      loop(tb, tl, zero, i, [&](OpBuilder &jb, Location jl, Value j) {
+        Value d = jb.create<arith::TruncFOp>(jl, f32, dot(jb, jl, j, i));
+        loop(jb, jl, zero, n, [&](OpBuilder &fb, Location fl, Value k) {
+          Value index = at(fb, fl, i, k);
+          Value x = fb.create<memref::LoadOp>(fl, out, ValueRange{at(fb, fl, j, k)});
+          Value y = fb.create<memref::LoadOp>(fl, out, ValueRange{index});
+          fb.create<memref::StoreOp>(
+              fl, fb.create<arith::SubFOp>(fl, y, fb.create<arith::MulFOp>(fl, d, x)), out,
+              ValueRange{index});
+        });
+      });
+      tb.create<scf::YieldOp>(tl);
+    });
+    Value norm = rb.create<math::SqrtOp>(
+        rl, rb.create<arith::MaximumFOp>(rl, dot(rb, rl, i, i), constFloat(rb, rl, f64, 1e-60)));
     Value scale = rb.create<arith::TruncFOp>(
-        rl, f32,
-        rb.create<arith::DivFOp>(rl, constFloat(rb, rl, f64, 1.0),
-                                 rb.create<arith::AddFOp>(rl, norm,
-                                                          constFloat(rb, rl, f64, 1e-8))));
+        rl, f32, rb.create<arith::DivFOp>(rl, constFloat(rb, rl, f64, 1.0), norm));
     loop(rb, rl, zero, n, [&](OpBuilder &fb, Location fl, Value k) {
       Value index = at(fb, fl, i, k);
       Value x = fb.create<memref::LoadOp>(fl, out, ValueRange{index});

@@ -595,11 +595,14 @@ def NN_OrthonormalizeOp : NN_Op<"orthonormalize", [Pure, AllTypesMatch<["input",
   let summary = "the rows of a matrix made orthonormal (Gram-Schmidt)";
   let description = [{
     Modified Gram-Schmidt over the rows of an `[r, n]` f32 matrix (r <= n),
-    in order: row i is divided by its norm plus 1e-8 (so a zero row stays
-    zero rather than becoming NaN), then its projection is taken out of every
-    later row. PowerSGD's low-rank factors (graphc-data-parallel's
-    `grad-compression=powersgd:R`) are kept orthonormal with it; sums are
-    accumulated in f64. Not differentiable: it only ever follows backward.
+    in order: row i is divided by its norm, then its projection is taken out
+    of every later row. A row with a squared norm under 1e-30 (nothing left
+    of it: a zero gradient's) is replaced first by a fixed pseudo-random row
+    made orthogonal to the rows before it, so that the result is always
+    orthonormal and never NaN. PowerSGD's low-rank factors
+    (graphc-data-parallel's `grad-compression=powersgd:R`) are kept
+    orthonormal with it; sums are accumulated in f64. Not differentiable: it
+    only ever follows backward.
 
     ```mlir
     %q = nn.orthonormalize %p : tensor<4x4608xf32>

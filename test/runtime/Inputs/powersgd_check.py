@@ -32,10 +32,13 @@ LR = 0.05
 
 
 def orth(rows):
-    """Modified Gram-Schmidt over the rows, as nn.orthonormalize."""
+    """Modified Gram-Schmidt over the rows, as nn.orthonormalize (whose
+    replacement of a row with nothing left never happens here)."""
     out = rows.copy()
     for i in range(out.shape[0]):
-        out[i] /= np.sqrt(np.dot(out[i], out[i])) + 1e-8
+        norm2 = np.dot(out[i], out[i])
+        assert norm2 >= 1e-30, "a degenerate row"
+        out[i] /= np.sqrt(norm2)
         for j in range(i + 1, out.shape[0]):
             out[j] -= np.dot(out[i], out[j]) * out[i]
     return out
@@ -111,7 +114,6 @@ def main():
         print(f"{kind}: worst {value:.1e} of its scale")
     print(f"{'ok' if not failures else 'FAIL'}: {len(factored)} of {len(params)} parameters "
           f"as rank-{rank} factors ({', '.join(factored)})")
-
     for f in failures:
         print(f"  {f}")
     sys.exit(1 if failures else 0)
