@@ -101,8 +101,12 @@ std::string CompileOptions::validate() const {
     GradCompression compression = parseGradCompression(gradCompression, error);
     if (!error.empty())
       return "--grad-compression: " + error;
-    if (compression.kind != GradCompression::Kind::None && given(allreduceDtype) &&
-        !(compression.kind == GradCompression::Kind::Fp16 && allreduceDtype == "fp16"))
+    // fp32 on the wire is what PowerSGD's factors use; fp16 is the fp16 wire.
+    const bool conflict =
+        given(allreduceDtype) &&
+        ((compression.kind == GradCompression::Kind::Fp16 && allreduceDtype != "fp16") ||
+         (compression.kind == GradCompression::Kind::PowerSgd && allreduceDtype != "fp32"));
+    if (conflict)
       return "--grad-compression=" + gradCompression + " and --allreduce-dtype=" +
              allreduceDtype + " both say how gradients travel; give one";
     if (compression.kind == GradCompression::Kind::PowerSgd && amp == "fp16")

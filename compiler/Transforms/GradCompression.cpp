@@ -23,7 +23,7 @@ namespace graphc {
 
 GradCompression parseGradCompression(StringRef spec, std::string &error) {
   GradCompression result;
-  if (spec.empty() || spec == "none")
+  if (spec == "none")
     return result;
   if (spec == "fp16") {
     result.kind = GradCompression::Kind::Fp16;
@@ -32,7 +32,7 @@ GradCompression parseGradCompression(StringRef spec, std::string &error) {
   StringRef rank = spec;
   int64_t r = 0;
   if (rank.consume_front("powersgd:") && !rank.empty() &&
-      llvm::all_of(rank, [](char c) { return llvm::isDigit(c); }) && rank.size() <= 3 && !rank.getAsInteger(10, r) &&
+      llvm::all_of(rank, [](char c) { return llvm::isDigit(c); }) && rank.size() <= 6 && !rank.getAsInteger(10, r) &&
       r >= 1 && r <= kMaxPowerSgdRank) {
     result.kind = GradCompression::Kind::PowerSgd;
     result.rank = r;

@@ -101,6 +101,7 @@ class Trainer {
   Status ReadAndCheck(int64_t done);
   void Display(int64_t done);
   Status Save(int64_t done);
+  Status WriteCheckpoint(int64_t done);
   // Appends the clock's window of step times (the warmup's left out).
   Status Collect(int64_t done);
   Status Finish();
@@ -304,6 +305,39 @@ Status Trainer::OpenData() {
 }
 
 Status Trainer::Save(int64_t done) {
+  // PowerSGD's error is each rank's own, but the training that follows
+  // depends only on the ranks' mean of it (the factors are linear in the
+  // mean of the ranks' M = G + E): the checkpoint holds that mean, so that a
+  // job resumed on any number of ranks trains on as this one would. The
+  // ranks' own errors are put back after the write.
+  std::vector<std::pair<int32_t, std::vector<float>>> own_errors;
+  if (ranks_ > 1 && root_.states() != nullptr)
+    for (const fb::State* state : *root_.states()) {
+      const fb::Buffer& b = exec_->buffer(state->buffer());
+      const std::string name = StringOf(b.name());
+      const std::string suffix = ".error";
+      if (name.rfind("graphc.powersgd.", 0) != 0 || name.size() < suffix.size() ||
+          name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0 ||
+          b.dtype() != fb::DType::F32)
+        continue;
+      std::vector<float> own(b.size() / 4);
+      GRAPHC_RETURN_IF_ERROR(exec_->Read(state->buffer(), own.data(), b.size()));
+      std::vector<double> mean(own.begin(), own.end());
+      GRAPHC_RETURN_IF_ERROR(
+          comm_.AllreduceDoubles("checkpoint: " + name, mean, ScalarReduction::kMean));
+      std::vector<float> saved(mean.begin(), mean.end());
+      GRAPHC_RETURN_IF_ERROR(exec_->Write(state->buffer(), saved.data(), b.size()));
+      own_errors.emplace_back(state->buffer(), std::move(own));
+    }
+  Status written = WriteCheckpoint(done);
+  for (auto& [buffer, own] : own_errors) {
+    Status restored = exec_->Write(buffer, own.data(), own.size() * 4);
+    if (!restored.ok()) return restored;
+  }
+  return written;
+}
+
+Status Trainer::WriteCheckpoint(int64_t done) {
   if (rank_ != 0) return Status::Ok();  // one writer; every rank holds the same parameters
   std::map<std::string, std::string> metadata = {
       {"format", "pt"},
