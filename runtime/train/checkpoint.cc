@@ -327,6 +327,12 @@ Status LoadStates(Executor& exec, const std::string& path, LoadKind kind,
   // A checkpoint of a plan without PowerSGD: its states start fresh.
   bool powersgd_saved = false;
   for (const auto& [name, value] : header.items()) powersgd_saved |= IsPowerSgdState(name);
+  // graphrun marks a checkpoint that had them: one with them all taken out
+  // is not an uncompressed plan's.
+  if (!initial && !powersgd_saved && header.contains("__metadata__") &&
+      header["__metadata__"].is_object() && header["__metadata__"].contains("graphc.powersgd"))
+    return Io(path, "was saved with PowerSGD's states (its __metadata__ says so) but holds "
+                    "none of them");
   size_t started_fresh = 0;
   if (root.states() != nullptr)
     for (const fb::State* state : *root.states()) {

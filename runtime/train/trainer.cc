@@ -347,6 +347,12 @@ Status Trainer::WriteCheckpoint(int64_t done) {
       {"graphc.global_batch_size", std::to_string(p().batch * ranks_)},
       {"graphc.seed", std::to_string(o_.seed)},
   };
+  // So that a PowerSGD checkpoint stripped of those states is not taken for
+  // an uncompressed plan's (which would start them fresh).
+  if (root_.states() != nullptr)
+    for (const fb::State* state : *root_.states())
+      if (StringOf(exec_->buffer(state->buffer()).name()).rfind("graphc.powersgd.", 0) == 0)
+        metadata["graphc.powersgd"] = "error feedback and Q";
   Status saved = SaveCheckpoint(*exec_, o_.save, metadata);
   if (saved.ok() && !terminal_)
     out_ << "saved " << Printable(o_.save) << " at step " << start_step_ + done << "\n";
