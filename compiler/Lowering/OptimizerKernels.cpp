@@ -506,6 +506,18 @@ KernelSignature emitOrthonormalize(nn::OrthonormalizeOp op, ModuleOp kernels, St
         });
     return sum.getResult(0);
   };
+  // out[to, :] -= (out[unit, :] . out[to, :]) out[unit, :], for a unit row.
+  auto removeProjection = [&](OpBuilder &ob, Location l, Value unit, Value to) {
+    Value d = ob.create<arith::TruncFOp>(l, f32, dot(ob, l, unit, to));
+    loop(ob, l, zero, n, [&](OpBuilder &fb, Location fl, Value k) {
+      Value index = at(fb, fl, to, k);
+      Value x = fb.create<memref::LoadOp>(fl, out, ValueRange{at(fb, fl, unit, k)});
+      Value y = fb.create<memref::LoadOp>(fl, out, ValueRange{index});
+      fb.create<memref::StoreOp>(
+          fl, fb.create<arith::SubFOp>(fl, y, fb.create<arith::MulFOp>(fl, d, x)), out,
+          ValueRange{index});
+    });
+  };
   loop(b, loc, zero, constIndex(b, loc, rows * cols), [&](OpBuilder &fb, Location fl, Value k) {
     fb.create<memref::StoreOp>(fl, fb.create<memref::LoadOp>(fl, in, ValueRange{k}), out,
                                ValueRange{k});
@@ -541,15 +553,7 @@ KernelSignature emitOrthonormalize(nn::OrthonormalizeOp op, ModuleOp kernels, St
         fb.create<memref::StoreOp>(fl, v, out, ValueRange{at(fb, fl, i, k)});
       });
       loop(tb, tl, zero, i, [&](OpBuilder &jb, Location jl, Value j) {
-        Value d = jb.create<arith::TruncFOp>(jl, f32, dot(jb, jl, j, i));
-        loop(jb, jl, zero, n, [&](OpBuilder &fb, Location fl, Value k) {
-          Value index = at(fb, fl, i, k);
-          Value x = fb.create<memref::LoadOp>(fl, out, ValueRange{at(fb, fl, j, k)});
-          Value y = fb.create<memref::LoadOp>(fl, out, ValueRange{index});
-          fb.create<memref::StoreOp>(
-              fl, fb.create<arith::SubFOp>(fl, y, fb.create<arith::MulFOp>(fl, d, x)), out,
-              ValueRange{index});
-        });
+        removeProjection(jb, jl, j, i);
       });
       tb.create<scf::YieldOp>(tl);
     });
@@ -565,15 +569,7 @@ KernelSignature emitOrthonormalize(nn::OrthonormalizeOp op, ModuleOp kernels, St
     });
     Value next = rb.create<arith::AddIOp>(rl, i, one);
     loop(rb, rl, next, constIndex(rb, rl, rows), [&](OpBuilder &jb, Location jl, Value j) {
-      Value d = jb.create<arith::TruncFOp>(jl, f32, dot(jb, jl, i, j));
-      loop(jb, jl, zero, n, [&](OpBuilder &fb, Location fl, Value k) {
-        Value index = at(fb, fl, j, k);
-        Value x = fb.create<memref::LoadOp>(fl, out, ValueRange{at(fb, fl, i, k)});
-        Value y = fb.create<memref::LoadOp>(fl, out, ValueRange{index});
-        fb.create<memref::StoreOp>(
-            fl, fb.create<arith::SubFOp>(fl, y, fb.create<arith::MulFOp>(fl, d, x)), out,
-            ValueRange{index});
-      });
+      removeProjection(jb, jl, i, j);
     });
   });
   b.create<func::ReturnOp>(loc);

@@ -249,12 +249,11 @@ Status LoadStates(Executor& exec, const std::string& path, LoadKind kind,
                   std::map<std::string, std::string>* metadata, size_t* loaded,
                   size_t* fresh = nullptr);
 
-// PowerSGD's error feedback and warm-started Q (graphc-data-parallel).
+}  // namespace
+
 bool IsPowerSgdState(const std::string& name) {
   return name.rfind("graphc.powersgd.", 0) == 0;
 }
-
-}  // namespace
 
 bool IsModelState(const Plan& plan, const std::string& name) {
   std::set<std::string> trainable;

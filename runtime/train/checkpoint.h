@@ -54,6 +54,10 @@ Status LoadCheckpoint(Executor& exec, const std::string& path,
                       std::map<std::string, std::string>* metadata = nullptr,
                       size_t* fresh = nullptr);
 
+// Whether `name` is one of PowerSGD's states (graphc.powersgd.<param>.error
+// and .q, which graphc-data-parallel adds).
+bool IsPowerSgdState(const std::string& name);
+
 // Whether state `name` of `plan` is the model's own: a parameter, or state
 // the model declared (batch-norm statistics), not one the compiler added
 // (an optimizer slot of a parameter, graphc.step and the other graphc.*).

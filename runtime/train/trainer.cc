@@ -316,7 +316,7 @@ Status Trainer::Save(int64_t done) {
       const fb::Buffer& b = exec_->buffer(state->buffer());
       const std::string name = StringOf(b.name());
       const std::string suffix = ".error";
-      if (name.rfind("graphc.powersgd.", 0) != 0 || name.size() < suffix.size() ||
+      if (!IsPowerSgdState(name) || name.size() < suffix.size() ||
           name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0 ||
           b.dtype() != fb::DType::F32)
         continue;
@@ -351,7 +351,7 @@ Status Trainer::WriteCheckpoint(int64_t done) {
   // an uncompressed plan's (which would start them fresh).
   if (root_.states() != nullptr)
     for (const fb::State* state : *root_.states())
-      if (StringOf(exec_->buffer(state->buffer()).name()).rfind("graphc.powersgd.", 0) == 0)
+      if (IsPowerSgdState(StringOf(exec_->buffer(state->buffer()).name())))
         metadata["graphc.powersgd"] = "error feedback and Q";
   Status saved = SaveCheckpoint(*exec_, o_.save, metadata);
   if (saved.ok() && !terminal_)
