@@ -283,10 +283,11 @@ LogicalResult graphc::exportPlan(ModuleOp module, const PlanMetadata &metadata,
             fbb, start.getBucket(),
             start.getReduction() == plan::Reduction::mean ? fb::Reduction::Mean
                                                           : fb::Reduction::Sum,
-            wire && wire.isF16() ? fb::DType::F16 : fb::DType::F32);
+            wire && wire.isF16() ? fb::DType::F16 : fb::DType::F32, start.getSparse());
       } else if (auto wait = llvm::dyn_cast<plan::AllreduceWaitOp>(op)) {
         opcode = fb::Opcode::AllreduceWait;
-        collective = fb::CreateCollectiveAttrs(fbb, wait.getBucket());
+        collective = fb::CreateCollectiveAttrs(fbb, wait.getBucket(), fb::Reduction::Sum,
+                                               fb::DType::F32, wait.getSparse());
       } else {
         return op.emitError("plan export: unknown command '") << op.getName() << "'";
       }

@@ -10,7 +10,8 @@
 //   LossKernels.cpp         softmax cross-entropy and its gradient
 //   OptimizerKernels.cpp    the learning-rate schedule, optimizer updates,
 //                           multi-tensor updates, overflow flags, PowerSGD's
-//                           orthonormalization
+//                           orthonormalization, deep gradient compression's
+//                           top-k selection and masking
 //
 //===----------------------------------------------------------------------===//
 
@@ -88,6 +89,9 @@ KernelSignature emitMultiTensor(nn::MultiTensorOp op, mlir::ModuleOp kernels,
                                 llvm::StringRef name);
 KernelSignature emitNonfiniteFlags(nn::NonfiniteFlagsOp op, mlir::ModuleOp kernels,
                                    llvm::StringRef name);
+KernelSignature emitTopkSelect(nn::TopkSelectOp op, mlir::ModuleOp kernels,
+                               llvm::StringRef name);
+KernelSignature emitZeroAt(nn::ZeroAtOp op, mlir::ModuleOp kernels, llvm::StringRef name);
 KernelSignature emitOrthonormalize(nn::OrthonormalizeOp op, mlir::ModuleOp kernels,
                                    llvm::StringRef name);
 

@@ -97,7 +97,8 @@ bool isKernelOp(Operation *op) {
                    nn::LrScheduleOp, nn::SgdOp, nn::SgdMomentumOp, nn::LarsOp, nn::AdamOp,
                    nn::DropoutMaskOp, nn::NonfiniteFlagsOp, nn::FusionOp,
                    nn::MultiTensorOp, nn::TransposeOp, nn::ConcatOp, nn::SliceOp,
-                   nn::GatherOp, nn::ScatterAddOp, nn::OrthonormalizeOp>(op);
+                   nn::GatherOp, nn::ScatterAddOp, nn::OrthonormalizeOp, nn::TopkSelectOp,
+                   nn::ZeroAtOp>(op);
 }
 
 FailureOr<KernelSignature> emitKernel(Operation *op, ModuleOp kernels, StringRef name) {
@@ -124,6 +125,8 @@ FailureOr<KernelSignature> emitKernel(Operation *op, ModuleOp kernels, StringRef
       .Case([&](nn::DropoutMaskOp o) { return emitDropoutMask(o, kernels, name); })
       .Case([&](nn::NonfiniteFlagsOp o) { return emitNonfiniteFlags(o, kernels, name); })
       .Case([&](nn::OrthonormalizeOp o) { return emitOrthonormalize(o, kernels, name); })
+      .Case([&](nn::TopkSelectOp o) { return emitTopkSelect(o, kernels, name); })
+      .Case([&](nn::ZeroAtOp o) { return emitZeroAt(o, kernels, name); })
       .Case<nn::SgdOp, nn::SgdMomentumOp, nn::LarsOp, nn::AdamOp>(
           [&](Operation *o) { return emitOptimizer(o, kernels, name); })
       .Default([&](Operation *o) -> FailureOr<KernelSignature> {

@@ -218,8 +218,8 @@ LogicalResult LowerToPlanPass::lowerOp(Operation *op) {
         ctx, reduce.getReduction() == dist::Reduction::mean ? plan::Reduction::mean
                                                               : plan::Reduction::sum);
     programBuilder.create<plan::AllreduceStartOp>(loc, list, list, inPlace, reduction, bucket,
-                                                  TypeAttr());
-    programBuilder.create<plan::AllreduceWaitOp>(loc, list, list, inPlace, bucket);
+                                                  TypeAttr(), UnitAttr());
+    programBuilder.create<plan::AllreduceWaitOp>(loc, list, list, inPlace, bucket, UnitAttr());
     return success();
   }
 
@@ -247,11 +247,13 @@ LogicalResult LowerToPlanPass::lowerOp(Operation *op) {
                                                                : plan::Reduction::sum);
       programBuilder.create<plan::AllreduceStartOp>(loc, list, list, inPlace, reduction,
                                                     start.getBucketAttr(),
-                                                    start.getWireTypeAttr());
+                                                    start.getWireTypeAttr(),
+                                                    start.getSparseAttr());
     } else {
       auto wait = llvm::cast<dist::AllreduceWaitOp>(op);
       programBuilder.create<plan::AllreduceWaitOp>(loc, list, list, inPlace,
-                                                   wait.getStart().getBucketAttr());
+                                                   wait.getStart().getBucketAttr(),
+                                                   wait.getStart().getSparseAttr());
     }
     return success();
   }

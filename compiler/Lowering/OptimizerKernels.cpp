@@ -576,4 +576,175 @@ KernelSignature emitOrthonormalize(nn::OrthonormalizeOp op, ModuleOp kernels, St
   return {{op.getInput()}, /*elementwise=*/false};
 }
 
+/// nn.topk_select: the magnitudes' bits (|x| as i32 orders like |x|) radix
+/// selected, 11 + 11 + 9 bits from the top, each level a histogram pass over
+/// the entries that share the bits chosen so far; then a pass that collects
+/// every entry above the count-th largest key and as many equal to it as
+/// are needed, in index order. Serial.
+KernelSignature emitTopkSelect(nn::TopkSelectOp op, ModuleOp kernels, StringRef name) {
+  OpBuilder b(op->getContext());
+  Location loc = op.getLoc();
+  auto inType = llvm::cast<RankedTensorType>(op.getInput().getType());
+  auto valuesType = llvm::cast<RankedTensorType>(op.getValues().getType());
+  const int64_t n = inType.getNumElements(), capacity = valuesType.getDimSize(0);
+  SmallVector<Type> argTypes = {flatType(inType)};
+  if (op.getCount())
+    argTypes.push_back(flatType(op.getCount().getType()));
+  argTypes.push_back(flatType(valuesType));
+  argTypes.push_back(flatType(op.getIndices().getType()));
+  func::FuncOp func = createKernelFunc(b, kernels, name, loc, argTypes);
+  Value in = func.getArgument(0);
+  Value values = func.getArgument(argTypes.size() - 2);
+  Value indices = func.getArgument(argTypes.size() - 1);
+  Type i1 = b.getI1Type(), i32 = b.getI32Type(), i64 = b.getI64Type(), f32 = b.getF32Type();
+  Value zero = constIndex(b, loc, 0), one = constIndex(b, loc, 1);
+  auto loop = [&](OpBuilder &ob, Location l, Value from, Value to, ValueRange init,
+                  llvm::function_ref<SmallVector<Value>(OpBuilder &, Location, Value, ValueRange)>
+                      body) {
+    return ob
+        .create<scf::ForOp>(l, from, to, one, init,
+                            [&](OpBuilder &fb, Location fl, Value i, ValueRange acc) {
+                              fb.create<scf::YieldOp>(fl, body(fb, fl, i, acc));
+                            })
+        .getResults();
+  };
+  Value count = constInt(b, loc, i64, capacity);
+  if (op.getCount()) {
+    Value c = b.create<memref::LoadOp>(loc, func.getArgument(1), ValueRange{zero});
+    c = b.create<arith::MaxSIOp>(loc, c, constInt(b, loc, i64, 1));
+    count = b.create<arith::MinSIOp>(loc, c, count);
+  }
+  auto keyAt = [&](OpBuilder &ob, Location l, Value i) -> Value {
+    Value bits = ob.create<arith::BitcastOp>(l, i32, ob.create<memref::LoadOp>(l, in, ValueRange{i}));
+    return ob.create<arith::AndIOp>(l, bits, constInt(ob, l, i32, 0x7fffffff));
+  };
+  Value histogram = b.create<memref::AllocaOp>(loc, MemRefType::get({2048}, i64));
+  Value prefix = constInt(b, loc, i32, 0);
+  Value need = count;  // of the entries sharing `prefix`'s bits, how many to take
+  for (auto [shift, bits] : {std::pair<int, int>{20, 11}, {9, 11}, {0, 9}}) {
+    const int64_t bins = int64_t{1} << bits, high = shift + bits;
+    loop(b, loc, zero, constIndex(b, loc, bins), {}, [&](OpBuilder &fb, Location fl, Value bin, ValueRange) {
+      fb.create<memref::StoreOp>(fl, constInt(fb, fl, i64, 0), histogram, ValueRange{bin});
+      return SmallVector<Value>{};
+    });
+    loop(b, loc, zero, constIndex(b, loc, n), {}, [&](OpBuilder &fb, Location fl, Value i, ValueRange) {
+      Value key = keyAt(fb, fl, i);
+      Value matches = constInt(fb, fl, i1, 1);
+      if (high < 31)
+        matches = fb.create<arith::CmpIOp>(
+            fl, arith::CmpIPredicate::eq,
+            fb.create<arith::ShRUIOp>(fl, key, constInt(fb, fl, i32, high)),
+            fb.create<arith::ShRUIOp>(fl, prefix, constInt(fb, fl, i32, high)));
+      Value bin = fb.create<arith::AndIOp>(
+          fl, fb.create<arith::ShRUIOp>(fl, key, constInt(fb, fl, i32, shift)),
+          constInt(fb, fl, i32, bins - 1));
+      Value at = fb.create<arith::IndexCastUIOp>(fl, fb.getIndexType(), bin);
+      Value old = fb.create<memref::LoadOp>(fl, histogram, ValueRange{at});
+      fb.create<memref::StoreOp>(
+          fl, fb.create<arith::AddIOp>(fl, old, fb.create<arith::ExtUIOp>(fl, i64, matches)),
+          histogram, ValueRange{at});
+      return SmallVector<Value>{};
+    });
+    // From the top bin down: the bin where the running count reaches `need`.
+    Value falseValue = constInt(b, loc, i1, 0);
+    ValueRange found = loop(
+        b, loc, zero, constIndex(b, loc, bins),
+        {constInt(b, loc, i64, 0), constInt(b, loc, i32, 0), falseValue, need},
+        [&](OpBuilder &fb, Location fl, Value r, ValueRange acc) {
+          Value bin = fb.create<arith::SubIOp>(fl, constIndex(fb, fl, bins - 1), r);
+          Value h = fb.create<memref::LoadOp>(fl, histogram, ValueRange{bin});
+          Value reached = fb.create<arith::CmpIOp>(fl, arith::CmpIPredicate::sge,
+                                                   fb.create<arith::AddIOp>(fl, acc[0], h), need);
+          Value open = fb.create<arith::XOrIOp>(fl, acc[2], constInt(fb, fl, i1, 1));
+          Value take = fb.create<arith::AndIOp>(fl, open, reached);
+          Value binI32 = fb.create<arith::IndexCastUIOp>(fl, i32, bin);
+          return SmallVector<Value>{
+              fb.create<arith::SelectOp>(fl, open, fb.create<arith::AddIOp>(fl, acc[0], h), acc[0]),
+              fb.create<arith::SelectOp>(fl, take, binI32, acc[1]),
+              fb.create<arith::OrIOp>(fl, acc[2], take),
+              fb.create<arith::SelectOp>(fl, take, fb.create<arith::SubIOp>(fl, need, acc[0]),
+                                         acc[3])};
+        });
+    prefix = b.create<arith::OrIOp>(
+        loc, prefix, b.create<arith::ShLIOp>(loc, found[1], constInt(b, loc, i32, shift)));
+    need = found[3];
+  }
+  // Collect: keys above the threshold, and `need` of those equal to it.
+  Value countIndex = b.create<arith::IndexCastOp>(loc, b.getIndexType(), count);
+  ValueRange taken = loop(
+      b, loc, zero, constIndex(b, loc, n), {zero, constInt(b, loc, i64, 0)},
+      [&](OpBuilder &fb, Location fl, Value i, ValueRange acc) {
+        Value key = keyAt(fb, fl, i);
+        Value above = fb.create<arith::CmpIOp>(fl, arith::CmpIPredicate::ugt, key, prefix);
+        Value equal = fb.create<arith::CmpIOp>(fl, arith::CmpIPredicate::eq, key, prefix);
+        Value takeEqual = fb.create<arith::AndIOp>(
+            fl, equal, fb.create<arith::CmpIOp>(fl, arith::CmpIPredicate::slt, acc[1], need));
+        Value take = fb.create<arith::AndIOp>(
+            fl, fb.create<arith::OrIOp>(fl, above, takeEqual),
+            fb.create<arith::CmpIOp>(fl, arith::CmpIPredicate::ult, acc[0], countIndex));
+        fb.create<scf::IfOp>(fl, take, [&](OpBuilder &tb, Location tl) {
+          tb.create<memref::StoreOp>(tl, tb.create<memref::LoadOp>(tl, in, ValueRange{i}), values,
+                                     ValueRange{acc[0]});
+          tb.create<memref::StoreOp>(tl, tb.create<arith::IndexCastOp>(tl, i32, i), indices,
+                                     ValueRange{acc[0]});
+          tb.create<scf::YieldOp>(tl);
+        });
+        return SmallVector<Value>{
+            fb.create<arith::SelectOp>(fl, take, fb.create<arith::AddIOp>(fl, acc[0], one), acc[0]),
+            fb.create<arith::SelectOp>(
+                fl, takeEqual,
+                fb.create<arith::AddIOp>(fl, acc[1], constInt(fb, fl, i64, 1)), acc[1])};
+      });
+  // Padding past the last entry taken: where a sparse set ends.
+  loop(b, loc, taken[0], constIndex(b, loc, capacity), {},
+       [&](OpBuilder &fb, Location fl, Value j, ValueRange) {
+         fb.create<memref::StoreOp>(fl, constFloat(fb, fl, f32, 0.0), values, ValueRange{j});
+         fb.create<memref::StoreOp>(fl, constInt(fb, fl, i32, -1), indices, ValueRange{j});
+         return SmallVector<Value>{};
+       });
+  b.create<func::ReturnOp>(loc);
+  SmallVector<Value> inputs = {op.getInput()};
+  if (op.getCount())
+    inputs.push_back(op.getCount());
+  return {inputs, /*elementwise=*/false};
+}
+
+/// nn.zero_at: the input copied (a no-op when written in place over it),
+/// then the named positions zeroed, bounds-checked.
+KernelSignature emitZeroAt(nn::ZeroAtOp op, ModuleOp kernels, StringRef name) {
+  OpBuilder b(op->getContext());
+  Location loc = op.getLoc();
+  auto type = llvm::cast<RankedTensorType>(op.getType());
+  auto indexType = llvm::cast<RankedTensorType>(op.getIndices().getType());
+  func::FuncOp func = createKernelFunc(b, kernels, name, loc,
+                                       {flatType(type), flatType(indexType), flatType(type)});
+  Value in = func.getArgument(0), indices = func.getArgument(1), out = func.getArgument(2);
+  Type i32 = b.getI32Type(), f32 = b.getF32Type();
+  Value zero = constIndex(b, loc, 0), one = constIndex(b, loc, 1);
+  b.create<scf::ForOp>(loc, zero, constIndex(b, loc, type.getNumElements()), one, ValueRange{},
+                       [&](OpBuilder &fb, Location fl, Value i, ValueRange) {
+                         fb.create<memref::StoreOp>(
+                             fl, fb.create<memref::LoadOp>(fl, in, ValueRange{i}), out,
+                             ValueRange{i});
+                         fb.create<scf::YieldOp>(fl);
+                       });
+  b.create<scf::ForOp>(
+      loc, zero, constIndex(b, loc, indexType.getNumElements()), one, ValueRange{},
+      [&](OpBuilder &fb, Location fl, Value j, ValueRange) {
+        Value at = fb.create<memref::LoadOp>(fl, indices, ValueRange{j});
+        Value inside = fb.create<arith::AndIOp>(
+            fl, fb.create<arith::CmpIOp>(fl, arith::CmpIPredicate::sge, at, constInt(fb, fl, i32, 0)),
+            fb.create<arith::CmpIOp>(fl, arith::CmpIPredicate::slt, at,
+                                     constInt(fb, fl, i32, type.getNumElements())));
+        fb.create<scf::IfOp>(fl, inside, [&](OpBuilder &tb, Location tl) {
+          tb.create<memref::StoreOp>(tl, constFloat(tb, tl, f32, 0.0), out,
+                                     ValueRange{tb.create<arith::IndexCastOp>(tl, tb.getIndexType(), at)});
+          tb.create<scf::YieldOp>(tl);
+        });
+        fb.create<scf::YieldOp>(fl);
+      });
+  b.create<func::ReturnOp>(loc);
+  return {{op.getInput(), op.getIndices()}, /*elementwise=*/true};
+}
+
 } // namespace graphc::kernel

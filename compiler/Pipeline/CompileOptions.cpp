@@ -105,7 +105,9 @@ std::string CompileOptions::validate() const {
     const bool conflict =
         given(allreduceDtype) &&
         ((compression.kind == GradCompression::Kind::Fp16 && allreduceDtype != "fp16") ||
-         (compression.kind == GradCompression::Kind::PowerSgd && allreduceDtype != "fp32"));
+         ((compression.kind == GradCompression::Kind::PowerSgd ||
+           compression.kind == GradCompression::Kind::TopK) &&
+          allreduceDtype != "fp32"));
     if (conflict)
       return "--grad-compression=" + gradCompression + " and --allreduce-dtype=" +
              allreduceDtype + " both say how gradients travel; give one";
@@ -113,6 +115,16 @@ std::string CompileOptions::validate() const {
       return "--grad-compression=powersgd does not combine with --amp fp16 (its loss "
              "scaling would leave an overflowed step's infinities in the error feedback); "
              "use --amp bf16 or fp32";
+    if (compression.kind == GradCompression::Kind::TopK && amp == "fp16")
+      return "--grad-compression=topk does not combine with --amp fp16 (its loss scaling "
+             "would leave an overflowed step's infinities in the accumulated gradient); use "
+             "--amp bf16 or fp32";
+    if (compression.kind == GradCompression::Kind::TopK && optimizer != "sgd" &&
+        optimizer != "momentum")
+      return "--grad-compression=topk applies momentum before the allreduce (momentum "
+             "correction), as --optimizer=momentum (or sgd) does; it does not combine with "
+             "--optimizer=" +
+             optimizer;
   }
   if (noDataParallel)
     for (const llvm::cl::Option *option :
@@ -246,8 +258,11 @@ PipelineOptions CompileOptions::resolve(std::string *lrChoice) const {
     options.distributed.allreduceDtype =
         compression.kind == GradCompression::Kind::Fp16 ? std::string("fp16")
                                                         : allreduceDtype.getValue();
-    if (compression.kind == GradCompression::Kind::PowerSgd)
+    if (compression.kind == GradCompression::Kind::PowerSgd ||
+        compression.kind == GradCompression::Kind::TopK)
       options.distributed.gradCompression = gradCompression;
+    options.distributed.momentum = optimizer == "sgd" ? 0.0 : double(momentum);
+    options.distributed.weightDecay = weightDecay;
   }
   options.distributed.overlap = !noAllreduceOverlap;
   if (!amp.empty()) {

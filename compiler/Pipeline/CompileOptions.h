@@ -140,10 +140,15 @@ struct CompileOptions : public mlir::PassPipelineOptions<CompileOptions> {
   Option<std::string> gradCompression{
       *this, "grad-compression",
       llvm::cl::desc("How gradients travel between ranks: none (default), fp16 (the same as "
-                     "--allreduce-dtype=fp16) or powersgd:RANK (PowerSGD: each large "
+                     "--allreduce-dtype=fp16), powersgd:RANK (PowerSGD: each large "
                      "gradient matrix as two rank-RANK factors, with error feedback and a "
-                     "warm-started Q kept as state; RANK 1 to 64)"),
-      llvm::cl::value_desc("none|fp16|powersgd:RANK"), llvm::cl::init("none"),
+                     "warm-started Q kept as state; RANK 1 to 64) or "
+                     "topk:RATIO[:WARMUP_STEPS] (deep gradient compression: the RATIO "
+                     "share of each large gradient's accumulated entries, largest first, "
+                     "with momentum correction and masking; the share falls from 25% over "
+                     "WARMUP_STEPS; SGD or momentum only)"),
+      llvm::cl::value_desc("none|fp16|powersgd:RANK|topk:RATIO[:WARMUP_STEPS]"),
+      llvm::cl::init("none"),
       llvm::cl::cat(distributedCategory())};
 
   // The images' form.

@@ -219,7 +219,7 @@ struct DataParallelPass : impl::DataParallelBase<DataParallelPass> {
           loc, ValueRange(bucket).getTypes(), ValueRange(bucket),
           dist::ReductionAttr::get(&getContext(), dist::Reduction::mean),
           b.getI64IntegerAttr(index),
-          compress ? TypeAttr::get(f16) : TypeAttr()));
+          compress ? TypeAttr::get(f16) : TypeAttr(), UnitAttr()));
     }
 
     // 5) Each wait goes before the first update or overflow check that reads
@@ -284,6 +284,16 @@ struct DataParallelPass : impl::DataParallelBase<DataParallelPass> {
     if (compression.kind == GradCompression::Kind::PowerSgd &&
         failed(applyPowerSgd(module, step, compression.rank)))
       return signalPassFailure();
+    // 8) Or deep gradient compression.
+    if (compression.kind == GradCompression::Kind::TopK) {
+      if (!(momentum >= 0.0 && momentum < 1.0) || !(weightDecay >= 0.0)) {
+        module.emitError("graphc-data-parallel: grad-compression=topk needs momentum in [0, 1) "
+                         "and weight-decay >= 0");
+        return signalPassFailure();
+      }
+      if (failed(applyTopk(module, step, compression, momentum, weightDecay)))
+        return signalPassFailure();
+    }
   }
 };
 

@@ -17,6 +17,8 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
 
+#include <cmath>
+
 using namespace mlir;
 
 namespace graphc {
@@ -29,6 +31,29 @@ GradCompression parseGradCompression(StringRef spec, std::string &error) {
     result.kind = GradCompression::Kind::Fp16;
     return result;
   }
+  StringRef topk = spec;
+  if (topk.consume_front("topk:")) {
+    auto [ratioText, warmupText] = topk.split(':');
+    double ratio = 0;
+    int64_t warmup = 0;
+    const bool warmupGiven = topk.contains(':');
+    if (!ratioText.empty() && !ratioText.getAsDouble(ratio) && ratio >= kMinTopkRatio &&
+        ratio <= kMaxTopkRatio &&
+        (!warmupGiven ||
+         (!warmupText.empty() && warmupText.size() <= 9 &&
+          llvm::all_of(warmupText, [](char c) { return llvm::isDigit(c); }) &&
+          !warmupText.getAsInteger(10, warmup)))) {
+      result.kind = GradCompression::Kind::TopK;
+      result.ratio = ratio;
+      result.warmupSteps = warmup;
+      return result;
+    }
+    error = ("expected topk:RATIO[:WARMUP_STEPS] with RATIO in [1e-6, 0.5] and up to 9 "
+             "digits of steps, got '" +
+             spec + "'")
+                .str();
+    return result;
+  }
   StringRef rank = spec;
   int64_t r = 0;
   if (rank.consume_front("powersgd:") && !rank.empty() &&
@@ -38,8 +63,8 @@ GradCompression parseGradCompression(StringRef spec, std::string &error) {
     result.rank = r;
     return result;
   }
-  error = ("expected none, fp16 or powersgd:RANK with RANK in [1, " + llvm::Twine(kMaxPowerSgdRank) +
-           "], got '" + spec + "'")
+  error = ("expected none, fp16, topk:RATIO[:WARMUP_STEPS] or powersgd:RANK with RANK in [1, " +
+           llvm::Twine(kMaxPowerSgdRank) + "], got '" + spec + "'")
               .str();
   return result;
 }
@@ -64,6 +89,36 @@ int64_t wireBytesOf(Value tensor, bool halfWire) {
   if (halfWire && type.getElementType().isF32())
     bytes = 2;
   return type.getNumElements() * bytes;
+}
+
+/// The gradients of a bucket at `kept` stay dense: a start and a wait of
+/// their own where the bucket had them, their readers moved over. Returns
+/// that wait (null when none is kept).
+dist::AllreduceWaitOp keepDense(OpBuilder &b, dist::AllreduceStartOp start,
+                                dist::AllreduceWaitOp wait, ArrayRef<unsigned> kept) {
+  if (kept.empty())
+    return nullptr;
+  SmallVector<Value> tensors;
+  for (unsigned i : kept)
+    tensors.push_back(start.getTensors()[i]);
+  b.setInsertionPoint(start);
+  auto keptStart = b.create<dist::AllreduceStartOp>(
+      start.getLoc(), ValueRange(tensors).getTypes(), tensors, start.getReductionAttr(),
+      start.getBucketAttr(), start.getWireTypeAttr(), UnitAttr());
+  b.setInsertionPoint(wait);
+  auto keptWait = b.create<dist::AllreduceWaitOp>(wait.getLoc(), keptStart.getResultTypes(),
+                                                  keptStart.getResults());
+  for (auto [k, i] : llvm::enumerate(kept))
+    wait.getResult(i).replaceAllUsesWith(keptWait.getResult(k));
+  return keptWait;
+}
+
+/// The parameter whose update reads result `index` of `wait`, or "".
+StringRef parameterOf(dist::AllreduceWaitOp wait, unsigned index) {
+  for (Operation *user : wait.getResult(index).getUsers())
+    if (auto update = llvm::dyn_cast<nn::ApplyGradientOp>(user))
+      return update.getParameter();
+  return "";
 }
 
 } // namespace
@@ -103,12 +158,7 @@ LogicalResult applyPowerSgd(ModuleOp module, func::FuncOp step, int64_t rank) {
       ++total;
       bytesBefore += wireBytesOf(g, halfWire);
       auto type = llvm::cast<RankedTensorType>(g.getType());
-      StringRef parameter;
-      for (Operation *user : wait.getResult(index).getUsers())
-        if (auto update = llvm::dyn_cast<nn::ApplyGradientOp>(user)) {
-          parameter = update.getParameter();
-          break;
-        }
+      StringRef parameter = parameterOf(wait, index);
       int64_t n = type.getRank() >= 2 ? type.getDimSize(0) : 0;
       int64_t m = n > 0 ? type.getNumElements() / n : 0;
       int64_t r = std::min({n, m, rank});
@@ -134,23 +184,7 @@ LogicalResult applyPowerSgd(ModuleOp module, func::FuncOp step, int64_t rank) {
     factoredCount += factored.size();
 
     // The bucket keeps the others, in a start and wait where it had them.
-    dist::AllreduceStartOp keptStart;
-    dist::AllreduceWaitOp keptWait;
-    if (!kept.empty()) {
-      SmallVector<Value> tensors;
-      for (unsigned i : kept)
-        tensors.push_back(start.getTensors()[i]);
-      b.setInsertionPoint(start);
-      keptStart = b.create<dist::AllreduceStartOp>(start.getLoc(), ValueRange(tensors).getTypes(),
-                                                   tensors, start.getReductionAttr(),
-                                                   start.getBucketAttr(),
-                                                   start.getWireTypeAttr());
-      b.setInsertionPoint(wait);
-      keptWait = b.create<dist::AllreduceWaitOp>(wait.getLoc(), keptStart.getResultTypes(),
-                                                 keptStart.getResults());
-      for (auto [k, i] : llvm::enumerate(kept))
-        wait.getResult(i).replaceAllUsesWith(keptWait.getResult(k));
-    }
+    dist::AllreduceWaitOp keptWait = keepDense(b, start, wait, kept);
 
     // P phase, where the bucket started: P^T = orthonormalize(Q^T) M^T.
     b.setInsertionPoint(start);
@@ -184,7 +218,8 @@ LogicalResult applyPowerSgd(ModuleOp module, func::FuncOp step, int64_t rank) {
     auto sum = dist::ReductionAttr::get(module.getContext(), dist::Reduction::sum);
     auto mean = dist::ReductionAttr::get(module.getContext(), dist::Reduction::mean);
     auto pStart = b.create<dist::AllreduceStartOp>(bucketLoc, ValueRange(ps).getTypes(), ps, sum,
-                                                   start.getBucketAttr(), start.getWireTypeAttr());
+                                                   start.getBucketAttr(), start.getWireTypeAttr(),
+                                                   UnitAttr());
 
     // Q phase, after backward: Q^T = orthonormalize(sum P^T) M.
     b.setInsertionPoint(qAnchor == wait.getOperation() && keptWait ? keptWait.getOperation()
@@ -200,7 +235,8 @@ LogicalResult applyPowerSgd(ModuleOp module, func::FuncOp step, int64_t rank) {
       bytesAfter += wireBytesOf(f.p, halfWire) + wireBytesOf(f.qNew, halfWire);
     }
     auto qStart = b.create<dist::AllreduceStartOp>(bucketLoc, ValueRange(qs).getTypes(), qs, mean,
-                                                   start.getBucketAttr(), start.getWireTypeAttr());
+                                                   start.getBucketAttr(), start.getWireTypeAttr(),
+                                                   UnitAttr());
 
     // Where the bucket's wait was: G' = P Q^T, E = M - G', Q kept.
     b.setInsertionPoint(keptWait ? keptWait.getOperation() : wait.getOperation());
@@ -236,6 +272,162 @@ LogicalResult applyPowerSgd(ModuleOp module, func::FuncOp step, int64_t rank) {
     start.setBucketAttr(b.getI64IntegerAttr(next++));
   module->setAttr(kGradCompressionAttr,
                   b.getDenseI64ArrayAttr({rank, factoredCount, total, bytesBefore, bytesAfter}));
+  return success();
+}
+
+LogicalResult applyTopk(ModuleOp module, func::FuncOp step, const GradCompression &compression,
+                        double momentum, double weightDecay) {
+  if (module.lookupSymbol(kLossScaleState))
+    return step.emitError("grad-compression=topk does not combine with loss scaling (--amp "
+                          "fp16): a step whose gradients overflow would leave its infinities "
+                          "in the accumulated gradient; use --amp bf16, or fp32");
+  Block &body = step.getBody().front();
+  SmallVector<dist::AllreduceStartOp> starts(body.getOps<dist::AllreduceStartOp>());
+  OpBuilder b(module.getContext());
+  Type f32 = b.getF32Type(), i64 = b.getI64Type();
+  const int64_t warmup = compression.warmupSteps;
+  int64_t sparsified = 0, total = 0, bytesBefore = 0, bytesAfter = 0;
+  Value stepCounter;  // loaded once, at the top of the step, under warm-up
+  auto declare = [&](StringRef name, RankedTensorType type) {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToEnd(module.getBody());
+    b.create<nn::StateOp>(step.getLoc(), name, type, nn::Initializer::zeros, nullptr);
+  };
+  auto i64Constant = [&](Location loc, int64_t value) {
+    return scalarConstant(b, loc, i64, static_cast<double>(value));
+  };
+
+  for (dist::AllreduceStartOp start : starts) {
+    dist::AllreduceWaitOp wait = start.getWait();
+    if (!wait)
+      return start.emitOpError("has no wait");
+    const bool halfWire = start.getWireType().has_value();
+    struct Sparse {
+      unsigned index;
+      Value gradient;
+      StringRef parameter;
+      int64_t n, k, capacity;
+    };
+    SmallVector<Sparse> chosen;
+    SmallVector<unsigned> kept;
+    for (auto [index, g] : llvm::enumerate(start.getTensors())) {
+      ++total;
+      bytesBefore += wireBytesOf(g, halfWire);
+      auto type = llvm::cast<RankedTensorType>(g.getType());
+      StringRef parameter = parameterOf(wait, index);
+      const int64_t n = type.getNumElements();
+      const int64_t k = static_cast<int64_t>(std::ceil(compression.ratio * static_cast<double>(n)));
+      // 8 bytes per entry sent, under half the f32 gradient's 4 n.
+      if (type.getRank() >= 2 && !parameter.empty() && k >= 1 && 4 * k < n &&
+          n < (int64_t{1} << 31)) {
+        const int64_t capacity = warmup > 0 ? std::max(k, (n + 3) / 4) : k;
+        chosen.push_back({static_cast<unsigned>(index), g, parameter, n, k, capacity});
+        bytesAfter += 8 * k;
+      } else {
+        kept.push_back(index);
+        bytesAfter += wireBytesOf(g, halfWire);
+      }
+    }
+    if (chosen.empty())
+      continue;
+    sparsified += chosen.size();
+    dist::AllreduceWaitOp keptWait = keepDense(b, start, wait, kept);
+
+    // Where the bucket started: momentum correction, accumulation, selection.
+    b.setInsertionPoint(start);
+    SmallVector<Value> sets;
+    for (Sparse &s : chosen) {
+      Location loc = s.gradient.getLoc();
+      auto param = module.lookupSymbol<nn::ParameterOp>(s.parameter);
+      auto type = llvm::cast<RankedTensorType>(s.gradient.getType());
+      auto f32Type = RankedTensorType::get(type.getShape(), f32);
+      if (!param || param.getType() != f32Type)
+        return start.emitOpError("top-k: @") << s.parameter << " is not an f32 parameter of "
+                                             << "its gradient's shape";
+      std::string accumulation = ("graphc.dgc." + s.parameter + ".accumulation").str();
+      // u is momentum SGD's buffer (with every entry sent, top-k is
+      // momentum SGD), under its name: a plain plan's checkpoint hands its
+      // momentum over.
+      std::string momentumState = (s.parameter + ".momentum_buffer").str();
+      if (module.lookupSymbol(accumulation) || module.lookupSymbol(momentumState))
+        return start.emitOpError("top-k's state for @")
+               << s.parameter << " is already declared (a gradient applied twice?)";
+      Value g = s.gradient;
+      if (!type.getElementType().isF32())
+        g = b.create<nn::CastOp>(loc, g, TypeAttr::get(f32));
+      Value corrected = g;
+      if (weightDecay > 0.0) {
+        Value w = b.create<nn::LoadOp>(loc, f32Type, s.parameter);
+        corrected = b.create<nn::AddOp>(loc, g,
+                                        b.create<nn::MulOp>(loc, w, splatLike(b, loc, w, weightDecay)));
+      }
+      Value u = corrected;
+      if (momentum > 0.0) {
+        declare(momentumState, f32Type);
+        Value previous = b.create<nn::LoadOp>(loc, f32Type, momentumState);
+        u = b.create<nn::AddOp>(
+            loc, b.create<nn::MulOp>(loc, previous, splatLike(b, loc, previous, momentum)),
+            corrected);
+      }
+      declare(accumulation, f32Type);
+      Value v = b.create<nn::AddOp>(loc, b.create<nn::LoadOp>(loc, f32Type, accumulation), u);
+      Value count;
+      if (warmup > 0) {
+        // 25% of the entries, then a quarter of that, ... over the warm-up.
+        if (!stepCounter) {
+          OpBuilder::InsertionGuard guard(b);
+          b.setInsertionPointToStart(&body);
+          stepCounter = loadStepCounter(b, step.getLoc(), module);
+        }
+        count = i64Constant(loc, s.k);
+        double density = std::pow(0.25, 4);
+        for (int stage = 3; stage >= 0; --stage, density *= 4.0) {
+          const int64_t stageCount = std::min(
+              s.capacity,
+              std::max(s.k, static_cast<int64_t>(std::ceil(density * static_cast<double>(s.n)))));
+          const int64_t end = (warmup * (stage + 1) + 3) / 4;
+          Value before = b.create<nn::CmpOp>(loc, nn::CmpPredicate::lt, stepCounter,
+                                             i64Constant(loc, end));
+          count = b.create<nn::SelectOp>(loc, before, i64Constant(loc, stageCount), count);
+        }
+      }
+      auto values = RankedTensorType::get({s.capacity}, f32);
+      auto indices = RankedTensorType::get({s.capacity}, b.getI32Type());
+      auto select = b.create<nn::TopkSelectOp>(loc, values, indices, v, count);
+      b.create<nn::AssignOp>(loc, accumulation,
+                             b.create<nn::ZeroAtOp>(loc, v, select.getIndices()));
+      if (momentum > 0.0)
+        b.create<nn::AssignOp>(loc, momentumState,
+                               b.create<nn::ZeroAtOp>(loc, u, select.getIndices()));
+      // The gradient's own memory receives the mean of the ranks' sets.
+      sets.append({select.getValues(), select.getIndices(), g});
+    }
+    auto mean = dist::ReductionAttr::get(module.getContext(), dist::Reduction::mean);
+    auto sparseStart = b.create<dist::AllreduceStartOp>(
+        start.getLoc(), ValueRange(sets).getTypes(), sets, mean, start.getBucketAttr(),
+        TypeAttr(), b.getUnitAttr());
+
+    // Where the bucket's wait was: the dense means go to the optimizer,
+    // which adds no momentum or weight decay of its own to them.
+    b.setInsertionPoint(keptWait ? keptWait.getOperation() : wait.getOperation());
+    auto sparseWait = b.create<dist::AllreduceWaitOp>(
+        start.getLoc(), sparseStart.getResultTypes(), sparseStart.getResults());
+    for (auto [i, s] : llvm::enumerate(chosen)) {
+      Value dense = sparseWait.getResult(3 * i + 2);
+      for (Operation *user : llvm::make_early_inc_range(wait.getResult(s.index).getUsers()))
+        if (llvm::isa<nn::ApplyGradientOp>(user))
+          user->setAttr(kMomentumAppliedAttr, b.getUnitAttr());
+      wait.getResult(s.index).replaceAllUsesWith(dense);
+    }
+    wait.erase();
+    start.erase();
+  }
+
+  int64_t next = 0;
+  for (dist::AllreduceStartOp start : body.getOps<dist::AllreduceStartOp>())
+    start.setBucketAttr(b.getI64IntegerAttr(next++));
+  module->setAttr(kTopkCompressionAttr,
+                  b.getDenseI64ArrayAttr({sparsified, total, bytesBefore, bytesAfter}));
   return success();
 }
 

@@ -10,6 +10,7 @@
 #include "compiler/Transforms/Passes.h"
 
 #include "compiler/Transforms/BuildUtils.h"
+#include "compiler/Transforms/GradCompression.h"
 #include "dialects/nn/IR/NNOps.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/Support/Format.h"
@@ -205,6 +206,20 @@ struct OptimizerPass : impl::OptimizerBase<OptimizerPass> {
       Value g = update.getGradient();
       // Loss scaling's unscale factor and overflow flag (graphc-mixed-precision).
       Value gs = update.getGradScale(), skip = update.getSkip();
+      // Deep gradient compression applied momentum and weight decay before
+      // it sparsified the gradient: what is left is a plain SGD step.
+      if (update->hasAttr(kMomentumAppliedAttr)) {
+        if (kind != Kind::Sgd && kind != Kind::Momentum) {
+          update.emitError("grad-compression=topk applies momentum before the allreduce, as "
+                           "SGD with momentum does; it does not combine with --optimizer=")
+              << optimizer;
+          return signalPassFailure();
+        }
+        Value next = b.create<nn::SgdOp>(loc, p, g, rate, b.getF64FloatAttr(0.0), gs, skip);
+        b.create<nn::AssignOp>(loc, param.getSymName(), next);
+        update.erase();
+        continue;
+      }
       if (kind == Kind::Sgd) {
         Value next = b.create<nn::SgdOp>(loc, p, g, rate, wd, gs, skip);
         b.create<nn::AssignOp>(loc, param.getSymName(), next);

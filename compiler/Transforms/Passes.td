@@ -132,8 +132,13 @@ def DataParallel : Pass<"graphc-data-parallel", "::mlir::ModuleOp"> {
     Option<"overlap", "overlap", "bool", /*default=*/"true",
            "Start each bucket as backward completes it (false: all after backward)">,
     Option<"gradCompression", "grad-compression", "std::string", /*default=*/"\"none\"",
-           "none, fp16 (as allreduce-dtype=fp16) or powersgd:RANK (low-rank factors "
-           "with error feedback, PowerSGD)">,
+           "none, fp16 (as allreduce-dtype=fp16), powersgd:RANK (low-rank factors "
+           "with error feedback, PowerSGD) or topk:RATIO[:WARMUP_STEPS] (deep gradient "
+           "compression: sparse sets with momentum correction)">,
+    Option<"momentum", "momentum", "double", /*default=*/"0.9",
+           "For topk: the optimizer's momentum, applied before the selection (0 for sgd)">,
+    Option<"weightDecay", "weight-decay", "double", /*default=*/"1e-4",
+           "For topk: the optimizer's weight decay, added before the selection">,
   ];
 }
 

@@ -5,6 +5,7 @@
 
 #include "runtime/comm/communicator.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 #include <utility>
@@ -39,6 +40,26 @@ class SingleRankCommunicator final : public Communicator {
   StatusOr<int64_t> StartArrival(std::string what, const std::vector<CommTensor>& tensors,
                                  Reduction reduction, fb::DType wire) override {
     return StartAllreduce(std::move(what), tensors, reduction, wire);  // one rank: arrived
+  }
+
+  StatusOr<int64_t> StartSparseAllreduce(std::string what, std::vector<CommTensor> tensors,
+                                         Reduction) override {
+    if (Status s = Usable(what); !s.ok()) return s;
+    std::vector<uint32_t> counts;
+    if (Status s = comm::CheckSparse(what, tensors, counts); !s.ok()) return s;
+    // One rank's sum (and mean) is its own set, scattered into zeros.
+    for (size_t s = 0; s < counts.size(); ++s) {
+      const CommTensor& dense = tensors[3 * s + 2];
+      float* out = static_cast<float*>(dense.data);
+      std::fill(out, out + dense.elements, 0.0f);
+      const float* values = static_cast<const float*>(tensors[3 * s].data);
+      const int32_t* indices = static_cast<const int32_t*>(tensors[3 * s + 1].data);
+      for (uint32_t k = 0; k < counts[s]; ++k) out[indices[k]] += values[k];
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    const int64_t handle = ++collectives_;
+    outstanding_.insert(handle);
+    return handle;
   }
 
   Status Wait(int64_t handle) override {

@@ -113,6 +113,21 @@ class Communicator {
   // only hang. Wait(handle) returns once every rank has arrived.
   virtual StatusOr<int64_t> StartArrival(std::string what, const std::vector<CommTensor>& tensors,
                                          Reduction reduction, fb::DType wire) = 0;
+  // Starts a sparse allreduce (deep gradient compression's "sum of sparse
+  // sets") and returns at once. `tensors` come in threes: values (F32, k),
+  // indices (I32, k) and a dense F32 tensor of n elements. A set's entries
+  // are the leading ones up to the first negative index (all k if none), each
+  // index in [0, n) (one named twice adds twice). Every rank's sets are
+  // gathered (at most k pairs of 8 bytes per set travel from each rank), and
+  // each dense
+  // tensor is overwritten with the sum over ranks of its sparse set (kMean:
+  // divided by size()). Values and indices are left as they are. Ranks may
+  // send different counts; a peer's index outside [0, n) ends the process
+  // with a line naming it. Fails (kInvalidArgument) for bad arguments,
+  // including this rank's own bad indices.
+  virtual StatusOr<int64_t> StartSparseAllreduce(std::string what,
+                                                 std::vector<CommTensor> tensors,
+                                                 Reduction reduction) = 0;
   // Blocks until the allreduce (or arrival) is done. Each handle is waited
   // for once; an unknown or already-waited handle is kInvalidArgument.
   virtual Status Wait(int64_t handle) = 0;

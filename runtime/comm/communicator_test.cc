@@ -209,6 +209,53 @@ TEST(SingleRankTest, RejectsBadArguments) {
   ExpectBadArgumentsRejected(*c);
 }
 
+// A sparse allreduce's bad arguments, on any communicator: no threes, the
+// wrong dtypes, more values than dense elements, an index outside its tensor.
+void ExpectBadSparseRejected(Communicator& c) {
+  std::vector<float> values = {1, 2}, dense(4);
+  std::vector<int32_t> indices = {0, 4};  // 4 is past the end
+  auto code = [&](std::vector<CommTensor> tensors) {
+    StatusOr<int64_t> handle = c.StartSparseAllreduce("bad set", std::move(tensors),
+                                                      Reduction::kMean);
+    if (handle.ok()) {
+      c.Wait(*handle);
+      return ErrorCode::kOk;
+    }
+    EXPECT_NE(handle.status().message().find("bad set"), std::string::npos);
+    return handle.status().code();
+  };
+  const CommTensor v{values.data(), fb::DType::F32, 2}, i{indices.data(), fb::DType::I32, 2},
+      d{dense.data(), fb::DType::F32, 4};
+  EXPECT_EQ(code({v, i}), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code({v, {indices.data(), fb::DType::F32, 2}, d}), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code({v, i, {dense.data(), fb::DType::F32, 1}}), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code({v, i, d}), ErrorCode::kInvalidArgument);
+  StatusOr<int64_t> handle = c.StartSparseAllreduce("bad set", {v, i, d}, Reduction::kSum);
+  EXPECT_NE(handle.status().message().find("index 4 at 1, outside its 4 elements"),
+            std::string::npos)
+      << handle.status().message();
+}
+
+TEST(SingleRankTest, SparseAllreduceScattersItsOwnSet) {
+  std::unique_ptr<Communicator> c = NewSingleRankCommunicator();
+  std::vector<float> values = {0.5f, -2.0f, 7.0f}, dense = {9, 9, 9, 9, 9, 9};
+  std::vector<int32_t> indices = {4, 1, -1};  // the set ends at -1: 7 is padding
+  std::vector<float> v2 = {3.0f}, dense2(2, 1.0f);
+  std::vector<int32_t> i2 = {0};
+  StatusOr<int64_t> handle = c->StartSparseAllreduce(
+      "sets",
+      {{values.data(), fb::DType::F32, 3}, {indices.data(), fb::DType::I32, 3},
+       {dense.data(), fb::DType::F32, 6}, {v2.data(), fb::DType::F32, 1},
+       {i2.data(), fb::DType::I32, 1}, {dense2.data(), fb::DType::F32, 2}},
+      Reduction::kMean);
+  ASSERT_TRUE(handle.ok()) << handle.status().message();
+  EXPECT_TRUE(c->Wait(*handle).ok());
+  EXPECT_EQ(dense, (std::vector<float>{0, -2, 0, 0, 0.5f, 0}));
+  EXPECT_EQ(dense2, (std::vector<float>{3, 0}));
+  EXPECT_EQ(values, (std::vector<float>{0.5f, -2.0f, 7.0f}));  // left as they were
+  ExpectBadSparseRejected(*c);
+}
+
 TEST(SingleRankTest, CreateOutsideMpiIsSingleRank) {
   if (InsideMpiJob()) GTEST_SKIP() << "under mpirun Create makes the MPI communicator";
   StatusOr<std::unique_ptr<Communicator>> c = Communicator::Create({});
@@ -558,6 +605,44 @@ TEST_F(MpiTest, ArrivalsMoveNothing) {
   float expected = r + 1.0f;
   for (int step = 0; step < 3; ++step) expected = step == 0 ? sum : expected * size();
   for (float v : host_bucket) ASSERT_EQ(v, expected);
+}
+
+// Each rank sends its own set, of its own size (rank r: r + 1 entries, one
+// index shared by all), into two dense tensors; the ranks' sets are summed
+// (or averaged), duplicates adding up.
+TEST_F(MpiTest, SparseAllreduceSumsTheRanksSets) {
+  for (Reduction reduction : {Reduction::kSum, Reduction::kMean}) {
+    const int n = 1000;
+    std::vector<float> values(8, 0.0f), dense(n, 5.0f), other(3, 5.0f);
+    std::vector<int32_t> indices(8, -1);
+    for (int j = 0; j <= rank() && j < 7; ++j) {
+      indices[j] = j == 0 ? 999 : 10 * rank() + j;  // 999 from every rank
+      values[j] = 0.5f * (rank() + 1) + j;
+    }
+    std::vector<float> ov = {1.0f};
+    std::vector<int32_t> oi = {rank() % 3};
+    StatusOr<int64_t> handle = c().StartSparseAllreduce(
+        "sparse test",
+        {{values.data(), fb::DType::F32, 8}, {indices.data(), fb::DType::I32, 8},
+         {dense.data(), fb::DType::F32, n}, {ov.data(), fb::DType::F32, 1},
+         {oi.data(), fb::DType::I32, 1}, {other.data(), fb::DType::F32, 3}},
+        reduction);
+    ASSERT_TRUE(handle.ok()) << handle.status().message();
+    Status status = c().Wait(*handle);
+    ASSERT_TRUE(status.ok()) << status.message();
+    std::vector<float> want(n, 0.0f), want_other(3, 0.0f);
+    for (int r = 0; r < size(); ++r) {
+      for (int j = 0; j <= r && j < 7; ++j) want[j == 0 ? 999 : 10 * r + j] += 0.5f * (r + 1) + j;
+      want_other[r % 3] += 1.0f;
+    }
+    if (reduction == Reduction::kMean) {
+      for (float& x : want) x *= 1.0f / size();
+      for (float& x : want_other) x *= 1.0f / size();
+    }
+    for (int i = 0; i < n; ++i) ASSERT_EQ(dense[i], want[i]) << i;
+    EXPECT_EQ(other, want_other);
+  }
+  ExpectBadSparseRejected(c());
 }
 
 TEST_F(MpiTest, DoublesBroadcastAndBarrier) {

@@ -67,7 +67,16 @@ constexpr auto kCallerGrace = std::chrono::seconds(1);
 // bucket took longer than its transfer (measured: 9 ms in place, 19 ms packed).
 constexpr uint64_t kInPlaceBytes = uint64_t{1} << 20;
 
-enum class JobKind { kAllreduce, kDoubles, kAllgather, kBroadcast, kBarrier, kFinalize, kArrival };
+enum class JobKind {
+  kAllreduce,
+  kDoubles,
+  kAllgather,
+  kBroadcast,
+  kBarrier,
+  kFinalize,
+  kArrival,
+  kSparse
+};
 
 const char* KindName(int64_t kind) {
   switch (static_cast<JobKind>(kind)) {
@@ -78,6 +87,7 @@ const char* KindName(int64_t kind) {
     case JobKind::kBarrier: return "barrier";
     case JobKind::kFinalize: return "finalize";
     case JobKind::kArrival: return "device allreduce";
+    case JobKind::kSparse: return "sparse allreduce";
   }
   return "unknown collective";
 }
@@ -135,6 +145,13 @@ struct Job {
   fb::DType wire = fb::DType::F32;
   std::vector<Group> groups;
   std::unique_ptr<Staging> staging;
+  // kSparse (tensors and reduction as above): this rank's count per set, then
+  // every rank's (phase 1, after the counts are gathered), and where the
+  // pairs land.
+  std::vector<uint32_t> counts;
+  std::vector<uint32_t> all_counts;
+  int phase = 0;
+  std::unique_ptr<Staging> received;
   // kDoubles, kAllgather
   double* doubles = nullptr;
   uint64_t count = 0;
@@ -178,6 +195,7 @@ Arrival SignatureOf(const Job& job) {
   switch (job.kind) {
     case JobKind::kAllreduce:
     case JobKind::kArrival:
+    case JobKind::kSparse:
       hash.Add(static_cast<uint64_t>(job.reduction)).Add(static_cast<uint64_t>(job.wire));
       for (const CommTensor& t : job.tensors) {
         hash.Add(static_cast<uint64_t>(t.dtype)).Add(t.elements);
@@ -206,7 +224,8 @@ std::string ArrivalText(const Arrival& a) {
   std::string text = KindName(a.kind);
   switch (static_cast<JobKind>(a.kind)) {
     case JobKind::kAllreduce:
-    case JobKind::kArrival: return text + " of " + std::to_string(a.elements) + " elements";
+    case JobKind::kArrival:
+    case JobKind::kSparse: return text + " of " + std::to_string(a.elements) + " elements";
     case JobKind::kDoubles:
     case JobKind::kAllgather: return text + " of " + std::to_string(a.elements) + " values";
     case JobKind::kBroadcast: return text + " of " + std::to_string(a.elements) + " bytes";
@@ -255,6 +274,8 @@ class MpiCommunicator final : public Communicator {
                                    Reduction reduction, fb::DType wire) override;
   StatusOr<int64_t> StartArrival(std::string what, const std::vector<CommTensor>& tensors,
                                  Reduction reduction, fb::DType wire) override;
+  StatusOr<int64_t> StartSparseAllreduce(std::string what, std::vector<CommTensor> tensors,
+                                         Reduction reduction) override;
   Status Wait(int64_t handle) override;
   Status AllreduceDoubles(std::string what, std::vector<double>& values,
                           ScalarReduction reduction) override;
@@ -284,6 +305,8 @@ class MpiCommunicator final : public Communicator {
   void Pack(Job& job);
   bool Progress(Job& job);
   void Unpack(Job& job);
+  void GatherPairs(Job& job);
+  void AddPairs(Job& job);
   void Finish(Job& job);
   void Issue(Job& job);
   void SendArrival(const Arrival& arrival);
@@ -378,7 +401,8 @@ Status MpiCommunicator::Submit(const std::shared_ptr<Job>& job, bool finalizing)
     }
     job->seq = ++last_seq_;
     queue_.push_back(job);
-    if (job->kind == JobKind::kAllreduce || job->kind == JobKind::kArrival) {
+    if (job->kind == JobKind::kAllreduce || job->kind == JobKind::kArrival ||
+        job->kind == JobKind::kSparse) {
       unwaited_.emplace(job->seq, job);
     }
   }
@@ -448,6 +472,28 @@ StatusOr<int64_t> MpiCommunicator::StartArrival(std::string what,
   job->tensors = tensors;  // for the signature only: never read or written
   job->reduction = reduction;
   job->wire = wire;
+  if (Status s = Submit(job); !s.ok()) return s;
+  return job->seq;
+}
+
+StatusOr<int64_t> MpiCommunicator::StartSparseAllreduce(std::string what,
+                                                        std::vector<CommTensor> tensors,
+                                                        Reduction reduction) {
+  std::vector<uint32_t> counts;
+  if (Status s = comm::CheckSparse(what, tensors, counts); !s.ok()) return s;
+  // Every rank's pairs arrive in one MPI_Iallgatherv, whose counts are ints.
+  uint64_t capacity = 0;
+  for (size_t s = 0; s < tensors.size(); s += 3) capacity += tensors[s].elements;
+  if (capacity * 2 * static_cast<uint64_t>(size_) > INT_MAX)
+    return Status(ErrorCode::kInvalidArgument,
+                  what + ": " + std::to_string(capacity) + " pairs per rank on " +
+                      std::to_string(size_) + " ranks are too many for one gather");
+  auto job = std::make_shared<Job>();
+  job->kind = JobKind::kSparse;
+  job->what = std::move(what);
+  job->tensors = std::move(tensors);
+  job->reduction = reduction;
+  job->counts = std::move(counts);
   if (Status s = Submit(job); !s.ok()) return s;
   return job->seq;
 }
@@ -809,6 +855,13 @@ void MpiCommunicator::Begin(Job& job) {
   SendArrival(job.signature);
   begun_seq_ = job.seq;
   if (job.kind == JobKind::kAllreduce) Pack(job);  // while the peers' signatures come in
+  if (job.kind == JobKind::kSparse) {
+    uint64_t pairs = 0;
+    for (uint32_t count : job.counts) pairs += count;
+    job.staging = AcquireStaging(std::max<uint64_t>(pairs, 1) * 8, job);
+    comm::PackSparse(job.tensors, job.counts,
+                     static_cast<uint32_t*>(static_cast<void*>(job.staging->data())));
+  }
   if (size_ == 1) Issue(job);
   for (int r = 0; r < size_; ++r) {
     if (!arrival_held_[r]) continue;
@@ -884,6 +937,80 @@ void MpiCommunicator::Issue(Job& job) {
       break;
     case JobKind::kArrival:
       break;  // every peer's matching signature is the whole collective
+    case JobKind::kSparse:
+      // First the counts; GatherPairs then gathers the pairs themselves.
+      job.all_counts.assign(job.counts.size() * static_cast<size_t>(size_), 0);
+      add(MPI_Iallgather(job.counts.data(), static_cast<int>(job.counts.size()), MPI_UINT32_T,
+                         job.all_counts.data(), static_cast<int>(job.counts.size()),
+                         MPI_UINT32_T, comm_, &request),
+          "MPI_Iallgather");
+      break;
+  }
+}
+
+// A sparse allreduce's second phase: every rank's counts are in; each count
+// is checked against its set's capacity before any pair is received.
+void MpiCommunicator::GatherPairs(Job& job) {
+  job.phase = 1;
+  job.requests.clear();
+  const size_t sets = job.counts.size();
+  std::vector<int> words(static_cast<size_t>(size_)), displacements(static_cast<size_t>(size_));
+  uint64_t total = 0;
+  for (int r = 0; r < size_; ++r) {
+    uint64_t pairs = 0;
+    for (size_t s = 0; s < sets; ++s) {
+      const uint32_t count = job.all_counts[static_cast<size_t>(r) * sets + s];
+      if (count > job.tensors[3 * s].elements) {
+        ExitWithReport(Prefix() + Name(job) + ": rank " + std::to_string(r) + " sends " +
+                           std::to_string(count) + " entries for set " + std::to_string(s) +
+                           ", which holds " + std::to_string(job.tensors[3 * s].elements),
+                       kCommFatalExitCode);
+      }
+      pairs += count;
+    }
+    displacements[static_cast<size_t>(r)] = static_cast<int>(total * 2);
+    words[static_cast<size_t>(r)] = static_cast<int>(pairs * 2);
+    total += pairs;  // at most the capacity StartSparseAllreduce bounded
+  }
+  job.received = AcquireStaging(std::max<uint64_t>(total, 1) * 8, job);
+  MPI_Request request = MPI_REQUEST_NULL;
+  Check(MPI_Iallgatherv(job.staging->data(), words[static_cast<size_t>(rank_)], MPI_UINT32_T,
+                        job.received->data(), words.data(), displacements.data(), MPI_UINT32_T,
+                        comm_, &request),
+        "MPI_Iallgatherv", &job);
+  job.requests.push_back(request);
+}
+
+// Every rank's sets into the dense tensors, rank by rank in order (the same
+// sums on every rank), then the mean.
+void MpiCommunicator::AddPairs(Job& job) {
+  const size_t sets = job.counts.size();
+  for (size_t s = 0; s < sets; ++s) {
+    const CommTensor& dense = job.tensors[3 * s + 2];
+    std::fill_n(static_cast<float*>(dense.data), dense.elements, 0.0f);
+  }
+  const uint32_t* pairs = static_cast<const uint32_t*>(static_cast<void*>(job.received->data()));
+  for (int r = 0; r < size_; ++r) {
+    for (size_t s = 0; s < sets; ++s) {
+      const uint32_t count = job.all_counts[static_cast<size_t>(r) * sets + s];
+      const CommTensor& dense = job.tensors[3 * s + 2];
+      const int64_t bad =
+          comm::AddSparse(pairs, count, static_cast<float*>(dense.data), dense.elements);
+      if (bad >= 0) {
+        ExitWithReport(Prefix() + Name(job) + ": rank " + std::to_string(r) + " sent index " +
+                           std::to_string(bad) + " for set " + std::to_string(s) + " of " +
+                           std::to_string(dense.elements) + " elements",
+                       kCommFatalExitCode);
+      }
+      pairs += 2 * uint64_t{count};
+    }
+  }
+  if (job.reduction == Reduction::kMean && size_ > 1) {
+    const float inverse = 1.0f / static_cast<float>(size_);
+    for (size_t s = 0; s < sets; ++s) {
+      float* x = static_cast<float*>(job.tensors[3 * s + 2].data);
+      for (uint64_t k = 0; k < job.tensors[3 * s + 2].elements; ++k) x[k] *= inverse;
+    }
   }
 }
 
@@ -972,6 +1099,10 @@ bool MpiCommunicator::Progress(Job& job) {
   // every peer's last arrival message has come in: none is left in flight to
   // a process that is shutting MPI down.
   if (done && job.kind == JobKind::kFinalize) return active_.size() == 1;
+  if (done && job.kind == JobKind::kSparse && job.phase == 0) {
+    GatherPairs(job);
+    return false;
+  }
   return done != 0;
 }
 
@@ -1012,6 +1143,11 @@ void MpiCommunicator::Finish(Job& job) {
     case JobKind::kAllreduce:
       Unpack(job);
       if (job.staging) free_staging_.push_back(std::move(job.staging));
+      break;
+    case JobKind::kSparse:
+      AddPairs(job);
+      free_staging_.push_back(std::move(job.staging));
+      free_staging_.push_back(std::move(job.received));
       break;
     case JobKind::kDoubles:
       if (job.scalar == ScalarReduction::kMean) {

@@ -7,6 +7,7 @@
 
 #include "runtime/comm/wire_format.h"
 
+#include <cstring>
 #include <limits>
 #include <string>
 
@@ -181,6 +182,66 @@ Status CheckAllreduce(const std::string& what, const std::vector<CommTensor>& te
     }
   }
   return Status::Ok();
+}
+
+Status CheckSparse(const std::string& what, const std::vector<CommTensor>& tensors,
+                   std::vector<uint32_t>& counts) {
+  auto invalid = [&](const std::string& message) {
+    return Status(ErrorCode::kInvalidArgument, what + ": " + message);
+  };
+  if (tensors.empty() || tensors.size() % 3 != 0)
+    return invalid("a sparse allreduce takes threes of values, indices and a dense tensor, not " +
+                   std::to_string(tensors.size()) + " tensors");
+  counts.clear();
+  for (size_t s = 0; s < tensors.size(); s += 3) {
+    const CommTensor &values = tensors[s], &indices = tensors[s + 1], &dense = tensors[s + 2];
+    const std::string which = "set " + std::to_string(s / 3);
+    if (values.dtype != fb::DType::F32 || indices.dtype != fb::DType::I32 ||
+        dense.dtype != fb::DType::F32)
+      return invalid(which + " is not values f32, indices i32 and a dense f32 tensor");
+    if (values.elements != indices.elements || values.elements == 0 ||
+        values.elements > dense.elements || dense.elements >= (uint64_t{1} << 31))
+      return invalid(which + " has " + std::to_string(values.elements) + " values, " +
+                     std::to_string(indices.elements) + " indices and " +
+                     std::to_string(dense.elements) +
+                     " dense elements (needs 1 <= values = indices <= dense < 2^31)");
+    if (values.data == nullptr || indices.data == nullptr || dense.data == nullptr)
+      return invalid(which + " has no data");
+    const int32_t* index = static_cast<const int32_t*>(indices.data);
+    uint32_t count = 0;
+    while (count < indices.elements && index[count] >= 0) {
+      if (static_cast<uint64_t>(index[count]) >= dense.elements)
+        return invalid(which + " has index " + std::to_string(index[count]) + " at " +
+                       std::to_string(count) + ", outside its " + std::to_string(dense.elements) +
+                       " elements");
+      ++count;
+    }
+    counts.push_back(count);
+  }
+  return Status::Ok();
+}
+
+void PackSparse(const std::vector<CommTensor>& tensors, const std::vector<uint32_t>& counts,
+                uint32_t* pairs) {
+  for (size_t s = 0; s < counts.size(); ++s) {
+    const uint32_t* values = static_cast<const uint32_t*>(tensors[3 * s].data);
+    const uint32_t* indices = static_cast<const uint32_t*>(tensors[3 * s + 1].data);
+    for (uint32_t k = 0; k < counts[s]; ++k) {
+      *pairs++ = values[k];
+      *pairs++ = indices[k];
+    }
+  }
+}
+
+int64_t AddSparse(const uint32_t* pairs, uint64_t count, float* dense, uint64_t elements) {
+  for (uint64_t k = 0; k < count; ++k) {
+    float value;
+    std::memcpy(&value, &pairs[2 * k], sizeof value);
+    const uint32_t index = pairs[2 * k + 1];
+    if (index >= elements) return static_cast<int64_t>(index);
+    dense[index] += value;
+  }
+  return -1;
 }
 
 }  // namespace graphc::runtime::comm

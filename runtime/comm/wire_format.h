@@ -66,6 +66,23 @@ inline fb::DType WireDType(fb::DType tensor, fb::DType wire) {
 Status CheckAllreduce(const std::string& what, const std::vector<CommTensor>& tensors,
                       Reduction reduction, fb::DType wire);
 
+// A sparse allreduce's tensors (Communicator::StartSparseAllreduce): threes
+// of values F32 [k], indices I32 [k], dense F32 [n] with k <= n < 2^31.
+// Checks the arguments and this rank's indices; `counts` gets each set's
+// count of entries (those before the first negative index).
+Status CheckSparse(const std::string& what, const std::vector<CommTensor>& tensors,
+                   std::vector<uint32_t>& counts);
+
+// One rank's sets, packed for the wire: per set, its count of (value bits,
+// index) pairs, the sets one after another.
+void PackSparse(const std::vector<CommTensor>& tensors, const std::vector<uint32_t>& counts,
+                uint32_t* pairs);
+
+// Adds `count` packed pairs into the dense tensor of `elements` floats; an
+// index outside [0, elements) returns it (and adds nothing from there on),
+// else -1.
+int64_t AddSparse(const uint32_t* pairs, uint64_t count, float* dense, uint64_t elements);
+
 }  // namespace graphc::runtime::comm
 
 #endif  // GRAPHC_RUNTIME_COMM_WIRE_FORMAT_H_

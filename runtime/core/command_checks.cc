@@ -398,6 +398,11 @@ Status CommandChecker::CheckShapes(const fb::Command& command, const std::string
       if (in.size() == 0 || in.size() != out.size())
         return Fail(ErrorCode::kPlanBadIndex,
                     where + ": a collective names its buffers as inputs and outputs alike");
+      const bool sparse = attrs->sparse();
+      if (sparse && (in.size() % 3 != 0 || attrs->wire() != fb::DType::F32))
+        return Fail(ErrorCode::kPlanBadValue,
+                    where + ": a sparse allreduce takes threes of buffers (values, indices, "
+                            "dense) and travels as F32");
       const auto* in_place = command.in_place();
       if (in_place == nullptr || in_place->size() != in.size())
         return Fail(ErrorCode::kPlanAliasedOperands,
@@ -412,11 +417,27 @@ Status CommandChecker::CheckShapes(const fb::Command& command, const std::string
           return Fail(ErrorCode::kPlanBadValue,
                       where + ": reduces " + BufferName(plan_, in.Get(i)) +
                           ", which is not in the arena");
-        if (b.dtype() != fb::DType::F32 && b.dtype() != fb::DType::F16 &&
-            b.dtype() != fb::DType::BF16)
+        if (sparse) {
+          // Values F32 [k], indices I32 [k], dense F32 [n], 1 <= k <= n < 2^31.
+          const fb::DType expected = i % 3 == 1 ? fb::DType::I32 : fb::DType::F32;
+          if (b.dtype() != expected)
+            return Fail(ErrorCode::kPlanBadValue,
+                        where + ": sparse allreduce " + BufferName(plan_, in.Get(i)) +
+                            " is " + fb::EnumNameDType(b.dtype()) + ", not " +
+                            fb::EnumNameDType(expected));
+          if (i % 3 == 2) {
+            const uint64_t k = Buf(in.Get(i - 2)).size() / 4, n = b.size() / 4;
+            if (k == 0 || Buf(in.Get(i - 1)).size() != k * 4 || k > n || n >= (uint64_t{1} << 31))
+              return ShapeError(where, "a sparse set of " + Str(k) + " values, " +
+                                           Str(Buf(in.Get(i - 1)).size() / 4) + " indices and " +
+                                           Str(n) + " dense elements");
+          }
+        } else if (b.dtype() != fb::DType::F32 && b.dtype() != fb::DType::F16 &&
+                   b.dtype() != fb::DType::BF16) {
           return Fail(ErrorCode::kPlanBadValue,
                       where + ": reduces " + BufferName(plan_, in.Get(i)) + " of type " +
                           fb::EnumNameDType(b.dtype()) + "; only F32, F16 and BF16 reduce");
+        }
         for (uint32_t j = 0; j < i; ++j)
           if (Overlaps(b, Buf(in.Get(j))))
             return Fail(ErrorCode::kPlanAliasedOperands,

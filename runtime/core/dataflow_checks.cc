@@ -135,6 +135,11 @@ Status CheckCollectives(const fb::Plan& plan, const fb::Program& program,
                                                   ", which no earlier command started");
       const auto& started = *it->second.command->inputs();
       const auto& waited = *command->inputs();
+      if (it->second.command->collective()->sparse() != command->collective()->sparse())
+        return Fail(ErrorCode::kPlanBadValue,
+                    where_of(c) + ": waits for bucket " + Str(bucket) +
+                        (command->collective()->sparse() ? " as sparse" : " as dense") +
+                        ", and its start (command " + Str(it->second.start) + ") is not");
       if (!std::equal(started.begin(), started.end(), waited.begin(), waited.end()))
         return Fail(ErrorCode::kPlanBadValue,
                     where_of(c) + ": waits for bucket " + Str(bucket) +

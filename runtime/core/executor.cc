@@ -90,6 +90,11 @@ StatusOr<std::unique_ptr<Executor>> Executor::Create(const Plan& plan, Backend& 
     executor->has_collectives_.push_back(
         std::any_of(program->commands()->begin(), program->commands()->end(),
                     [](const fb::Command* c) { return IsCollective(c->op()); }));
+    executor->has_sparse_.push_back(
+        std::any_of(program->commands()->begin(), program->commands()->end(),
+                    [](const fb::Command* c) {
+                      return IsCollective(c->op()) && c->collective()->sparse();
+                    }));
   }
   executor->graph_of_.resize(root.programs()->size());
   executor->in_flight_.resize(root.programs()->size());
@@ -216,7 +221,7 @@ bool Executor::distributed() const { return comm_ != nullptr && comm_->size() > 
 Status Executor::Enqueue(int index) {
   // A collective is host work between the device's commands: no graph.
   if (!graphs_ || !backend_.supports_graphs() || profiling_ || sync_debug_ || tracing_ ||
-      (distributed() && has_collectives_[index]))
+      ((distributed() || has_sparse_[index]) && has_collectives_[index]))
     return EnqueueCommands(index);
   ProgramGraph& g = graph_of_[index];
   const std::string what = "program '" + PrintableOf(program(index).name()) + "'";
@@ -296,13 +301,19 @@ Status Executor::EnqueueCommands(int index) {
 // device collectives: copied out after the compute stream has produced them,
 // and back in once reduced).
 Status Executor::RunCollective(int index, uint32_t c) {
-  if (!distributed()) return Status::Ok();
   const fb::Command& command = *program(index).commands()->Get(c);
+  // A sparse allreduce writes its dense buffers even on one rank.
+  const bool sparse = command.collective()->sparse();
+  if (!distributed() && !sparse) return Status::Ok();
+  if (!distributed() && local_comm_ == nullptr) local_comm_ = NewSingleRankCommunicator();
+  Communicator* comm = distributed() ? comm_ : local_comm_.get();
   const std::vector<DeviceMemory>& operands = operands_[index][c];
   const uint32_t count = command.inputs()->size();
   const int32_t bucket = command.collective()->bucket();  // the loader proved both
   std::map<int32_t, InFlight>& in_flight = in_flight_[index];
-  const bool on_device = device_collectives_ != nullptr;
+  // Sparse allreduces (deep gradient compression) gather on the host: the
+  // device collectives reduce dense buckets only.
+  const bool on_device = device_collectives_ != nullptr && !sparse;
   const bool staged = backend_.asynchronous() && !on_device;
   const Reduction reduction =
       command.collective()->reduction() == fb::Reduction::Mean ? Reduction::kMean : Reduction::kSum;
@@ -327,14 +338,15 @@ Status Executor::RunCollective(int index, uint32_t c) {
       }
       tensors.push_back(CommTensor{data, b.dtype(), b.size() / DTypeBytes(b.dtype())});
     }
-    const std::string what = "allreduce of bucket " + std::to_string(bucket) + " (" +
-                             PrintableOf(program(index).name()) + " command " +
-                             std::to_string(c) + ")";
+    const std::string what = std::string(sparse ? "sparse " : "") + "allreduce of bucket " +
+                             std::to_string(bucket) + " (" + PrintableOf(program(index).name()) +
+                             " command " + std::to_string(c) + ")";
     StatusOr<int64_t> handle =
-        on_device ? device_collectives_->StartAllreduce(what, std::move(tensors), reduction,
-                                                        command.collective()->wire())
-                  : comm_->StartAllreduce(what, std::move(tensors), reduction,
-                                          command.collective()->wire());
+        sparse      ? comm->StartSparseAllreduce(what, std::move(tensors), reduction)
+        : on_device ? device_collectives_->StartAllreduce(what, std::move(tensors), reduction,
+                                                          command.collective()->wire())
+                    : comm->StartAllreduce(what, std::move(tensors), reduction,
+                                            command.collective()->wire());
     if (!handle.ok()) return handle.status();
     in_flight[bucket] =
         InFlight{*handle, c, tracing_ ? MicrosecondsSinceCreation() : 0, staging, on_device};
@@ -347,7 +359,7 @@ Status Executor::RunCollective(int index, uint32_t c) {
   const InFlight flight = it->second;
   in_flight.erase(it);
   Status status =
-      flight.on_device ? device_collectives_->Wait(flight.handle) : comm_->Wait(flight.handle);
+      flight.on_device ? device_collectives_->Wait(flight.handle) : comm->Wait(flight.handle);
   if (tracing_ && status.ok()) {
     uint64_t bytes = 0;
     for (uint32_t i = 0; i < count; ++i) bytes += operands[i].bytes;
@@ -389,7 +401,8 @@ Status Executor::RunCommand(int index, uint32_t c) {
     if (distributed())
       return Status(ErrorCode::kUnsupported,
                     "a collective cannot run alone: RunCommand is for one rank");
-    return Status::Ok();
+    // One rank's sparse allreduce scatters its own set (at the start).
+    return RunCollective(index, c);
   }
   Status status = backend_.Run(command, operands_[index][c].data());
   if (status.ok()) status = backend_.Synchronize();

@@ -149,6 +149,9 @@ class Executor {
   Communicator* comm_ = nullptr;
   DeviceCollectives* device_collectives_ = nullptr;
   std::vector<bool> has_collectives_;  // per program
+  std::vector<bool> has_sparse_;       // per program: a sparse allreduce among them
+  // A job of one's communicator for sparse allreduces when there is no other.
+  std::unique_ptr<Communicator> local_comm_;
   struct InFlight {
     int64_t handle = -1;
     uint32_t start = 0;                 // the start command

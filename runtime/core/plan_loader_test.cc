@@ -45,6 +45,7 @@ struct CommandSpec {
     int32_t bucket = 0;
     fb::Reduction reduction = fb::Reduction::Mean;
     fb::DType wire = fb::DType::F32;
+    bool sparse = false;
   };
   std::optional<Collective> collective;
   // Convolutions and poolings: the activations' layout; a pooling's window
@@ -164,7 +165,8 @@ struct PlanSpec {
       flatbuffers::Offset<fb::CollectiveAttrs> collective;
       if (c.collective)
         collective = fb::CreateCollectiveAttrs(fbb, c.collective->bucket,
-                                               c.collective->reduction, c.collective->wire);
+                                               c.collective->reduction, c.collective->wire,
+                                               c.collective->sparse);
       flatbuffers::Offset<fb::AttentionAttrs> attention;
       if (c.transpose_k)
         attention = fb::CreateAttentionAttrs(
@@ -906,6 +908,61 @@ PlanSpec WithCollective() {
 std::string LoadMessage(const PlanSpec& spec) {
   StatusOr<std::unique_ptr<Plan>> plan = Plan::FromBytes(spec.Build());
   return plan.ok() ? "" : plan.status().message();
+}
+
+// The valid plan with a sparse allreduce: values (buffer 7) and indices (8),
+// six of each copied from c, and c (6) as the dense buffer that receives the
+// ranks' sets.
+PlanSpec WithSparse() {
+  PlanSpec spec;
+  spec.buffers.push_back({"values", {6}, fb::Region::Arena, 2176});
+  spec.buffers.push_back({"indices", {6}, fb::Region::Arena, 2240, -1, fb::DType::I32});
+  spec.commands.push_back({fb::Opcode::Copy, {6}, {7}});
+  spec.commands.push_back({fb::Opcode::Copy, {6}, {8}});
+  CommandSpec start{fb::Opcode::AllreduceStart, {7, 8, 6}, {7, 8, 6}, {0, 1, 2}};
+  start.collective = CommandSpec::Collective{0, fb::Reduction::Mean, fb::DType::F32, true};
+  CommandSpec wait{fb::Opcode::AllreduceWait, {7, 8, 6}, {7, 8, 6}, {0, 1, 2}};
+  wait.collective = CommandSpec::Collective{0, fb::Reduction::Sum, fb::DType::F32, true};
+  spec.commands.push_back(start);
+  spec.commands.push_back(wait);
+  return spec;
+}
+
+TEST(PlanLoaderTest, SparseAllreducesTakeThreesOfValuesIndicesAndDense) {
+  EXPECT_EQ(LoadMessage(WithSparse()), "");
+  PlanSpec dtype = WithSparse();
+  dtype.buffers[8].dtype = fb::DType::F32;
+  EXPECT_EQ(LoadError(dtype), ErrorCode::kPlanBadValue);
+  EXPECT_NE(LoadMessage(dtype).find("sparse allreduce buffer 8 'indices' is F32, not I32"),
+            std::string::npos)
+      << LoadMessage(dtype);
+  PlanSpec two = WithSparse();
+  for (size_t c : {two.commands.size() - 2, two.commands.size() - 1})
+    two.commands[c].inputs = two.commands[c].outputs = {7, 6}, two.commands[c].in_place = {0, 1};
+  EXPECT_NE(LoadMessage(two).find("takes threes of buffers"), std::string::npos)
+      << LoadMessage(two);
+  PlanSpec wire = WithSparse();
+  wire.commands[wire.commands.size() - 2].collective->wire = fb::DType::F16;
+  EXPECT_NE(LoadMessage(wire).find("travels as F32"), std::string::npos) << LoadMessage(wire);
+  PlanSpec more = WithSparse();  // 8 values (copied from a) into a dense buffer of 6
+  more.buffers[7].shape = {8};
+  more.buffers[8].shape = {8};
+  more.commands[4].inputs = more.commands[5].inputs = {4};
+  EXPECT_NE(LoadMessage(more).find("a sparse set of 8 values, 8 indices and 6 dense elements"),
+            std::string::npos)
+      << LoadMessage(more);
+  PlanSpec mismatch = WithSparse();
+  mismatch.buffers[8].shape = {8};
+  mismatch.commands[5].inputs = {4};
+  EXPECT_NE(LoadMessage(mismatch).find("6 values, 8 indices"), std::string::npos)
+      << LoadMessage(mismatch);
+  PlanSpec dense = WithSparse();  // waited for as a dense bucket: its indices do not reduce
+  dense.commands.back().collective->sparse = false;
+  EXPECT_EQ(LoadError(dense), ErrorCode::kPlanBadValue);
+  EXPECT_NE(LoadMessage(dense).find("command 7 (test.mlir:1:1): reduces buffer 8 'indices' of "
+                                    "type I32"),
+            std::string::npos)
+      << LoadMessage(dense);
 }
 
 TEST(PlanLoaderTest, CollectivesLoadWhenEveryStartHasItsWait) {

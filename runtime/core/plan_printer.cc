@@ -252,7 +252,8 @@ void PrintPlan(const Plan& loaded, const PrintOptions& options, std::ostream& os
         else
           os << fb::EnumNameOpcode(c->op());
         if (IsCollective(c->op()) && c->collective()) {
-          os << " bucket " << c->collective()->bucket();
+          os << (c->collective()->sparse() ? " sparse" : "") << " bucket "
+             << c->collective()->bucket();
           if (c->op() == fb::Opcode::AllreduceStart)
             os << " " << fb::EnumNameReduction(c->collective()->reduction())
                << (c->collective()->wire() == fb::DType::F16 ? " wire F16" : "");

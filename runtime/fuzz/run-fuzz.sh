@@ -69,6 +69,11 @@ cp "$out/cpu_x86_64.so" "$out/corpus/fmnist_cnn_kernels.so"
 "$build/bin/graphc" compile "$src/models/fmnist_cnn.mlir" --batch-size 2 \
   --grad-compression=powersgd:2 -o "$out/corpus/fmnist_cnn_powersgd.plan" > /dev/null
 
+# Top-k: sparse collectives (values, indices and dense buffers in threes),
+# the radix selection and masking kernels, the warm-up's count.
+"$build/bin/graphc" compile "$src/models/fmnist_cnn.mlir" --batch-size 2 \
+  --grad-compression=topk:0.01:8 -o "$out/corpus/fmnist_cnn_topk.plan" > /dev/null
+
 # Fused attention (Attention and AttentionBackward commands, schema v7).
 "$build/bin/graphc" compile "$src/test/tools/Inputs/long_attention.mlir" --batch-size 1 \
   -o "$out/corpus/long_attention.plan" > /dev/null

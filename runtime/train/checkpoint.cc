@@ -251,8 +251,15 @@ Status LoadStates(Executor& exec, const std::string& path, LoadKind kind,
 
 }  // namespace
 
-bool IsPowerSgdState(const std::string& name) {
-  return name.rfind("graphc.powersgd.", 0) == 0;
+bool IsCompressionState(const std::string& name) {
+  return name.rfind("graphc.powersgd.", 0) == 0 || name.rfind("graphc.dgc.", 0) == 0;
+}
+
+bool IsPerRankCompressionState(const std::string& name) {
+  const std::string error = ".error";
+  return name.rfind("graphc.dgc.", 0) == 0 ||
+         (name.rfind("graphc.powersgd.", 0) == 0 && name.size() > error.size() &&
+          name.compare(name.size() - error.size(), error.size(), error) == 0);
 }
 
 bool IsModelState(const Plan& plan, const std::string& name) {
@@ -323,22 +330,25 @@ Status LoadStates(Executor& exec, const std::string& path, LoadKind kind,
   std::vector<Load> loads;
   std::set<std::string> wanted;
   const fb::Plan& root = exec.plan().root();
-  // A checkpoint of a plan without PowerSGD: its states start fresh.
-  bool powersgd_saved = false;
-  for (const auto& [name, value] : header.items()) powersgd_saved |= IsPowerSgdState(name);
+  // A checkpoint of a plan without gradient compression: its states start
+  // fresh.
+  bool compression_saved = false;
+  for (const auto& [name, value] : header.items()) compression_saved |= IsCompressionState(name);
   // graphrun marks a checkpoint that had them: one with them all taken out
   // is not an uncompressed plan's.
-  if (!initial && !powersgd_saved && header.contains("__metadata__") &&
-      header["__metadata__"].is_object() && header["__metadata__"].contains("graphc.powersgd"))
-    return Io(path, "was saved with PowerSGD's states (its __metadata__ says so) but holds "
-                    "none of them");
+  if (!initial && !compression_saved && header.contains("__metadata__") &&
+      header["__metadata__"].is_object() &&
+      (header["__metadata__"].contains("graphc.powersgd") ||
+       header["__metadata__"].contains("graphc.dgc")))
+    return Io(path, "was saved with gradient compression's states (its __metadata__ says "
+                    "so) but holds none of them");
   size_t started_fresh = 0;
   if (root.states() != nullptr)
     for (const fb::State* state : *root.states()) {
       const fb::Buffer& b = exec.buffer(state->buffer());
       const std::string name = StringOf(b.name());
       if (IsRuntimeOwnedState(name) || (initial && !IsModelState(exec.plan(), name))) continue;
-      if (!initial && !powersgd_saved && IsPowerSgdState(name)) {
+      if (!initial && !compression_saved && IsCompressionState(name)) {
         ++started_fresh;
         continue;
       }

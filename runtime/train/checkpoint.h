@@ -46,17 +46,22 @@ Status SaveCheckpoint(const Executor& exec, const std::string& path,
 // nothing is written unless the whole file checks out, NaN and infinity
 // (kNonFinite, naming the tensor) included. With `metadata`, also gives the
 // file's "__metadata__" strings (others are left out). One exception: a
-// checkpoint without any of PowerSGD's states (graphc.powersgd.*, saved by a
-// plan without it) leaves them as they started, so that PowerSGD can take
-// over from plain allreduces (its warm-up); `fresh` then counts them. A file
-// with some of them must have all.
+// checkpoint without any gradient compression state (IsCompressionState,
+// saved by a plan without compression) leaves them as they started, so that
+// PowerSGD or top-k can take over from plain allreduces (a warm-up); `fresh`
+// then counts them. A file with some of them must have all.
 Status LoadCheckpoint(Executor& exec, const std::string& path,
                       std::map<std::string, std::string>* metadata = nullptr,
                       size_t* fresh = nullptr);
 
-// Whether `name` is one of PowerSGD's states (graphc.powersgd.<param>.error
-// and .q, which graphc-data-parallel adds).
-bool IsPowerSgdState(const std::string& name);
+// Whether `name` is one of gradient compression's states, which
+// graphc-data-parallel adds: PowerSGD's (graphc.powersgd.<param>.error and
+// .q) or deep gradient compression's (graphc.dgc.<param>.accumulation; its
+// momentum is the parameter's momentum_buffer, as momentum SGD's).
+bool IsCompressionState(const std::string& name);
+// The rank's own part of those states (PowerSGD's error, DGC's
+// accumulation), as opposed to what every rank holds alike (PowerSGD's Q).
+bool IsPerRankCompressionState(const std::string& name);
 
 // Whether state `name` of `plan` is the model's own: a parameter, or state
 // the model declared (batch-norm statistics), not one the compiler added

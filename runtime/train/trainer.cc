@@ -23,6 +23,7 @@
 #include <map>
 #include <memory>
 #include <numeric>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -211,10 +212,19 @@ Status Trainer::Resume() {
                       std::to_string(start_step_) + ", outside [0, " + std::to_string(kMaxSteps) +
                       "]");
   out_ << "resumed from " << Printable(o_.resume) << " at step " << start_step_ << "\n";
-  if (fresh > 0)
-    out_ << "PowerSGD starts here: the checkpoint has none of its " << fresh
-         << " states (saved without --grad-compression=powersgd), so the errors start at zero "
-            "and Q as initialized\n";
+  if (fresh > 0) {
+    bool topk = false;
+    for (const fb::State* state : *root_.states())
+      topk |= StringOf(exec_->buffer(state->buffer()).name()).rfind("graphc.dgc.", 0) == 0;
+    if (topk)
+      out_ << "top-k starts here: the checkpoint has none of its " << fresh
+           << " states (saved without --grad-compression=topk), so the accumulation starts "
+              "at zero (the momentum buffers carry on)\n";
+    else
+      out_ << "PowerSGD starts here: the checkpoint has none of its " << fresh
+           << " states (saved without --grad-compression=powersgd), so the errors start at "
+              "zero and Q as initialized\n";
+  }
   // The data order continues where the saved run was only with the same
   // global batch and seed (the shuffle, synthetic data and dropout masks
   // follow the seed); otherwise the run trains on, but says so.
@@ -308,18 +318,30 @@ Status Trainer::Save(int64_t done) {
   // PowerSGD's error is each rank's own, but the training that follows
   // depends only on the ranks' mean of it (the factors are linear in the
   // mean of the ranks' M = G + E): the checkpoint holds that mean, so that a
-  // job resumed on any number of ranks trains on as this one would. The
-  // ranks' own errors are put back after the write.
+  // job resumed on any number of ranks trains on as this one would. Top-k's
+  // accumulation and momentum are each rank's own too; their mean keeps
+  // their sum over ranks, every bit of gradient not yet sent (a resumed job
+  // then selects from the mean, not from each rank's own). The ranks' own
+  // states are put back after the write.
   std::vector<std::pair<int32_t, std::vector<float>>> own_errors;
+  std::set<std::string> names;
+  if (root_.states() != nullptr)
+    for (const fb::State* state : *root_.states())
+      names.insert(StringOf(exec_->buffer(state->buffer()).name()));
+  // Top-k's momentum is its parameter's momentum_buffer.
+  auto per_rank = [&](const std::string& name) {
+    const std::string buffer = ".momentum_buffer";
+    return IsPerRankCompressionState(name) ||
+           (name.size() > buffer.size() &&
+            name.compare(name.size() - buffer.size(), buffer.size(), buffer) == 0 &&
+            names.count("graphc.dgc." + name.substr(0, name.size() - buffer.size()) +
+                        ".accumulation"));
+  };
   if (ranks_ > 1 && root_.states() != nullptr)
     for (const fb::State* state : *root_.states()) {
       const fb::Buffer& b = exec_->buffer(state->buffer());
       const std::string name = StringOf(b.name());
-      const std::string suffix = ".error";
-      if (!IsPowerSgdState(name) || name.size() < suffix.size() ||
-          name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0 ||
-          b.dtype() != fb::DType::F32)
-        continue;
+      if (!per_rank(name) || b.dtype() != fb::DType::F32) continue;
       std::vector<float> own(b.size() / 4);
       GRAPHC_RETURN_IF_ERROR(exec_->Read(state->buffer(), own.data(), b.size()));
       std::vector<double> mean(own.begin(), own.end());
@@ -351,8 +373,11 @@ Status Trainer::WriteCheckpoint(int64_t done) {
   // an uncompressed plan's (which would start them fresh).
   if (root_.states() != nullptr)
     for (const fb::State* state : *root_.states())
-      if (IsPowerSgdState(StringOf(exec_->buffer(state->buffer()).name())))
-        metadata["graphc.powersgd"] = "error feedback and Q";
+      if (const std::string name = StringOf(exec_->buffer(state->buffer()).name());
+          IsCompressionState(name))
+        metadata[name.rfind("graphc.dgc.", 0) == 0 ? "graphc.dgc" : "graphc.powersgd"] =
+            name.rfind("graphc.dgc.", 0) == 0 ? "accumulation and momentum"
+                                              : "error feedback and Q";
   Status saved = SaveCheckpoint(*exec_, o_.save, metadata);
   if (saved.ok() && !terminal_)
     out_ << "saved " << Printable(o_.save) << " at step " << start_step_ + done << "\n";

@@ -3,6 +3,10 @@
 // RUN: graphc-opt %s -graphc-data-parallel="grad-compression=fp16" | FileCheck %s --check-prefix=HALF
 // RUN: not graphc-opt %s -graphc-data-parallel="grad-compression=powersgd:0" 2>&1 | FileCheck %s --check-prefix=BAD
 // RUN: not graphc-opt %S/Inputs/loss-scaled-step.mlir -graphc-data-parallel="grad-compression=powersgd:1" 2>&1 | FileCheck %s --check-prefix=SCALED
+// RUN: graphc-opt %s -graphc-data-parallel="grad-compression=topk:0.05:100 momentum=0.5 weight-decay=0.25" | FileCheck %s --check-prefix=TOPK
+// RUN: graphc-opt %s -graphc-data-parallel="grad-compression=topk:0.05 momentum=0 weight-decay=0" | FileCheck %s --check-prefix=PLAIN
+// RUN: not graphc-opt %S/Inputs/loss-scaled-step.mlir -graphc-data-parallel="grad-compression=topk:0.01" 2>&1 | FileCheck %s --check-prefix=TOPK-SCALED
+// RUN: not graphc-opt %s -graphc-data-parallel="grad-compression=topk:0.01 momentum=1" 2>&1 | FileCheck %s --check-prefix=TOPK-M
 
 // Two buckets: @w's [16, 32] gradient first (its own, by the 0.0001 MiB
 // first bucket), then @b's [16] and @k's [8, 4, 3, 3] together. @w and @k
@@ -70,5 +74,46 @@ func.func @train_step(%x: tensor<16x32xf32>, %y: tensor<8x4x3x3xf32>) -> tensor<
 // HALF: dist.allreduce_start mean {{.*}} wire f16
 // HALF-NOT: nn.orthonormalize
 
-// BAD: error: graphc-data-parallel: grad-compression: expected none, fp16 or powersgd:RANK with RANK in [1, 64], got 'powersgd:0'
+// BAD: error: graphc-data-parallel: grad-compression: expected none, fp16, topk:RATIO[:WARMUP_STEPS] or powersgd:RANK with RANK in [1, 64], got 'powersgd:0'
 // SCALED: error: grad-compression=powersgd does not combine with loss scaling
+
+// Top-k (one bucket here), where the bucket starts: @b's dense allreduce,
+// then for @w and @k g' = g + wd w, u = m u + g', v = v + u, the selection
+// (its count from graphc.step under warm-up: 25% of 512 is 128 entries at
+// first, then 32, then k = 26), the masking, and one sparse collective over
+// the gradients' own memory.
+// TOPK-LABEL: func.func @train_step
+// TOPK: %[[STEP:.*]] = nn.load @graphc.step : tensor<i64>
+// TOPK: %[[GW:.*]] = nn.add %arg0, %arg0
+// TOPK: %[[GK:.*]] = nn.add %arg1, %arg1
+// TOPK: %[[FB:.*]] = dist.allreduce_start mean %{{.*}} bucket 0 : tensor<16xf32>
+// TOPK: %[[W:.*]] = nn.load @w : tensor<16x32xf32>
+// TOPK: %[[WD:.*]] = nn.mul %[[W]], %{{.*}} : tensor<16x32xf32>
+// TOPK: %[[G1:.*]] = nn.add %[[GW]], %[[WD]]
+// TOPK: nn.load @w.momentum_buffer : tensor<16x32xf32>
+// TOPK: %[[U:.*]] = nn.add %{{.*}}, %[[G1]]
+// TOPK: %[[V0:.*]] = nn.load @graphc.dgc.w.accumulation : tensor<16x32xf32>
+// TOPK: %[[V:.*]] = nn.add %[[V0]], %[[U]]
+// TOPK: nn.cmp lt, %[[STEP]], %{{.*}}
+// TOPK: %[[VAL:.*]], %[[IDX:.*]] = nn.topk_select %[[V]] count %{{.*}} : tensor<16x32xf32> -> tensor<128xf32>, tensor<128xi32>
+// TOPK: %[[VZ:.*]] = nn.zero_at %[[V]], %[[IDX]]
+// TOPK: nn.assign @graphc.dgc.w.accumulation, %[[VZ]]
+// TOPK: %[[UZ:.*]] = nn.zero_at %[[U]], %[[IDX]]
+// TOPK: nn.assign @w.momentum_buffer, %[[UZ]]
+// TOPK: nn.topk_select %{{.*}} count %{{.*}} : tensor<8x4x3x3xf32> -> tensor<72xf32>, tensor<72xi32>
+// TOPK: %[[F:.*]]:6 = dist.allreduce_start sparse mean %[[VAL]], %[[IDX]], %[[GW]], %{{.*}}, %{{.*}}, %[[GK]] bucket 1 : tensor<128xf32>, tensor<128xi32>, tensor<16x32xf32>, tensor<72xf32>, tensor<72xi32>, tensor<8x4x3x3xf32>
+// TOPK: %[[R:.*]]:6 = dist.allreduce_wait %[[F]]#0, %[[F]]#1, %[[F]]#2, %[[F]]#3, %[[F]]#4, %[[F]]#5
+// TOPK: dist.allreduce_wait %[[FB]]
+// TOPK: nn.apply_gradient @w, %[[R]]#2 {graphc.momentum_applied} : tensor<16x32xf32>
+// TOPK: nn.apply_gradient @b, %{{.*}} : tensor<16xf32>
+// TOPK: nn.apply_gradient @k, %[[R]]#5 {graphc.momentum_applied} : tensor<8x4x3x3xf32>
+// TOPK-DAG: nn.state @graphc.dgc.w.accumulation : tensor<16x32xf32> = zeros
+// TOPK-DAG: nn.state @w.momentum_buffer : tensor<16x32xf32> = zeros
+
+// Without momentum, weight decay or warm-up: no momentum state, K = k.
+// PLAIN-NOT: momentum_buffer
+// PLAIN: nn.topk_select %{{.*}} : tensor<16x32xf32> -> tensor<26xf32>, tensor<26xi32>
+// PLAIN-NOT: momentum_buffer
+
+// TOPK-SCALED: error: grad-compression=topk does not combine with loss scaling
+// TOPK-M: error: graphc-data-parallel: grad-compression=topk needs momentum in [0, 1) and weight-decay >= 0

@@ -78,6 +78,20 @@ void printAllreduceSummary(ModuleOp module, const PipelineOptions &options) {
        << llvm::formatv("{0:f1}", s[4] > 0 ? double(s[3]) / double(s[4]) : 0.0)
        << "x less)\n";
   }
+  // gradients sparsified, gradients, wire bytes without and with.
+  if (auto topk = module->getAttrOfType<DenseI64ArrayAttr>(graphc::kTopkCompressionAttr);
+      topk && topk.size() == 4) {
+    ArrayRef<int64_t> s = topk.asArrayRef();
+    os << "grad-compression: " << options.distributed.gradCompression << ": " << s[0] << " of "
+       << s[1] << " gradients sent as sparse sets (momentum correction, local accumulation, "
+       << "momentum factor masking); " << mebibytes(s[2]) << " -> " << mebibytes(s[3])
+       << " sent per rank per step"
+       << (llvm::StringRef(options.distributed.gradCompression).count(':') == 2
+               ? " after the warm-up"
+               : "")
+       << " (" << llvm::formatv("{0:f1}", s[3] > 0 ? double(s[2]) / double(s[3]) : 0.0)
+       << "x less)\n";
+  }
 }
 
 /// What graphc-rematerialize did to train_step's memory.

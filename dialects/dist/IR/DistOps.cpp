@@ -66,6 +66,30 @@ LogicalResult AllreduceStartOp::verify() {
   for (Value tensor : getTensors())
     if (!seen.insert(tensor).second)
       return emitOpError("reduces one tensor twice");
+  if (getSparse()) {
+    // Threes: values f32 [k], indices i32 [k], the dense f32 result.
+    if (getTensors().size() % 3 != 0 || getWireType())
+      return emitOpError("sparse: takes threes of values, indices and a dense tensor, and no "
+                         "wire type");
+    for (size_t i = 0; i < getTensors().size(); i += 3) {
+      auto values = llvm::cast<RankedTensorType>(getTensors()[i].getType());
+      auto indices = llvm::cast<RankedTensorType>(getTensors()[i + 1].getType());
+      auto dense = llvm::cast<RankedTensorType>(getTensors()[i + 2].getType());
+      if (!values.getElementType().isF32() || !indices.getElementType().isInteger(32) ||
+          !dense.getElementType().isF32() || values.getRank() != 1 || indices.getRank() != 1 ||
+          !values.hasStaticShape() || !dense.hasStaticShape() ||
+          values.getShape() != indices.getShape() || values.getNumElements() < 1 ||
+          values.getNumElements() > dense.getNumElements() ||
+          dense.getNumElements() >= (int64_t{1} << 31))
+        return emitOpError("sparse: set ")
+               << i / 3 << " must be values tensor<Kxf32>, indices tensor<Kxi32> and a dense "
+               << "f32 tensor of N >= K elements (N < 2^31)";
+    }
+  } else {
+    for (Value tensor : getTensors())
+      if (!llvm::isa<FloatType>(llvm::cast<RankedTensorType>(tensor.getType()).getElementType()))
+        return emitOpError("reduces ") << tensor.getType() << "; only sparse collectives take i32";
+  }
   // The pairing rule, checked from the start so that a result read by
   // anything else is reported where the collective begins.
   Operation *wait = nullptr;

@@ -37,6 +37,8 @@ def Dist_Reduction : I32EnumAttr<"Reduction", "how a collective combines ranks",
 }
 
 def Dist_FloatTensor : RankedTensorOf<[F16, BF16, F32]>;
+// A collective's tensors: floats, and a sparse one's i32 indices.
+def Dist_Tensor : RankedTensorOf<[F16, BF16, F32, I32]>;
 
 class Dist_Op<string mnemonic, list<Trait> traits = []> :
     Op<Dist_Dialect, mnemonic, traits>;
@@ -73,18 +75,26 @@ def Dist_AllreduceStartOp : Dist_Op<"allreduce_start", [
     rank divides by the world size before rounding, for a mean); half
     tensors always travel as they are.
 
+    A `sparse` start (deep gradient compression's sum of sparse sets) takes
+    threes of tensors: the values (f32) and indices (i32) of one rank's
+    sparse set, up to the first negative index, and a dense f32 tensor that
+    the wait gives back holding the sum (or mean) over ranks of their sets
+    at those flat positions, zero elsewhere. Its values and indices come back
+    unchanged. The sets are gathered, never summed densely.
+
     ```mlir
     %f:2 = dist.allreduce_start mean %dw, %db bucket 0 : tensor<10x784xf32>, tensor<10xf32>
     ... backward continues ...
     %r:2 = dist.allreduce_wait %f#0, %f#1 : tensor<10x784xf32>, tensor<10xf32>
     ```
   }];
-  let arguments = (ins Variadic<Dist_FloatTensor>:$tensors,
+  let arguments = (ins Variadic<Dist_Tensor>:$tensors,
                        Dist_Reduction:$reduction, I64Attr:$bucket,
-                       OptionalAttr<TypeAttr>:$wire_type);
-  let results = (outs Variadic<Dist_FloatTensor>:$in_flight);
+                       OptionalAttr<TypeAttr>:$wire_type, UnitAttr:$sparse);
+  let results = (outs Variadic<Dist_Tensor>:$in_flight);
   let assemblyFormat = [{
-    $reduction $tensors `bucket` $bucket (`wire` $wire_type^)? attr-dict `:` type($tensors)
+    (`sparse` $sparse^)? $reduction $tensors `bucket` $bucket (`wire` $wire_type^)? attr-dict
+    `:` type($tensors)
   }];
   let hasVerifier = 1;
   let extraClassDeclaration = [{
@@ -106,8 +116,8 @@ def Dist_AllreduceWaitOp : Dist_Op<"allreduce_wait", [
     %r:2 = dist.allreduce_wait %f#0, %f#1 : tensor<10x784xf32>, tensor<10xf32>
     ```
   }];
-  let arguments = (ins Variadic<Dist_FloatTensor>:$in_flight);
-  let results = (outs Variadic<Dist_FloatTensor>:$reduced);
+  let arguments = (ins Variadic<Dist_Tensor>:$in_flight);
+  let results = (outs Variadic<Dist_Tensor>:$reduced);
   let assemblyFormat = "$in_flight attr-dict `:` type($in_flight)";
   let hasVerifier = 1;
   let extraClassDeclaration = [{

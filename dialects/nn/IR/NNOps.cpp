@@ -1158,6 +1158,33 @@ LogicalResult OrthonormalizeOp::verify() {
   return success();
 }
 
+LogicalResult TopkSelectOp::verify() {
+  auto input = llvm::cast<RankedTensorType>(getInput().getType());
+  auto values = llvm::cast<RankedTensorType>(getValues().getType());
+  auto indices = llvm::cast<RankedTensorType>(getIndices().getType());
+  if (!input.hasStaticShape() || !input.getElementType().isF32() ||
+      input.getNumElements() >= (int64_t{1} << 31))
+    return emitOpError("expects a static f32 input of under 2^31 elements, got ") << input;
+  if (values.getRank() != 1 || !values.getElementType().isF32() || indices.getRank() != 1 ||
+      !indices.getElementType().isInteger(32) || values.getShape() != indices.getShape() ||
+      values.getDimSize(0) < 1 || values.getDimSize(0) > input.getNumElements())
+    return emitOpError("expects values tensor<Kxf32> and indices tensor<Kxi32> with 1 <= K <= ")
+           << input.getNumElements() << ", got " << values << " and " << indices;
+  return success();
+}
+
+LogicalResult ZeroAtOp::verify() {
+  auto input = llvm::cast<RankedTensorType>(getInput().getType());
+  auto indices = llvm::cast<RankedTensorType>(getIndices().getType());
+  if (!input.hasStaticShape() || !input.getElementType().isF32() ||
+      input.getNumElements() >= (int64_t{1} << 31))
+    return emitOpError("expects a static f32 input of under 2^31 elements, got ") << input;
+  if (indices.getRank() != 1 || !indices.hasStaticShape() ||
+      !indices.getElementType().isInteger(32))
+    return emitOpError("expects indices tensor<Kxi32>, got ") << indices;
+  return success();
+}
+
 LogicalResult MatmulOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                                          Adaptor adaptor,
                                          SmallVectorImpl<Type> &types) {

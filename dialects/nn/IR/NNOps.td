@@ -614,6 +614,50 @@ def NN_OrthonormalizeOp : NN_Op<"orthonormalize", [Pure, AllTypesMatch<["input",
   let hasVerifier = 1;
 }
 
+def NN_TopkSelectOp : NN_Op<"topk_select", [Pure]> {
+  let summary = "the entries of largest magnitude, with their flat indices";
+  let description = [{
+    Selects the `count` entries of the f32 `input` (flat) whose magnitudes
+    are largest, ties going to the lower index, and writes them in index
+    order: `values[j] = input[indices[j]]`. The selection is exact: a radix
+    select on the magnitudes' bits (three histogram passes over the input,
+    then one that collects), no sort. `count` (an i64 scalar, clamped to
+    [1, K]) defaults to K, the size of the results; the entries past it are
+    padding, value 0 and index -1, where a sparse collective's set ends.
+    Deep gradient compression (graphc-data-parallel's
+    `grad-compression=topk:RATIO`) sends these sets. NaN counts as largest.
+    Not differentiable.
+
+    ```mlir
+    %v, %i = nn.topk_select %acc count %k : tensor<64x3x3x3xf32> -> tensor<2xf32>, tensor<2xi32>
+    ```
+  }];
+  let arguments = (ins NN_FloatTensor:$input, Optional<NN_I64Scalar>:$count);
+  let results = (outs NN_FloatTensor:$values, NN_IntTensor:$indices);
+  let assemblyFormat = [{
+    $input (`count` $count^)? attr-dict `:` type($input) `->` type($values) `,` type($indices)
+  }];
+  let hasVerifier = 1;
+}
+
+def NN_ZeroAtOp : NN_Op<"zero_at", [Pure, AllTypesMatch<["input", "result"]>]> {
+  let summary = "a tensor with the entries at some flat indices set to zero";
+  let description = [{
+    `result` is `input` with each flat position named in `indices` set to
+    zero; negative indices (nn.topk_select's padding) and indices past the
+    end name nothing. Deep gradient compression clears what it sent from its
+    accumulated gradient and momentum with it (momentum factor masking).
+
+    ```mlir
+    %v2 = nn.zero_at %v, %i : tensor<64x3x3x3xf32>, tensor<2xi32>
+    ```
+  }];
+  let arguments = (ins NN_FloatTensor:$input, NN_IntTensor:$indices);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = "$input `,` $indices attr-dict `:` type($input) `,` type($indices)";
+  let hasVerifier = 1;
+}
+
 def NN_AttentionOp : NN_Op<"attention", [Pure, InferTypeOpAdaptor]> {
   let summary = "softmax(q k^T + biases) v without the score matrix (fused attention)";
   let description = [{

@@ -239,11 +239,21 @@ static LogicalResult verifyCommand(OpT op, SymbolTableCollection &symbols) {
     if (op.getInputs() != op.getOutputs() || !inPlace ||
         *inPlace != ArrayRef<int64_t>(llvm::to_vector(llvm::seq<int64_t>(0, numInputs))))
       return op.emitOpError("must name the same buffers as inputs and outputs, in place");
-    for (BufferOp buffer : inputs) {
+    const bool sparse = op.getSparse();
+    if (sparse && (numInputs % 3 != 0 || op->hasAttr("wire_type")))
+      return op.emitOpError("sparse: takes threes of values, indices and dense buffers, "
+                            "and no wire type");
+    for (auto [i, buffer] : llvm::enumerate(inputs)) {
       if (buffer.getRegion() != graphc::plan::Region::arena)
         return op.emitOpError("reduces @") << buffer.getSymName()
                                            << ", which is not in the arena";
       Type element = buffer.getMemRefType().getElementType();
+      if (sparse) {
+        if (i % 3 == 1 ? !element.isInteger(32) : !element.isF32())
+          return op.emitOpError("sparse: @")
+                 << buffer.getSymName() << " must be " << (i % 3 == 1 ? "i32" : "f32");
+        continue;
+      }
       if (!element.isF32() && !element.isF16() && !element.isBF16())
         return op.emitOpError("reduces @") << buffer.getSymName() << " of type " << element
                                            << "; only f32, f16 and bf16 are reduced";

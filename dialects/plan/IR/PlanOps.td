@@ -317,13 +317,17 @@ def Plan_CopyOp : Plan_CommandOp<"copy", 1, 1> {
 }
 
 def Plan_AllreduceStartOp : Plan_CommandOp<"allreduce_start", 1, 1024,
-    (ins Plan_ReductionAttr:$reduction, I64Attr:$bucket, OptionalAttr<TypeAttr>:$wire_type),
-    "$reduction `bucket` $bucket (`wire` $wire_type^)?"> {
+    (ins Plan_ReductionAttr:$reduction, I64Attr:$bucket, OptionalAttr<TypeAttr>:$wire_type,
+         UnitAttr:$sparse),
+    "(`sparse` $sparse^)? $reduction `bucket` $bucket (`wire` $wire_type^)?"> {
   let summary = "start reducing a bucket of buffers across ranks, in place";
   let description = [{
     The outputs are the inputs (declared in place): the communicator reduces
     them while later commands run. Until the `plan.allreduce_wait` of the
-    same bucket, no command may touch their bytes.
+    same bucket, no command may touch their bytes. A `sparse` one takes
+    threes of buffers, values (f32) and indices (i32) of one set each, then
+    the dense f32 buffer that receives the sum (or mean) of every rank's set
+    (dist.allreduce_start's sparse form).
 
     ```mlir
     plan.allreduce_start mean bucket 0 [@train_step.v7, @train_step.v9]
@@ -332,7 +336,7 @@ def Plan_AllreduceStartOp : Plan_CommandOp<"allreduce_start", 1, 1024,
   }];
 }
 def Plan_AllreduceWaitOp : Plan_CommandOp<"allreduce_wait", 1, 1024,
-    (ins I64Attr:$bucket), "`bucket` $bucket"> {
+    (ins I64Attr:$bucket, UnitAttr:$sparse), "(`sparse` $sparse^)? `bucket` $bucket"> {
   let summary = "wait until a bucket's allreduce has finished";
   let description = [{
     Names the same buffers as its start, in the same order.

@@ -71,7 +71,7 @@ func.func @wire(%a: tensor<4xf32>) -> tensor<4xf32> {
 
 // Tests that integer tensors are not reduced.
 func.func @integers(%a: tensor<4xi32>) -> tensor<4xi32> {
-  // expected-error@+1 {{operand #0 must be variadic of ranked tensor of 16-bit float or bfloat16 type or 32-bit float values}}
+  // expected-error@+1 {{'dist.allreduce_start' op reduces 'tensor<4xi32>'; only sparse collectives take i32}}
   %f = dist.allreduce_start mean %a bucket 0 : tensor<4xi32>
   %r = dist.allreduce_wait %f : tensor<4xi32>
   return %r : tensor<4xi32>
@@ -85,4 +85,34 @@ func.func @bucket(%a: tensor<4xf32>) -> tensor<4xf32> {
   %f = dist.allreduce_start mean %a bucket -1 : tensor<4xf32>
   %r = dist.allreduce_wait %f : tensor<4xf32>
   return %r : tensor<4xf32>
+}
+
+// -----
+
+// Tests that a sparse collective takes threes: values, indices, dense.
+func.func @sparse_pairs(%v: tensor<4xf32>, %i: tensor<4xi32>) -> tensor<4xf32> {
+  // expected-error@+1 {{'dist.allreduce_start' op sparse: takes threes of values, indices and a dense tensor, and no wire type}}
+  %f:2 = dist.allreduce_start sparse mean %v, %i bucket 0 : tensor<4xf32>, tensor<4xi32>
+  %r:2 = dist.allreduce_wait %f#0, %f#1 : tensor<4xf32>, tensor<4xi32>
+  return %r#0 : tensor<4xf32>
+}
+
+// -----
+
+// Tests that a sparse set has no more values than its dense tensor.
+func.func @sparse_more(%v: tensor<8xf32>, %i: tensor<8xi32>, %d: tensor<2x3xf32>) -> tensor<2x3xf32> {
+  // expected-error@+1 {{'dist.allreduce_start' op sparse: set 0 must be values tensor<Kxf32>, indices tensor<Kxi32> and a dense f32 tensor of N >= K elements (N < 2^31)}}
+  %f:3 = dist.allreduce_start sparse mean %v, %i, %d bucket 0 : tensor<8xf32>, tensor<8xi32>, tensor<2x3xf32>
+  %r:3 = dist.allreduce_wait %f#0, %f#1, %f#2 : tensor<8xf32>, tensor<8xi32>, tensor<2x3xf32>
+  return %r#2 : tensor<2x3xf32>
+}
+
+// -----
+
+// Tests that a sparse set's indices are i32.
+func.func @sparse_float_indices(%v: tensor<2xf32>, %i: tensor<2xf32>, %d: tensor<6xf32>) -> tensor<6xf32> {
+  // expected-error@+1 {{'dist.allreduce_start' op sparse: set 0 must be values}}
+  %f:3 = dist.allreduce_start sparse sum %v, %i, %d bucket 0 : tensor<2xf32>, tensor<2xf32>, tensor<6xf32>
+  %r:3 = dist.allreduce_wait %f#0, %f#1, %f#2 : tensor<2xf32>, tensor<2xf32>, tensor<6xf32>
+  return %r#2 : tensor<6xf32>
 }

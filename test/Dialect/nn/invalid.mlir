@@ -605,6 +605,31 @@ func.func @f(%a: tensor<2x2x3xf32>, %b: tensor<5x3x4xf32>) {
 
 // -----
 
+// Tests that topk_select gives no more entries than its input has.
+func.func @f(%a: tensor<2x3xf32>) {
+  // expected-error@+1 {{expects values tensor<Kxf32> and indices tensor<Kxi32> with 1 <= K <= 6, got 'tensor<7xf32>' and 'tensor<7xi32>'}}
+  %v, %i = nn.topk_select %a : tensor<2x3xf32> -> tensor<7xf32>, tensor<7xi32>
+  return
+}
+
+// -----
+
+func.func @f(%a: tensor<?x3xf32>) {
+  // expected-error@+1 {{expects a static f32 input of under 2^31 elements, got 'tensor<?x3xf32>'}}
+  %v, %i = nn.topk_select %a : tensor<?x3xf32> -> tensor<2xf32>, tensor<2xi32>
+  return
+}
+
+// -----
+
+func.func @f(%a: tensor<2x3xf32>, %i: tensor<2xi64>) {
+  // expected-error@+1 {{expects indices tensor<Kxi32>, got 'tensor<2xi64>'}}
+  %z = nn.zero_at %a, %i : tensor<2x3xf32>, tensor<2xi64>
+  return
+}
+
+// -----
+
 // Tests that orthonormalize takes a static f32 matrix with no more rows than
 // columns.
 func.func @f(%a: tensor<5x3xf32>) {

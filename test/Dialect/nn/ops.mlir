@@ -231,6 +231,17 @@ func.func @concat_slice_sigmoid(%a: tensor<?x3x5x5xf32>, %b: tensor<?x2x5x5xf32>
   return %c, %s, %g : tensor<?x5x5x5xf32>, tensor<?x2x5x5xf32>, tensor<?x3x5x5xf32>
 }
 
+// CHECK-LABEL: func.func @topk_select
+func.func @topk_select(%v: tensor<4x5xf32>, %k: tensor<i64>) -> (tensor<3xf32>, tensor<3xi32>, tensor<4x5xf32>) {
+  // CHECK: nn.topk_select %{{.+}} count %{{.+}} : tensor<4x5xf32> -> tensor<3xf32>, tensor<3xi32>
+  %values, %indices = nn.topk_select %v count %k : tensor<4x5xf32> -> tensor<3xf32>, tensor<3xi32>
+  // CHECK: nn.topk_select %{{.+}} : tensor<4x5xf32> -> tensor<3xf32>, tensor<3xi32>
+  %values2, %indices2 = nn.topk_select %v : tensor<4x5xf32> -> tensor<3xf32>, tensor<3xi32>
+  // CHECK: nn.zero_at %{{.+}}, %{{.+}} : tensor<4x5xf32>, tensor<3xi32>
+  %z = nn.zero_at %v, %indices : tensor<4x5xf32>, tensor<3xi32>
+  return %values, %indices2, %z : tensor<3xf32>, tensor<3xi32>, tensor<4x5xf32>
+}
+
 // CHECK-LABEL: func.func @orthonormalize
 func.func @orthonormalize(%p: tensor<4x5xf32>) -> tensor<4x5xf32> {
   // CHECK: nn.orthonormalize %{{.+}} : tensor<4x5xf32>
