@@ -5,7 +5,7 @@ tables report it (total images/sec, speedup, scaling efficiency).
 
   sudo benchmarks/scaling.py [--model resnet50] [--batch 8] [--repeats 3]
                              [--out benchmarks/results] [--no-netns]
-                             [--compression [--powersgd-rank 4]]
+                             [--compression [--powersgd-rank 4] [--topk 0.001]]
   benchmarks/scaling.py --replot benchmarks/results/scaling.json   (redraw only)
 
 Every rank gets the same cores (--threads: the machine's cores / 2), so the
@@ -26,10 +26,11 @@ efficiency loses is communication that compute did not hide. Configurations:
 
 With --compression the rows are instead gradient compression's (written as
 scaling-compression.json and .png): 1 rank uncompressed (the baseline) and
-with PowerSGD (what its compute costs), 2 separate runs, and 2 "nodes" at
-10 Gbit/s, 1 Gbit/s and 100 Mbit/s with fp32 gradients, the fp16 wire and
-PowerSGD (graphc --grad-compression), each with the bytes on the wire per
-step (from graphc's summary) and the loss after the run's steps.
+with PowerSGD and with top-k (what their compute costs), 2 separate runs, and
+2 "nodes" at 10 Gbit/s, 1 Gbit/s and 100 Mbit/s with fp32 gradients, the fp16
+wire, PowerSGD and top-k (deep gradient compression; graphc
+--grad-compression), each with the bytes a rank sends per step (from graphc's
+summary) and the loss after the run's steps.
 
 The configurations run in rounds (each once per round) so that drifts in
 machine speed hit all alike; each run reports the median images/sec of its
@@ -214,8 +215,8 @@ def compute_share(train, probe, work):
 
 def wire_mebibytes(summary, wire):
     """The MiB a rank sends into the allreduces per step, from graphc's
-    summary: PowerSGD's factors where it says so, else the buckets (halved on
-    the fp16 wire: ResNet-50's gradients are all fp32)."""
+    summary: PowerSGD's factors or top-k's sets where it says so, else the
+    buckets (halved on the fp16 wire: ResNet-50's gradients are all fp32)."""
     for line in summary.splitlines():
         if line.startswith("grad-compression:") and " -> " in line:
             amount, unit = line.split(" -> ")[1].split()[:2]
@@ -286,8 +287,10 @@ def main():
                                                           os.path.join(ROOT, "build")))
     parser.add_argument("--no-netns", action="store_true", help="one machine only")
     parser.add_argument("--compression", action="store_true",
-                        help="gradient compression's rows (none, fp16, PowerSGD) instead")
+                        help="gradient compression's rows (none, fp16, PowerSGD, top-k) instead")
     parser.add_argument("--powersgd-rank", type=int, default=4)
+    parser.add_argument("--topk", default="0.001",
+                        help="top-k's RATIO[:WARMUP_STEPS] (graphc --grad-compression=topk:...)")
     parser.add_argument("--replot", metavar="JSON",
                         help="redraw the chart of an earlier run's scaling.json, measuring nothing")
     args = parser.parse_args()
@@ -313,9 +316,10 @@ def main():
     # One plan per compile-time variant: (wire, overlap, bucket MiB,
     # compression).
     powersgd = f"powersgd:{args.powersgd_rank}"
+    topk = f"topk:{args.topk}"
     if args.compression:
         variants = [("fp32", True, 25, "none"), ("fp16", True, 25, "none"),
-                    ("fp32", True, 25, powersgd)]
+                    ("fp32", True, 25, powersgd), ("fp32", True, 25, topk)]
     else:
         variants = [("fp32", True, 25, "none"), ("fp32", False, 25, "none"),
                     ("fp16", True, 25, "none"), ("fp16", False, 25, "none"),
@@ -347,6 +351,8 @@ def main():
     if args.compression:
         configs.insert(1, {"name": "1 rank", "link": None, "ranks": 1,
                            "variant": ("fp32", True, 25, powersgd)})
+        configs.insert(2, {"name": "1 rank", "link": None, "ranks": 1,
+                           "variant": ("fp32", True, 25, topk)})
     else:
         configs += [
             {"name": "2 ranks, one machine", "link": "shm", "ranks": 2, "variant": base_variant},

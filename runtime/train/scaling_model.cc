@@ -187,6 +187,29 @@ AllreduceCost AllreduceCostOf(double bytes, const Cluster& c) {
           within.transfer_seconds + across.transfer_seconds};
 }
 
+AllreduceCost SparseAllreduceCostOf(double bytes, const Cluster& c) {
+  AllreduceCost cost;
+  if (c.ranks <= 1 || bytes <= 0) return cost;
+  const int64_t per_node = std::max<int64_t>(1, std::min(c.ranks_per_node, c.ranks));
+  const int64_t nodes = (c.ranks + per_node - 1) / per_node;
+  auto ring = [&](int64_t p, double set_bytes, const Link& link) {
+    // The counts' gather, then p - 1 steps of one set each.
+    cost.latency_seconds += 2.0 * static_cast<double>(p - 1) * link.latency_seconds;
+    cost.transfer_seconds += static_cast<double>(p - 1) * set_bytes / link.bytes_per_second;
+  };
+  if (nodes == 1) {
+    ring(c.ranks, bytes, c.intra);
+    return cost;
+  }
+  const double k = static_cast<double>(per_node);
+  if (per_node > 1) ring(per_node, bytes, c.intra);
+  ring(nodes, k * bytes, c.inter);
+  if (per_node > 1)  // the other nodes' sets, spread within the node
+    cost.transfer_seconds +=
+        static_cast<double>(nodes - 1) * k * bytes * (k - 1) / k / c.intra.bytes_per_second;
+  return cost;
+}
+
 double ExpectedMaxOfNormals(int64_t n) {
   if (n <= 1) return 0;
   // E[max] = integral of x n phi(x) Phi(x)^(n-1) dx, by Simpson's rule.
@@ -291,7 +314,8 @@ StatusOr<StepPrediction> SimulateStep(const std::vector<StepEvent>& events,
           return Status(ErrorCode::kInvalidArgument,
                         "bucket " + std::to_string(e.bucket) + " starts again while in flight");
         play_to(t);
-        const AllreduceCost cost = AllreduceCostOf(e.bytes, cluster);
+        const AllreduceCost cost = e.sparse ? SparseAllreduceCostOf(e.bytes, cluster)
+                                            : AllreduceCostOf(e.bytes, cluster);
         p.comm_seconds += cost.total();
         if (cluster.ranks > 1) p.wire_bytes += e.bytes;
         in_flight[e.bucket] = true;
@@ -360,6 +384,16 @@ std::vector<StepEvent> StepEventsOf(const fb::Plan& root, const fb::Program& pro
     }
     const fb::DType wire = attrs != nullptr ? attrs->wire() : fb::DType::F32;
     double bytes = 0;
+    if (attrs != nullptr && attrs->sparse()) {
+      // Each set's values and indices (its capacity: with a warm-up, the
+      // first stage's count); the dense buffers receive, never travel.
+      if (command.inputs() != nullptr)
+        for (uint32_t i = 0; i + 1 < command.inputs()->size(); i += 3)
+          bytes += 2.0 * static_cast<double>(
+                             root.buffers()->Get(static_cast<uint32_t>(command.inputs()->Get(i)))->size());
+      events.push_back({StepEvent::kStart, 0, bucket, bytes, true});
+      continue;
+    }
     if (command.inputs() != nullptr)
       for (int32_t index : *command.inputs()) {
         const fb::Buffer& b = *root.buffers()->Get(static_cast<uint32_t>(index));

@@ -91,6 +91,12 @@ struct AllreduceCost {
   double total() const { return latency_seconds + transfer_seconds; }
 };
 AllreduceCost AllreduceCostOf(double bytes, const Cluster& cluster);
+// A sparse allreduce's cost (deep gradient compression's allgather of every
+// rank's set of `bytes`): each rank receives the others' sets. A ring within
+// a node; across nodes, each node's link carries its K ranks' sets out and
+// the other nodes' in, then they spread within the node. The gather of the
+// sets' counts that comes first adds its latency.
+AllreduceCost SparseAllreduceCostOf(double bytes, const Cluster& cluster);
 
 // A step as the model sees it: compute, a bucket's start, a bucket's wait.
 struct StepEvent {
@@ -98,6 +104,7 @@ struct StepEvent {
   double seconds = 0;  // kCompute
   int bucket = -1;     // kStart, kWait
   double bytes = 0;    // kStart: on the wire, per rank
+  bool sparse = false;  // kStart: a sparse allreduce (an allgather of sets)
 };
 
 struct StepPrediction {

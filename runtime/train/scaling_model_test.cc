@@ -95,6 +95,26 @@ TEST(ScalingModelTest, RanksOfOneNodeUseItsLinkAndNodesOfSeveralReduceHierarchic
   EXPECT_NEAR(two_nodes.transfer_seconds, 0.15 + 1.0, 1e-12);
 }
 
+TEST(ScalingModelTest, SparseAllreducesGatherEveryRanksSet) {
+  EXPECT_EQ(SparseAllreduceCostOf(1e6, Flat(1, 1e8, 1e-5, Algorithm::kRing)).total(), 0);
+  // Two ranks: the counts, then the other's set (S / B).
+  AllreduceCost c = SparseAllreduceCostOf(1e8, Flat(2, 1e8, 1e-5, Algorithm::kRing));
+  EXPECT_DOUBLE_EQ(c.latency_seconds, 2e-5);
+  EXPECT_DOUBLE_EQ(c.transfer_seconds, 1.0);
+  // Four ranks: three sets in, whatever the allreduce algorithm.
+  c = SparseAllreduceCostOf(1e8, Flat(4, 1e8, 1e-5, Algorithm::kRabenseifner));
+  EXPECT_DOUBLE_EQ(c.latency_seconds, 6e-5);
+  EXPECT_DOUBLE_EQ(c.transfer_seconds, 3.0);
+  // 2 nodes of 2: a ring in the node (1 set at 10 GB/s), the node's 2 sets
+  // across (at 1 GB/s), and the other node's 2 sets spread in the node.
+  Cluster nodes = Flat(4, 1e9, 1e-5, Algorithm::kRing);
+  nodes.ranks_per_node = 2;
+  nodes.intra = {1e10, 1e-6};
+  c = SparseAllreduceCostOf(1e9, nodes);
+  EXPECT_NEAR(c.latency_seconds, 2e-6 + 2e-5, 1e-18);
+  EXPECT_NEAR(c.transfer_seconds, 0.1 + 2.0 + 0.1, 1e-12);
+}
+
 // A 2-rank cluster on which a bucket of `bytes` takes bytes / 1e9 seconds
 // (Rabenseifner's S / B for 2 ranks) and no latency.
 Cluster TwoRanks(Sharing sharing) {

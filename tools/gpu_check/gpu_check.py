@@ -215,6 +215,10 @@ def prepare(args):
     # (nn.orthonormalize) on the GPU, its error feedback fused.
     compile_plan(f"{models}/fmnist_cnn.mlir", 32, "fmnist_cnn_powersgd", "--lr", "0.02",
                  "--grad-compression=powersgd:2")
+    # Top-k: the one-thread radix selection (nn.topk_select) and masking
+    # (nn.zero_at) kernels, and the sparse collective staged through the host.
+    compile_plan(f"{models}/fmnist_cnn.mlir", 32, "fmnist_cnn_topk", "--lr", "0.02",
+                 "--grad-compression=topk:0.01:8")
     # One step of the headline model at a batch whose large elementwise
     # kernels run vectorized on the GPU (four elements a thread, 16-byte
     # accesses), which the small models' kernels are too short for.
@@ -591,7 +595,8 @@ class Check:
         # it instead of growing through the step.
         crosschecks, ok = {}, True
         for model in os.environ.get("GPU_CHECK_CROSSCHECK", "resnet_tiny resnet_tiny_u8 "
-                                    "fmnist_cnn_powersgd fmnist_cnn_fp16 crosscheck_amp "
+                                    "fmnist_cnn_powersgd fmnist_cnn_topk fmnist_cnn_fp16 "
+                                    "crosscheck_amp "
                                     "equivalence_resnet").split():
             report = os.path.join(self.results, f"crosscheck_{model}.json")
             flags = ["--deterministic"] if device == "cuda" else []
