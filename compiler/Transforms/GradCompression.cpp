@@ -17,7 +17,9 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
 
+#include <array>
 #include <cmath>
+#include <optional>
 
 using namespace mlir;
 
@@ -121,6 +123,77 @@ StringRef parameterOf(dist::AllreduceWaitOp wait, unsigned index) {
   return "";
 }
 
+/// One bucket as a compression rewrites it: the gradients that leave it
+/// (indices into the start's tensors, with their parameters) and the wait
+/// of those that stay (null when none does).
+struct Bucket {
+  dist::AllreduceStartOp start;
+  dist::AllreduceWaitOp wait, keptWait;
+  SmallVector<unsigned> chosen;
+  SmallVector<StringRef> parameters;  // per chosen gradient
+};
+
+/// Counts for graphc's summary: gradients compressed, gradients, and the
+/// bytes per step on the wire without compression and with it.
+struct Counts {
+  int64_t chosen = 0, total = 0, before = 0, after = 0;
+};
+
+/// Walks the allreduce buckets of `step`. `choose(gradient, parameter)`
+/// gives the bytes a gradient sends compressed, or nothing when it stays in
+/// its bucket; the others stay dense (keepDense), and `rewrite` replaces the
+/// bucket's collective for the chosen ones before it is erased. Then the
+/// buckets are numbered again in start order.
+FailureOr<Counts>
+rewriteBuckets(func::FuncOp step, OpBuilder &b,
+               llvm::function_ref<std::optional<int64_t>(Value, StringRef)> choose,
+               llvm::function_ref<LogicalResult(Bucket &)> rewrite) {
+  Block &body = step.getBody().front();
+  SmallVector<dist::AllreduceStartOp> starts(body.getOps<dist::AllreduceStartOp>());
+  Counts counts;
+  for (dist::AllreduceStartOp start : starts) {
+    Bucket bucket{start, start.getWait(), nullptr, {}, {}};
+    if (!bucket.wait)
+      return start.emitOpError("has no wait");
+    const bool halfWire = start.getWireType().has_value();
+    SmallVector<unsigned> kept;
+    for (auto [index, g] : llvm::enumerate(start.getTensors())) {
+      ++counts.total;
+      counts.before += wireBytesOf(g, halfWire);
+      StringRef parameter = parameterOf(bucket.wait, index);
+      std::optional<int64_t> bytes = parameter.empty() ? std::nullopt : choose(g, parameter);
+      if (bytes) {
+        bucket.chosen.push_back(index);
+        bucket.parameters.push_back(parameter);
+        counts.after += *bytes;
+      } else {
+        kept.push_back(index);
+        counts.after += wireBytesOf(g, halfWire);
+      }
+    }
+    if (bucket.chosen.empty())
+      continue;
+    counts.chosen += bucket.chosen.size();
+    bucket.keptWait = keepDense(b, start, bucket.wait, kept);
+    if (failed(rewrite(bucket)))
+      return failure();
+    bucket.wait.erase();
+    start.erase();
+  }
+  int64_t next = 0;
+  for (dist::AllreduceStartOp start : body.getOps<dist::AllreduceStartOp>())
+    start.setBucketAttr(b.getI64IntegerAttr(next++));
+  return counts;
+}
+
+/// A zero-initialized f32 state at the end of the module.
+void declareState(OpBuilder &b, ModuleOp module, StringRef name, RankedTensorType type,
+                  nn::Initializer init = nn::Initializer::zeros, FloatAttr value = nullptr) {
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToEnd(module.getBody());
+  b.create<nn::StateOp>(module.getLoc(), name, type, init, value);
+}
+
 } // namespace
 
 LogicalResult applyPowerSgd(ModuleOp module, func::FuncOp step, int64_t rank) {
@@ -129,62 +202,46 @@ LogicalResult applyPowerSgd(ModuleOp module, func::FuncOp step, int64_t rank) {
                           "fp16): a step whose gradients overflow would leave its infinities "
                           "in the error feedback; use --amp bf16, or fp32");
   Block &body = step.getBody().front();
-  SmallVector<dist::AllreduceStartOp> starts(body.getOps<dist::AllreduceStartOp>());
   // The Q phases go where backward is over: before the first bucket's wait.
   Operation *qAnchor = nullptr;
-  for (dist::AllreduceStartOp start : starts)
+  for (dist::AllreduceStartOp start : body.getOps<dist::AllreduceStartOp>())
     if (Operation *wait = start.getWait(); wait && (!qAnchor || wait->isBeforeInBlock(qAnchor)))
       qAnchor = wait;
 
   OpBuilder b(module.getContext());
   Type f32 = b.getF32Type();
-  int64_t factoredCount = 0, total = 0, bytesBefore = 0, bytesAfter = 0;
-  // Declared at the end of the module, in the order of the buckets.
-  auto declare = [&](StringRef name, RankedTensorType type, nn::Initializer init,
-                     FloatAttr value) {
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToEnd(module.getBody());
-    b.create<nn::StateOp>(step.getLoc(), name, type, init, value);
+  // A gradient seen as [n, m] = [dim 0, the rest], and its factors' rank.
+  auto shapeOf = [&](Value g) {
+    auto type = llvm::cast<RankedTensorType>(g.getType());
+    int64_t n = type.getRank() >= 2 ? type.getDimSize(0) : 0;
+    int64_t m = n > 0 ? type.getNumElements() / n : 0;
+    return std::array<int64_t, 3>{n, m, std::min({n, m, rank})};
   };
-
-  for (dist::AllreduceStartOp start : starts) {
-    dist::AllreduceWaitOp wait = start.getWait();
-    if (!wait)
-      return start.emitOpError("has no wait");
+  // PyTorch's test (min_compression_rate 2): the factors under half the
+  // matrix. Half gradients (--amp bf16) are factored in f32, as their error
+  // is kept.
+  auto choose = [&](Value g, StringRef) -> std::optional<int64_t> {
+    auto [n, m, r] = shapeOf(g);
+    if (!llvm::isa<FloatType>(llvm::cast<RankedTensorType>(g.getType()).getElementType()) ||
+        r < 1 || (n + m) * r * 2 >= n * m)
+      return std::nullopt;
+    return 0;  // the factors' bytes are counted where they are built
+  };
+  int64_t factorBytes = 0;
+  auto rewrite = [&](Bucket &bucket) -> LogicalResult {
+    dist::AllreduceStartOp start = bucket.start;
+    dist::AllreduceWaitOp wait = bucket.wait, keptWait = bucket.keptWait;
     const bool halfWire = start.getWireType().has_value();
     SmallVector<Factored> factored;
-    SmallVector<unsigned> kept;
-    for (auto [index, g] : llvm::enumerate(start.getTensors())) {
-      ++total;
-      bytesBefore += wireBytesOf(g, halfWire);
-      auto type = llvm::cast<RankedTensorType>(g.getType());
-      StringRef parameter = parameterOf(wait, index);
-      int64_t n = type.getRank() >= 2 ? type.getDimSize(0) : 0;
-      int64_t m = n > 0 ? type.getNumElements() / n : 0;
-      int64_t r = std::min({n, m, rank});
-      // PyTorch's test (min_compression_rate 2): the factors under half the
-      // matrix.
-      // Half gradients (--amp bf16) are factored in f32, as their error is
-      // kept.
-      if (llvm::isa<FloatType>(type.getElementType()) && !parameter.empty() && r >= 1 &&
-          (n + m) * r * 2 < n * m) {
-        Factored f;
-        f.index = index;
-        f.gradient = g;
-        f.n = n, f.m = m, f.r = r;
-        f.parameter = parameter;
-        factored.push_back(std::move(f));
-      } else {
-        kept.push_back(index);
-        bytesAfter += wireBytesOf(g, halfWire);
-      }
+    for (auto [index, parameter] : llvm::zip(bucket.chosen, bucket.parameters)) {
+      Factored f;
+      f.index = index;
+      f.gradient = start.getTensors()[index];
+      auto [n, m, r] = shapeOf(f.gradient);
+      f.n = n, f.m = m, f.r = r;
+      f.parameter = parameter;
+      factored.push_back(std::move(f));
     }
-    if (factored.empty())
-      continue;
-    factoredCount += factored.size();
-
-    // The bucket keeps the others, in a start and wait where it had them.
-    dist::AllreduceWaitOp keptWait = keepDense(b, start, wait, kept);
 
     // P phase, where the bucket started: P^T = orthonormalize(Q^T) M^T.
     b.setInsertionPoint(start);
@@ -198,10 +255,10 @@ LogicalResult applyPowerSgd(ModuleOp module, func::FuncOp step, int64_t rank) {
       if (module.lookupSymbol(f.errorState) || module.lookupSymbol(f.qState))
         return start.emitOpError("PowerSGD's state for @")
                << f.parameter << " is already declared (a gradient applied twice?)";
-      declare(f.errorState, matrixType, nn::Initializer::zeros, nullptr);
+      declareState(b, module, f.errorState, matrixType);
       // Q starts as N(0, 1) draws, the same on every rank (graphrun seeds
       // every rank's states alike), as PyTorch's hook seeds its first Q.
-      declare(f.qState, qType, nn::Initializer::normal, b.getF64FloatAttr(1.0));
+      declareState(b, module, f.qState, qType, nn::Initializer::normal, b.getF64FloatAttr(1.0));
       Value g = f.gradient;
       if (llvm::cast<RankedTensorType>(g.getType()).getRank() != 2)
         g = b.create<nn::ReshapeOp>(loc, g, b.getDenseI64ArrayAttr({f.n, f.m}));
@@ -232,7 +289,7 @@ LogicalResult applyPowerSgd(ModuleOp module, func::FuncOp step, int64_t rank) {
       f.p = b.create<nn::OrthonormalizeOp>(loc, reduced);
       f.qNew = b.create<nn::MatmulOp>(loc, f.p, f.matrix, UnitAttr(), UnitAttr());
       qs.push_back(f.qNew);
-      bytesAfter += wireBytesOf(f.p, halfWire) + wireBytesOf(f.qNew, halfWire);
+      factorBytes += wireBytesOf(f.p, halfWire) + wireBytesOf(f.qNew, halfWire);
     }
     auto qStart = b.create<dist::AllreduceStartOp>(bucketLoc, ValueRange(qs).getTypes(), qs, mean,
                                                    start.getBucketAttr(), start.getWireTypeAttr(),
@@ -261,17 +318,15 @@ LogicalResult applyPowerSgd(ModuleOp module, func::FuncOp step, int64_t rank) {
     // Later buckets' Q phases still go before every wait.
     if (qAnchor == wait.getOperation())
       qAnchor = qWait;
-    wait.erase();
-    start.erase();
-  }
-
-  // Buckets numbered again in start order (the P and Q collectives are
-  // buckets of their own).
-  int64_t next = 0;
-  for (dist::AllreduceStartOp start : body.getOps<dist::AllreduceStartOp>())
-    start.setBucketAttr(b.getI64IntegerAttr(next++));
+    return success();
+  };
+  FailureOr<Counts> counts = rewriteBuckets(step, b, choose, rewrite);
+  if (failed(counts))
+    return failure();
+  // (The P and Q collectives are buckets of their own.)
   module->setAttr(kGradCompressionAttr,
-                  b.getDenseI64ArrayAttr({rank, factoredCount, total, bytesBefore, bytesAfter}));
+                  b.getDenseI64ArrayAttr({rank, counts->chosen, counts->total, counts->before,
+                                          counts->after + factorBytes}));
   return success();
 }
 
@@ -282,94 +337,68 @@ LogicalResult applyTopk(ModuleOp module, func::FuncOp step, const GradCompressio
                           "fp16): a step whose gradients overflow would leave its infinities "
                           "in the accumulated gradient; use --amp bf16, or fp32");
   Block &body = step.getBody().front();
-  SmallVector<dist::AllreduceStartOp> starts(body.getOps<dist::AllreduceStartOp>());
   OpBuilder b(module.getContext());
   Type f32 = b.getF32Type(), i64 = b.getI64Type();
   const int64_t warmup = compression.warmupSteps;
-  int64_t sparsified = 0, total = 0, bytesBefore = 0, bytesAfter = 0;
   Value stepCounter;  // loaded once, at the top of the step, under warm-up
-  auto declare = [&](StringRef name, RankedTensorType type) {
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToEnd(module.getBody());
-    b.create<nn::StateOp>(step.getLoc(), name, type, nn::Initializer::zeros, nullptr);
-  };
   auto i64Constant = [&](Location loc, int64_t value) {
     return scalarConstant(b, loc, i64, static_cast<double>(value));
   };
-
-  for (dist::AllreduceStartOp start : starts) {
-    dist::AllreduceWaitOp wait = start.getWait();
-    if (!wait)
-      return start.emitOpError("has no wait");
-    const bool halfWire = start.getWireType().has_value();
-    struct Sparse {
-      unsigned index;
-      Value gradient;
-      StringRef parameter;
-      int64_t n, k, capacity;
-    };
-    SmallVector<Sparse> chosen;
-    SmallVector<unsigned> kept;
-    for (auto [index, g] : llvm::enumerate(start.getTensors())) {
-      ++total;
-      bytesBefore += wireBytesOf(g, halfWire);
-      auto type = llvm::cast<RankedTensorType>(g.getType());
-      StringRef parameter = parameterOf(wait, index);
-      const int64_t n = type.getNumElements();
-      const int64_t k = static_cast<int64_t>(std::ceil(compression.ratio * static_cast<double>(n)));
-      // 8 bytes per entry sent, under half the f32 gradient's 4 n.
-      if (type.getRank() >= 2 && !parameter.empty() && k >= 1 && 4 * k < n &&
-          n < (int64_t{1} << 31)) {
-        const int64_t capacity = warmup > 0 ? std::max(k, (n + 3) / 4) : k;
-        chosen.push_back({static_cast<unsigned>(index), g, parameter, n, k, capacity});
-        bytesAfter += 8 * k;
-      } else {
-        kept.push_back(index);
-        bytesAfter += wireBytesOf(g, halfWire);
-      }
-    }
-    if (chosen.empty())
-      continue;
-    sparsified += chosen.size();
-    dist::AllreduceWaitOp keptWait = keepDense(b, start, wait, kept);
-
+  // k entries of 8 bytes (value, index), under half the f32 gradient's 4 n.
+  auto sizeOf = [&](Value g) {
+    auto type = llvm::cast<RankedTensorType>(g.getType());
+    const int64_t n = type.getNumElements();
+    const int64_t k = static_cast<int64_t>(std::ceil(compression.ratio * static_cast<double>(n)));
+    return std::array<int64_t, 3>{n, k, warmup > 0 ? std::max(k, (n + 3) / 4) : k};
+  };
+  auto choose = [&](Value g, StringRef) -> std::optional<int64_t> {
+    auto [n, k, capacity] = sizeOf(g);
+    if (llvm::cast<RankedTensorType>(g.getType()).getRank() < 2 || k < 1 || 4 * k >= n ||
+        n >= (int64_t{1} << 31))
+      return std::nullopt;
+    return 8 * k;
+  };
+  auto rewrite = [&](Bucket &bucket) -> LogicalResult {
+    dist::AllreduceStartOp start = bucket.start;
     // Where the bucket started: momentum correction, accumulation, selection.
     b.setInsertionPoint(start);
     SmallVector<Value> sets;
-    for (Sparse &s : chosen) {
-      Location loc = s.gradient.getLoc();
-      auto param = module.lookupSymbol<nn::ParameterOp>(s.parameter);
-      auto type = llvm::cast<RankedTensorType>(s.gradient.getType());
+    for (auto [index, parameter] : llvm::zip(bucket.chosen, bucket.parameters)) {
+      Value gradient = start.getTensors()[index];
+      auto [n, k, capacity] = sizeOf(gradient);
+      Location loc = gradient.getLoc();
+      auto param = module.lookupSymbol<nn::ParameterOp>(parameter);
+      auto type = llvm::cast<RankedTensorType>(gradient.getType());
       auto f32Type = RankedTensorType::get(type.getShape(), f32);
       if (!param || param.getType() != f32Type)
-        return start.emitOpError("top-k: @") << s.parameter << " is not an f32 parameter of "
-                                             << "its gradient's shape";
-      std::string accumulation = ("graphc.dgc." + s.parameter + ".accumulation").str();
+        return start.emitOpError("top-k: @")
+               << parameter << " is not an f32 parameter of its gradient's shape";
+      std::string accumulation = ("graphc.dgc." + parameter + ".accumulation").str();
       // u is momentum SGD's buffer (with every entry sent, top-k is
       // momentum SGD), under its name: a plain plan's checkpoint hands its
       // momentum over.
-      std::string momentumState = (s.parameter + ".momentum_buffer").str();
+      std::string momentumState = (parameter + ".momentum_buffer").str();
       if (module.lookupSymbol(accumulation) || module.lookupSymbol(momentumState))
         return start.emitOpError("top-k's state for @")
-               << s.parameter << " is already declared (a gradient applied twice?)";
-      Value g = s.gradient;
+               << parameter << " is already declared (a gradient applied twice?)";
+      Value g = gradient;
       if (!type.getElementType().isF32())
         g = b.create<nn::CastOp>(loc, g, TypeAttr::get(f32));
       Value corrected = g;
       if (weightDecay > 0.0) {
-        Value w = b.create<nn::LoadOp>(loc, f32Type, s.parameter);
-        corrected = b.create<nn::AddOp>(loc, g,
-                                        b.create<nn::MulOp>(loc, w, splatLike(b, loc, w, weightDecay)));
+        Value w = b.create<nn::LoadOp>(loc, f32Type, parameter);
+        corrected = b.create<nn::AddOp>(
+            loc, g, b.create<nn::MulOp>(loc, w, splatLike(b, loc, w, weightDecay)));
       }
       Value u = corrected;
       if (momentum > 0.0) {
-        declare(momentumState, f32Type);
+        declareState(b, module, momentumState, f32Type);
         Value previous = b.create<nn::LoadOp>(loc, f32Type, momentumState);
         u = b.create<nn::AddOp>(
             loc, b.create<nn::MulOp>(loc, previous, splatLike(b, loc, previous, momentum)),
             corrected);
       }
-      declare(accumulation, f32Type);
+      declareState(b, module, accumulation, f32Type);
       Value v = b.create<nn::AddOp>(loc, b.create<nn::LoadOp>(loc, f32Type, accumulation), u);
       Value count;
       if (warmup > 0) {
@@ -379,20 +408,20 @@ LogicalResult applyTopk(ModuleOp module, func::FuncOp step, const GradCompressio
           b.setInsertionPointToStart(&body);
           stepCounter = loadStepCounter(b, step.getLoc(), module);
         }
-        count = i64Constant(loc, s.k);
+        count = i64Constant(loc, k);
         double density = std::pow(0.25, 4);
         for (int stage = 3; stage >= 0; --stage, density *= 4.0) {
           const int64_t stageCount = std::min(
-              s.capacity,
-              std::max(s.k, static_cast<int64_t>(std::ceil(density * static_cast<double>(s.n)))));
+              capacity,
+              std::max(k, static_cast<int64_t>(std::ceil(density * static_cast<double>(n)))));
           const int64_t end = (warmup * (stage + 1) + 3) / 4;
           Value before = b.create<nn::CmpOp>(loc, nn::CmpPredicate::lt, stepCounter,
                                              i64Constant(loc, end));
           count = b.create<nn::SelectOp>(loc, before, i64Constant(loc, stageCount), count);
         }
       }
-      auto values = RankedTensorType::get({s.capacity}, f32);
-      auto indices = RankedTensorType::get({s.capacity}, b.getI32Type());
+      auto values = RankedTensorType::get({capacity}, f32);
+      auto indices = RankedTensorType::get({capacity}, b.getI32Type());
       auto select = b.create<nn::TopkSelectOp>(loc, values, indices, v, count);
       b.create<nn::AssignOp>(loc, accumulation,
                              b.create<nn::ZeroAtOp>(loc, v, select.getIndices()));
@@ -409,25 +438,24 @@ LogicalResult applyTopk(ModuleOp module, func::FuncOp step, const GradCompressio
 
     // Where the bucket's wait was: the dense means go to the optimizer,
     // which adds no momentum or weight decay of its own to them.
-    b.setInsertionPoint(keptWait ? keptWait.getOperation() : wait.getOperation());
+    dist::AllreduceWaitOp wait = bucket.wait;
+    b.setInsertionPoint(bucket.keptWait ? bucket.keptWait.getOperation() : wait.getOperation());
     auto sparseWait = b.create<dist::AllreduceWaitOp>(
         start.getLoc(), sparseStart.getResultTypes(), sparseStart.getResults());
-    for (auto [i, s] : llvm::enumerate(chosen)) {
+    for (auto [i, index] : llvm::enumerate(bucket.chosen)) {
       Value dense = sparseWait.getResult(3 * i + 2);
-      for (Operation *user : llvm::make_early_inc_range(wait.getResult(s.index).getUsers()))
+      for (Operation *user : wait.getResult(index).getUsers())
         if (llvm::isa<nn::ApplyGradientOp>(user))
           user->setAttr(kMomentumAppliedAttr, b.getUnitAttr());
-      wait.getResult(s.index).replaceAllUsesWith(dense);
+      wait.getResult(index).replaceAllUsesWith(dense);
     }
-    wait.erase();
-    start.erase();
-  }
-
-  int64_t next = 0;
-  for (dist::AllreduceStartOp start : body.getOps<dist::AllreduceStartOp>())
-    start.setBucketAttr(b.getI64IntegerAttr(next++));
-  module->setAttr(kTopkCompressionAttr,
-                  b.getDenseI64ArrayAttr({sparsified, total, bytesBefore, bytesAfter}));
+    return success();
+  };
+  FailureOr<Counts> counts = rewriteBuckets(step, b, choose, rewrite);
+  if (failed(counts))
+    return failure();
+  module->setAttr(kTopkCompressionAttr, b.getDenseI64ArrayAttr({counts->chosen, counts->total,
+                                                               counts->before, counts->after}));
   return success();
 }
 

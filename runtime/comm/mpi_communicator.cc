@@ -345,6 +345,11 @@ class MpiCommunicator final : public Communicator {
   // The communication thread's own.
   MPI_Comm comm_ = MPI_COMM_NULL;           // the collectives
   MPI_Comm arrivals_comm_ = MPI_COMM_NULL;  // the arrival messages, apart from them
+  // Sparse allreduces' pairs. Their gathers are posted once the counts are
+  // in, which happens at different times on different ranks, while other
+  // collectives go on being posted on comm_: on a communicator of their own,
+  // posted in the sparse jobs' order, they match across ranks all the same.
+  MPI_Comm sparse_comm_ = MPI_COMM_NULL;
   MPI_Op sum_halves_ = MPI_OP_NULL;
   MPI_Op sum_bf16s_ = MPI_OP_NULL;
   std::vector<std::shared_ptr<Job>> active_;  // started, in start order
@@ -623,6 +628,9 @@ Status MpiCommunicator::InitializeMpi() {
     return fail("MPI_Comm_set_errhandler", code);
   }
   if ((code = MPI_Comm_dup(MPI_COMM_WORLD, &comm_)) != MPI_SUCCESS) {
+    return fail("MPI_Comm_dup", code);
+  }
+  if ((code = MPI_Comm_dup(MPI_COMM_WORLD, &sparse_comm_)) != MPI_SUCCESS) {
     return fail("MPI_Comm_dup", code);
   }
   if ((code = MPI_Comm_dup(MPI_COMM_WORLD, &arrivals_comm_)) != MPI_SUCCESS) {
@@ -976,7 +984,7 @@ void MpiCommunicator::GatherPairs(Job& job) {
   MPI_Request request = MPI_REQUEST_NULL;
   Check(MPI_Iallgatherv(job.staging->data(), words[static_cast<size_t>(rank_)], MPI_UINT32_T,
                         job.received->data(), words.data(), displacements.data(), MPI_UINT32_T,
-                        comm_, &request),
+                        sparse_comm_, &request),
         "MPI_Iallgatherv", &job);
   job.requests.push_back(request);
 }
@@ -1100,6 +1108,12 @@ bool MpiCommunicator::Progress(Job& job) {
   // a process that is shutting MPI down.
   if (done && job.kind == JobKind::kFinalize) return active_.size() == 1;
   if (done && job.kind == JobKind::kSparse && job.phase == 0) {
+    // The pairs' gathers are posted in the sparse jobs' order (active_ is
+    // in start order, and an earlier one still gathering counts waits).
+    for (const std::shared_ptr<Job>& other : active_) {
+      if (other.get() == &job) break;
+      if (other->kind == JobKind::kSparse && other->phase == 0) return false;
+    }
     GatherPairs(job);
     return false;
   }
@@ -1230,6 +1244,7 @@ Status MpiCommunicator::Teardown(const Job& finalize) {
   MPI_Op_free(&sum_halves_);
   MPI_Op_free(&sum_bf16s_);
   MPI_Comm_free(&arrivals_comm_);
+  MPI_Comm_free(&sparse_comm_);
   MPI_Comm_free(&comm_);
   const int code = MPI_Finalize();
   // SIGTERM is no longer about a collective.
