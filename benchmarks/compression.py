@@ -5,7 +5,7 @@ number of epochs with each --grad-compression, from the same seed, and its
 test accuracy on the 10,000 test images beside the uncompressed run's.
 
   benchmarks/compression.py [--epochs 2] [--batch 32] [--lr 0.02]
-                            [--methods none,fp16,powersgd:1,powersgd:4]
+                            [--methods none,fp16,powersgd:1,powersgd:4]  (or topk:RATIO[:WARMUP])
                             [--plain-steps K] [--seeds 1,2] [--name compression]
                             [--data /usr/share/datasets/fashion-mnist]
                             [--out benchmarks/results]

@@ -50,7 +50,7 @@ GradCompression parseGradCompression(StringRef spec, std::string &error) {
       result.warmupSteps = warmup;
       return result;
     }
-    error = ("expected topk:RATIO[:WARMUP_STEPS] with RATIO in [1e-6, 0.5] and up to 9 "
+    error = ("expected topk:RATIO[:WARMUP_STEPS] with RATIO in [1e-6, 0.2] and up to 9 "
              "digits of steps, got '" +
              spec + "'")
                 .str();
@@ -374,9 +374,9 @@ LogicalResult applyTopk(ModuleOp module, func::FuncOp step, const GradCompressio
         return start.emitOpError("top-k: @")
                << parameter << " is not an f32 parameter of its gradient's shape";
       std::string accumulation = ("graphc.dgc." + parameter + ".accumulation").str();
-      // u is momentum SGD's buffer (with every entry sent, top-k is
-      // momentum SGD), under its name: a plain plan's checkpoint hands its
-      // momentum over.
+      // u does the work of momentum SGD's buffer (before masking, u is
+      // that buffer), under its name: a plain momentum plan's checkpoint
+      // hands its momentum over.
       std::string momentumState = (parameter + ".momentum_buffer").str();
       if (module.lookupSymbol(accumulation) || module.lookupSymbol(momentumState))
         return start.emitOpError("top-k's state for @")

@@ -35,8 +35,10 @@ inline constexpr llvm::StringLiteral kTopkCompressionAttr = "graphc.topk_compres
 /// correction): graphc-optimizer applies it as plain SGD.
 inline constexpr llvm::StringLiteral kMomentumAppliedAttr = "graphc.momentum_applied";
 
-/// Top-k's ratio bounds: at least one entry in a million, at most half.
-inline constexpr double kMinTopkRatio = 1e-6, kMaxTopkRatio = 0.5;
+/// Top-k's ratio bounds: at least one entry in a million, at most a fifth
+/// (a gradient is sparsified only when its k (value, index) pairs weigh
+/// under half its f32 entries, k < n / 4).
+inline constexpr double kMinTopkRatio = 1e-6, kMaxTopkRatio = 0.2;
 
 struct GradCompression {
   enum class Kind { None, Fp16, PowerSgd, TopK };
@@ -87,8 +89,8 @@ mlir::LogicalResult applyPowerSgd(mlir::ModuleOp module, mlir::func::FuncOp step
 /// warm-up, K holds 25% of the entries and the count sent falls as
 /// 25%, 6.25%, 1.5625%, 0.390625% over four quarters of the warm-up steps
 /// (never under k), then k. The states are `<param>.momentum_buffer` (when
-/// momentum > 0: with every entry sent this is momentum SGD, and u its
-/// buffer) and `graphc.dgc.<param>.accumulation`. Fails, on the step, with
+/// momentum > 0: u is what momentum SGD keeps in its buffer, until masking
+/// clears what was sent) and `graphc.dgc.<param>.accumulation`. Fails, on the step, with
 /// loss scaling.
 mlir::LogicalResult applyTopk(mlir::ModuleOp module, mlir::func::FuncOp step,
                               const GradCompression &compression, double momentum,

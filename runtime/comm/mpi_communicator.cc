@@ -997,13 +997,17 @@ void MpiCommunicator::AddPairs(Job& job) {
     const CommTensor& dense = job.tensors[3 * s + 2];
     std::fill_n(static_cast<float*>(dense.data), dense.elements, 0.0f);
   }
+  // A mean scales each value as it is added: a pass over the pairs, not
+  // over the dense tensors.
+  const float scale =
+      job.reduction == Reduction::kMean && size_ > 1 ? 1.0f / static_cast<float>(size_) : 1.0f;
   const uint32_t* pairs = static_cast<const uint32_t*>(static_cast<void*>(job.received->data()));
   for (int r = 0; r < size_; ++r) {
     for (size_t s = 0; s < sets; ++s) {
       const uint32_t count = job.all_counts[static_cast<size_t>(r) * sets + s];
       const CommTensor& dense = job.tensors[3 * s + 2];
       const int64_t bad =
-          comm::AddSparse(pairs, count, static_cast<float*>(dense.data), dense.elements);
+          comm::AddSparse(pairs, count, static_cast<float*>(dense.data), dense.elements, scale);
       if (bad >= 0) {
         ExitWithReport(Prefix() + Name(job) + ": rank " + std::to_string(r) + " sent index " +
                            std::to_string(bad) + " for set " + std::to_string(s) + " of " +
@@ -1011,13 +1015,6 @@ void MpiCommunicator::AddPairs(Job& job) {
                        kCommFatalExitCode);
       }
       pairs += 2 * uint64_t{count};
-    }
-  }
-  if (job.reduction == Reduction::kMean && size_ > 1) {
-    const float inverse = 1.0f / static_cast<float>(size_);
-    for (size_t s = 0; s < sets; ++s) {
-      float* x = static_cast<float*>(job.tensors[3 * s + 2].data);
-      for (uint64_t k = 0; k < job.tensors[3 * s + 2].elements; ++k) x[k] *= inverse;
     }
   }
 }

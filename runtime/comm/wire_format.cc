@@ -233,13 +233,14 @@ void PackSparse(const std::vector<CommTensor>& tensors, const std::vector<uint32
   }
 }
 
-int64_t AddSparse(const uint32_t* pairs, uint64_t count, float* dense, uint64_t elements) {
+int64_t AddSparse(const uint32_t* pairs, uint64_t count, float* dense, uint64_t elements,
+                  float scale) {
   for (uint64_t k = 0; k < count; ++k) {
     float value;
     std::memcpy(&value, &pairs[2 * k], sizeof value);
     const uint32_t index = pairs[2 * k + 1];
     if (index >= elements) return static_cast<int64_t>(index);
-    dense[index] += value;
+    dense[index] += value * scale;
   }
   return -1;
 }

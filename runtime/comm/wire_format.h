@@ -78,10 +78,11 @@ Status CheckSparse(const std::string& what, const std::vector<CommTensor>& tenso
 void PackSparse(const std::vector<CommTensor>& tensors, const std::vector<uint32_t>& counts,
                 uint32_t* pairs);
 
-// Adds `count` packed pairs into the dense tensor of `elements` floats; an
-// index outside [0, elements) returns it (and adds nothing from there on),
-// else -1.
-int64_t AddSparse(const uint32_t* pairs, uint64_t count, float* dense, uint64_t elements);
+// Adds `count` packed pairs, each value times `scale`, into the dense tensor
+// of `elements` floats; an index outside [0, elements) returns it (and adds
+// nothing from there on), else -1.
+int64_t AddSparse(const uint32_t* pairs, uint64_t count, float* dense, uint64_t elements,
+                  float scale);
 
 }  // namespace graphc::runtime::comm
 

@@ -83,8 +83,11 @@ void printAllreduceSummary(ModuleOp module, const PipelineOptions &options) {
       topk && topk.size() == 4) {
     ArrayRef<int64_t> s = topk.asArrayRef();
     os << "grad-compression: " << options.distributed.gradCompression << ": " << s[0] << " of "
-       << s[1] << " gradients sent as sparse sets (momentum correction, local accumulation, "
-       << "momentum factor masking); " << mebibytes(s[2]) << " -> " << mebibytes(s[3])
+       << s[1] << " gradients sent as sparse sets ("
+       << (options.distributed.momentum > 0
+               ? "momentum correction, local accumulation, momentum factor masking"
+               : "local accumulation")
+       << "); " << mebibytes(s[2]) << " -> " << mebibytes(s[3])
        << " sent per rank per step"
        << (llvm::StringRef(options.distributed.gradCompression).count(':') == 2
                ? " after the warm-up"
