@@ -119,9 +119,9 @@ class Communicator {
   // are the leading ones up to the first negative index (all k if none), each
   // index in [0, n) (one named twice adds twice). Every rank's sets are
   // gathered (at most k pairs of 8 bytes per set travel from each rank), and
-  // each dense
-  // tensor is overwritten with the sum over ranks of its sparse set (kMean:
-  // divided by size()). Values and indices are left as they are. Ranks may
+  // each dense tensor is overwritten with the sum over ranks of its sparse
+  // set (kMean: each value divided by size() as it is added, in rank order).
+  // Values and indices are left as they are. Ranks may
   // send different counts; a peer's index outside [0, n) ends the process
   // with a line naming it. Fails (kInvalidArgument) for bad arguments,
   // including this rank's own bad indices.
