@@ -283,7 +283,8 @@ LogicalResult graphc::exportPlan(ModuleOp module, const PlanMetadata &metadata,
             fbb, start.getBucket(),
             start.getReduction() == plan::Reduction::mean ? fb::Reduction::Mean
                                                           : fb::Reduction::Sum,
-            wire && wire.isF16() ? fb::DType::F16 : fb::DType::F32, start.getSparse());
+            wire && wire.isF16() ? fb::DType::F16 : fb::DType::F32, start.getSparse(),
+            static_cast<uint64_t>(start.getSentEntries().value_or(0)));
       } else if (auto wait = llvm::dyn_cast<plan::AllreduceWaitOp>(op)) {
         opcode = fb::Opcode::AllreduceWait;
         collective = fb::CreateCollectiveAttrs(fbb, wait.getBucket(), fb::Reduction::Sum,

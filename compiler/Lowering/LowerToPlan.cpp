@@ -138,6 +138,30 @@ FlatSymbolRefAttr LowerToPlanPass::outputBuffer(Value result,
         canWriteStateInPlace(result, assign.getVariable(), signature))
       return FlatSymbolRefAttr::get(assign.getVariableAttr().getAttr());
   }
+  // One step further: `result` is last read by an nn.zero_at (in place over
+  // its input) whose result is assigned to a state. Then `result` itself may
+  // go to the state's buffer, and the zero_at writes only what it zeroes:
+  // deep gradient compression's accumulation and momentum, computed into
+  // their state and masked there, instead of computed aside and copied.
+  for (Operation *user : result.getUsers()) {
+    auto mask = llvm::dyn_cast<nn::ZeroAtOp>(user);
+    if (!mask || mask.getInput() != result)
+      continue;
+    unsigned maskAt = position.lookup(mask);
+    bool lastUse = llvm::all_of(result.getUsers(), [&](Operation *other) {
+      return other == mask || (!llvm::isa<func::ReturnOp, nn::AssignOp, dist::AllreduceStartOp,
+                                          nn::ReshapeOp, nn::FlattenOp>(other) &&
+                               position.lookup(other) < maskAt);
+    });
+    if (!lastUse)
+      continue;
+    for (Operation *maskUser : mask.getResult().getUsers()) {
+      auto assign = llvm::dyn_cast<nn::AssignOp>(maskUser);
+      if (assign && assign.getValue() == mask.getResult() &&
+          canWriteStateInPlace(result, assign.getVariable(), signature))
+        return FlatSymbolRefAttr::get(assign.getVariableAttr().getAttr());
+    }
+  }
   std::string name = prefix + ".v" + std::to_string(valueCounter++);
   return newBuffer(result.getLoc(), name, memrefFor(result.getType()),
                    plan::Region::arena);
@@ -218,7 +242,7 @@ LogicalResult LowerToPlanPass::lowerOp(Operation *op) {
         ctx, reduce.getReduction() == dist::Reduction::mean ? plan::Reduction::mean
                                                               : plan::Reduction::sum);
     programBuilder.create<plan::AllreduceStartOp>(loc, list, list, inPlace, reduction, bucket,
-                                                  TypeAttr(), UnitAttr());
+                                                  TypeAttr(), UnitAttr(), IntegerAttr());
     programBuilder.create<plan::AllreduceWaitOp>(loc, list, list, inPlace, bucket, UnitAttr());
     return success();
   }
@@ -248,7 +272,8 @@ LogicalResult LowerToPlanPass::lowerOp(Operation *op) {
       programBuilder.create<plan::AllreduceStartOp>(loc, list, list, inPlace, reduction,
                                                     start.getBucketAttr(),
                                                     start.getWireTypeAttr(),
-                                                    start.getSparseAttr());
+                                                    start.getSparseAttr(),
+                                                    start.getSentEntriesAttr());
     } else {
       auto wait = llvm::cast<dist::AllreduceWaitOp>(op);
       programBuilder.create<plan::AllreduceWaitOp>(loc, list, list, inPlace,

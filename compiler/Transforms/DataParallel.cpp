@@ -219,7 +219,7 @@ struct DataParallelPass : impl::DataParallelBase<DataParallelPass> {
           loc, ValueRange(bucket).getTypes(), ValueRange(bucket),
           dist::ReductionAttr::get(&getContext(), dist::Reduction::mean),
           b.getI64IntegerAttr(index),
-          compress ? TypeAttr::get(f16) : TypeAttr(), UnitAttr()));
+          compress ? TypeAttr::get(f16) : TypeAttr(), UnitAttr(), IntegerAttr()));
     }
 
     // 5) Each wait goes before the first update or overflow check that reads

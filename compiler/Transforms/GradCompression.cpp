@@ -106,7 +106,7 @@ dist::AllreduceWaitOp keepDense(OpBuilder &b, dist::AllreduceStartOp start,
   b.setInsertionPoint(start);
   auto keptStart = b.create<dist::AllreduceStartOp>(
       start.getLoc(), ValueRange(tensors).getTypes(), tensors, start.getReductionAttr(),
-      start.getBucketAttr(), start.getWireTypeAttr(), UnitAttr());
+      start.getBucketAttr(), start.getWireTypeAttr(), UnitAttr(), IntegerAttr());
   b.setInsertionPoint(wait);
   auto keptWait = b.create<dist::AllreduceWaitOp>(wait.getLoc(), keptStart.getResultTypes(),
                                                   keptStart.getResults());
@@ -276,7 +276,7 @@ LogicalResult applyPowerSgd(ModuleOp module, func::FuncOp step, int64_t rank) {
     auto mean = dist::ReductionAttr::get(module.getContext(), dist::Reduction::mean);
     auto pStart = b.create<dist::AllreduceStartOp>(bucketLoc, ValueRange(ps).getTypes(), ps, sum,
                                                    start.getBucketAttr(), start.getWireTypeAttr(),
-                                                   UnitAttr());
+                                                   UnitAttr(), IntegerAttr());
 
     // Q phase, after backward: Q^T = orthonormalize(sum P^T) M.
     b.setInsertionPoint(qAnchor == wait.getOperation() && keptWait ? keptWait.getOperation()
@@ -293,7 +293,7 @@ LogicalResult applyPowerSgd(ModuleOp module, func::FuncOp step, int64_t rank) {
     }
     auto qStart = b.create<dist::AllreduceStartOp>(bucketLoc, ValueRange(qs).getTypes(), qs, mean,
                                                    start.getBucketAttr(), start.getWireTypeAttr(),
-                                                   UnitAttr());
+                                                   UnitAttr(), IntegerAttr());
 
     // Where the bucket's wait was: G' = P Q^T, E = M - G', Q kept.
     b.setInsertionPoint(keptWait ? keptWait.getOperation() : wait.getOperation());
@@ -345,11 +345,15 @@ LogicalResult applyTopk(ModuleOp module, func::FuncOp step, const GradCompressio
     return scalarConstant(b, loc, i64, static_cast<double>(value));
   };
   // k entries of 8 bytes (value, index), under half the f32 gradient's 4 n.
+  // The set's size K leaves room for 8 k (nn.topk_select's sampled
+  // selection gathers about 4 k candidates there) and for the warm-up's
+  // first stage, a quarter of the entries; what is sent is the first count.
   auto sizeOf = [&](Value g) {
     auto type = llvm::cast<RankedTensorType>(g.getType());
     const int64_t n = type.getNumElements();
     const int64_t k = static_cast<int64_t>(std::ceil(compression.ratio * static_cast<double>(n)));
-    return std::array<int64_t, 3>{n, k, warmup > 0 ? std::max(k, (n + 3) / 4) : k};
+    const int64_t room = std::min(n, std::max(8 * k, warmup > 0 ? (n + 3) / 4 : k));
+    return std::array<int64_t, 3>{n, k, room};
   };
   auto choose = [&](Value g, StringRef) -> std::optional<int64_t> {
     auto [n, k, capacity] = sizeOf(g);
@@ -363,9 +367,11 @@ LogicalResult applyTopk(ModuleOp module, func::FuncOp step, const GradCompressio
     // Where the bucket started: momentum correction, accumulation, selection.
     b.setInsertionPoint(start);
     SmallVector<Value> sets;
+    int64_t sent = 0;
     for (auto [index, parameter] : llvm::zip(bucket.chosen, bucket.parameters)) {
       Value gradient = start.getTensors()[index];
       auto [n, k, capacity] = sizeOf(gradient);
+      sent += k;
       Location loc = gradient.getLoc();
       auto param = module.lookupSymbol<nn::ParameterOp>(parameter);
       auto type = llvm::cast<RankedTensorType>(gradient.getType());
@@ -400,7 +406,7 @@ LogicalResult applyTopk(ModuleOp module, func::FuncOp step, const GradCompressio
       }
       declareState(b, module, accumulation, f32Type);
       Value v = b.create<nn::AddOp>(loc, b.create<nn::LoadOp>(loc, f32Type, accumulation), u);
-      Value count;
+      Value count = i64Constant(loc, k);
       if (warmup > 0) {
         // 25% of the entries, then a quarter of that, ... over the warm-up.
         if (!stepCounter) {
@@ -408,7 +414,6 @@ LogicalResult applyTopk(ModuleOp module, func::FuncOp step, const GradCompressio
           b.setInsertionPointToStart(&body);
           stepCounter = loadStepCounter(b, step.getLoc(), module);
         }
-        count = i64Constant(loc, k);
         double density = std::pow(0.25, 4);
         for (int stage = 3; stage >= 0; --stage, density *= 4.0) {
           const int64_t stageCount = std::min(
@@ -434,7 +439,7 @@ LogicalResult applyTopk(ModuleOp module, func::FuncOp step, const GradCompressio
     auto mean = dist::ReductionAttr::get(module.getContext(), dist::Reduction::mean);
     auto sparseStart = b.create<dist::AllreduceStartOp>(
         start.getLoc(), ValueRange(sets).getTypes(), sets, mean, start.getBucketAttr(),
-        TypeAttr(), b.getUnitAttr());
+        TypeAttr(), b.getUnitAttr(), b.getI64IntegerAttr(sent));
 
     // Where the bucket's wait was: the dense means go to the optimizer,
     // which adds no momentum or weight decay of its own to them.

@@ -407,6 +407,18 @@ Status CommandChecker::CheckShapes(const fb::Command& command, const std::string
       if (in_place == nullptr || in_place->size() != in.size())
         return Fail(ErrorCode::kPlanAliasedOperands,
                     where + ": a collective must declare every buffer in place");
+      if (attrs->sent_entries() != 0) {
+        uint64_t room = 0;
+        for (uint32_t i = 0; sparse && command.op() == fb::Opcode::AllreduceStart &&
+                             i + 2 < in.size();
+             i += 3)
+          room += Buf(in.Get(i)).size() / 4;
+        if (room == 0 || attrs->sent_entries() > room)
+          return Fail(ErrorCode::kPlanBadValue,
+                      where + ": sends " + Str(attrs->sent_entries()) + " entries; " +
+                          (room == 0 ? std::string("only a sparse start says what it sends")
+                                     : "its sets hold " + Str(room)));
+      }
       GRAPHC_RETURN_IF_ERROR(Spend(uint64_t{in.size()} * in.size()));
       for (uint32_t i = 0; i < in.size(); ++i) {
         const fb::Buffer& b = Buf(in.Get(i));

@@ -46,6 +46,7 @@ struct CommandSpec {
     fb::Reduction reduction = fb::Reduction::Mean;
     fb::DType wire = fb::DType::F32;
     bool sparse = false;
+    uint64_t sent_entries = 0;
   };
   std::optional<Collective> collective;
   // Convolutions and poolings: the activations' layout; a pooling's window
@@ -166,7 +167,8 @@ struct PlanSpec {
       if (c.collective)
         collective = fb::CreateCollectiveAttrs(fbb, c.collective->bucket,
                                                c.collective->reduction, c.collective->wire,
-                                               c.collective->sparse);
+                                               c.collective->sparse,
+                                               c.collective->sent_entries);
       flatbuffers::Offset<fb::AttentionAttrs> attention;
       if (c.transpose_k)
         attention = fb::CreateAttentionAttrs(
@@ -956,6 +958,25 @@ TEST(PlanLoaderTest, SparseAllreducesTakeThreesOfValuesIndicesAndDense) {
   mismatch.commands[5].inputs = {4};
   EXPECT_NE(LoadMessage(mismatch).find("6 values, 8 indices"), std::string::npos)
       << LoadMessage(mismatch);
+  // What it sends after a warm-up: at most what its set holds (6 here), and
+  // only a sparse start says.
+  PlanSpec sends = WithSparse();
+  sends.commands[sends.commands.size() - 2].collective->sent_entries = 6;
+  EXPECT_EQ(LoadMessage(sends), "");
+  sends.commands[sends.commands.size() - 2].collective->sent_entries = 7;
+  EXPECT_EQ(LoadError(sends), ErrorCode::kPlanBadValue);
+  EXPECT_NE(LoadMessage(sends).find("sends 7 entries; its sets hold 6"), std::string::npos)
+      << LoadMessage(sends);
+  PlanSpec waitSends = WithSparse();
+  waitSends.commands.back().collective->sent_entries = 1;
+  EXPECT_NE(LoadMessage(waitSends).find("only a sparse start says what it sends"),
+            std::string::npos)
+      << LoadMessage(waitSends);
+  PlanSpec denseSends = WithCollective();
+  denseSends.commands[denseSends.commands.size() - 2].collective->sent_entries = 1;
+  EXPECT_NE(LoadMessage(denseSends).find("only a sparse start says what it sends"),
+            std::string::npos)
+      << LoadMessage(denseSends);
   PlanSpec dense = WithSparse();  // waited for as a dense bucket: its indices do not reduce
   dense.commands.back().collective->sparse = false;
   EXPECT_EQ(LoadError(dense), ErrorCode::kPlanBadValue);

@@ -257,6 +257,8 @@ void PrintPlan(const Plan& loaded, const PrintOptions& options, std::ostream& os
           if (c->op() == fb::Opcode::AllreduceStart)
             os << " " << fb::EnumNameReduction(c->collective()->reduction())
                << (c->collective()->wire() == fb::DType::F16 ? " wire F16" : "");
+          if (c->collective()->sent_entries() != 0)
+            os << " sends " << c->collective()->sent_entries();
         }
         // NCHW, the default, goes unsaid: plans before layouts print as they did.
         if (LayoutOf(*c) == fb::Layout::NHWC) os << " layout nhwc";

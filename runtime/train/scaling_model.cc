@@ -385,9 +385,12 @@ std::vector<StepEvent> StepEventsOf(const fb::Plan& root, const fb::Program& pro
     const fb::DType wire = attrs != nullptr ? attrs->wire() : fb::DType::F32;
     double bytes = 0;
     if (attrs != nullptr && attrs->sparse()) {
-      // Each set's values and indices (its capacity: with a warm-up, the
-      // first stage's count); the dense buffers receive, never travel.
-      if (command.inputs() != nullptr)
+      // 8 bytes an entry (value, index) of what the sets send after the
+      // warm-up, or, where the plan does not say, of their sizes; the dense
+      // buffers receive, never travel.
+      if (attrs->sent_entries() != 0)
+        bytes = 8.0 * static_cast<double>(attrs->sent_entries());
+      else if (command.inputs() != nullptr)
         for (uint32_t i = 0; i + 1 < command.inputs()->size(); i += 3)
           bytes += 2.0 * static_cast<double>(
                              root.buffers()->Get(static_cast<uint32_t>(command.inputs()->Get(i)))->size());

@@ -80,8 +80,9 @@ func.func @train_step(%x: tensor<16x32xf32>, %y: tensor<8x4x3x3xf32>) -> tensor<
 // Top-k (one bucket here), where the bucket starts: @b's dense allreduce,
 // then for @w and @k g' = g + wd w, u = m u + g', v = v + u, the selection
 // (its count from graphc.step under warm-up: 25% of 512 is 128 entries at
-// first, then 32, then k = 26), the masking, and one sparse collective over
-// the gradients' own memory.
+// first, then 32, then k = 26; the sets' size 208 = 8k leaves the selection
+// room for candidates), the masking, and one sparse collective over the
+// gradients' own memory that sends k + 15 entries after the warm-up.
 // TOPK-LABEL: func.func @train_step
 // TOPK: %[[STEP:.*]] = nn.load @graphc.step : tensor<i64>
 // TOPK: %[[GW:.*]] = nn.add %arg0, %arg0
@@ -95,13 +96,13 @@ func.func @train_step(%x: tensor<16x32xf32>, %y: tensor<8x4x3x3xf32>) -> tensor<
 // TOPK: %[[V0:.*]] = nn.load @graphc.dgc.w.accumulation : tensor<16x32xf32>
 // TOPK: %[[V:.*]] = nn.add %[[V0]], %[[U]]
 // TOPK: nn.cmp lt, %[[STEP]], %{{.*}}
-// TOPK: %[[VAL:.*]], %[[IDX:.*]] = nn.topk_select %[[V]] count %{{.*}} : tensor<16x32xf32> -> tensor<128xf32>, tensor<128xi32>
+// TOPK: %[[VAL:.*]], %[[IDX:.*]] = nn.topk_select %[[V]] count %{{.*}} : tensor<16x32xf32> -> tensor<208xf32>, tensor<208xi32>
 // TOPK: %[[VZ:.*]] = nn.zero_at %[[V]], %[[IDX]]
 // TOPK: nn.assign @graphc.dgc.w.accumulation, %[[VZ]]
 // TOPK: %[[UZ:.*]] = nn.zero_at %[[U]], %[[IDX]]
 // TOPK: nn.assign @w.momentum_buffer, %[[UZ]]
-// TOPK: nn.topk_select %{{.*}} count %{{.*}} : tensor<8x4x3x3xf32> -> tensor<72xf32>, tensor<72xi32>
-// TOPK: %[[F:.*]]:6 = dist.allreduce_start sparse mean %[[VAL]], %[[IDX]], %[[GW]], %{{.*}}, %{{.*}}, %[[GK]] bucket 1 : tensor<128xf32>, tensor<128xi32>, tensor<16x32xf32>, tensor<72xf32>, tensor<72xi32>, tensor<8x4x3x3xf32>
+// TOPK: nn.topk_select %{{.*}} count %{{.*}} : tensor<8x4x3x3xf32> -> tensor<120xf32>, tensor<120xi32>
+// TOPK: %[[F:.*]]:6 = dist.allreduce_start sparse mean %[[VAL]], %[[IDX]], %[[GW]], %{{.*}}, %{{.*}}, %[[GK]] bucket 1 {sent_entries = 41 : i64} : tensor<208xf32>, tensor<208xi32>, tensor<16x32xf32>, tensor<120xf32>, tensor<120xi32>, tensor<8x4x3x3xf32>
 // TOPK: %[[R:.*]]:6 = dist.allreduce_wait %[[F]]#0, %[[F]]#1, %[[F]]#2, %[[F]]#3, %[[F]]#4, %[[F]]#5
 // TOPK: dist.allreduce_wait %[[FB]]
 // TOPK: nn.apply_gradient @w, %[[R]]#2 {graphc.momentum_applied} : tensor<16x32xf32>
@@ -110,9 +111,11 @@ func.func @train_step(%x: tensor<16x32xf32>, %y: tensor<8x4x3x3xf32>) -> tensor<
 // TOPK-DAG: nn.state @graphc.dgc.w.accumulation : tensor<16x32xf32> = zeros
 // TOPK-DAG: nn.state @w.momentum_buffer : tensor<16x32xf32> = zeros
 
-// Without momentum, weight decay or warm-up: no momentum state, K = k.
+// Without momentum, weight decay or warm-up: no momentum state; the count is
+// k = 26 throughout, K = 8k leaves the selection room for its candidates.
 // PLAIN-NOT: momentum_buffer
-// PLAIN: nn.topk_select %{{.*}} : tensor<16x32xf32> -> tensor<26xf32>, tensor<26xi32>
+// PLAIN: %[[K:.*]] = nn.constant dense<26> : tensor<i64>
+// PLAIN: nn.topk_select %{{.*}} count %[[K]] : tensor<16x32xf32> -> tensor<208xf32>, tensor<208xi32>
 // PLAIN-NOT: momentum_buffer
 
 // TOPK-SCALED: error: grad-compression=topk does not combine with loss scaling

@@ -71,8 +71,10 @@ LogicalResult AllreduceStartOp::verify() {
     if (getTensors().size() % 3 != 0 || getWireType())
       return emitOpError("sparse: takes threes of values, indices and a dense tensor, and no "
                          "wire type");
+    int64_t room = 0;
     for (size_t i = 0; i < getTensors().size(); i += 3) {
       auto values = llvm::cast<RankedTensorType>(getTensors()[i].getType());
+      room += values.hasStaticShape() ? values.getNumElements() : 0;
       auto indices = llvm::cast<RankedTensorType>(getTensors()[i + 1].getType());
       auto dense = llvm::cast<RankedTensorType>(getTensors()[i + 2].getType());
       if (!values.getElementType().isF32() || !indices.getElementType().isInteger(32) ||
@@ -85,6 +87,11 @@ LogicalResult AllreduceStartOp::verify() {
                << i / 3 << " must be values tensor<Kxf32>, indices tensor<Kxi32> and a dense "
                << "f32 tensor of N >= K elements (N < 2^31)";
     }
+    if (auto sent = getSentEntries(); sent && (*sent < 1 || *sent > room))
+      return emitOpError("sent_entries ") << *sent << " must be in [1, " << room
+                                          << "], the entries its sets can hold";
+  } else if (getSentEntries()) {
+    return emitOpError("sent_entries is for sparse collectives only");
   } else {
     for (Value tensor : getTensors())
       if (!llvm::isa<FloatType>(llvm::cast<RankedTensorType>(tensor.getType()).getElementType()))

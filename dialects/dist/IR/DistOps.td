@@ -80,7 +80,11 @@ def Dist_AllreduceStartOp : Dist_Op<"allreduce_start", [
     sparse set, up to the first negative index, and a dense f32 tensor that
     the wait gives back holding the sum (or mean) over ranks of their sets
     at those flat positions, zero elsewhere. Its values and indices come back
-    unchanged. The sets are gathered, never summed densely.
+    unchanged. The sets are gathered, never summed densely. `sent_entries`
+    (sparse only) is how many entries the sets hold together in the steady
+    state, at most the sum of their sizes: a set's size may leave room for
+    more (a warm-up's larger counts, the selection's candidates), and a
+    scaling model should cost what is sent.
 
     ```mlir
     %f:2 = dist.allreduce_start mean %dw, %db bucket 0 : tensor<10x784xf32>, tensor<10xf32>
@@ -90,7 +94,8 @@ def Dist_AllreduceStartOp : Dist_Op<"allreduce_start", [
   }];
   let arguments = (ins Variadic<Dist_Tensor>:$tensors,
                        Dist_Reduction:$reduction, I64Attr:$bucket,
-                       OptionalAttr<TypeAttr>:$wire_type, UnitAttr:$sparse);
+                       OptionalAttr<TypeAttr>:$wire_type, UnitAttr:$sparse,
+                       OptionalAttr<I64Attr>:$sent_entries);
   let results = (outs Variadic<Dist_Tensor>:$in_flight);
   let assemblyFormat = [{
     (`sparse` $sparse^)? $reduction $tensors `bucket` $bucket (`wire` $wire_type^)? attr-dict

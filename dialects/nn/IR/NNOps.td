@@ -619,11 +619,17 @@ def NN_TopkSelectOp : NN_Op<"topk_select", [Pure]> {
   let description = [{
     Selects the `count` entries of the f32 `input` (flat) whose magnitudes
     are largest, ties going to the lower index, and writes them in index
-    order: `values[j] = input[indices[j]]`. The selection is exact: a radix
-    select on the magnitudes' bits (three histogram passes over the input,
-    then one that collects), no sort. `count` (an i64 scalar, clamped to
-    [1, K]) defaults to K, the size of the results; the entries past it are
-    padding, value 0 and index -1, where a sparse collective's set ends.
+    order: `values[j] = input[indices[j]]`. The selection is exact, and no
+    sort: a radix select on the magnitudes' bits (three histogram passes,
+    then one that collects). When `count` is at least 64 and at most an
+    eighth of the input and of K, a sample of about 8 n / count entries
+    first sets a threshold that about 4 count entries reach; one pass gathers
+    those into the results, and the radix select runs over them alone (the
+    exact passes over the input remain the fallback when the sample misled:
+    the result is the same either way). So K > count is room the selection
+    uses. `count` (an i64 scalar, clamped to [1, K]) defaults to K, the size
+    of the results; the entries past it are padding, value 0 and index -1,
+    where a sparse collective's set ends.
     Deep gradient compression (graphc-data-parallel's
     `grad-compression=topk:RATIO`) sends these sets. NaN counts as largest.
     Not differentiable.

@@ -243,6 +243,16 @@ static LogicalResult verifyCommand(OpT op, SymbolTableCollection &symbols) {
     if (sparse && (numInputs % 3 != 0 || op->hasAttr("wire_type")))
       return op.emitOpError("sparse: takes threes of values, indices and dense buffers, "
                             "and no wire type");
+    if constexpr (std::is_same_v<OpT, AllreduceStartOp>) {
+      if (auto sent = op.getSentEntries()) {
+        int64_t room = 0;
+        for (size_t i = 0; sparse && i < inputs.size(); i += 3)
+          room += inputs[i].getMemRefType().getNumElements();
+        if (!sparse || *sent < 1 || *sent > room)
+          return op.emitOpError("sends ") << *sent << " entries; a sparse start sends 1 to "
+                                          << room << ", what its sets hold";
+      }
+    }
     for (auto [i, buffer] : llvm::enumerate(inputs)) {
       if (buffer.getRegion() != graphc::plan::Region::arena)
         return op.emitOpError("reduces @") << buffer.getSymName()

@@ -318,8 +318,9 @@ def Plan_CopyOp : Plan_CommandOp<"copy", 1, 1> {
 
 def Plan_AllreduceStartOp : Plan_CommandOp<"allreduce_start", 1, 1024,
     (ins Plan_ReductionAttr:$reduction, I64Attr:$bucket, OptionalAttr<TypeAttr>:$wire_type,
-         UnitAttr:$sparse),
-    "(`sparse` $sparse^)? $reduction `bucket` $bucket (`wire` $wire_type^)?"> {
+         UnitAttr:$sparse, OptionalAttr<I64Attr>:$sent_entries),
+    "(`sparse` $sparse^)? $reduction `bucket` $bucket (`wire` $wire_type^)? "
+    "(`sends` $sent_entries^)?"> {
   let summary = "start reducing a bucket of buffers across ranks, in place";
   let description = [{
     The outputs are the inputs (declared in place): the communicator reduces
@@ -327,7 +328,7 @@ def Plan_AllreduceStartOp : Plan_CommandOp<"allreduce_start", 1, 1024,
     same bucket, no command may touch their bytes. A `sparse` one takes
     threes of buffers, values (f32) and indices (i32) of one set each, then
     the dense f32 buffer that receives the sum (or mean) of every rank's set
-    (dist.allreduce_start's sparse form).
+    (dist.allreduce_start's sparse form); `sends` is its `sent_entries`.
 
     ```mlir
     plan.allreduce_start mean bucket 0 [@train_step.v7, @train_step.v9]

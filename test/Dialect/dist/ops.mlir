@@ -22,8 +22,8 @@ func.func @sum(%a: tensor<4xbf16>) -> tensor<4xbf16> {
 
 // CHECK-LABEL: func.func @sparse
 func.func @sparse(%v: tensor<2xf32>, %i: tensor<2xi32>, %d: tensor<2x3xf32>) -> tensor<2x3xf32> {
-  // CHECK: %[[F:.+]]:3 = dist.allreduce_start sparse mean %{{.+}}, %{{.+}}, %{{.+}} bucket 1 : tensor<2xf32>, tensor<2xi32>, tensor<2x3xf32>
-  %f:3 = dist.allreduce_start sparse mean %v, %i, %d bucket 1 : tensor<2xf32>, tensor<2xi32>, tensor<2x3xf32>
+  // CHECK: %[[F:.+]]:3 = dist.allreduce_start sparse mean %{{.+}}, %{{.+}}, %{{.+}} bucket 1 {sent_entries = 1 : i64} : tensor<2xf32>, tensor<2xi32>, tensor<2x3xf32>
+  %f:3 = dist.allreduce_start sparse mean %v, %i, %d bucket 1 {sent_entries = 1 : i64} : tensor<2xf32>, tensor<2xi32>, tensor<2x3xf32>
   %r:3 = dist.allreduce_wait %f#0, %f#1, %f#2 : tensor<2xf32>, tensor<2xi32>, tensor<2x3xf32>
   return %r#2 : tensor<2x3xf32>
 }

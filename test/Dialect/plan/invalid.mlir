@@ -200,3 +200,15 @@ plan.program @prog inputs [] outputs [] {
   // expected-error@+1 {{has exactly 4 outputs}}
   plan.attention_backward [@q, @q, @q, @q, @l, @q, @b] -> [@q, @q, @q] {bias_strides = array<i64: 1>}
 }
+
+// -----
+
+// Tests that a sparse start sends at most what its sets hold.
+plan.buffer @v : memref<2xf32> in arena
+plan.buffer @i : memref<2xi32> in arena
+plan.buffer @d : memref<6xf32> in arena
+plan.program @p inputs [] outputs [] {
+  // expected-error@+1 {{sends 3 entries; a sparse start sends 1 to 2, what its sets hold}}
+  plan.allreduce_start sparse mean bucket 0 sends 3 [@v, @i, @d] -> [@v, @i, @d] in_place [0, 1, 2]
+  plan.allreduce_wait sparse bucket 0 [@v, @i, @d] -> [@v, @i, @d] in_place [0, 1, 2]
+}
