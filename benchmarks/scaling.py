@@ -6,6 +6,7 @@ tables report it (total images/sec, speedup, scaling efficiency).
   sudo benchmarks/scaling.py [--model resnet50] [--batch 8] [--repeats 3]
                              [--out benchmarks/results] [--no-netns]
                              [--compression [--powersgd-rank 4] [--topk 0.001]]
+                             [--links 10gbit,1gbit,100mbit]
   benchmarks/scaling.py --replot benchmarks/results/scaling.json   (redraw only)
 
 Every rank gets the same cores (--threads: the machine's cores / 2), so the
@@ -289,6 +290,10 @@ def main():
     parser.add_argument("--compression", action="store_true",
                         help="gradient compression's rows (none, fp16, PowerSGD, top-k) instead")
     parser.add_argument("--powersgd-rank", type=int, default=4)
+    parser.add_argument("--links", default=None,
+                        help="comma-separated shaped links for the 2-node rows (of "
+                             f"{', '.join(LINKS)}; default: {', '.join(DEFAULT_LINKS)}, "
+                             "and all three with --compression)")
     parser.add_argument("--topk", default="0.001",
                         help="top-k's RATIO[:WARMUP_STEPS] (graphc --grad-compression=topk:...)")
     parser.add_argument("--replot", metavar="JSON",
@@ -360,6 +365,11 @@ def main():
              "variant": ("fp32", False, 25, "none")},
         ]
     links_used = list(LINKS) if args.compression else list(DEFAULT_LINKS)
+    if args.links is not None:
+        links_used = [l for l in args.links.split(",") if l]
+        unknown = [l for l in links_used if l not in LINKS]
+        if unknown or not links_used:
+            sys.exit(f"scaling.py: --links takes some of {', '.join(LINKS)}, got {args.links!r}")
     if why_not is None and args.compression:
         for link in links_used:
             for variant in variants:
@@ -371,7 +381,7 @@ def main():
                 for overlap in (True, False):
                     configs.append({"name": f"2 nodes, {LINKS[link][0]}", "link": link,
                                     "ranks": 2, "variant": (wire, overlap, 25, "none")})
-        for bucket in (5, 100):
+        for bucket in (5, 100) if "1gbit" in links_used else ():
             configs.append({"name": "2 nodes, 1 Gbit/s", "link": "1gbit", "ranks": 2,
                             "variant": ("fp32", True, bucket, "none")})
     else:
