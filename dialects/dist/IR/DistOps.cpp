@@ -87,9 +87,12 @@ LogicalResult AllreduceStartOp::verify() {
                << i / 3 << " must be values tensor<Kxf32>, indices tensor<Kxi32> and a dense "
                << "f32 tensor of N >= K elements (N < 2^31)";
     }
-    if (auto sent = getSentEntries(); sent && (*sent < 1 || *sent > room))
-      return emitOpError("sent_entries ") << *sent << " must be in [1, " << room
-                                          << "], the entries its sets can hold";
+    if (IntegerAttr attr = getSentEntriesAttr()) {
+      const int64_t sent = attr.getInt();
+      if (sent < 1 || sent > room)
+        return emitOpError("sent_entries ") << sent << " must be in [1, " << room
+                                            << "], the entries its sets can hold";
+    }
   } else if (getSentEntries()) {
     return emitOpError("sent_entries is for sparse collectives only");
   } else {

@@ -244,12 +244,13 @@ static LogicalResult verifyCommand(OpT op, SymbolTableCollection &symbols) {
       return op.emitOpError("sparse: takes threes of values, indices and dense buffers, "
                             "and no wire type");
     if constexpr (std::is_same_v<OpT, AllreduceStartOp>) {
-      if (auto sent = op.getSentEntries()) {
+      if (IntegerAttr attr = op.getSentEntriesAttr()) {
+        const int64_t sent = attr.getInt();
         int64_t room = 0;
         for (size_t i = 0; sparse && i < inputs.size(); i += 3)
           room += inputs[i].getMemRefType().getNumElements();
-        if (!sparse || *sent < 1 || *sent > room)
-          return op.emitOpError("sends ") << *sent << " entries; a sparse start sends 1 to "
+        if (!sparse || sent < 1 || sent > room)
+          return op.emitOpError("sends ") << sent << " entries; a sparse start sends 1 to "
                                           << room << ", what its sets hold";
       }
     }

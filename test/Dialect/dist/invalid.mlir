@@ -136,3 +136,13 @@ func.func @dense_sends(%a: tensor<4xf32>) -> tensor<4xf32> {
   %r = dist.allreduce_wait %f : tensor<4xf32>
   return %r : tensor<4xf32>
 }
+
+// -----
+
+// Tests that a sparse collective sends at least one entry.
+func.func @sparse_sends_negative(%v: tensor<2xf32>, %i: tensor<2xi32>, %d: tensor<6xf32>) -> tensor<6xf32> {
+  // expected-error@+1 {{'dist.allreduce_start' op sent_entries -1 must be in [1, 2], the entries its sets can hold}}
+  %f:3 = dist.allreduce_start sparse sum %v, %i, %d bucket 0 {sent_entries = -1 : i64} : tensor<2xf32>, tensor<2xi32>, tensor<6xf32>
+  %r:3 = dist.allreduce_wait %f#0, %f#1, %f#2 : tensor<2xf32>, tensor<2xi32>, tensor<6xf32>
+  return %r#2 : tensor<6xf32>
+}
