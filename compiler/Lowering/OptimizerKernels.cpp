@@ -705,18 +705,19 @@ KernelSignature emitTopkSelect(nn::TopkSelectOp op, ModuleOp kernels, StringRef 
     }
     return {prefix, need};
   };
-  // Collect into the results, in order, of `length` entries: keys above the
-  // threshold and `need` of those equal to it; returns how many. Reading the
-  // results themselves is safe: entry j is written at a place <= j.
+  // Collect into the results, in order, of `source`'s first `length`
+  // entries: keys above the threshold and `need` of those equal to it;
+  // returns how many. Reading the results themselves is safe: entry j is
+  // written at a place <= j.
   Value countIndex = b.create<arith::IndexCastOp>(loc, indexType, count);
-  auto collect = [&](OpBuilder &ob, Location l, Value length, Value threshold, Value need,
-                     const KeyAt &keyAt,
-                     const std::function<std::pair<Value, Value>(OpBuilder &, Location, Value)>
-                         &entryAt) -> Value {
+  auto collect = [&](OpBuilder &ob, Location l, Value source, Value length, Value threshold,
+                     Value need,
+                     llvm::function_ref<Value(OpBuilder &, Location, Value)> indexAt) -> Value {
     return loop(
         ob, l, zero, length, {zero, i64c(ob, l, 0)},
         [&](OpBuilder &fb, Location fl, Value i, ValueRange acc) {
-          Value key = keyAt(fb, fl, i);
+          Value x = fb.create<memref::LoadOp>(fl, source, ValueRange{i});
+          Value key = magnitude(fb, fl, x);
           Value above = fb.create<arith::CmpIOp>(fl, arith::CmpIPredicate::ugt, key, threshold);
           Value equal = fb.create<arith::CmpIOp>(fl, arith::CmpIPredicate::eq, key, threshold);
           Value takeEqual = fb.create<arith::AndIOp>(
@@ -725,9 +726,8 @@ KernelSignature emitTopkSelect(nn::TopkSelectOp op, ModuleOp kernels, StringRef 
               fl, fb.create<arith::OrIOp>(fl, above, takeEqual),
               fb.create<arith::CmpIOp>(fl, arith::CmpIPredicate::ult, acc[0], countIndex));
           fb.create<scf::IfOp>(fl, take, [&](OpBuilder &tb, Location tl) {
-            auto [value, index] = entryAt(tb, tl, i);
-            tb.create<memref::StoreOp>(tl, value, values, ValueRange{acc[0]});
-            tb.create<memref::StoreOp>(tl, index, indices, ValueRange{acc[0]});
+            tb.create<memref::StoreOp>(tl, x, values, ValueRange{acc[0]});
+            tb.create<memref::StoreOp>(tl, indexAt(tb, tl, i), indices, ValueRange{acc[0]});
             tb.create<scf::YieldOp>(tl);
           });
           return SmallVector<Value>{
@@ -846,22 +846,18 @@ KernelSignature emitTopkSelect(nn::TopkSelectOp op, ModuleOp kernels, StringRef 
       loc, candidatesHold,
       [&](OpBuilder &cb, Location cl) {
         auto [threshold, need] = select(cb, cl, reached, count, keyOf(values));
-        Value taken = collect(cb, cl, reached, threshold, need, keyOf(values),
-                              [&](OpBuilder &tb, Location tl, Value j) {
-                                return std::pair<Value, Value>{
-                                    tb.create<memref::LoadOp>(tl, values, ValueRange{j}),
-                                    tb.create<memref::LoadOp>(tl, indices, ValueRange{j})};
+        Value taken = collect(cb, cl, values, reached, threshold, need,
+                              [&](OpBuilder &tb, Location tl, Value j) -> Value {
+                                return tb.create<memref::LoadOp>(tl, indices, ValueRange{j});
                               });
         cb.create<scf::YieldOp>(cl, taken);
       },
       [&](OpBuilder &eb, Location el) {
         Value all = constIndex(eb, el, n);
         auto [threshold, need] = select(eb, el, all, count, keyOf(in));
-        Value taken = collect(eb, el, all, threshold, need, keyOf(in),
-                              [&](OpBuilder &tb, Location tl, Value i) {
-                                return std::pair<Value, Value>{
-                                    tb.create<memref::LoadOp>(tl, in, ValueRange{i}),
-                                    tb.create<arith::IndexCastOp>(tl, i32, i)};
+        Value taken = collect(eb, el, in, all, threshold, need,
+                              [&](OpBuilder &tb, Location tl, Value i) -> Value {
+                                return tb.create<arith::IndexCastOp>(tl, i32, i);
                               });
         eb.create<scf::YieldOp>(el, taken);
       });
