@@ -29,6 +29,8 @@ PACKAGES=(
   libonnx-dev libprotobuf-dev python3-onnx libonnx-testdata
   openmpi-bin
   libopenmpi-dev
+  # the multi-node tests' and benchmarks' network namespaces (as root)
+  iproute2 iputils-ping
   dataset-fashion-mnist
 )
 

@@ -87,6 +87,21 @@ def sh(*cmd, check=True):
     return subprocess.run(list(cmd), check=check, capture_output=True, text=True)
 
 
+def write_rsh_agent(workdir, addresses, namespaces):
+    """mpirun's remote shell (plm_rsh_agent) for "nodes" that are network
+    namespaces: HOST COMMAND... runs COMMAND in the namespace of HOST's
+    address. Returns its path."""
+    agent = os.path.join(workdir, "netns-rsh")
+    cases = "".join(f"  {a}) ns={n} ;;\n" for a, n in zip(addresses, namespaces))
+    with open(agent, "w") as f:
+        f.write("#!/bin/sh\n# mpirun's remote shell: HOST COMMAND... run in HOST's namespace\n"
+                f"host=$1; shift\ncase $host in\n{cases}"
+                "  *) echo \"netns-rsh: unknown host $host\" >&2; exit 1 ;;\nesac\n"
+                "exec ip netns exec \"$ns\" sh -c \"$*\"\n")
+    os.chmod(agent, 0o755)
+    return agent
+
+
 class TwoNodes:
     """Two network namespaces joined by a veth pair, and what mpirun needs to
     start one rank in each: a hostfile and a remote shell that enters the
@@ -106,14 +121,7 @@ class TwoNodes:
         self.hostfile = os.path.join(workdir, "hosts")
         with open(self.hostfile, "w") as f:
             f.write("".join(f"{a} slots=1\n" for a in ADDRESSES))
-        self.agent = os.path.join(workdir, "netns-rsh")
-        cases = "".join(f"  {a}) ns={n} ;;\n" for a, n in zip(ADDRESSES, NAMESPACES))
-        with open(self.agent, "w") as f:
-            f.write("#!/bin/sh\n# mpirun's remote shell: HOST COMMAND... run in HOST's namespace\n"
-                    f"host=$1; shift\ncase $host in\n{cases}"
-                    "  *) echo \"netns-rsh: unknown host $host\" >&2; exit 1 ;;\nesac\n"
-                    "exec ip netns exec \"$ns\" sh -c \"$*\"\n")
-        os.chmod(self.agent, 0o755)
+        self.agent = write_rsh_agent(workdir, ADDRESSES, NAMESPACES)
 
     def latency(self):
         """Half the mean ping round trip between the namespaces in microseconds,
@@ -147,10 +155,10 @@ class TwoNodes:
             sh("ip", "netns", "del", ns, check=False)
 
 
-def netns_unavailable():
+def netns_unavailable(binaries=("ip", "tc", "mpirun")):
     if os.geteuid() != 0:
         return "not root (network namespaces need CAP_NET_ADMIN)"
-    for binary in ("ip", "tc", "mpirun"):
+    for binary in binaries:
         if not shutil.which(binary):
             return f"no {binary} on this machine"
     probe = sh("ip", "netns", "add", "graphc-scale-probe", check=False)
@@ -173,14 +181,12 @@ def predict(graphrun, plan, profile, link_flag, link, work, extra=()):
         return json.load(f)["prediction"]["rows"][0]
 
 
-def allreduce_bandwidth(launch, probe, latency_us, load=None):
-    """The bytes per second a 2-rank 25 MiB fp32 allreduce through the
-    communicator achieves (Rabenseifner on 2 ranks: T = 2 latencies + S / B),
-    beside the processes `load` starts if given."""
-    loads = []
+def allreduce_seconds(launch, probe, load=None, n=0):
+    """The median time of the communicator's 25 MiB allreduce on `launch`'s
+    ranks, beside n one-rank trainings (`load`) if given."""
+    loads = [subprocess.Popen(load, stdout=subprocess.DEVNULL) for _ in range(n)]
     try:
-        if load:
-            loads = [subprocess.Popen(load, stdout=subprocess.DEVNULL) for _ in range(2)]
+        if loads:
             time.sleep(8)  # past loading and the first steps
         out = subprocess.run(launch + [probe, "bench"], check=True, capture_output=True,
                              text=True).stdout
@@ -190,27 +196,40 @@ def allreduce_bandwidth(launch, probe, latency_us, load=None):
             p.wait()
     for line in out.splitlines():
         if line.startswith("communicator, f32 mean, 1 tensor"):
-            ms = float(line.split("median")[1].split("ms")[0])
-            return 25 * 2**20 / max(1e-6, ms / 1000 - 2 * latency_us * 1e-6)
-    sys.exit(f"scaling.py: no bandwidth in graphc-comm-probe's output:\n{out}")
+            return float(line.split("median")[1].split("ms")[0]) / 1000
+    sys.exit(f"scaling.py: no times in graphc-comm-probe's output:\n{out}")
 
 
-def compute_share(train, probe, work):
-    """The speed two one-rank trainings (`train`) keep while `probe`'s
+def allreduce_bandwidth(launch, probe, latency_us, load=None):
+    """The bytes per second a 2-rank 25 MiB fp32 allreduce through the
+    communicator achieves (Rabenseifner on 2 ranks: two messages, each taking
+    Open MPI's rendezvous of 3 latencies: T = 6 latencies + S / B),
+    beside two of the processes `load` starts if given."""
+    seconds = allreduce_seconds(launch, probe, load, 2 if load else 0)
+    return 25 * 2**20 / max(1e-6, seconds - 6 * latency_us * 1e-6)
+
+
+def total_rate(reports):
+    """The images/sec of several runs' --report files, added up."""
+    total = 0.0
+    for path in reports:
+        with open(path) as f:
+            total += json.load(f)["total_images_per_sec"]
+    return total
+
+
+def compute_share(train, probe, work, n=2):
+    """The speed n one-rank trainings (`train`) keep while `probe`'s
     allreduces loop between the ranks' places, against their speed alone."""
     def rate(beside):
-        reports = [os.path.join(work, f"share-{i}.json") for i in range(2)]
+        reports = [os.path.join(work, f"share-{i}.json") for i in range(n)]
         loads = [subprocess.Popen(train + ["--report", r], stdout=subprocess.DEVNULL)
                  for r in reports]
         while beside and any(p.poll() is None for p in loads):
             subprocess.run(probe, check=True, capture_output=True)
         if any(p.wait() != 0 for p in loads):
             sys.exit("scaling.py: a training beside the probe failed")
-        total = 0.0
-        for path in reports:
-            with open(path) as f:
-                total += json.load(f)["total_images_per_sec"]
-        return total
+        return total_rate(reports)
     return rate(True) / rate(False)
 
 

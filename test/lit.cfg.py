@@ -44,6 +44,10 @@ if os.geteuid() == 0 and shutil.which("ip") and shutil.which("tc"):
     if subprocess.run(["ip", "netns", "add", probe], capture_output=True).returncode == 0:
         subprocess.run(["ip", "netns", "del", probe], capture_output=True)
         config.available_features.add("netns")
+        # graphc-linkem's emulated links (test/runtime/emulated-nodes.test):
+        # TUN devices, and ping to see their delay.
+        if os.access("/dev/net/tun", os.R_OK | os.W_OK) and shutil.which("ping"):
+            config.available_features.add("tun")
 
 # Debian's dataset-fashion-mnist (setup.sh installs it).
 if os.path.exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"):

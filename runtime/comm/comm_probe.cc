@@ -10,7 +10,7 @@
 //   mpirun -np 2 graphc-comm-probe device-mismatch rank 1 announces the bucket for a
 //                                                  device transport (StartArrival)
 //                                                  where rank 0 allreduces it
-//   mpirun -np 2 graphc-comm-probe bench          25 MiB through the communicator
+//   mpirun -np 2 graphc-comm-probe bench          25 MiB (and 1 MiB) through the communicator
 //   mpirun -np 2 graphc-comm-probe bench-mpi      25 MiB through MPI_Allreduce
 
 #include <mpi.h>
@@ -82,10 +82,14 @@ int Bench(Communicator& comm) {
     int tensors;
     fb::DType wire;
     Reduction reduction;
+    uint64_t elements = kBenchElements;
   };
   for (const Case& c :
        {Case{"communicator, f32 sum, 1 tensor (in place)", 1, fb::DType::F32, Reduction::kSum},
         Case{"communicator, f32 mean, 1 tensor (in place)", 1, fb::DType::F32, Reduction::kMean},
+        // Beside the 25 MiB case, a latency and a bandwidth fit one link.
+        Case{"communicator, f32 mean, 1 MiB (in place)", 1, fb::DType::F32, Reduction::kMean,
+             1024 * 1024 / 4},
         Case{"communicator, f32 mean, 2 tensors (in place)", 2, fb::DType::F32, Reduction::kMean},
         Case{"communicator, f32 mean, 1000 tensors (packed)", 1000, fb::DType::F32,
              Reduction::kMean},
@@ -93,14 +97,14 @@ int Bench(Communicator& comm) {
         Case{"communicator, f32 mean over a bf16 wire", 1, fb::DType::BF16, Reduction::kMean}}) {
     std::vector<double> seconds;
     for (int run = 0; run < kBenchRuns + 2; ++run) {
-      std::fill(data.begin(), data.end(), 1.0f);
+      std::fill(data.begin(), data.begin() + c.elements, 1.0f);
       if (Status s = comm.Barrier("bench barrier"); !s.ok()) return Fail(s);
       const Clock::time_point start = Clock::now();
       std::vector<CommTensor> tensors;
-      const uint64_t part = data.size() / c.tensors;
+      const uint64_t part = c.elements / c.tensors;
       for (int t = 0; t < c.tensors; ++t) {
         tensors.push_back({data.data() + t * part, fb::DType::F32,
-                           t + 1 == c.tensors ? data.size() - t * part : part});
+                           t + 1 == c.tensors ? c.elements - t * part : part});
       }
       StatusOr<int64_t> handle =
           comm.StartAllreduce("bench bucket", std::move(tensors), c.reduction, c.wire);

@@ -113,6 +113,14 @@ std::string Number(double value, int digits) {
   return s.str();
 }
 
+// Open MPI sends a message over its eager limit (64 KiB over TCP) by
+// rendezvous: a request carrying the first fragment, a clear-to-send back,
+// then the rest. Such a message costs three link latencies, a smaller one one.
+double OpenMpiMessageLatency(double message_bytes, double latency_seconds) {
+  constexpr double kEagerLimitBytes = 65536;
+  return (message_bytes > kEagerLimitBytes ? 3.0 : 1.0) * latency_seconds;
+}
+
 // One group of `p` ranks on one kind of link.
 AllreduceCost FlatCost(double bytes, int64_t p, const Link& link, Algorithm algorithm) {
   AllreduceCost cost;
@@ -131,10 +139,15 @@ AllreduceCost FlatCost(double bytes, int64_t p, const Link& link, Algorithm algo
     q *= 2;
     ++steps;
   }
-  cost.latency_seconds = 2.0 * static_cast<double>(steps) * alpha;
+  // Each halving step's message and its doubling step's twin: S/2, S/4, ...
+  double message = bytes;
+  for (int64_t s = 0; s < steps; ++s) {
+    message /= 2;
+    cost.latency_seconds += 2.0 * OpenMpiMessageLatency(message, alpha);
+  }
   cost.transfer_seconds = 2.0 * static_cast<double>(q - 1) / static_cast<double>(q) * beta;
   if (q < p) {
-    cost.latency_seconds += 2 * alpha;
+    cost.latency_seconds += 2.0 * OpenMpiMessageLatency(bytes, alpha);
     cost.transfer_seconds += 2 * beta;
   }
   return cost;

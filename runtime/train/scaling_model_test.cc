@@ -59,9 +59,10 @@ TEST(ScalingModelTest, AllreduceCostsAsTheAlgorithmsSend) {
   // One rank sends nothing.
   EXPECT_EQ(AllreduceCostOf(1e8, Flat(1, 1e8, 1e-5, Algorithm::kRing)).total(), 0);
   // Two ranks, Rabenseifner: one halving and one doubling step, each moving
-  // half the buffer: 2 latencies, S / B.
+  // half the buffer: S / B, and 2 messages over Open MPI's eager limit of
+  // 3 latencies each (its rendezvous: request, clear-to-send, data).
   AllreduceCost c = AllreduceCostOf(1e8, Flat(2, 1e8, 1e-5, Algorithm::kRabenseifner));
-  EXPECT_DOUBLE_EQ(c.latency_seconds, 2e-5);
+  EXPECT_DOUBLE_EQ(c.latency_seconds, 6e-5);
   EXPECT_DOUBLE_EQ(c.transfer_seconds, 1.0);
   // Four ranks on a ring: 6 steps of S/4 each.
   c = AllreduceCostOf(1e9, Flat(4, 1e9, 1e-5, Algorithm::kRing));
@@ -69,13 +70,24 @@ TEST(ScalingModelTest, AllreduceCostsAsTheAlgorithmsSend) {
   EXPECT_DOUBLE_EQ(c.transfer_seconds, 1.5);
   // Four ranks, Rabenseifner: log2(4) = 2 steps each way, the same bytes.
   c = AllreduceCostOf(1e9, Flat(4, 1e9, 1e-5, Algorithm::kRabenseifner));
-  EXPECT_DOUBLE_EQ(c.latency_seconds, 4e-5);
+  EXPECT_DOUBLE_EQ(c.latency_seconds, 12e-5);
   EXPECT_DOUBLE_EQ(c.transfer_seconds, 1.5);
   // Three ranks, Rabenseifner: the third hands its whole buffer to a partner
-  // and gets it back (2 latencies, 2 S / B) around a 2-rank allreduce.
+  // and gets it back (2 messages, 2 S / B) around a 2-rank allreduce.
   c = AllreduceCostOf(1e9, Flat(3, 1e9, 1e-5, Algorithm::kRabenseifner));
-  EXPECT_DOUBLE_EQ(c.latency_seconds, 4e-5);
+  EXPECT_DOUBLE_EQ(c.latency_seconds, 12e-5);
   EXPECT_DOUBLE_EQ(c.transfer_seconds, 3.0);
+  // Messages up to the eager limit go at once: one latency each. Four ranks,
+  // 256 KiB: halving sends 128 KiB (rendezvous), then 64 KiB (eager).
+  c = AllreduceCostOf(262144, Flat(4, 1e9, 1e-5, Algorithm::kRabenseifner));
+  EXPECT_NEAR(c.latency_seconds, 2 * (3e-5 + 1e-5), 1e-18);
+  c = AllreduceCostOf(131072, Flat(2, 1e9, 1e-5, Algorithm::kRabenseifner));
+  EXPECT_DOUBLE_EQ(c.latency_seconds, 2e-5);
+  c = AllreduceCostOf(131074, Flat(2, 1e9, 1e-5, Algorithm::kRabenseifner));
+  EXPECT_DOUBLE_EQ(c.latency_seconds, 6e-5);
+  // A ring (NCCL) has no rendezvous: 2 (p - 1) latencies whatever the size.
+  c = AllreduceCostOf(1e9, Flat(2, 1e9, 1e-5, Algorithm::kRing));
+  EXPECT_DOUBLE_EQ(c.latency_seconds, 2e-5);
 }
 
 TEST(ScalingModelTest, RanksOfOneNodeUseItsLinkAndNodesOfSeveralReduceHierarchically) {
