@@ -30,6 +30,8 @@ RULES = [
                         "runtime/backends/backend_factory.h"]),
     ("tools/graphrun/", ["contract/", "runtime/comm/", "runtime/core/", "runtime/train/",
                          "runtime/backends/backend_factory.h", "tools/graphrun/"]),
+    # graphc-linkem reads links as graphrun --predict does, and nothing else.
+    ("tools/linkem/", ["contract/", "runtime/train/scaling_model.h", "tools/linkem/"]),
 ]
 PROJECT = ("contract/", "dialects/", "compiler/", "runtime/", "tools/")
 SOURCES = (".h", ".cc", ".cpp", ".cu", ".c")
