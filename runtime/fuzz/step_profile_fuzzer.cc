@@ -2,7 +2,7 @@
 // the report is user input read beside a loaded plan, so any byte string must
 // either be refused with a Status or be read and predicted from, on every
 // path the simulator has (ring and Rabenseifner, nodes of several ranks,
-// shares below one), in bounded time: no crash, no sanitizer report, no hang
+// shares below one, a bucket sweep), in bounded time: no crash, no sanitizer report, no hang
 // (libFuzzer's -timeout). The plan is GRAPHC_FUZZ_PLAN, loaded once;
 // runtime/fuzz/run-fuzz.sh builds and runs this after the plan loader's
 // fuzzer, seeded with real reports of that plan.
@@ -63,6 +63,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     options.algorithm = algorithm;
     options.busy_share = 0.6;
     options.compute_share = 0.5;
+    // And the plan's gradients re-cut at two caps (--bucket-sweep).
+    if (std::string(algorithm) == "rabenseifner") options.bucket_sweep_mb = {0.5, 25};
     std::ostringstream sink;
     (void)PredictScaling(g_plan->root(), *g_step, *measured, options, sink);
   }

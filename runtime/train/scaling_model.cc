@@ -425,6 +425,190 @@ std::vector<StepEvent> StepEventsOf(const fb::Plan& root, const fb::Program& pro
   return events;
 }
 
+std::vector<double> DefaultBucketSweep() {
+  return {0.25, 0.5, 1, 2, 4, 8, 16, 25, 32, 64, 128, 256};
+}
+
+StatusOr<std::vector<double>> ParseBucketSweep(const std::string& text) {
+  if (text.empty()) return DefaultBucketSweep();
+  std::vector<double> caps;
+  std::string::size_type begin = 0;
+  while (true) {
+    const std::string::size_type comma = text.find(',', begin);
+    const std::string item = Trim(text.substr(begin, comma == std::string::npos ? std::string::npos
+                                                                                 : comma - begin));
+    double value = 0;
+    std::string unit;
+    if (!SplitNumber(item, &value, &unit) || !unit.empty() || !(value > 0 && value <= 1048576.0))
+      return Invalid("--bucket-sweep '" + Printable(text) + "': '" + Printable(item) +
+                     "' is not a bucket cap in MiB in (0, 1048576]");
+    caps.push_back(value);
+    if (caps.size() > 64) return Invalid("--bucket-sweep: more than 64 caps");
+    if (comma == std::string::npos) break;
+    begin = comma + 1;
+  }
+  std::sort(caps.begin(), caps.end());
+  caps.erase(std::unique(caps.begin(), caps.end()), caps.end());
+  return caps;
+}
+
+StatusOr<Rebucketed> RebucketStep(const fb::Plan& root, const fb::Program& program,
+                                  const std::vector<double>& seconds, double bucket_mb,
+                                  double first_bucket_mb) {
+  for (double mb : {bucket_mb, first_bucket_mb})
+    if (!(mb > 0 && mb <= 1048576.0))
+      return Invalid("--bucket-sweep: a bucket cap of " + Number(mb, 6) +
+                     " MiB; caps are in (0, 1048576] MiB");
+  const auto& commands = *program.commands();
+  const int64_t n = commands.size();
+  auto buffer = [&](int32_t index) -> const fb::Buffer& {
+    return *root.buffers()->Get(static_cast<uint32_t>(index));
+  };
+  // Where each bucket is waited for.
+  std::map<int32_t, int64_t> wait_of;
+  for (int64_t c = 0; c < n; ++c) {
+    const fb::Command& command = *commands.Get(c);
+    if (command.op() == fb::Opcode::AllreduceWait && command.collective() != nullptr)
+      wait_of.emplace(command.collective()->bucket(), c);
+  }
+  // The gradients, bucket after bucket as the plan starts them: each with
+  // the point after which its bucket may start (the slot after that
+  // command; -1 before the first) and the command its reduced value is
+  // first waited for at.
+  struct Gradient {
+    int64_t bytes = 0;
+    double wire = 0;
+    int64_t anchor = -1, wait = 0;
+  };
+  std::vector<Gradient> gradients;
+  int32_t last_bucket = -1;
+  constexpr uint64_t kMaxComparisons = 100'000'000;
+  uint64_t comparisons = 0;
+  for (int64_t c = 0; c < n; ++c) {
+    const fb::Command& command = *commands.Get(c);
+    if (command.op() != fb::Opcode::AllreduceStart) continue;
+    const fb::CollectiveAttrs* attrs = command.collective();
+    if (attrs == nullptr || command.inputs() == nullptr) continue;  // the loader refuses both
+    if (attrs->sparse() || attrs->reduction() != fb::Reduction::Mean)
+      return Invalid(
+          "--bucket-sweep: the plan's bucket " + std::to_string(attrs->bucket()) + " is " +
+          (attrs->sparse() ? "sparse (--grad-compression=topk)"
+                           : "a sum (--grad-compression=powersgd's factors)") +
+          "; the sweep re-cuts plain gradient buckets: sweep a plan compiled without "
+          "compression, then compile this one at the cap it finds");
+    if (attrs->bucket() <= last_bucket)
+      return Invalid("--bucket-sweep: the plan has blocking allreduces (--sync-bn: bucket " +
+                     std::to_string(last_bucket) + " comes before bucket " +
+                     std::to_string(attrs->bucket()) +
+                     "); the sweep re-cuts gradient buckets only: sweep a plan compiled without "
+                     "--sync-bn");
+    last_bucket = attrs->bucket();
+    auto wait = wait_of.find(attrs->bucket());
+    if (wait == wait_of.end() || wait->second <= c) continue;  // the loader refuses it
+    const size_t first = gradients.size();
+    int64_t bucket_ready = -1;
+    for (int32_t index : *command.inputs()) {
+      const fb::Buffer& g = buffer(index);
+      // The last command before the start that writes a byte of it or reads
+      // one (batch norm's input gradient reads its weight's gradient): the
+      // compiler starts a bucket after both.
+      int64_t ready = -1;
+      for (int64_t j = c - 1; j >= 0 && ready < 0; --j) {
+        const fb::Command& user = *commands.Get(j);
+        if (IsCollective(user.op())) continue;
+        for (const auto* list : {user.outputs(), user.inputs()})
+          for (uint32_t k = 0; list != nullptr && k < list->size() && ready < 0; ++k) {
+            // A real plan finds the command a few steps back; a plan made to
+            // be slow stops here.
+            if (++comparisons > kMaxComparisons)
+              return Invalid("--bucket-sweep: the plan is too large to re-cut (over 10^8 "
+                             "operand comparisons)");
+            const fb::Buffer& o = buffer(list->Get(k));
+            if (o.region() == g.region() && o.offset() < g.offset() + g.size() &&
+                g.offset() < o.offset() + o.size())
+              ready = j;
+          }
+      }
+      bucket_ready = std::max(bucket_ready, ready);
+      Gradient gradient;
+      gradient.bytes = static_cast<int64_t>(g.size());
+      const uint64_t element = DTypeBytes(g.dtype());
+      const bool narrowed = g.dtype() == fb::DType::F32 &&
+                            (attrs->wire() == fb::DType::F16 || attrs->wire() == fb::DType::BF16);
+      gradient.wire = element == 0 ? 0.0
+                                   : static_cast<double>(g.size() / element) *
+                                         (narrowed ? 2.0 : static_cast<double>(element));
+      gradient.anchor = ready;
+      gradient.wait = wait->second;
+      gradients.push_back(gradient);
+    }
+    // A bucket the plan starts later than its gradients allow (all after
+    // backward: --no-allreduce-overlap) keeps that start.
+    bool delayed = false;
+    for (int64_t j = bucket_ready + 1; j < c && !delayed; ++j)
+      delayed = !IsCollective(commands.Get(j)->op());
+    if (delayed)
+      for (size_t i = first; i < gradients.size(); ++i) gradients[i].anchor = c - 1;
+  }
+  if (gradients.empty())
+    return Invalid("--bucket-sweep: the plan averages no gradients (compiled with "
+                   "--no-data-parallel?)");
+
+  // graphc-data-parallel's cut: a bucket is closed when the next gradient
+  // would overflow its cap (one larger than the cap gets a bucket of its own).
+  constexpr size_t kMaxBucketTensors = 1024;
+  std::vector<std::vector<size_t>> buckets;
+  int64_t fill = 0;
+  for (size_t i = 0; i < gradients.size(); ++i) {
+    const double cap_mb = buckets.size() == 1 ? first_bucket_mb : bucket_mb;
+    const int64_t cap = static_cast<int64_t>(cap_mb * 1024.0 * 1024.0);
+    if (buckets.empty() || fill + gradients[i].bytes > cap ||
+        buckets.back().size() == kMaxBucketTensors) {
+      buckets.emplace_back();
+      fill = 0;
+    }
+    buckets.back().push_back(i);
+    fill += gradients[i].bytes;
+  }
+
+  // Starts and waits in the slots after each command (slot 0: before the
+  // first); in a slot, starts come before waits.
+  std::vector<std::vector<StepEvent>> starts(n + 1), waits(n + 1);
+  Rebucketed result;
+  int64_t previous_start = -1;
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    int64_t start = previous_start, wait = n;
+    double wire = 0, bytes = 0;
+    for (size_t i : buckets[b]) {
+      start = std::max(start, gradients[i].anchor);
+      wait = std::min(wait, gradients[i].wait - 1);
+      wire += gradients[i].wire;
+      bytes += static_cast<double>(gradients[i].bytes);
+    }
+    wait = std::max(wait, start);
+    previous_start = start;
+    starts[start + 1].push_back({StepEvent::kStart, 0, static_cast<int>(b), wire});
+    waits[wait + 1].push_back({StepEvent::kWait, 0, static_cast<int>(b), 0});
+    result.bucket_bytes.push_back(bytes);
+  }
+  double compute = 0;
+  auto emit = [&](int64_t slot) {
+    if (starts[slot].empty() && waits[slot].empty()) return;
+    if (compute > 0) result.events.push_back({StepEvent::kCompute, compute, -1, 0});
+    compute = 0;
+    for (const auto* list : {&starts[slot], &waits[slot]})
+      result.events.insert(result.events.end(), list->begin(), list->end());
+  };
+  emit(0);
+  for (int64_t c = 0; c < n; ++c) {
+    if (!IsCollective(commands.Get(c)->op()))
+      compute += static_cast<size_t>(c) < seconds.size() ? seconds[c] : 0.0;
+    emit(c + 1);
+  }
+  if (compute > 0) result.events.push_back({StepEvent::kCompute, compute, -1, 0});
+  return result;
+}
+
 namespace {
 
 std::string KernelNameOf(const fb::Plan& root, const fb::Command& command) {
@@ -716,6 +900,97 @@ StatusOr<nlohmann::json> PredictScaling(const fb::Plan& root, const fb::Program&
                          {"exposed_comm_ms", p->exposed_seconds * 1000},
                          {"straggler_ms", p->straggler_seconds * 1000},
                          {"wire_mib_per_rank", p->wire_bytes / 1048576.0}});
+  }
+  if (!options.bucket_sweep_mb.empty()) {
+    // Each cap's step on every size; the best is the shortest step, and of
+    // caps within 0.1% of it the largest (fewer, larger messages).
+    struct Row {
+      double cap_mb;
+      size_t buckets;
+      double wire_mib;
+      std::vector<StepPrediction> steps;
+    };
+    std::vector<Row> rows;
+    for (double cap : options.bucket_sweep_mb) {
+      StatusOr<Rebucketed> cut =
+          RebucketStep(root, program, seconds, cap, options.first_bucket_mb);
+      if (!cut.ok()) return cut.status();
+      Row row{cap, cut->bucket_bytes.size(), 0, {}};
+      for (const StepEvent& e : cut->events)
+        if (e.kind == StepEvent::kStart) row.wire_mib += e.bytes / 1048576.0;
+      for (int64_t n : options.ranks) {
+        cluster.ranks = n;
+        StatusOr<StepPrediction> p = SimulateStep(cut->events, cluster);
+        if (!p.ok()) return p.status();
+        row.steps.push_back(*p);
+      }
+      rows.push_back(row);
+    }
+    out << "bucket sweep: the plan's gradients re-cut at each cap (the first bucket at most "
+        << std::setprecision(3) << std::defaultfloat << options.first_bucket_mb
+        << " MiB, as graphc compile --bucket-mb CAP cuts them); images/sec (efficiency):\n"
+        << "   cap MiB  buckets";
+    for (int64_t n : options.ranks) {
+      const std::string head = std::to_string(n) + (n == 1 ? " rank" : " ranks");
+      out << ' ' << std::setw(22) << head;
+    }
+    out << "\n";
+    std::vector<size_t> best(options.ranks.size(), 0);
+    for (size_t k = 0; k < options.ranks.size(); ++k) {
+      double shortest = rows[0].steps[k].step_seconds;
+      for (const Row& row : rows) shortest = std::min(shortest, row.steps[k].step_seconds);
+      bool found = false;
+      for (size_t r = 0; r < rows.size(); ++r)
+        if (rows[r].steps[k].step_seconds <= shortest * (1 + 1e-3) &&
+            (!found || rows[r].cap_mb > rows[best[k]].cap_mb)) {
+          best[k] = r;
+          found = true;
+        }
+    }
+    nlohmann::json sweep = {{"first_bucket_mb", options.first_bucket_mb}};
+    for (size_t r = 0; r < rows.size(); ++r) {
+      const Row& row = rows[r];
+      out << ' ' << std::setw(9) << std::defaultfloat << std::setprecision(4) << row.cap_mb << ' '
+          << std::setw(8) << row.buckets;
+      nlohmann::json jr = {{"bucket_mb", row.cap_mb},
+                           {"buckets", row.buckets},
+                           {"wire_mib_per_rank", row.wire_mib}};
+      for (size_t k = 0; k < options.ranks.size(); ++k) {
+        const int64_t n = options.ranks[k];
+        const StepPrediction& p = row.steps[k];
+        const double rate = static_cast<double>(n) * batch / p.step_seconds;
+        const double efficiency = rate / one_rank_rate / static_cast<double>(n);
+        std::ostringstream cell;
+        cell << std::fixed << std::setprecision(2) << rate << " (" << std::setprecision(3)
+             << efficiency << ")" << (best[k] == r ? '*' : ' ');
+        out << ' ' << std::setw(22) << cell.str();
+        jr["predictions"].push_back({{"ranks", n},
+                                     {"step_ms", p.step_seconds * 1000},
+                                     {"total_images_per_sec", rate},
+                                     {"scaling_efficiency", efficiency},
+                                     {"exposed_comm_ms", p.exposed_seconds * 1000}});
+      }
+      out << "\n";
+      sweep["rows"].push_back(jr);
+    }
+    for (size_t k = 0; k < options.ranks.size(); ++k) {
+      const Row& row = rows[best[k]];
+      const int64_t n = options.ranks[k];
+      const double rate = static_cast<double>(n) * batch / row.steps[k].step_seconds;
+      out << "  best for " << n << (n == 1 ? " rank" : " ranks") << ": graphc compile --bucket-mb "
+          << std::defaultfloat << std::setprecision(4) << row.cap_mb << " (" << row.buckets
+          << " bucket" << (row.buckets == 1 ? "" : "s") << ", " << std::fixed
+          << std::setprecision(2) << rate << " images/sec";
+      const double own = j["rows"][k]["total_images_per_sec"].get<double>();
+      out << ", " << std::showpos << std::setprecision(1) << (rate / own - 1) * 100
+          << std::noshowpos << "% over this plan's buckets)\n";
+      sweep["best"].push_back({{"ranks", n},
+                               {"bucket_mb", row.cap_mb},
+                               {"buckets", row.buckets},
+                               {"total_images_per_sec", rate},
+                               {"over_this_plan", rate / own}});
+    }
+    j["bucket_sweep"] = sweep;
   }
   out.flags(flags);
   return j;

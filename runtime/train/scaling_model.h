@@ -129,6 +129,30 @@ StatusOr<StepPrediction> SimulateStep(const std::vector<StepEvent>& events,
 std::vector<StepEvent> StepEventsOf(const fb::Plan& root, const fb::Program& program,
                                     const std::vector<double>& seconds);
 
+// The plan's gradient buckets re-cut on paper at another cap, as
+// graphc compile --bucket-mb would cut them (graphrun --predict ...
+// --bucket-sweep). The gradients, in the order the plan's buckets list them
+// (the order backward completes them), are packed into buckets of at most
+// `bucket_mb` MiB, the first of at most `first_bucket_mb`, at most 1024 each
+// (graphc-data-parallel's rule). A bucket starts after the last command that
+// writes one of its gradients (or where the plan starts that gradient's
+// bucket, when the plan starts it later: --no-allreduce-overlap, or another
+// reader of the rank's own gradient), never before the bucket before it; it
+// is waited for where the plan first waits for one of its gradients. The
+// compute is the plan's, command for command. Only the updates' order
+// differs from a plan compiled at that cap (the compiler groups them by
+// bucket): a split bucket's second wait is placed where the first is.
+struct Rebucketed {
+  std::vector<StepEvent> events;
+  std::vector<double> bucket_bytes;  // each bucket's gradients, as computed
+};
+// kInvalidArgument where the plan's collectives are not plain gradient
+// buckets (sparse or summed ones: gradient compression; blocking ones:
+// --sync-bn), or the caps are not in (0, 1048576] MiB.
+StatusOr<Rebucketed> RebucketStep(const fb::Plan& root, const fb::Program& program,
+                                  const std::vector<double>& seconds, double bucket_mb,
+                                  double first_bucket_mb);
+
 // What graphrun --predict asks for.
 struct PredictOptions {
   std::vector<int64_t> ranks;  // empty: no prediction
@@ -143,7 +167,17 @@ struct PredictOptions {
   // another device, on paper).
   double step_ms = 0;
   std::string step_profile;        // a --report with --profile, or "" to measure now
+  // Bucket caps in MiB to predict beside the plan's own buckets (RebucketStep);
+  // empty: none.
+  std::vector<double> bucket_sweep_mb;
+  double first_bucket_mb = 1.0;  // the first bucket's cap in the sweep
 };
+
+// The caps graphrun --bucket-sweep tries when given none (MiB).
+std::vector<double> DefaultBucketSweep();
+// "1,4,16.5" (MiB, each in (0, 1048576], at most 64), sorted and each once;
+// "" is DefaultBucketSweep(). Anything else is one kInvalidArgument line.
+StatusOr<std::vector<double>> ParseBucketSweep(const std::string& text);
 
 // One rank's measured step: the time of each command of train_step (ms per
 // step), the median step, and what it was measured on.

@@ -34,6 +34,26 @@ TEST(ScalingModelTest, ParsesLinksInBitsAndBytes) {
   EXPECT_EQ(DescribeLink(*ParseLink("12.3GB/s", "x")), "12.3 GB/s, 0 us");
 }
 
+TEST(ScalingModelTest, ReadsBucketCapsSortedAndOnce) {
+  StatusOr<std::vector<double>> caps = ParseBucketSweep("64, 2,0.5,2");
+  ASSERT_TRUE(caps.ok()) << caps.status().ToString();
+  EXPECT_EQ(*caps, (std::vector<double>{0.5, 2, 64}));
+  caps = ParseBucketSweep("");
+  ASSERT_TRUE(caps.ok());
+  EXPECT_EQ(*caps, DefaultBucketSweep());
+  EXPECT_EQ(caps->front(), 0.25);
+  EXPECT_EQ(caps->back(), 256);
+  for (const char* text : {"x", "0", "-1", "2,,4", "4,", "1e7", "0x10", "inf", "nan", "2MiB",
+                           "1048577"}) {
+    caps = ParseBucketSweep(text);
+    EXPECT_EQ(caps.status().code(), ErrorCode::kInvalidArgument) << text;
+  }
+  std::string many = "1";
+  for (int i = 2; i <= 65; ++i) many += "," + std::to_string(i);
+  EXPECT_FALSE(ParseBucketSweep(many).ok());
+  EXPECT_TRUE(ParseBucketSweep("1048576").ok());
+}
+
 TEST(ScalingModelTest, RefusesLinksItCannotRead) {
   for (const char* text : {"10gbps", "fast", "10gbit,50", "10gbit,50us,1", "-1gbit", "0gbit",
                            "10 parsecs", "1e400gbit", "10gbit,20s", ",50us", "nangbit"}) {

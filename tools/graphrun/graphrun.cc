@@ -555,6 +555,14 @@ int Main(int argc, char** argv) {
                  "or rabenseifner (Open MPI: Rabenseifner's, the buckets sharing the link)")
       ->check(CLI::IsMember({"auto", "ring", "rabenseifner"}))
       ->needs(predict_option);
+  std::string bucket_sweep;
+  CLI::Option* sweep_option =
+      app.add_option("--bucket-sweep", bucket_sweep,
+                     "--predict: also predict the plan's gradients re-cut into buckets of "
+                     "these MiB (e.g. --bucket-sweep=1,4,16,64; alone: 0.25 to 256) and name the "
+                     "best cap for graphc compile --bucket-mb")
+          ->expected(0, 1)
+          ->needs(predict_option);
   std::string plan_path;
   std::string device = "none";
   bool no_buffers = false, no_commands = false;
@@ -596,7 +604,8 @@ int Main(int argc, char** argv) {
   for (const CLI::App* command :
        std::initializer_list<const CLI::App*>{&app, inspect, crosscheck, infer})
     for (const CLI::Option* option : command->get_options()) {
-      if (option->count() == 0) continue;
+      // --bucket-sweep alone (its value optional) means the default caps.
+      if (option->count() == 0 || option == sweep_option) continue;
       for (const std::string& value : option->results())
         if (value.empty()) {
           std::cerr << "graphrun: error[invalid-argument]: "
@@ -626,6 +635,11 @@ int Main(int argc, char** argv) {
                          "--ranks-per-node goes with --nodes (or --predict)"));
     train.predict.ranks_per_node = launch.ranks_per_node;
     if (predict) {
+      if (sweep_option->count() > 0) {
+        StatusOr<std::vector<double>> caps = ParseBucketSweep(bucket_sweep);
+        if (!caps.ok()) return Fail(caps.status());
+        train.predict.bucket_sweep_mb = *caps;
+      }
       if (Status status = CheckPredictOptions(train.predict); !status.ok()) return Fail(status);
       if (!train.predict.step_profile.empty()) {
         // Nothing trains: options of a training run would be silently unused.
