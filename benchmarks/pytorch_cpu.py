@@ -7,7 +7,7 @@
 For each case (model, batch) it trains ResNet-50 v1.5 or VGG16 from graphc's
 zoo, or any torchvision classifier graphc import takes (mobilenet_v2,
 densenet121, ...: exported to ONNX by --torch-python in training form at
-224 px, stochastic depth off on both sides, then imported), at 224 px, FP32,
+224 px with its stochastic depth, which both sides draw, then imported), at 224 px, FP32,
 random data, SGD with momentum 0.9 and weight decay 1e-4, four ways:
 
   fused     graphrun on graphc's default plan (fusion, recomputation, NHWC)
@@ -88,15 +88,10 @@ def is_transformer(name):
 
 
 def torchvision_model(name):
-    """torchvision's `name` with stochastic depth off (graphc import refuses
-    its random mask; dropout stays, graphc has it)."""
-    import torch
+    """torchvision's `name` as constructed: its dropout and stochastic depth
+    stay (graphc imports both and draws its own masks)."""
     import torchvision
-    model = getattr(torchvision.models, name)(num_classes=1000)
-    for module in model.modules():
-        if isinstance(module, torchvision.ops.StochasticDepth):
-            module.p = 0.0
-    return model
+    return getattr(torchvision.models, name)(num_classes=1000)
 
 
 def export(name, path):

@@ -76,8 +76,8 @@ def run(cmd, **kwargs):
 
 
 def no_randomness(model):
-    """Dropout's masks and stochastic depth's are random on both sides: off
-    (graphc import refuses stochastic depth's random ops; see the README)."""
+    """Dropout's masks and stochastic depth's are random on both sides, each
+    side drawing its own: off, so that the two runs compute the same."""
     for module in model.modules():
         if isinstance(module, (torch.nn.Dropout, torchvision.ops.StochasticDepth)):
             module.p = 0.0

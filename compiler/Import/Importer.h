@@ -82,6 +82,18 @@ private:
   bool pool(const Node &n, bool max);
   bool gemm(const Node &n);
   bool dropout(const Node &n);
+  // Stochastic depth (drop path) as torchvision exports it: RandomUniformLike
+  // of a [N, 1, ..., 1] tensor, Less than the survival rate, Cast to float,
+  // Div by the rate. findStochasticDepth() finds each chain by its shape
+  // before the walk; the walk imports it whole at its Div as nn.dropout of
+  // ones [N, 1, ..., 1] (a mask per sample, scaled by 1 / rate).
+  struct StochasticDepth {
+    int noise = 0;         // the RandomUniformLike
+    int less = 0;          // the Less
+    int shapeOf = -1;      // the ConstantOfShape the noise is shaped like, if any
+  };
+  void findStochasticDepth();
+  bool stochasticDepth(const Node &n, const StochasticDepth &chain);
   // Input `index` of `n`, if given, as a trained bias vector (zeros); false
   // after an error.
   bool optionalBias(const Node &n, size_t index, Value &bias);
@@ -193,6 +205,10 @@ private:
   std::map<std::string, Value> values;
   std::map<std::string, const Tensor *> initializers;
   std::map<std::string, int> firstReader;
+  // Stochastic depth chains by their Div's index, and the nodes imported
+  // with them (skipped where they stand).
+  std::map<int, StochasticDepth> stochasticDepthAt;
+  std::set<int> importedWithChain;
   std::map<std::string, const Tensor *> constants;  // Constant nodes' outputs
   // Integer vectors folded at import (shapes), the batch as kBatch.
   static constexpr int64_t kBatch = std::numeric_limits<int64_t>::min();

@@ -302,6 +302,10 @@ bool Importer::importNode(const Node &n) {
   loc = NameLoc::get(b.getStringAttr(where(n)),
                      FileLineColLoc::get(b.getStringAttr(model.path), 0, 0));
   const std::string &op = n.opType;
+  if (importedWithChain.count(n.index))
+    return true;
+  if (auto chain = stochasticDepthAt.find(n.index); chain != stochasticDepthAt.end())
+    return stochasticDepth(n, chain->second);
   if (op == "Constant") {
     auto it = n.attributes.find("value");
     if (it == n.attributes.end() || it->second.kind != Attribute::Kind::Tensor)
@@ -420,8 +424,9 @@ bool Importer::importNode(const Node &n) {
   if (op == "RandomUniformLike" || op == "RandomUniform" || op == "RandomNormalLike" ||
       op == "RandomNormal" || op == "Bernoulli")
     return fail("op " + op + " (opset " + std::to_string(model.opset) +
-                ") is not supported: graphc's only randomness is dropout's; a random mask "
-                "(stochastic depth, drop path) must be exported with its probability 0");
+                ") is not supported: graphc's randomness is dropout's and stochastic depth's "
+                "(RandomUniformLike of a [N, 1, ..., 1] tensor, Less, Cast, Div, as torchvision "
+                "exports it), and this random tensor is neither");
   return fail("op " + op + " (opset " + std::to_string(model.opset) +
               ") is not supported by graphc import");
 }
@@ -445,6 +450,7 @@ OwningOpRef<ModuleOp> Importer::run() {
   for (const Node &n : model.nodes)
     for (const std::string &input : n.inputs)
       firstReader.emplace(input, n.index);
+  findStochasticDepth();
   if (options.forward)
     return runInference(fileLoc, std::move(owned));
   if (model.inputs.size() != 1) {

@@ -291,6 +291,149 @@ bool Importer::dropout(const Node &n) {
                                             b.getI64IntegerAttr(static_cast<int64_t>(static_cast<uint64_t>(*seed) % (uint64_t(1) << 31)))));
 }
 
+void Importer::findStochasticDepth() {
+  // Each name's readers; a graph output counts as one more.
+  std::map<std::string, std::vector<int>> readers;
+  for (const Node &n : model.nodes)
+    for (const std::string &input : n.inputs)
+      if (!input.empty())
+        readers[input].push_back(n.index);
+  for (const onnx_model::Value &output : model.outputs)
+    readers[output.name].push_back(-1);
+  std::map<std::string, int> producer;
+  for (const Node &n : model.nodes)
+    for (const std::string &output : n.outputs)
+      producer.emplace(output, n.index);
+  // The node that alone reads `name` as its first input, if it is an `op`.
+  auto onlyReader = [&](const std::string &name, const char *op) -> const Node * {
+    auto it = readers.find(name);
+    if (it == readers.end() || it->second.size() != 1 || it->second.front() < 0)
+      return nullptr;
+    const Node &reader = model.nodes[it->second.front()];
+    return reader.opType == op && !reader.inputs.empty() && reader.inputs[0] == name &&
+                   reader.outputs.size() == 1
+               ? &reader
+               : nullptr;
+  };
+  for (const Node &noise : model.nodes) {
+    if (noise.opType != "RandomUniformLike" || noise.inputs.size() != 1 ||
+        noise.outputs.size() != 1)
+      continue;
+    // A noise shaped by ConstantOfShape of the batch (an export with an open
+    // batch) is imported with it: nothing else reads that tensor (and a
+    // random tensor that is no stochastic depth is refused at its own node).
+    int shapeOf = -1;
+    if (auto it = producer.find(noise.inputs[0]); it != producer.end()) {
+      const Node &shaped = model.nodes[it->second];
+      if (shaped.opType == "ConstantOfShape" && shaped.inputs.size() == 1 &&
+          readers[noise.inputs[0]].size() == 1) {
+        shapeOf = shaped.index;
+        importedWithChain.insert(shaped.index);
+      }
+    }
+    const Node *less = onlyReader(noise.outputs[0], "Less");
+    const Node *cast = less ? onlyReader(less->outputs[0], "Cast") : nullptr;
+    const Node *div = cast ? onlyReader(cast->outputs[0], "Div") : nullptr;
+    auto to = cast ? cast->attributes.find("to") : std::map<std::string, Attribute>::const_iterator();
+    if (!div || less->inputs.size() != 2 || div->inputs.size() != 2 ||
+        to == cast->attributes.end() || to->second.kind != Attribute::Kind::Int ||
+        to->second.i != 1)  // float32
+      continue;
+    importedWithChain.insert({noise.index, less->index, cast->index});
+    stochasticDepthAt[div->index] = StochasticDepth{noise.index, less->index, shapeOf};
+  }
+}
+
+bool Importer::stochasticDepth(const Node &n, const StochasticDepth &chain) {
+  const Node &noise = model.nodes[chain.noise];
+  const Node &less = model.nodes[chain.less];
+  const std::string what = "stochastic depth's mask (nodes " + std::to_string(chain.noise) +
+                           " to " + std::to_string(n.index) + ")";
+  if (options.forward)
+    return fail(what + " in an inference model: export the model in eval mode");
+  for (const auto &[name, attribute] : noise.attributes) {
+    const bool ok = name == "seed" ||
+                    (name == "dtype" && attribute.kind == Attribute::Kind::Int &&
+                     attribute.i == 1) ||
+                    (name == "low" && attribute.kind == Attribute::Kind::Float &&
+                     attribute.f == 0) ||
+                    (name == "high" && attribute.kind == Attribute::Kind::Float &&
+                     attribute.f == 1);
+    if (!ok)
+      return fail(what + ": its RandomUniformLike has attribute '" + onnx_model::shown(name) +
+                  "' other than a float32 draw from [0, 1)");
+  }
+  // The survival rate: the noise is kept below it, and the kept samples are
+  // divided by it.
+  std::optional<double> keep = scalar(less.inputs[1]);
+  std::optional<double> divisor = scalar(n.inputs[1]);
+  if (!keep || !(*keep > 0 && *keep <= 1))
+    return fail(what + ": its survival rate (Less's second input) must be a constant in (0, 1]");
+  if (!divisor || std::abs(*divisor - *keep) > 1e-6 * *keep) {
+    char shown[32];
+    std::snprintf(shown, sizeof shown, "%g", *keep);
+    return fail(what + ": it must divide by its survival rate " + shown);
+  }
+  // The noise's shape: [N, 1, ..., 1], N the batch.
+  std::vector<int64_t> dims;
+  bool batchFirst = false;
+  const onnx_model::Value &images = model.inputs.front();
+  const int64_t fileBatch = images.dims.empty() ? -1 : images.dims[0];
+  // A dim that is the batch: left open, as the file traced it, or as fixed
+  // at import (--batch: the shape arithmetic then folds to that number).
+  auto isBatch = [&](int64_t d) {
+    return d == kBatch || (fileBatch > 0 && d == fileBatch) ||
+           (options.batch > 0 && d == options.batch);
+  };
+  if (chain.shapeOf >= 0) {
+    std::optional<std::vector<int64_t>> shape = knownInts(model.nodes[chain.shapeOf].inputs[0]);
+    if (shape) {
+      dims = *shape;
+      batchFirst = !dims.empty() && isBatch(dims[0]);
+    }
+  } else if (const Folded *like = constantTensor(noise.inputs[0])) {
+    dims = like->dims;
+    batchFirst = !dims.empty() && isBatch(dims[0]);
+  } else if (auto init = initializers.find(noise.inputs[0]); init != initializers.end()) {
+    dims = init->second->dims;
+    batchFirst = !dims.empty() && isBatch(dims[0]);
+  } else if (auto like = values.find(noise.inputs[0]); like != values.end()) {
+    auto type = llvm::cast<RankedTensorType>(like->second.getType());
+    dims.assign(type.getShape().begin(), type.getShape().end());
+    batchFirst = !dims.empty() && (ShapedType::isDynamic(dims[0]) ||
+                                   dims[0] == llvm::cast<RankedTensorType>(
+                                                  body->getArgument(0).getType())
+                                                  .getDimSize(0));
+  }
+  if (!batchFirst || dims.size() > 8 ||
+      llvm::any_of(llvm::ArrayRef(dims).drop_front(), [](int64_t d) { return d != 1; }))
+    return fail(what + ": its noise must be shaped [N, 1, ..., 1] with N the batch (one draw "
+                "per sample, torchvision's mode \"row\")");
+  // Ones of that shape, from the images' batch: [N, 1, 1, 1] sliced out of
+  // them, reshaped to the noise's rank.
+  Value ones = body->getArgument(0);
+  for (int64_t d = 1; d < 4 && ones; ++d)
+    ones = sliceOf(ones, d, 0, 1);
+  if (!ones)
+    return false;
+  if (dims.size() != 4) {
+    SmallVector<int64_t> shape(dims.size(), 1);
+    shape[0] = llvm::cast<RankedTensorType>(ones.getType()).getDimSize(0);
+    ones = reshaped(ones, shape);
+    if (!ones)
+      return false;
+  }
+  ones = scalarLike(1.0, ones);
+  if (!ones)
+    return false;
+  const double rate = 1.0 - *keep;
+  if (rate == 0)
+    return define(n, ones);
+  return define(n, tryCreate<nn::DropoutOp>(
+                       ones, b.getF64FloatAttr(rate),
+                       b.getI64IntegerAttr(static_cast<int64_t>(chain.noise) + 1)));
+}
+
 Value Importer::scalarLike(double value, Value like) {
   auto scalar = RankedTensorType::get({}, b.getF32Type());
   Value c = tryCreate<nn::ConstantOp>(

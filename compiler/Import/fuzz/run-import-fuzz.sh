@@ -2,7 +2,8 @@
 # Builds the ONNX importer's fuzzer with clang (libFuzzer + ASan + UBSan: the
 # importer's sources instrumented, the nn dialect and MLIR as built) and runs
 # it for a bounded time, seeded with the models test/tools/onnx-import.test
-# writes (every op the importer takes, and the refused ones). Every file in
+# and stochastic-depth.test write (every op the importer takes, and the
+# refused ones). Every file in
 # compiler/Import/fuzz/regressions/ (inputs that once crashed it) is replayed
 # first.
 #
@@ -43,6 +44,7 @@ wait
   -lMLIR -lLLVM -lonnx -lonnx_proto -lprotobuf -o "$out/onnx_import_fuzzer"
 
 "$python" "$src/test/tools/Inputs/make_onnx.py" "$out/models" > /dev/null
+"$python" "$src/test/tools/Inputs/stochastic_depth.py" make "$out/models" > /dev/null
 cp "$out"/models/*.onnx "$src/test/tools/Inputs/vit_tiny.onnx" "$out/corpus/"
 
 regressions=("$src"/compiler/Import/fuzz/regressions/*)
