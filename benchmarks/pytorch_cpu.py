@@ -105,7 +105,9 @@ def export(name, path):
     # graphc compile fixes at --batch-size.
     dynamic = ({"dynamic_axes": {"input": {0: "batch"}, "logits": {0: "batch"}}}
                if is_transformer(name) else {})
-    torch.onnx.export(model, (torch.randn(1, 3, 224, 224),), path, opset_version=17, **dynamic,
+    # Traced at batch 2: at 1, stochastic depth's per-sample noise [1, 1, 1, 1]
+    # could be one draw for the whole batch, and graphc import refuses it.
+    torch.onnx.export(model, (torch.randn(2, 3, 224, 224),), path, opset_version=17, **dynamic,
                       training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
                       dynamo=False, input_names=["input"], output_names=["logits"])
 

@@ -344,6 +344,11 @@ void Importer::findStochasticDepth() {
   }
 }
 
+// Stochastic depth's masks draw from seeds of their own, 2^30 + the node's
+// index + 1, away from Dropout's (its 'seed' attribute, or its index + 1),
+// so that no chain shares a dropout's stream.
+constexpr int64_t kStochasticDepthSeeds = int64_t{1} << 30;
+
 bool Importer::stochasticDepth(const Node &n, const StochasticDepth &chain) {
   const Node &noise = model.nodes[chain.noise];
   const Node &less = model.nodes[chain.less];
@@ -369,7 +374,7 @@ bool Importer::stochasticDepth(const Node &n, const StochasticDepth &chain) {
   std::optional<double> divisor = scalar(n.inputs[1]);
   if (!keep || !(*keep > 0 && *keep <= 1))
     return fail(what + ": its survival rate (Less's second input) must be a constant in (0, 1]");
-  if (!divisor || std::abs(*divisor - *keep) > 1e-6 * *keep) {
+  if (!divisor || !(std::abs(*divisor - *keep) <= 1e-6 * *keep)) {
     char shown[32];
     std::snprintf(shown, sizeof shown, "%g", *keep);
     return fail(what + ": it must divide by its survival rate " + shown);
@@ -385,6 +390,9 @@ bool Importer::stochasticDepth(const Node &n, const StochasticDepth &chain) {
     return d == kBatch || (fileBatch > 0 && d == fileBatch) ||
            (options.batch > 0 && d == options.batch);
   };
+  // A batch of 1 cannot tell a draw per sample from one for the whole batch
+  // (torchvision's mode "batch": [1, 1, ..., 1]).
+  auto ambiguous = [&](int64_t d) { return d == 1; };
   if (chain.shapeOf >= 0) {
     std::optional<std::vector<int64_t>> shape = knownInts(model.nodes[chain.shapeOf].inputs[0]);
     if (shape) {
@@ -405,6 +413,10 @@ bool Importer::stochasticDepth(const Node &n, const StochasticDepth &chain) {
                                                   body->getArgument(0).getType())
                                                   .getDimSize(0));
   }
+  if (batchFirst && ambiguous(dims[0]))
+    return fail(what + ": its noise is [1, ..., 1] at a batch of 1, which cannot tell a draw "
+                "per sample from one for the whole batch: export with a batch of 2 or more, or "
+                "with a symbolic batch axis, and import with --batch other than 1");
   if (!batchFirst || dims.size() > 8 ||
       llvm::any_of(llvm::ArrayRef(dims).drop_front(), [](int64_t d) { return d != 1; }))
     return fail(what + ": its noise must be shaped [N, 1, ..., 1] with N the batch (one draw "
@@ -431,7 +443,8 @@ bool Importer::stochasticDepth(const Node &n, const StochasticDepth &chain) {
     return define(n, ones);
   return define(n, tryCreate<nn::DropoutOp>(
                        ones, b.getF64FloatAttr(rate),
-                       b.getI64IntegerAttr(static_cast<int64_t>(chain.noise) + 1)));
+                       b.getI64IntegerAttr(
+                           (kStochasticDepthSeeds + chain.noise + 1) % (int64_t{1} << 31))));
 }
 
 Value Importer::scalarLike(double value, Value like) {

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -425,6 +426,18 @@ std::vector<StepEvent> StepEventsOf(const fb::Plan& root, const fb::Program& pro
   return events;
 }
 
+namespace {
+// The shortest decimal that reads back as `value` (a cap to type back in).
+std::string ExactNumber(double value) {
+  char text[40];
+  for (int digits = 1; digits <= 17; ++digits) {
+    std::snprintf(text, sizeof text, "%.*g", digits, value);
+    if (std::strtod(text, nullptr) == value) break;
+  }
+  return text;
+}
+}  // namespace
+
 std::vector<double> DefaultBucketSweep() {
   return {0.25, 0.5, 1, 2, 4, 8, 16, 25, 32, 64, 128, 256};
 }
@@ -452,18 +465,30 @@ StatusOr<std::vector<double>> ParseBucketSweep(const std::string& text) {
   return caps;
 }
 
-StatusOr<Rebucketed> RebucketStep(const fb::Plan& root, const fb::Program& program,
-                                  const std::vector<double>& seconds, double bucket_mb,
-                                  double first_bucket_mb) {
-  for (double mb : {bucket_mb, first_bucket_mb})
+StatusOr<std::vector<Rebucketed>> RebucketStep(const fb::Plan& root, const fb::Program& program,
+                                               const std::vector<double>& seconds,
+                                               const std::vector<double>& caps_mb,
+                                               double first_bucket_mb) {
+  for (double mb : caps_mb)
     if (!(mb > 0 && mb <= 1048576.0))
       return Invalid("--bucket-sweep: a bucket cap of " + Number(mb, 6) +
                      " MiB; caps are in (0, 1048576] MiB");
+  if (!(first_bucket_mb > 0 && first_bucket_mb <= 1048576.0))
+    return Invalid("--bucket-sweep: a first bucket of " + Number(first_bucket_mb, 6) +
+                   " MiB; caps are in (0, 1048576] MiB");
   const auto& commands = *program.commands();
   const int64_t n = commands.size();
   auto buffer = [&](int32_t index) -> const fb::Buffer& {
     return *root.buffers()->Get(static_cast<uint32_t>(index));
   };
+  // Every command visited and every operand compared counts against one
+  // budget: a real plan finds what it looks for a few commands back, a plan
+  // made to be slow stops here.
+  constexpr uint64_t kMaxWork = 100'000'000;
+  uint64_t work = 0;
+  auto spend = [&](uint64_t amount) { return (work += amount) <= kMaxWork; };
+  const Status too_large = Invalid(
+      "--bucket-sweep: the plan is too large to re-cut (over 10^8 commands and operands visited)");
   // Where each bucket is waited for.
   std::map<int32_t, int64_t> wait_of;
   for (int64_t c = 0; c < n; ++c) {
@@ -472,8 +497,8 @@ StatusOr<Rebucketed> RebucketStep(const fb::Plan& root, const fb::Program& progr
       wait_of.emplace(command.collective()->bucket(), c);
   }
   // The gradients, bucket after bucket as the plan starts them: each with
-  // the point after which its bucket may start (the slot after that
-  // command; -1 before the first) and the command its reduced value is
+  // the point after which a bucket holding it may start (the slot after
+  // that command; -1 before the first) and the command its reduced value is
   // first waited for at.
   struct Gradient {
     int64_t bytes = 0;
@@ -482,8 +507,8 @@ StatusOr<Rebucketed> RebucketStep(const fb::Plan& root, const fb::Program& progr
   };
   std::vector<Gradient> gradients;
   int32_t last_bucket = -1;
-  constexpr uint64_t kMaxComparisons = 100'000'000;
-  uint64_t comparisons = 0;
+  bool any_delayed = false;
+  int64_t first_start = -1, last_start = -1;
   for (int64_t c = 0; c < n; ++c) {
     const fb::Command& command = *commands.Get(c);
     if (command.op() != fb::Opcode::AllreduceStart) continue;
@@ -497,15 +522,15 @@ StatusOr<Rebucketed> RebucketStep(const fb::Plan& root, const fb::Program& progr
           "; the sweep re-cuts plain gradient buckets: sweep a plan compiled without "
           "compression, then compile this one at the cap it finds");
     if (attrs->bucket() <= last_bucket)
-      return Invalid("--bucket-sweep: the plan has blocking allreduces (--sync-bn: bucket " +
-                     std::to_string(last_bucket) + " comes before bucket " +
-                     std::to_string(attrs->bucket()) +
-                     "); the sweep re-cuts gradient buckets only: sweep a plan compiled without "
-                     "--sync-bn");
+      return Invalid("--bucket-sweep: the plan starts bucket " + std::to_string(attrs->bucket()) +
+                     " after bucket " + std::to_string(last_bucket) +
+                     " (blocking allreduces, as --sync-bn's, or buckets out of order); the sweep "
+                     "re-cuts gradient buckets only: sweep a plan compiled without --sync-bn");
     last_bucket = attrs->bucket();
+    if (first_start < 0) first_start = c;
+    last_start = c;
     auto wait = wait_of.find(attrs->bucket());
     if (wait == wait_of.end() || wait->second <= c) continue;  // the loader refuses it
-    const size_t first = gradients.size();
     int64_t bucket_ready = -1;
     for (int32_t index : *command.inputs()) {
       const fb::Buffer& g = buffer(index);
@@ -514,20 +539,19 @@ StatusOr<Rebucketed> RebucketStep(const fb::Plan& root, const fb::Program& progr
       // compiler starts a bucket after both.
       int64_t ready = -1;
       for (int64_t j = c - 1; j >= 0 && ready < 0; --j) {
+        if (!spend(1)) return too_large;
         const fb::Command& user = *commands.Get(j);
         if (IsCollective(user.op())) continue;
-        for (const auto* list : {user.outputs(), user.inputs()})
-          for (uint32_t k = 0; list != nullptr && k < list->size() && ready < 0; ++k) {
-            // A real plan finds the command a few steps back; a plan made to
-            // be slow stops here.
-            if (++comparisons > kMaxComparisons)
-              return Invalid("--bucket-sweep: the plan is too large to re-cut (over 10^8 "
-                             "operand comparisons)");
+        for (const auto* list : {user.outputs(), user.inputs()}) {
+          if (list == nullptr) continue;
+          if (!spend(list->size())) return too_large;
+          for (uint32_t k = 0; k < list->size() && ready < 0; ++k) {
             const fb::Buffer& o = buffer(list->Get(k));
             if (o.region() == g.region() && o.offset() < g.offset() + g.size() &&
                 g.offset() < o.offset() + o.size())
               ready = j;
           }
+        }
       }
       bucket_ready = std::max(bucket_ready, ready);
       Gradient gradient;
@@ -539,74 +563,105 @@ StatusOr<Rebucketed> RebucketStep(const fb::Plan& root, const fb::Program& progr
                                    : static_cast<double>(g.size() / element) *
                                          (narrowed ? 2.0 : static_cast<double>(element));
       gradient.anchor = ready;
+      // Waited for before the first command after the plan's wait that
+      // reads it (its update): a bucket cut from it waits no earlier.
       gradient.wait = wait->second;
+      for (int64_t j = wait->second + 1; j < n && gradient.wait == wait->second; ++j) {
+        if (!spend(1)) return too_large;
+        const fb::Command& user = *commands.Get(j);
+        if (IsCollective(user.op()) || user.inputs() == nullptr) continue;
+        if (!spend(user.inputs()->size())) return too_large;
+        for (int32_t in : *user.inputs()) {
+          const fb::Buffer& o = buffer(in);
+          if (o.region() == g.region() && o.offset() < g.offset() + g.size() &&
+              g.offset() < o.offset() + o.size()) {
+            gradient.wait = j;
+            break;
+          }
+        }
+      }
       gradients.push_back(gradient);
     }
-    // A bucket the plan starts later than its gradients allow (all after
-    // backward: --no-allreduce-overlap) keeps that start.
+    // Whether the plan starts this bucket later than its gradients allow.
     bool delayed = false;
-    for (int64_t j = bucket_ready + 1; j < c && !delayed; ++j)
+    for (int64_t j = bucket_ready + 1; j < c && !delayed; ++j) {
+      if (!spend(1)) return too_large;
       delayed = !IsCollective(commands.Get(j)->op());
-    if (delayed)
-      for (size_t i = first; i < gradients.size(); ++i) gradients[i].anchor = c - 1;
+    }
+    any_delayed = any_delayed || delayed;
   }
   if (gradients.empty())
     return Invalid("--bucket-sweep: the plan averages no gradients (compiled with "
                    "--no-data-parallel?)");
-
-  // graphc-data-parallel's cut: a bucket is closed when the next gradient
-  // would overflow its cap (one larger than the cap gets a bucket of its own).
-  constexpr size_t kMaxBucketTensors = 1024;
-  std::vector<std::vector<size_t>> buckets;
-  int64_t fill = 0;
-  for (size_t i = 0; i < gradients.size(); ++i) {
-    const double cap_mb = buckets.size() == 1 ? first_bucket_mb : bucket_mb;
-    const int64_t cap = static_cast<int64_t>(cap_mb * 1024.0 * 1024.0);
-    if (buckets.empty() || fill + gradients[i].bytes > cap ||
-        buckets.back().size() == kMaxBucketTensors) {
-      buckets.emplace_back();
-      fill = 0;
-    }
-    buckets.back().push_back(i);
-    fill += gradients[i].bytes;
+  // A plan that starts its buckets back to back, later than their gradients
+  // allow, starts them all after backward (--no-allreduce-overlap): so do
+  // its re-cuts. (Otherwise a bucket started late for a reader of its own
+  // gradient is placed by the touches above.)
+  bool back_to_back = true;
+  for (int64_t j = first_start + 1; j < last_start && back_to_back; ++j) {
+    if (!spend(1)) return too_large;
+    back_to_back = IsCollective(commands.Get(j)->op());
   }
+  if (any_delayed && back_to_back)
+    for (Gradient& g : gradients) g.anchor = first_start - 1;
 
-  // Starts and waits in the slots after each command (slot 0: before the
-  // first); in a slot, starts come before waits.
-  std::vector<std::vector<StepEvent>> starts(n + 1), waits(n + 1);
-  Rebucketed result;
-  int64_t previous_start = -1;
-  for (size_t b = 0; b < buckets.size(); ++b) {
-    int64_t start = previous_start, wait = n;
-    double wire = 0, bytes = 0;
-    for (size_t i : buckets[b]) {
-      start = std::max(start, gradients[i].anchor);
-      wait = std::min(wait, gradients[i].wait - 1);
-      wire += gradients[i].wire;
-      bytes += static_cast<double>(gradients[i].bytes);
+  std::vector<Rebucketed> results;
+  for (double bucket_mb : caps_mb) {
+    // graphc-data-parallel's cut: a bucket is closed when the next gradient
+    // would overflow its cap (one larger than the cap gets a bucket of its
+    // own).
+    constexpr size_t kMaxBucketTensors = 1024;
+    std::vector<std::vector<size_t>> buckets;
+    int64_t fill = 0;
+    for (size_t i = 0; i < gradients.size(); ++i) {
+      const double cap_mb = buckets.size() == 1 ? first_bucket_mb : bucket_mb;
+      const int64_t cap = static_cast<int64_t>(cap_mb * 1024.0 * 1024.0);
+      if (buckets.empty() || fill + gradients[i].bytes > cap ||
+          buckets.back().size() == kMaxBucketTensors) {
+        buckets.emplace_back();
+        fill = 0;
+      }
+      buckets.back().push_back(i);
+      fill += gradients[i].bytes;
     }
-    wait = std::max(wait, start);
-    previous_start = start;
-    starts[start + 1].push_back({StepEvent::kStart, 0, static_cast<int>(b), wire});
-    waits[wait + 1].push_back({StepEvent::kWait, 0, static_cast<int>(b), 0});
-    result.bucket_bytes.push_back(bytes);
-  }
-  double compute = 0;
-  auto emit = [&](int64_t slot) {
-    if (starts[slot].empty() && waits[slot].empty()) return;
+    // Starts and waits in the slots after each command (slot 0: before the
+    // first); in a slot, starts come before waits.
+    std::vector<std::vector<StepEvent>> starts(n + 1), waits(n + 1);
+    Rebucketed result;
+    int64_t previous_start = -1;
+    for (size_t b = 0; b < buckets.size(); ++b) {
+      int64_t start = previous_start, wait = n;
+      double wire = 0, bytes = 0;
+      for (size_t i : buckets[b]) {
+        start = std::max(start, gradients[i].anchor);
+        wait = std::min(wait, gradients[i].wait - 1);
+        wire += gradients[i].wire;
+        bytes += static_cast<double>(gradients[i].bytes);
+      }
+      wait = std::max(wait, start);
+      previous_start = start;
+      starts[start + 1].push_back({StepEvent::kStart, 0, static_cast<int>(b), wire});
+      waits[wait + 1].push_back({StepEvent::kWait, 0, static_cast<int>(b), 0});
+      result.bucket_bytes.push_back(bytes);
+    }
+    double compute = 0;
+    auto emit = [&](int64_t slot) {
+      if (starts[slot].empty() && waits[slot].empty()) return;
+      if (compute > 0) result.events.push_back({StepEvent::kCompute, compute, -1, 0});
+      compute = 0;
+      for (const auto* list : {&starts[slot], &waits[slot]})
+        result.events.insert(result.events.end(), list->begin(), list->end());
+    };
+    emit(0);
+    for (int64_t c = 0; c < n; ++c) {
+      if (!IsCollective(commands.Get(c)->op()))
+        compute += static_cast<size_t>(c) < seconds.size() ? seconds[c] : 0.0;
+      emit(c + 1);
+    }
     if (compute > 0) result.events.push_back({StepEvent::kCompute, compute, -1, 0});
-    compute = 0;
-    for (const auto* list : {&starts[slot], &waits[slot]})
-      result.events.insert(result.events.end(), list->begin(), list->end());
-  };
-  emit(0);
-  for (int64_t c = 0; c < n; ++c) {
-    if (!IsCollective(commands.Get(c)->op()))
-      compute += static_cast<size_t>(c) < seconds.size() ? seconds[c] : 0.0;
-    emit(c + 1);
+    results.push_back(std::move(result));
   }
-  if (compute > 0) result.events.push_back({StepEvent::kCompute, compute, -1, 0});
-  return result;
+  return results;
 }
 
 namespace {
@@ -911,10 +966,12 @@ StatusOr<nlohmann::json> PredictScaling(const fb::Plan& root, const fb::Program&
       std::vector<StepPrediction> steps;
     };
     std::vector<Row> rows;
-    for (double cap : options.bucket_sweep_mb) {
-      StatusOr<Rebucketed> cut =
-          RebucketStep(root, program, seconds, cap, options.first_bucket_mb);
-      if (!cut.ok()) return cut.status();
+    StatusOr<std::vector<Rebucketed>> cuts =
+        RebucketStep(root, program, seconds, options.bucket_sweep_mb, options.first_bucket_mb);
+    if (!cuts.ok()) return cuts.status();
+    for (size_t i = 0; i < cuts->size(); ++i) {
+      const double cap = options.bucket_sweep_mb[i];
+      const Rebucketed* cut = &(*cuts)[i];
       Row row{cap, cut->bucket_bytes.size(), 0, {}};
       for (const StepEvent& e : cut->events)
         if (e.kind == StepEvent::kStart) row.wire_mib += e.bytes / 1048576.0;
@@ -927,8 +984,7 @@ StatusOr<nlohmann::json> PredictScaling(const fb::Plan& root, const fb::Program&
       rows.push_back(row);
     }
     out << "bucket sweep: the plan's gradients re-cut at each cap (the first bucket at most "
-        << std::setprecision(3) << std::defaultfloat << options.first_bucket_mb
-        << " MiB, as graphc compile --bucket-mb CAP cuts them); images/sec (efficiency):\n"
+        << ExactNumber(options.first_bucket_mb) << " MiB, as graphc compile --bucket-mb CAP cuts them); images/sec (efficiency):\n"
         << "   cap MiB  buckets";
     for (int64_t n : options.ranks) {
       const std::string head = std::to_string(n) + (n == 1 ? " rank" : " ranks");
@@ -950,11 +1006,10 @@ StatusOr<nlohmann::json> PredictScaling(const fb::Plan& root, const fb::Program&
     nlohmann::json sweep = {{"first_bucket_mb", options.first_bucket_mb}};
     for (size_t r = 0; r < rows.size(); ++r) {
       const Row& row = rows[r];
-      out << ' ' << std::setw(9) << std::defaultfloat << std::setprecision(4) << row.cap_mb << ' '
-          << std::setw(8) << row.buckets;
+      out << ' ' << std::setw(9) << ExactNumber(row.cap_mb) << ' ' << std::setw(8) << row.buckets;
       nlohmann::json jr = {{"bucket_mb", row.cap_mb},
                            {"buckets", row.buckets},
-                           {"wire_mib_per_rank", row.wire_mib}};
+                           {"wire_mib_per_step", row.wire_mib}};
       for (size_t k = 0; k < options.ranks.size(); ++k) {
         const int64_t n = options.ranks[k];
         const StepPrediction& p = row.steps[k];
@@ -976,9 +1031,10 @@ StatusOr<nlohmann::json> PredictScaling(const fb::Plan& root, const fb::Program&
     for (size_t k = 0; k < options.ranks.size(); ++k) {
       const Row& row = rows[best[k]];
       const int64_t n = options.ranks[k];
+      if (n == 1) continue;  // one rank allreduces nothing: every cap is the same
       const double rate = static_cast<double>(n) * batch / row.steps[k].step_seconds;
-      out << "  best for " << n << (n == 1 ? " rank" : " ranks") << ": graphc compile --bucket-mb "
-          << std::defaultfloat << std::setprecision(4) << row.cap_mb << " (" << row.buckets
+      out << "  best for " << n << " ranks: graphc compile --bucket-mb "
+          << ExactNumber(row.cap_mb) << " (" << row.buckets
           << " bucket" << (row.buckets == 1 ? "" : "s") << ", " << std::fixed
           << std::setprecision(2) << rate << " images/sec";
       const double own = j["rows"][k]["total_images_per_sec"].get<double>();

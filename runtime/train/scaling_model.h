@@ -129,29 +129,31 @@ StatusOr<StepPrediction> SimulateStep(const std::vector<StepEvent>& events,
 std::vector<StepEvent> StepEventsOf(const fb::Plan& root, const fb::Program& program,
                                     const std::vector<double>& seconds);
 
-// The plan's gradient buckets re-cut on paper at another cap, as
+// The plan's gradient buckets re-cut on paper at other caps, as
 // graphc compile --bucket-mb would cut them (graphrun --predict ...
-// --bucket-sweep). The gradients, in the order the plan's buckets list them
-// (the order backward completes them), are packed into buckets of at most
-// `bucket_mb` MiB, the first of at most `first_bucket_mb`, at most 1024 each
-// (graphc-data-parallel's rule). A bucket starts after the last command that
-// writes one of its gradients (or where the plan starts that gradient's
-// bucket, when the plan starts it later: --no-allreduce-overlap, or another
-// reader of the rank's own gradient), never before the bucket before it; it
-// is waited for where the plan first waits for one of its gradients. The
-// compute is the plan's, command for command. Only the updates' order
-// differs from a plan compiled at that cap (the compiler groups them by
-// bucket): a split bucket's second wait is placed where the first is.
+// --bucket-sweep), one result per cap. The gradients, in the order the
+// plan's buckets list them (the order backward completes them), are packed
+// into buckets of at most the cap in MiB, the first of at most
+// `first_bucket_mb`, at most 1024 each (graphc-data-parallel's rule). A
+// bucket starts after the last command that writes or reads one of its
+// gradients (where the plan starts its buckets back to back after backward,
+// --no-allreduce-overlap, there), never before the bucket before it; it is
+// waited for just before the first command after the plan's wait that reads
+// one of its gradients (an update). The compute is the plan's, command for
+// command, so only the updates' order can differ from a plan compiled at
+// that cap (the compiler groups them by bucket).
 struct Rebucketed {
   std::vector<StepEvent> events;
   std::vector<double> bucket_bytes;  // each bucket's gradients, as computed
 };
 // kInvalidArgument where the plan's collectives are not plain gradient
 // buckets (sparse or summed ones: gradient compression; blocking ones:
-// --sync-bn), or the caps are not in (0, 1048576] MiB.
-StatusOr<Rebucketed> RebucketStep(const fb::Plan& root, const fb::Program& program,
-                                  const std::vector<double>& seconds, double bucket_mb,
-                                  double first_bucket_mb);
+// --sync-bn), a cap is not in (0, 1048576] MiB, or the plan is too large to
+// look through within a bounded time (10^8 commands and operands visited).
+StatusOr<std::vector<Rebucketed>> RebucketStep(const fb::Plan& root, const fb::Program& program,
+                                               const std::vector<double>& seconds,
+                                               const std::vector<double>& caps_mb,
+                                               double first_bucket_mb);
 
 // What graphrun --predict asks for.
 struct PredictOptions {

@@ -9,7 +9,7 @@ python3-onnx, and the check of what graphc trained from it
       sd_traced.onnx: the same from a constant [B, 1, 1, 1] (the batch the
         legacy exporter traced, B = 64);
       bad_sd_*.onnx: a noise per element, a divisor that is not the survival
-        rate, a noise read twice.
+        rate, a noise read twice, a noise traced at batch 1.
       Both models: y = Gemm(Flatten(x * mask)), W and b zero, K = 4 classes;
       data.npy / labels.npy: 64 samples of 2·64 channels (1x1), sample j
       has ones in channels j and 64 + j, labels j % 4.
@@ -35,7 +35,7 @@ def make(out):
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    def model(traced=False, fault=None):
+    def model(traced=False, fault=None, batch=B):
         i64 = lambda name, values: numpy_helper.from_array(np.array(values, np.int64), name)
         f32 = lambda name, value: numpy_helper.from_array(np.array(value, np.float32), name)
         inits = [numpy_helper.from_array(np.zeros((K, C), np.float32), "fc.weight"),
@@ -43,7 +43,7 @@ def make(out):
                  f32("keep", KEEP), f32("divisor", 0.25 if fault == "divisor" else KEEP)]
         nodes = []
         if traced:
-            inits.append(numpy_helper.from_array(np.zeros((B, 1, 1, 1), np.float32), "zeros"))
+            inits.append(numpy_helper.from_array(np.zeros((batch, 1, 1, 1), np.float32), "zeros"))
             like = "zeros"
         else:
             rest = [C, 1, 1] if fault == "elementwise" else [1, 1, 1]
@@ -75,9 +75,9 @@ def make(out):
         graph = helper.make_graph(
             nodes, "stochastic_depth",
             [helper.make_tensor_value_info("input", TensorProto.FLOAT,
-                                           [B if traced else "batch", C, 1, 1])],
+                                           [batch if traced else "batch", C, 1, 1])],
             [helper.make_tensor_value_info("logits2" if fault == "read_twice" else "logits",
-                                           TensorProto.FLOAT, [B, K])], inits)
+                                           TensorProto.FLOAT, [batch, K])], inits)
         m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
         m.ir_version = 8
         onnx.checker.check_model(m)
@@ -88,6 +88,7 @@ def make(out):
     onnx.save(model(traced=True), os.path.join(out, "sd_traced.onnx"))
     for fault in ["elementwise", "divisor", "read_twice"]:
         onnx.save(model(fault=fault), os.path.join(out, f"bad_sd_{fault}.onnx"))
+    onnx.save(model(traced=True, batch=1), os.path.join(out, "bad_sd_batch1.onnx"))
     x = np.zeros((B, C, 1, 1), np.float32)
     for j in range(B):
         x[j, j] = x[j, B + j] = 1
