@@ -620,6 +620,13 @@ int Main(int argc, char** argv) {
   if (*infer) return RunInferCommand(infer_flags);
   if (!*inspect) {
     if (train.plan_path.empty()) {
+      // "--bucket-sweep PLAN" takes the plan as its caps.
+      if (sweep_option->count() > 0 && !bucket_sweep.empty()) {
+        std::cerr << "graphrun: error[invalid-argument]: give a plan: --bucket-sweep took '"
+                  << Printable(bucket_sweep)
+                  << "' as its caps; write --bucket-sweep=CAPS, or put the plan first\n";
+        return 1;
+      }
       std::cerr << "graphrun: error[invalid-argument]: give a plan: graphrun PLAN [options] "
                    "or graphrun inspect PLAN\n";
       return 1;
