@@ -319,18 +319,6 @@ void Importer::findStochasticDepth() {
     if (noise.opType != "RandomUniformLike" || noise.inputs.size() != 1 ||
         noise.outputs.size() != 1)
       continue;
-    // A noise shaped by ConstantOfShape of the batch (an export with an open
-    // batch) is imported with it: nothing else reads that tensor (and a
-    // random tensor that is no stochastic depth is refused at its own node).
-    int shapeOf = -1;
-    if (auto it = producer.find(noise.inputs[0]); it != producer.end()) {
-      const Node &shaped = model.nodes[it->second];
-      if (shaped.opType == "ConstantOfShape" && shaped.inputs.size() == 1 &&
-          readers[noise.inputs[0]].size() == 1) {
-        shapeOf = shaped.index;
-        importedWithChain.insert(shaped.index);
-      }
-    }
     const Node *less = onlyReader(noise.outputs[0], "Less");
     const Node *cast = less ? onlyReader(less->outputs[0], "Cast") : nullptr;
     const Node *div = cast ? onlyReader(cast->outputs[0], "Div") : nullptr;
@@ -340,7 +328,30 @@ void Importer::findStochasticDepth() {
         to->second.i != 1)  // float32
       continue;
     importedWithChain.insert({noise.index, less->index, cast->index});
-    stochasticDepthAt[div->index] = StochasticDepth{noise.index, less->index, shapeOf};
+    stochasticDepthAt[div->index] = StochasticDepth{noise.index, less->index, -1};
+  }
+  // A noise shaped by ConstantOfShape of the batch (an export with an open
+  // batch) is imported with it when only noises read that tensor (one tensor
+  // may shape several chains' noises, as a graph simplifier merges them); a
+  // random tensor that is no stochastic depth is then refused at its own
+  // node.
+  auto isNoise = [&](int r) { return r >= 0 && model.nodes[r].opType == "RandomUniformLike"; };
+  std::map<int, StochasticDepth *> chainOf;
+  for (auto &[div, chain] : stochasticDepthAt)
+    chainOf[chain.noise] = &chain;
+  for (const Node &noise : model.nodes) {
+    if (noise.opType != "RandomUniformLike" || noise.inputs.size() != 1)
+      continue;
+    auto it = producer.find(noise.inputs[0]);
+    if (it == producer.end())
+      continue;
+    const Node &shaped = model.nodes[it->second];
+    if (shaped.opType != "ConstantOfShape" || shaped.inputs.size() != 1 ||
+        !llvm::all_of(readers[noise.inputs[0]], isNoise))
+      continue;
+    importedWithChain.insert(shaped.index);
+    if (auto chain = chainOf.find(noise.index); chain != chainOf.end())
+      chain->second->shapeOf = shaped.index;
   }
 }
 
@@ -374,6 +385,12 @@ bool Importer::stochasticDepth(const Node &n, const StochasticDepth &chain) {
   std::optional<double> divisor = scalar(n.inputs[1]);
   if (!keep || !(*keep > 0 && *keep <= 1))
     return fail(what + ": its survival rate (Less's second input) must be a constant in (0, 1]");
+  if (!(1.0 - *keep < 1)) {
+    char shown[32];
+    std::snprintf(shown, sizeof shown, "%g", *keep);
+    return fail(what + ": its survival rate " + shown +
+                " is too small for a drop rate under 1 (1 - rate rounds to 1)");
+  }
   if (!divisor || !(std::abs(*divisor - *keep) <= 1e-6 * *keep)) {
     char shown[32];
     std::snprintf(shown, sizeof shown, "%g", *keep);
@@ -467,8 +484,28 @@ Value Importer::broadcastTo(Value v, Value like) {
     return nullptr;
   }
   SmallVector<int64_t> dims;
-  for (int64_t d = 0; d < from.getRank(); ++d)
-    dims.push_back(to.getRank() - from.getRank() + d);
+  for (int64_t d = 0; d < from.getRank(); ++d) {
+    const int64_t onto = to.getRank() - from.getRank() + d;
+    // numpy aligns the last axes. An open axis (the batch) can only meet the
+    // batch: meeting a fixed one it would broadcast the batch along another
+    // axis (a [N] or [N, 1] tensor times [N, C, 1, 1]).
+    if (ShapedType::isDynamic(from.getDimSize(d)) && !ShapedType::isDynamic(to.getDimSize(onto))) {
+      auto shown = [](RankedTensorType t) {
+        std::string text = "[";
+        for (int64_t i = 0; i < t.getRank(); ++i)
+          text += (i ? ", " : "") + (ShapedType::isDynamic(t.getDimSize(i))
+                                         ? std::string("N")
+                                         : std::to_string(t.getDimSize(i)));
+        return text + "]";
+      };
+      fail("cannot broadcast " + shown(from) + " to " + shown(to) +
+           ": aligned at the last axes, its axis " + std::to_string(d) +
+           " (the batch) meets axis " + std::to_string(onto) + " (" +
+           std::to_string(to.getDimSize(onto)) + ")");
+      return nullptr;
+    }
+    dims.push_back(onto);
+  }
   return tryCreate<nn::BroadcastOp>(v, like, b.getDenseI64ArrayAttr(dims));
 }
 

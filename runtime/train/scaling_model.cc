@@ -13,6 +13,7 @@
 #include <iomanip>
 #include <limits>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "contract/printable.h"
@@ -111,6 +112,15 @@ StatusOr<double> ParseLatency(const std::string& text, const std::string& shown)
 std::string Number(double value, int digits) {
   std::ostringstream s;
   s << std::setprecision(digits) << value;
+  return s.str();
+}
+
+// Milliseconds to one decimal, or to two significant digits under 1 ms.
+std::string Millis(double ms) {
+  const int decimals =
+      ms >= 1 || !(ms > 0) ? 1 : std::min(9, 1 - static_cast<int>(std::floor(std::log10(ms))));
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(decimals) << ms;
   return s.str();
 }
 
@@ -456,12 +466,14 @@ StatusOr<std::vector<double>> ParseBucketSweep(const std::string& text) {
       return Invalid("--bucket-sweep '" + Printable(text) + "': '" + Printable(item) +
                      "' is not a bucket cap in MiB in (0, 1048576]");
     caps.push_back(value);
-    if (caps.size() > 64) return Invalid("--bucket-sweep: more than 64 caps");
     if (comma == std::string::npos) break;
     begin = comma + 1;
   }
   std::sort(caps.begin(), caps.end());
   caps.erase(std::unique(caps.begin(), caps.end()), caps.end());
+  if (caps.size() > kMaxSweepCaps)
+    return Invalid("--bucket-sweep: " + std::to_string(caps.size()) + " different caps; at most " +
+                   std::to_string(kMaxSweepCaps));
   return caps;
 }
 
@@ -790,6 +802,9 @@ StatusOr<Cluster> ClusterOf(const PredictOptions& options, const std::string& de
   if (!intra.ok()) return intra.status();
   cluster.intra = *intra;
   bool across_nodes = false;
+  if (std::set<int64_t>(options.ranks.begin(), options.ranks.end()).size() > kMaxPredictSizes)
+    return Invalid("--predict: more than " + std::to_string(kMaxPredictSizes) +
+                   " different numbers of ranks");
   for (int64_t n : options.ranks) {
     if (n < 1) return Invalid("--predict: " + std::to_string(n) + " is not a number of ranks");
     if (n > options.ranks_per_node && n % options.ranks_per_node != 0)
@@ -839,7 +854,12 @@ Status CheckPredictOptions(const PredictOptions& options) {
 
 StatusOr<nlohmann::json> PredictScaling(const fb::Plan& root, const fb::Program& program,
                                         const MeasuredStep& measured,
-                                        const PredictOptions& options, std::ostream& out) {
+                                        const PredictOptions& asked, std::ostream& out) {
+  // The sizes in ascending order, each once.
+  PredictOptions options = asked;
+  std::sort(options.ranks.begin(), options.ranks.end());
+  options.ranks.erase(std::unique(options.ranks.begin(), options.ranks.end()),
+                      options.ranks.end());
   std::string algorithm;
   StatusOr<Cluster> made = ClusterOf(options, measured.device, &algorithm);
   if (!made.ok()) return made.status();
@@ -902,8 +922,8 @@ StatusOr<nlohmann::json> PredictScaling(const fb::Plan& root, const fb::Program&
 
   const std::ios::fmtflags flags = out.flags();
   out << "prediction for " << PrintableOf(root.model()) << ", batch " << root.batch_size()
-      << " per rank, from " << (given ? "a given" : "a measured") << " step of " << std::fixed
-      << std::setprecision(1) << step_ms << " ms (";
+      << " per rank, from " << (given ? "a given" : "a measured") << " step of "
+      << Millis(step_ms) << " ms (" << std::fixed;
   if (given)
     out << "--step-ms; the profile of " << Printable(measured.source) << ", measured on "
         << (measured.device.empty() ? "?" : measured.device) << ", places its commands";

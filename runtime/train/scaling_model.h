@@ -175,6 +175,10 @@ struct PredictOptions {
   double first_bucket_mb = 1.0;  // the first bucket's cap in the sweep
 };
 
+// At most this many different sizes to --predict, and caps to sweep.
+inline constexpr size_t kMaxPredictSizes = 64;
+inline constexpr size_t kMaxSweepCaps = 64;
+
 // The caps graphrun --bucket-sweep tries when given none (MiB).
 std::vector<double> DefaultBucketSweep();
 // "1,4,16.5" (MiB, each in (0, 1048576], at most 64), sorted and each once;
@@ -212,7 +216,7 @@ StatusOr<MeasuredStep> ReadStepProfile(const std::string& path, const fb::Plan& 
 // times), so that a mistake is named before a run is profiled.
 Status CheckPredictOptions(const PredictOptions& options);
 
-// Predicts every size in `options.ranks` from `measured` (the compute scaled
+// Predicts every size in `options.ranks` (ascending, each once) from `measured` (the compute scaled
 // so that one rank's step is the measured median, or options.step_ms),
 // prints the table to `out` and returns it as JSON.
 StatusOr<nlohmann::json> PredictScaling(const fb::Plan& root, const fb::Program& program,

@@ -51,7 +51,27 @@ TEST(ScalingModelTest, ReadsBucketCapsSortedAndOnce) {
   std::string many = "1";
   for (int i = 2; i <= 65; ++i) many += "," + std::to_string(i);
   EXPECT_FALSE(ParseBucketSweep(many).ok());
+  // The limit counts different caps: 64 of them, each given 10 times, pass.
+  std::string repeated = "1";
+  for (int k = 0; k < 10; ++k)
+    for (int i = 1; i <= 64; ++i) repeated += "," + std::to_string(i);
+  caps = ParseBucketSweep(repeated);
+  ASSERT_TRUE(caps.ok()) << caps.status().ToString();
+  EXPECT_EQ(caps->size(), 64u);
   EXPECT_TRUE(ParseBucketSweep("1048576").ok());
+}
+
+TEST(ScalingModelTest, PredictsAtMost64DifferentSizes) {
+  PredictOptions options;
+  options.ranks_per_node = 1000;
+  for (int k = 0; k < 3; ++k)
+    for (int64_t n = 1; n <= 64; ++n) options.ranks.push_back(n);
+  EXPECT_TRUE(CheckPredictOptions(options).ok());
+  options.ranks.push_back(65);
+  Status s = CheckPredictOptions(options);
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(s.ToString().find("more than 64 different numbers of ranks"), std::string::npos)
+      << s.ToString();
 }
 
 TEST(ScalingModelTest, RefusesLinksItCannotRead) {

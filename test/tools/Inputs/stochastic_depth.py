@@ -8,8 +8,12 @@ python3-onnx, and the check of what graphc trained from it
         Unsqueeze, Concat and ConstantOfShape (an export with an open batch);
       sd_traced.onnx: the same from a constant [B, 1, 1, 1] (the batch the
         legacy exporter traced, B = 64);
+      sd_shared.onnx: two blocks' chains whose noises share one
+        ConstantOfShape (as a graph simplifier merges them);
       bad_sd_*.onnx: a noise per element, a divisor that is not the survival
-        rate, a noise read twice, a noise traced at batch 1.
+        rate, a noise read twice, a noise of rank 1 or 2 (numpy would align
+        its batch with the last axes), a survival rate of 1e-45, a noise
+        traced at batch 1.
       Both models: y = Gemm(Flatten(x * mask)), W and b zero, K = 4 classes;
       data.npy / labels.npy: 64 samples of 2·64 channels (1x1), sample j
       has ones in channels j and 64 + j, labels j % 4.
@@ -38,22 +42,24 @@ def make(out):
     def model(traced=False, fault=None, batch=B):
         i64 = lambda name, values: numpy_helper.from_array(np.array(values, np.int64), name)
         f32 = lambda name, value: numpy_helper.from_array(np.array(value, np.float32), name)
+        keep = 1e-45 if fault == "denormal" else KEEP
         inits = [numpy_helper.from_array(np.zeros((K, C), np.float32), "fc.weight"),
                  numpy_helper.from_array(np.zeros(K, np.float32), "fc.bias"),
-                 f32("keep", KEEP), f32("divisor", 0.25 if fault == "divisor" else KEEP)]
+                 f32("keep", keep), f32("divisor", 0.25 if fault == "divisor" else keep)]
         nodes = []
         if traced:
             inits.append(numpy_helper.from_array(np.zeros((batch, 1, 1, 1), np.float32), "zeros"))
             like = "zeros"
         else:
-            rest = [C, 1, 1] if fault == "elementwise" else [1, 1, 1]
+            rest = {"elementwise": [C, 1, 1], "rank1": [], "rank2": [1]}.get(fault, [1, 1, 1])
             inits += [i64("zero", 0), i64("axis0", [0]), i64("rest", rest)]
             nodes += [
                 helper.make_node("Shape", ["input"], ["shape"], name="/sd/Shape"),
                 helper.make_node("Gather", ["shape", "zero"], ["n"], name="/sd/Gather", axis=0),
                 helper.make_node("Unsqueeze", ["n", "axis0"], ["n1"], name="/sd/Unsqueeze"),
                 helper.make_node("Concat", ["n1", "rest"], ["noise_shape"], name="/sd/Concat",
-                                 axis=0),
+                                 axis=0) if rest else
+                helper.make_node("Identity", ["n1"], ["noise_shape"], name="/sd/Identity"),
                 helper.make_node("ConstantOfShape", ["noise_shape"], ["zeros"],
                                  name="/sd/ConstantOfShape",
                                  value=helper.make_tensor("v", TensorProto.FLOAT, [1], [0.0])),
@@ -66,7 +72,20 @@ def make(out):
             helper.make_node("Cast", ["kept"], ["kept_f"], name="/sd/Cast", to=1),
             helper.make_node("Div", ["kept_f", "divisor"], ["mask"], name="/sd/Div"),
             helper.make_node("Mul", ["input", "mask"], ["dropped"], name="/sd/Mul"),
-            helper.make_node("Flatten", ["dropped"], ["flat"], name="/Flatten", axis=1),
+        ]
+        if fault == "shared":  # a second block's chain shares the first's ConstantOfShape
+            nodes += [
+                helper.make_node("RandomUniformLike", [like], ["u2"], name="/sd2/RandomUniformLike",
+                                 dtype=1, high=1.0, low=0.0),
+                helper.make_node("Less", ["u2", "keep"], ["kept2"], name="/sd2/Less"),
+                helper.make_node("Cast", ["kept2"], ["kept2_f"], name="/sd2/Cast", to=1),
+                helper.make_node("Div", ["kept2_f", "divisor"], ["mask2"], name="/sd2/Div"),
+                helper.make_node("Mul", ["dropped", "mask2"], ["dropped2"], name="/sd2/Mul"),
+                helper.make_node("Identity", ["dropped2"], ["dropped_"], name="/sd2/Identity"),
+            ]
+        nodes += [
+            helper.make_node("Flatten", ["dropped_" if fault == "shared" else "dropped"], ["flat"],
+                             name="/Flatten", axis=1),
             helper.make_node("Gemm", ["flat", "fc.weight", "fc.bias"], ["logits"],
                              name="/fc/Gemm", transB=1),
         ]
@@ -86,7 +105,8 @@ def make(out):
     os.makedirs(out, exist_ok=True)
     onnx.save(model(), os.path.join(out, "sd_open.onnx"))
     onnx.save(model(traced=True), os.path.join(out, "sd_traced.onnx"))
-    for fault in ["elementwise", "divisor", "read_twice"]:
+    onnx.save(model(fault="shared"), os.path.join(out, "sd_shared.onnx"))
+    for fault in ["elementwise", "divisor", "read_twice", "rank1", "rank2", "denormal"]:
         onnx.save(model(fault=fault), os.path.join(out, f"bad_sd_{fault}.onnx"))
     onnx.save(model(traced=True, batch=1), os.path.join(out, "bad_sd_batch1.onnx"))
     x = np.zeros((B, C, 1, 1), np.float32)
