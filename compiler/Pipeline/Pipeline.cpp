@@ -13,7 +13,7 @@
 //    @infer clone them, autodiff never differentiates them (no parameter
 //    reaches them), and fusion folds the cast and multiply-add into one
 //    kernel (with the layout's transpose where there is one).
-//  - graphc-fuse-attention (fusing, CPU plans) before autodiff, which then
+//  - graphc-fuse-attention (fusing) before autodiff, which then
 //    derives nn.attention_backward, and before @eval_step is cloned.
 //  - graphc-build-eval-step before any training rewrite: it clones @forward as
 //    written, where batch norm and dropout still say what they mean.
@@ -88,8 +88,9 @@ void buildCompilePipeline(mlir::OpPassManager &pm, const PipelineOptions &option
   if (options.stopAfter == Phase::Verify)
     return;
 
-  // Fused attention where the runtime has it: the CPU.
-  const bool fuseAttention = options.fuse && options.codegen.targets == "cpu";
+  // Fused attention: both backends run nn.attention (blocks of queries
+  // through oneDNN's sgemm or cuBLAS's strided-batched gemms).
+  const bool fuseAttention = options.fuse;
   if (options.forward) {
     // Inference only: @infer, nothing trained; the training phases have
     // nothing to do.

@@ -191,8 +191,8 @@ def FuseAttention : Pass<"graphc-fuse-attention", "::mlir::ModuleOp"> {
     whose runtime computes a block of queries at a time: no `[G, Lq, Lk]`
     tensor is stored, in forward or (through `nn.attention_backward`)
     backward. f32 only. graphc compile runs it before autodiff when it fuses
-    (not with `--no-fuse`, whose plan is the unfused reference) and the
-    plan is for the CPU only.
+    (not with `--no-fuse`, whose plan is the unfused reference), for every
+    target: the CPU and CUDA backends both run nn.attention.
   }];
   let dependentDialects = ["::graphc::nn::NNDialect"];
 }

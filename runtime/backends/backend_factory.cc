@@ -49,6 +49,8 @@ StatusOr<CreatedBackend> CreateBackend(DeviceKind kind, const BackendOptions& op
       cuda.device = options.cuda_device;
       cuda.tf32 = options.tf32;
       cuda.precise = options.deterministic;
+      if (options.attention_scratch_bytes > 0)
+        cuda.attention_scratch_bytes = options.attention_scratch_bytes;
       StatusOr<std::unique_ptr<Backend>> backend = CreateCudaBackend(cuda);
       if (backend.ok()) {
         created.backend = std::move(*backend);

@@ -5,6 +5,7 @@
 #ifndef GRAPHC_RUNTIME_BACKENDS_BACKEND_FACTORY_H_
 #define GRAPHC_RUNTIME_BACKENDS_BACKEND_FACTORY_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,6 +31,8 @@ struct BackendOptions {
   // CUDA: only deterministic cuDNN algorithms without FFT or Winograd (the
   // conformance and CPU-equivalence checks); the CPU's are always direct.
   bool deterministic = false;
+  // CUDA: fused attention's score scratch (CudaOptions); 0: its default.
+  uint64_t attention_scratch_bytes = 0;
 };
 
 struct CreatedBackend {

@@ -37,6 +37,7 @@
 #include "runtime/core/backend.h"
 #include "runtime/backends/backend_factory.h"
 #include "runtime/core/executor.h"
+#include "runtime/core/plan_loader.h"
 
 namespace graphc::runtime {
 namespace {
@@ -1017,6 +1018,172 @@ TEST_P(BackendConformance, GeneratedKernelsMatchTheCpuAndRunInPlace) {
     }
   EXPECT_GE(kernels, 10);
   EXPECT_GE(in_place, 1) << "the plan's optimizer update runs in place";
+}
+
+// Fused attention in float64, as both backends compute it: o =
+// softmax(q k^T + biases) v per group with the row's log-sum-exp; backward
+// recomputes P = exp(s - lse) from the given lse and takes the given o.
+struct AttentionRef {
+  int64_t groups = 0, queries = 0, keys = 0, depth = 0, values = 0;
+  bool transpose_k = false;
+  std::vector<int64_t> counts, strides;  // per bias
+
+  double K(const std::vector<double>& k, int64_t g, int64_t j, int64_t d) const {
+    return transpose_k ? k[(g * depth + d) * keys + j] : k[(g * keys + j) * depth + d];
+  }
+  // Scores plus biases of group g, row i.
+  std::vector<double> Scores(const std::vector<std::vector<double>>& in, size_t first_bias,
+                             int64_t g, int64_t i) const {
+    std::vector<double> s(keys, 0.0);
+    for (int64_t j = 0; j < keys; ++j) {
+      for (int64_t d = 0; d < depth; ++d)
+        s[j] += in[0][(g * queries + i) * depth + d] * K(in[1], g, j, d);
+      for (size_t b = 0; b < counts.size(); ++b)
+        s[j] += in[first_bias + b][(((g / strides[b]) % counts[b]) * queries + i) * keys + j];
+    }
+    return s;
+  }
+  // {o, lse} from {q, k, v, biases...}.
+  std::vector<std::vector<double>> Forward(const std::vector<std::vector<double>>& in) const {
+    std::vector<double> o(groups * queries * values, 0.0), lse(groups * queries);
+    for (int64_t g = 0; g < groups; ++g)
+      for (int64_t i = 0; i < queries; ++i) {
+        std::vector<double> s = Scores(in, 3, g, i);
+        double m = -INFINITY, sum = 0;
+        for (double x : s) m = std::max(m, x);
+        for (double& x : s) sum += (x = std::exp(x - m));
+        lse[g * queries + i] = m + std::log(sum);
+        for (int64_t j = 0; j < keys; ++j)
+          for (int64_t c = 0; c < values; ++c)
+            o[(g * queries + i) * values + c] += s[j] / sum * in[2][(g * keys + j) * values + c];
+      }
+    return {o, lse};
+  }
+  // {dq, dk, dv, dbias...} from {q, k, v, o, lse, do, biases...}.
+  std::vector<std::vector<double>> Backward(const std::vector<std::vector<double>>& in) const {
+    std::vector<double> dq(in[0].size(), 0.0), dk(in[1].size(), 0.0), dv(in[2].size(), 0.0);
+    std::vector<std::vector<double>> dbias;
+    for (size_t b = 0; b < counts.size(); ++b) dbias.emplace_back(in[6 + b].size(), 0.0);
+    for (int64_t g = 0; g < groups; ++g)
+      for (int64_t i = 0; i < queries; ++i) {
+        std::vector<double> p = Scores(in, 6, g, i);
+        for (double& x : p) x = std::exp(x - in[4][g * queries + i]);
+        const int64_t row = g * queries + i;
+        double shift = 0;
+        for (int64_t c = 0; c < values; ++c)
+          shift += in[5][row * values + c] * in[3][row * values + c];
+        for (int64_t j = 0; j < keys; ++j) {
+          double dp = 0;
+          for (int64_t c = 0; c < values; ++c) {
+            dv[(g * keys + j) * values + c] += p[j] * in[5][row * values + c];
+            dp += in[5][row * values + c] * in[2][(g * keys + j) * values + c];
+          }
+          const double ds = p[j] * (dp - shift);
+          for (size_t b = 0; b < counts.size(); ++b)
+            dbias[b][(((g / strides[b]) % counts[b]) * queries + i) * keys + j] += ds;
+          for (int64_t d = 0; d < depth; ++d) {
+            dq[row * depth + d] += ds * K(in[1], g, j, d);
+            (transpose_k ? dk[(g * depth + d) * keys + j] : dk[(g * keys + j) * depth + d]) +=
+                ds * in[0][row * depth + d];
+          }
+        }
+      }
+    std::vector<std::vector<double>> out = {dq, dk, dv};
+    for (auto& d : dbias) out.push_back(std::move(d));
+    return out;
+  }
+};
+
+// Every Attention and AttentionBackward command of two plans (Swin-style
+// windows with a bias per head and a mask per window; a ViT whose k comes
+// transposed) against float64 on random operands, the backward's o and lse
+// from the float64 forward. On CUDA also with a scratch of 256 bytes, so that
+// the scores are cut into one group and a few query rows at a time (the
+// tiling a long sequence gets; dk and dv then sum over blocks).
+TEST_P(BackendConformance, FusedAttentionMatchesFloat64References) {
+  std::vector<std::unique_ptr<Backend>> tiny;
+  if (GetParam() == "cuda") {
+    BackendOptions options;
+    options.deterministic = true;
+    options.attention_scratch_bytes = 256;
+    StatusOr<CreatedBackend> created = CreateBackend(DeviceKind::kCuda, options);
+    ASSERT_TRUE(created.ok()) << created.status().ToString();
+    tiny.push_back(std::move(created->backend));
+  }
+  std::map<std::string, int> seen;
+  for (size_t index : {3u, 4u}) {
+    std::unique_ptr<Plan> plan = LoadPlan(index);
+    if (!plan) GTEST_SKIP() << "GRAPHC_CONFORMANCE_PLANS is not set (run through ctest)";
+    ASSERT_TRUE(backend_->LoadKernels(*plan).ok());
+    for (auto& b : tiny) ASSERT_TRUE(b->LoadKernels(*plan).ok());
+    const fb::Plan& root = plan->root();
+    uint32_t state = 41;
+    for (const fb::Program* program : *root.programs())
+      for (uint32_t ci = 0; ci < program->commands()->size(); ++ci) {
+        const fb::Command& c = *program->commands()->Get(ci);
+        if (!IsAttention(c.op())) continue;
+        const bool forward = c.op() == fb::Opcode::Attention;
+        AttentionRef ref;
+        std::vector<int64_t> q = Shape(root, c.inputs()->Get(0)), k = Shape(root, c.inputs()->Get(1)),
+                             v = Shape(root, c.inputs()->Get(2));
+        ref.transpose_k = c.attention()->transpose_k();
+        ref.groups = q[0], ref.queries = q[1], ref.depth = q[2];
+        ref.keys = k[ref.transpose_k ? 2 : 1], ref.values = v[2];
+        const uint32_t first_bias = forward ? 3 : 6;
+        for (uint32_t i = first_bias; i < c.inputs()->size(); ++i) {
+          ref.counts.push_back(Shape(root, c.inputs()->Get(i))[0]);
+          ref.strides.push_back(c.attention()->bias_strides()->Get(i - first_bias));
+        }
+        // Random operands, halved (scores of a few units), in float.
+        std::vector<Bytes> inputs;
+        std::vector<std::vector<double>> values;
+        for (int32_t index : *c.inputs()) {
+          std::vector<float> f = Floats(TestData(*root.buffers()->Get(index), state));
+          for (float& x : f) x *= 0.5f;
+          inputs.emplace_back(f.size() * 4);
+          std::memcpy(inputs.back().data(), f.data(), inputs.back().size());
+          values.emplace_back(f.begin(), f.end());
+        }
+        if (!forward) {
+          // o and lse as the forward gives them (in float, as the plan has them).
+          std::vector<std::vector<double>> fin = {values[0], values[1], values[2]};
+          for (uint32_t i = first_bias; i < values.size(); ++i) fin.push_back(values[i]);
+          std::vector<std::vector<double>> ol = ref.Forward(fin);
+          for (int t = 0; t < 2; ++t) {
+            std::vector<float> f(ol[t].begin(), ol[t].end());
+            ASSERT_EQ(f.size() * 4, inputs[3 + t].size());
+            std::memcpy(inputs[3 + t].data(), f.data(), inputs[3 + t].size());
+            values[3 + t].assign(f.begin(), f.end());
+          }
+        }
+        const std::vector<std::vector<double>> want =
+            forward ? ref.Forward(values) : ref.Backward(values);
+        std::vector<Backend*> runs = {backend_.get()};
+        for (auto& b : tiny) runs.push_back(b.get());
+        for (size_t r = 0; r < runs.size(); ++r) {
+          std::vector<Bytes> got = RunCommand(*runs[r], root, c, inputs);
+          ASSERT_EQ(got.size(), want.size());
+          for (size_t o = 0; o < want.size(); ++o) {
+            std::vector<float> g = Floats(got[o]);
+            ASSERT_EQ(g.size(), want[o].size());
+            double scale = 0;
+            for (double x : want[o]) scale = std::max(scale, std::fabs(x));
+            const double tolerance = 2e-5 * (1 + scale);
+            for (size_t e = 0; e < g.size(); ++e)
+              ASSERT_NEAR(Tracked(g[e], want[o][e], tolerance), want[o][e], tolerance)
+                  << "plan " << index << " " << StringOf(program->name()) << " command " << ci
+                  << " " << fb::EnumNameOpcode(c.op()) << (r ? " (256-byte scratch)" : "")
+                  << " output " << o << " element " << e;
+          }
+        }
+        ++seen[std::string(fb::EnumNameOpcode(c.op())) + (ref.transpose_k ? " transposed k" : "") +
+               (ref.counts.empty() ? "" : " biases")];
+      }
+  }
+  // Both directions, with biases and with k transposed.
+  for (const char* what : {"Attention biases", "AttentionBackward biases",
+                           "Attention transposed k", "AttentionBackward transposed k"})
+    EXPECT_GT(seen[what], 0) << what;
 }
 
 // Three train steps through the executor, on this backend and on the CPU,

@@ -68,7 +68,10 @@ LIBRARY_CASES = ["conv2d_strided_dilated_grouped", "max_pool2d", "avg_pool2d",
                  # generated kernels no GPU has run yet: concat and slice copies, sigmoid,
                  # erf (libdevice), softmax and layer norm as imported, batched matmul
                  "concat_slice", "split_shuffle", "sigmoid", "erf", "softmax_layer_norm",
-                 "batched_matmul", "gather"]
+                 "batched_matmul", "gather",
+                 # fused attention on CUDA (cuBLAS strided-batched products and
+                 # the row kernels of runtime/backends/cuda/attention.cu)
+                 "attention", "attention_transposed_k", "attention_bias"]
 QUICK_CASES = ["relu", "conv2d_strided_dilated_grouped", "avg_pool2d"]
 VARIANTS = ["fp16", "fp32", "nhwc", "unfused", "tf32", "nographs"]
 # graphrun variant -> (plan name, graphrun flags, PyTorch counterpart flags or None)
@@ -203,6 +206,11 @@ def prepare(args):
     conformance = os.path.join(ROOT, "test", "runtime", "Inputs", "conformance.mlir")
     for target in ("all", "cpu", "cuda"):
         compile_plan(conformance, 256, f"conformance_{target}", target=target)
+    # Fused attention's (the conformance suite's plans 3 and 4): Swin-style
+    # windows with two biases, a ViT whose k comes transposed.
+    for source in ("window_attention.mlir", "vit_tiny.onnx"):
+        compile_plan(os.path.join(ROOT, "test", "tools", "Inputs", source), 2,
+                     "conformance_" + source.split(".")[0])
     models = os.path.join(ROOT, "models")
     compile_plan(f"{models}/fmnist_cnn.mlir", 32, "fmnist_cnn", "--lr", "0.02")
     compile_plan(f"{models}/fmnist_cnn.mlir", 32, "fmnist_cnn_fp16", "--lr", "0.02", "--amp=fp16")
@@ -505,7 +513,8 @@ class Check:
         env = dict(self.library_env)
         plans = os.path.join(self.prepared, "plans")
         env["GRAPHC_CONFORMANCE_PLANS"] = ":".join(
-            os.path.join(plans, f"conformance_{t}.plan") for t in ("all", "cpu", "cuda"))
+            os.path.join(plans, f"conformance_{t}.plan")
+            for t in ("all", "cpu", "cuda", "window_attention", "vit_tiny"))
         device = self.s["device"]
         self.gtest("conformance", f"Backends/BackendConformance.*/{device}", 40, 120, env)
         self.gtest("collectives", "DeviceCollectivesTest.*" if device == "cpu"

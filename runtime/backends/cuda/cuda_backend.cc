@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "runtime/backends/cuda/algorithm_cache.h"
+#include "runtime/backends/cuda/attention.h"
 #include "runtime/core/plan_loader.h"
 #include "runtime/backends/cuda/cudnn_ops.h"
 #include "runtime/backends/cuda/device_kernels.h"
@@ -85,6 +86,13 @@ struct Gemm {
   long long stride_a = 0, stride_b = 0, stride_c = 0;  // 0: broadcast over the batch
   bool ta = false, tb = false, bias = false;
   cudaDataType_t type = CUDA_R_32F;  // of every operand
+};
+
+// A fused attention command's shape and how its scores are cut.
+struct Attention {
+  cuda::AttentionDims dims;
+  cuda::AttentionTiling tiling;
+  std::vector<int64_t> bias_slices;  // each bias's count of [Lq, Lk] slices
 };
 
 class CudaBackend final : public Backend {
@@ -271,6 +279,8 @@ class CudaBackend final : public Backend {
   Status LoadGeneratedKernels(const Plan& plan, fb::Target target);
   Status PrepareGemms(const Plan& plan);
   Status RunGemm(const fb::Command& command, const DeviceMemory* operands);
+  Status PrepareAttention(const Plan& plan);
+  Status RunAttention(const fb::Command& command, const DeviceMemory* operands);
 
   CudaOptions options_;
   std::string description_;
@@ -284,6 +294,10 @@ class CudaBackend final : public Backend {
   std::vector<std::vector<Launch>> kernels_;  // per plan kernel
   std::unordered_map<const fb::Command*, Gemm> gemms_;
   void* cublas_workspace_ = nullptr;  // set explicitly, so graph capture allocates nothing
+  std::unordered_map<const fb::Command*, Attention> attentions_;
+  // Fused attention's scores (and, backward, their gradient): allocated at
+  // load for the plan's largest, so graph capture allocates nothing.
+  float* attention_scratch_ = nullptr;
   unsigned long long* counter_ = nullptr;       // device: CountNonFinite's result
   unsigned long long* counter_host_ = nullptr;  // pinned
 };
@@ -295,6 +309,7 @@ CudaBackend::~CudaBackend() {
   if (library_ != nullptr) cudaLibraryUnload(library_);
   if (cublas_ != nullptr) cublasDestroy(cublas_);
   if (cublas_workspace_ != nullptr) cudaFree(cublas_workspace_);
+  if (attention_scratch_ != nullptr) cudaFree(attention_scratch_);
   if (counter_ != nullptr) cudaFree(counter_);
   if (counter_host_ != nullptr) cudaFreeHost(counter_host_);
   if (compute_ != nullptr) cudaStreamDestroy(compute_);
@@ -360,16 +375,9 @@ Status CudaBackend::Initialize() {
 Status CudaBackend::LoadKernels(const Plan& plan) {
   StatusOr<fb::Target> target = ChooseTarget(plan, targets());
   if (!target.ok()) return target.status();
-  // Fused attention runs on the CPU only so far; graphc compile leaves it
-  // unfused in plans with CUDA kernels.
-  for (const fb::Program* program : *plan.root().programs())
-    for (const fb::Command* c : *program->commands())
-      if (IsAttention(c->op()))
-        return Status(ErrorCode::kPlanMissingKernel,
-                      "the plan has fused attention, which runs on the CPU only (compile "
-                      "with --target cuda or all to leave attention unfused)");
   Status status = LoadGeneratedKernels(plan, *target);
   if (status.ok()) status = PrepareGemms(plan);
+  if (status.ok()) status = PrepareAttention(plan);
   if (status.ok()) status = cudnn_->Prepare(plan);
   if (status.ok()) GRAPHC_CUDA(cudaStreamSynchronize(compute_), "loading the plan");
   return status;
@@ -542,6 +550,84 @@ Status CudaBackend::RunGemm(const fb::Command& command, const DeviceMemory* oper
   return Status::Ok();
 }
 
+Status CudaBackend::PrepareAttention(const Plan& plan) {
+  const fb::Plan& root = plan.root();
+  attentions_.clear();
+  if (attention_scratch_ != nullptr) cudaFree(attention_scratch_);
+  attention_scratch_ = nullptr;
+  auto shape = [&](int32_t index) {
+    const auto* s = root.buffers()->Get(index)->shape();
+    return std::vector<int64_t>(s->begin(), s->end());
+  };
+  const int64_t budget = static_cast<int64_t>(options_.attention_scratch_bytes / sizeof(float));
+  int64_t floats = 0;
+  for (const fb::Program* program : *root.programs())
+    for (const fb::Command* c : *program->commands()) {
+      if (!IsAttention(c->op())) continue;
+      // The loader proved the shapes (q [G, Lq, D], k [G, Lk, D] or
+      // [G, D, Lk], v [G, Lk, Dv]) and F32.
+      std::vector<int64_t> q = shape(c->inputs()->Get(0)), k = shape(c->inputs()->Get(1)),
+                           v = shape(c->inputs()->Get(2));
+      Attention a;
+      a.dims.transpose_k = c->attention()->transpose_k();
+      a.dims.groups = q[0], a.dims.queries = q[1], a.dims.depth = q[2];
+      a.dims.keys = k[a.dims.transpose_k ? 2 : 1], a.dims.values = v[2];
+      for (int64_t d : {a.dims.groups, a.dims.queries, a.dims.keys, a.dims.depth, a.dims.values})
+        if (d <= 0 || d > INT32_MAX)
+          return Status(ErrorCode::kUnsupported,
+                        "fused attention on CUDA takes dimensions below 2^31 (cuBLAS)");
+      const uint32_t first_bias = c->op() == fb::Opcode::Attention ? 3 : 6;
+      if (c->inputs()->size() - first_bias > static_cast<uint32_t>(cuda::kAttentionMaxBiases))
+        return Status(ErrorCode::kUnsupported, "fused attention on CUDA takes at most " +
+                                                   std::to_string(cuda::kAttentionMaxBiases) +
+                                                   " biases");
+      for (uint32_t i = first_bias; i < c->inputs()->size(); ++i)
+        a.bias_slices.push_back(shape(c->inputs()->Get(i))[0]);
+      a.tiling = cuda::TileAttention(a.dims, budget);
+      const int64_t buffers = c->op() == fb::Opcode::AttentionBackward ? 2 : 1;
+      floats = std::max(floats, buffers * cuda::AttentionScratchFloats(a.dims, a.tiling));
+      attentions_[c] = a;
+    }
+  if (floats > 0)
+    GRAPHC_CUDA(cudaMalloc(reinterpret_cast<void**>(&attention_scratch_),
+                           static_cast<size_t>(floats) * sizeof(float)),
+                "allocating fused attention's scratch (" +
+                    std::to_string(floats * sizeof(float) >> 20) + " MiB)");
+  return Status::Ok();
+}
+
+Status CudaBackend::RunAttention(const fb::Command& command, const DeviceMemory* operands) {
+  auto it = attentions_.find(&command);
+  if (it == attentions_.end())
+    return Status(ErrorCode::kInvalidArgument, "attention command was not prepared");
+  const Attention& a = it->second;
+  auto f = [&](uint32_t i) { return static_cast<float*>(operands[i].address); };
+  // Operands in the plan's order: the inputs (biases last), then the outputs
+  // (bias gradients last).
+  const bool forward = command.op() == fb::Opcode::Attention;
+  const uint32_t first_bias = forward ? 3 : 6;
+  const uint32_t inputs = command.inputs()->size();
+  const auto* strides = command.attention()->bias_strides();
+  cuda::AttentionBiases biases;
+  for (uint32_t i = first_bias; i < inputs; ++i) {
+    const int n = biases.n++;
+    biases.data[n] = f(i);
+    biases.count[n] = a.bias_slices[n];
+    biases.stride[n] = strides->Get(i - first_bias);
+    if (!forward) biases.grad[n] = f(inputs + 3 + (i - first_bias));
+  }
+  cuda::AttentionStatus status =
+      forward ? cuda::AttentionForward(cublas_, compute_, a.dims, a.tiling, f(0), f(1), f(2),
+                                       biases, f(inputs), f(inputs + 1), attention_scratch_)
+              : cuda::AttentionBackward(
+                    cublas_, compute_, a.dims, a.tiling, f(0), f(1), f(2), f(3), f(4), f(5),
+                    biases, f(inputs), f(inputs + 1), f(inputs + 2), attention_scratch_,
+                    attention_scratch_ + cuda::AttentionScratchFloats(a.dims, a.tiling));
+  if (status.cuda != cudaSuccess) return CudaFailed(status.cuda, status.what);
+  if (status.blas != CUBLAS_STATUS_SUCCESS) return CublasFailed(status.blas, status.what);
+  return Status::Ok();
+}
+
 Status CudaBackend::Run(const fb::Command& command, const DeviceMemory* operands) {
   switch (command.op()) {
     case fb::Opcode::Kernel: {
@@ -579,6 +665,9 @@ Status CudaBackend::Run(const fb::Command& command, const DeviceMemory* operands
       return Status::Ok();
     case fb::Opcode::Gemm:
       return RunGemm(command, operands);
+    case fb::Opcode::Attention:
+    case fb::Opcode::AttentionBackward:
+      return RunAttention(command, operands);
     default:
       return cudnn_->Run(command, operands);
   }

@@ -10,6 +10,7 @@
 #ifndef GRAPHC_RUNTIME_BACKENDS_CUDA_CUDA_BACKEND_H_
 #define GRAPHC_RUNTIME_BACKENDS_CUDA_CUDA_BACKEND_H_
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -30,6 +31,9 @@ struct CudaOptions {
   // cuDNN's algorithm cache file, "" for none; unset: where
   // AlgorithmCache::DefaultPath() says (the environment decides).
   std::optional<std::string> cudnn_cache;
+  // Fused attention's scores: at most this many bytes of them at a time
+  // (backward holds twice as many: their gradient too).
+  uint64_t attention_scratch_bytes = uint64_t{64} << 20;
 };
 
 // Ok when CUDA device `device` is usable; otherwise kUnavailable with the

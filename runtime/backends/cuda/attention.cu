@@ -1,0 +1,291 @@
+// Fused attention on CUDA (see attention.h).
+
+#include "runtime/backends/cuda/attention.h"
+
+#include <algorithm>
+#include <climits>
+
+namespace graphc::runtime::cuda {
+namespace {
+
+constexpr int kThreads = 256;          // 8 warps
+constexpr int kRowsPerBlock = kThreads / 32;
+
+// The rows of one chunk and block: group gl < groups, query row r < rows,
+// the group g0 + gl and the query i0 + r; scratch row (gl, r) at
+// (gl * rows + r) * keys.
+struct Rows {
+  int64_t g0 = 0, groups = 0, i0 = 0, rows = 0;
+  int64_t queries = 0, keys = 0, values = 0;
+};
+
+__device__ float WarpMax(float x) {
+  for (int offset = 16; offset > 0; offset /= 2)
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
+  return x;
+}
+
+__device__ float WarpSum(float x) {
+  for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
+  return x;
+}
+
+// Adds the biases to scores row `row` in place; the warp's lanes take every
+// 32nd key.
+__device__ void AddBiases(float* s, const Rows& d, const AttentionBiases& b, int64_t g, int64_t i,
+                          int lane) {
+  for (int t = 0; t < b.n; ++t) {
+    const float* bias = b.data[t] + (((g / b.stride[t]) % b.count[t]) * d.queries + i) * d.keys;
+    for (int64_t j = lane; j < d.keys; j += 32) s[j] += bias[j];
+  }
+}
+
+// Forward: scores + biases, softmax in place, the row's log-sum-exp.
+__global__ void SoftmaxRowsKernel(float* scores, float* lse, Rows d, AttentionBiases b) {
+  const int64_t row = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x & 31;
+  if (row >= d.groups * d.rows) return;  // the whole warp alike
+  const int64_t g = d.g0 + row / d.rows, i = d.i0 + row % d.rows;
+  float* s = scores + row * d.keys;
+  AddBiases(s, d, b, g, i, lane);
+  __syncwarp();
+  float m = -INFINITY;
+  for (int64_t j = lane; j < d.keys; j += 32) m = fmaxf(m, s[j]);
+  m = WarpMax(m);
+  float sum = 0;
+  for (int64_t j = lane; j < d.keys; j += 32) {
+    const float e = expf(s[j] - m);
+    s[j] = e;
+    sum += e;
+  }
+  sum = WarpSum(sum);
+  const float inverse = 1.0f / sum;
+  for (int64_t j = lane; j < d.keys; j += 32) s[j] *= inverse;
+  if (lane == 0) lse[g * d.queries + i] = m + logf(sum);
+}
+
+// Backward: the forward's probabilities again, exp(scores + biases - lse).
+__global__ void ProbabilityRowsKernel(float* scores, const float* lse, Rows d, AttentionBiases b) {
+  const int64_t row = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x & 31;
+  if (row >= d.groups * d.rows) return;
+  const int64_t g = d.g0 + row / d.rows, i = d.i0 + row % d.rows;
+  float* s = scores + row * d.keys;
+  AddBiases(s, d, b, g, i, lane);
+  __syncwarp();
+  const float l = lse[g * d.queries + i];
+  for (int64_t j = lane; j < d.keys; j += 32) s[j] = expf(s[j] - l);
+}
+
+// dS = P (dP - rowsum(do o)), in dP's place.
+__global__ void ScoreGradientRowsKernel(const float* p, float* dp, const float* dout,
+                                        const float* o, Rows d) {
+  const int64_t row = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x & 31;
+  if (row >= d.groups * d.rows) return;
+  const int64_t g = d.g0 + row / d.rows, i = d.i0 + row % d.rows;
+  const float* dor = dout + (g * d.queries + i) * d.values;
+  const float* orow = o + (g * d.queries + i) * d.values;
+  float dot = 0;
+  for (int64_t c = lane; c < d.values; c += 32) dot += dor[c] * orow[c];
+  dot = WarpSum(dot);
+  const float* prow = p + row * d.keys;
+  float* drow = dp + row * d.keys;
+  for (int64_t j = lane; j < d.keys; j += 32) drow[j] = prow[j] * (drow[j] - dot);
+}
+
+// dbias[c, i0 + r, j] += the sum, in group order, of dS[gl, r, j] over the
+// chunk's groups g with (g / stride) % count == c. A thread per element.
+__global__ void BiasGradientKernel(const float* ds, float* dbias, int64_t count, int64_t stride,
+                                   Rows d) {
+  const int64_t plane = d.rows * d.keys;
+  const int64_t e = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (e >= count * plane) return;
+  const int64_t c = e / plane, within = e % plane;
+  const int64_t end = d.g0 + d.groups;
+  // The groups of slice c: g = q * stride + u with q % count == c.
+  const int64_t q_first = d.g0 / stride;
+  int64_t q = q_first + ((c - q_first % count) % count + count) % count;
+  float sum = 0;
+  for (; q * stride < end; q += count) {
+    const int64_t from = q * stride > d.g0 ? q * stride : d.g0;
+    const int64_t to = q * stride + stride < end ? q * stride + stride : end;
+    for (int64_t g = from; g < to; ++g) sum += ds[(g - d.g0) * plane + within];
+  }
+  float* out = dbias + (c * d.queries + d.i0) * d.keys + within;
+  *out += sum;
+}
+
+int RowBlocks(const Rows& d) {
+  return static_cast<int>((d.groups * d.rows + kRowsPerBlock - 1) / kRowsPerBlock);
+}
+
+// Row-major, batched over `batch` groups: C = op(A) op(B) + beta C, C
+// [m, n]. cuBLAS is column-major, so it computes C^T = op(B)^T op(A)^T.
+cublasStatus_t Gemm(cublasHandle_t h, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                    const float* a, int64_t lda, int64_t stride_a, const float* b, int64_t ldb,
+                    int64_t stride_b, float beta, float* c, int64_t ldc, int64_t stride_c,
+                    int64_t batch) {
+  const float one = 1.0f;
+  return cublasSgemmStridedBatched(
+      h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(n),
+      static_cast<int>(m), static_cast<int>(k), &one, b, static_cast<int>(ldb), stride_b, a,
+      static_cast<int>(lda), stride_a, &beta, c, static_cast<int>(ldc), stride_c,
+      static_cast<int>(batch));
+}
+
+// S = q_block k^T for the chunk's groups: [groups, rows, Lk] in `scores`.
+cublasStatus_t Scores(cublasHandle_t h, const AttentionDims& s, const Rows& d, const float* q,
+                      const float* k, float* scores) {
+  const float* qb = q + (d.g0 * s.queries + d.i0) * s.depth;
+  const float* kg = k + d.g0 * s.keys * s.depth;
+  if (s.transpose_k)  // k [D, Lk]: S = q k
+    return Gemm(h, false, false, d.rows, s.keys, s.depth, qb, s.depth, s.queries * s.depth, kg,
+                s.keys, s.keys * s.depth, 0.0f, scores, s.keys, d.rows * s.keys, d.groups);
+  return Gemm(h, false, true, d.rows, s.keys, s.depth, qb, s.depth, s.queries * s.depth, kg,
+              s.depth, s.keys * s.depth, 0.0f, scores, s.keys, d.rows * s.keys, d.groups);
+}
+
+AttentionStatus Failed(AttentionStatus status, const char* what) {
+  status.what = what;
+  return status;
+}
+
+bool Fits(const AttentionDims& s) {
+  for (int64_t v : {s.groups, s.queries, s.keys, s.depth, s.values})
+    if (v <= 0 || v > INT_MAX) return false;
+  return true;
+}
+
+}  // namespace
+
+AttentionTiling TileAttention(const AttentionDims& s, int64_t scratch_floats) {
+  AttentionTiling t;
+  const int64_t floats = std::max<int64_t>(scratch_floats, 1);
+  const int64_t per_group = s.queries * s.keys;
+  if (per_group <= floats) {
+    t.block = s.queries;
+    t.chunk = std::min(s.groups, floats / per_group);
+  } else {
+    t.chunk = 1;
+    t.block = std::clamp<int64_t>(floats / std::max<int64_t>(s.keys, 1), 1, s.queries);
+  }
+  // cuBLAS counts a batch in an int.
+  t.chunk = std::clamp<int64_t>(t.chunk, 1, INT_MAX);
+  return t;
+}
+
+int64_t AttentionScratchFloats(const AttentionDims& s, const AttentionTiling& t) {
+  return t.chunk * t.block * s.keys;
+}
+
+AttentionStatus AttentionForward(cublasHandle_t h, cudaStream_t stream, const AttentionDims& s,
+                                 const AttentionTiling& t, const float* q, const float* k,
+                                 const float* v, const AttentionBiases& biases, float* o,
+                                 float* lse, float* scores) {
+  AttentionStatus status;
+  if (!Fits(s)) {
+    status.blas = CUBLAS_STATUS_INVALID_VALUE;
+    status.what = "attention dimensions must be below 2^31";
+    return status;
+  }
+  for (int64_t g0 = 0; g0 < s.groups; g0 += t.chunk)
+    for (int64_t i0 = 0; i0 < s.queries; i0 += t.block) {
+      Rows d{g0, std::min(t.chunk, s.groups - g0), i0, std::min(t.block, s.queries - i0),
+             s.queries, s.keys, s.values};
+      status.blas = Scores(h, s, d, q, k, scores);
+      if (status.blas != CUBLAS_STATUS_SUCCESS) return Failed(status, "attention scores");
+      SoftmaxRowsKernel<<<RowBlocks(d), kThreads, 0, stream>>>(scores, lse, d, biases);
+      status.cuda = cudaGetLastError();
+      if (status.cuda != cudaSuccess) return Failed(status, "attention softmax");
+      // o_block = P v.
+      status.blas = Gemm(h, false, false, d.rows, s.values, s.keys, scores, s.keys,
+                         d.rows * s.keys, v + g0 * s.keys * s.values, s.values,
+                         s.keys * s.values, 0.0f, o + (g0 * s.queries + i0) * s.values, s.values,
+                         s.queries * s.values, d.groups);
+      if (status.blas != CUBLAS_STATUS_SUCCESS) return Failed(status, "attention output");
+    }
+  return status;
+}
+
+AttentionStatus AttentionBackward(cublasHandle_t h, cudaStream_t stream, const AttentionDims& s,
+                                  const AttentionTiling& t, const float* q, const float* k,
+                                  const float* v, const float* o, const float* lse,
+                                  const float* dout, const AttentionBiases& biases, float* dq,
+                                  float* dk, float* dv, float* p, float* dp) {
+  AttentionStatus status;
+  if (!Fits(s)) {
+    status.blas = CUBLAS_STATUS_INVALID_VALUE;
+    status.what = "attention dimensions must be below 2^31";
+    return status;
+  }
+  for (int i = 0; i < biases.n; ++i) {
+    status.cuda = cudaMemsetAsync(biases.grad[i], 0,
+                                  sizeof(float) * biases.count[i] * s.queries * s.keys, stream);
+    if (status.cuda != cudaSuccess) return Failed(status, "attention bias gradient");
+  }
+  for (int64_t g0 = 0; g0 < s.groups; g0 += t.chunk)
+    for (int64_t i0 = 0; i0 < s.queries; i0 += t.block) {
+      Rows d{g0, std::min(t.chunk, s.groups - g0), i0, std::min(t.block, s.queries - i0),
+             s.queries, s.keys, s.values};
+      // The first block of a chunk writes dk and dv, the others add to them.
+      const float beta = i0 == 0 ? 0.0f : 1.0f;
+      const int64_t first = g0 * s.queries + i0;
+      const float* qb = q + first * s.depth;
+      const float* dob = dout + first * s.values;
+      const float* kg = k + g0 * s.keys * s.depth;
+      const float* vg = v + g0 * s.keys * s.values;
+      // P = exp(s - lse), recomputed.
+      status.blas = Scores(h, s, d, q, k, p);
+      if (status.blas != CUBLAS_STATUS_SUCCESS) return Failed(status, "attention scores");
+      ProbabilityRowsKernel<<<RowBlocks(d), kThreads, 0, stream>>>(p, lse, d, biases);
+      status.cuda = cudaGetLastError();
+      if (status.cuda != cudaSuccess) return Failed(status, "attention probabilities");
+      // dv (+)= P^T do: [Lk, Dv].
+      status.blas = Gemm(h, true, false, s.keys, s.values, d.rows, p, s.keys, d.rows * s.keys,
+                         dob, s.values, s.queries * s.values, beta,
+                         dv + g0 * s.keys * s.values, s.values, s.keys * s.values, d.groups);
+      if (status.blas != CUBLAS_STATUS_SUCCESS) return Failed(status, "attention dv");
+      // dP = do v^T: [rows, Lk].
+      status.blas = Gemm(h, false, true, d.rows, s.keys, s.values, dob, s.values,
+                         s.queries * s.values, vg, s.values, s.keys * s.values, 0.0f, dp, s.keys,
+                         d.rows * s.keys, d.groups);
+      if (status.blas != CUBLAS_STATUS_SUCCESS) return Failed(status, "attention dP");
+      ScoreGradientRowsKernel<<<RowBlocks(d), kThreads, 0, stream>>>(p, dp, dout, o, d);
+      status.cuda = cudaGetLastError();
+      if (status.cuda != cudaSuccess) return Failed(status, "attention dS");
+      // Each bias's gradient is dS, summed over the groups that read it.
+      for (int i = 0; i < biases.n; ++i) {
+        const int64_t elements = biases.count[i] * d.rows * s.keys;
+        BiasGradientKernel<<<static_cast<unsigned>((elements + kThreads - 1) / kThreads),
+                             kThreads, 0, stream>>>(dp, biases.grad[i], biases.count[i],
+                                                    biases.stride[i], d);
+        status.cuda = cudaGetLastError();
+        if (status.cuda != cudaSuccess) return Failed(status, "attention bias gradient");
+      }
+      float* dqb = dq + first * s.depth;
+      if (s.transpose_k) {
+        // dq = dS k^T (k stored [D, Lk]); dk^T (+)= q^T dS: [D, Lk].
+        status.blas = Gemm(h, false, true, d.rows, s.depth, s.keys, dp, s.keys, d.rows * s.keys,
+                           kg, s.keys, s.keys * s.depth, 0.0f, dqb, s.depth,
+                           s.queries * s.depth, d.groups);
+        if (status.blas != CUBLAS_STATUS_SUCCESS) return Failed(status, "attention dq");
+        status.blas = Gemm(h, true, false, s.depth, s.keys, d.rows, qb, s.depth,
+                           s.queries * s.depth, dp, s.keys, d.rows * s.keys, beta,
+                           dk + g0 * s.keys * s.depth, s.keys, s.keys * s.depth, d.groups);
+      } else {
+        // dq = dS k; dk (+)= dS^T q: [Lk, D].
+        status.blas = Gemm(h, false, false, d.rows, s.depth, s.keys, dp, s.keys,
+                           d.rows * s.keys, kg, s.depth, s.keys * s.depth, 0.0f, dqb, s.depth,
+                           s.queries * s.depth, d.groups);
+        if (status.blas != CUBLAS_STATUS_SUCCESS) return Failed(status, "attention dq");
+        status.blas = Gemm(h, true, false, s.keys, s.depth, d.rows, dp, s.keys, d.rows * s.keys,
+                           qb, s.depth, s.queries * s.depth, beta, dk + g0 * s.keys * s.depth,
+                           s.depth, s.keys * s.depth, d.groups);
+      }
+      if (status.blas != CUBLAS_STATUS_SUCCESS) return Failed(status, "attention dk");
+    }
+  return status;
+}
+
+}  // namespace graphc::runtime::cuda

@@ -1,0 +1,87 @@
+// Fused attention on CUDA (the plan's Attention and AttentionBackward
+// commands), as the CPU backend computes it (runtime/backends/cpu/attention.h)
+// and with the same memory bound: the scores of a chunk of groups and a
+// block of queries at a time, in a scratch whose size the backend fixes at
+// load, never [G, Lq, Lk] for a long sequence. The four products are cuBLAS
+// strided-batched gemms over the chunk's groups (FP32; TF32 tensor cores when
+// the backend allows them); the biases, the softmax, the probabilities'
+// recomputation and the scores' gradient are row kernels here, a warp per
+// row. Forward keeps each row's log-sum-exp, from which backward recomputes
+// the probabilities (FlashAttention's scheme).
+//
+// Every result is a fixed function of the operands and the tiling (no
+// atomics): a bias's gradient sums the chunk's groups in order, and the
+// chunks in order.
+
+#ifndef GRAPHC_RUNTIME_BACKENDS_CUDA_ATTENTION_H_
+#define GRAPHC_RUNTIME_BACKENDS_CUDA_ATTENTION_H_
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace graphc::runtime::cuda {
+
+// q [G, Lq, D], k [G, Lk, D] (transpose_k: [G, D, Lk]), v [G, Lk, Dv].
+struct AttentionDims {
+  int64_t groups = 0, queries = 0, keys = 0, depth = 0, values = 0;
+  bool transpose_k = false;
+};
+
+// At most this many biases (the plan loader's kMaxAttentionBiases).
+inline constexpr int kAttentionMaxBiases = 4;
+
+// Bias i: `count[i]` slices of [Lq, Lk]; group g adds slice
+// (g / stride[i]) % count[i]. `grad[i]`: its gradient (backward), same shape.
+struct AttentionBiases {
+  int n = 0;
+  const float* data[kAttentionMaxBiases] = {};
+  float* grad[kAttentionMaxBiases] = {};
+  int64_t count[kAttentionMaxBiases] = {};
+  int64_t stride[kAttentionMaxBiases] = {};
+};
+
+// How the scores are cut: `chunk` groups at a time, `block` queries of each.
+struct AttentionTiling {
+  int64_t chunk = 1, block = 1;
+};
+
+// The tiling whose scores fit `scratch_floats` floats: every group's whole
+// sequence at once where they fit, else the most groups whose scores fit,
+// else one group and the most query rows (at least one).
+AttentionTiling TileAttention(const AttentionDims& dims, int64_t scratch_floats);
+
+// The floats each scratch buffer of `tiling` holds: chunk x block x Lk.
+int64_t AttentionScratchFloats(const AttentionDims& dims, const AttentionTiling& tiling);
+
+// The first call that failed, if any.
+struct AttentionStatus {
+  cudaError_t cuda = cudaSuccess;
+  cublasStatus_t blas = CUBLAS_STATUS_SUCCESS;
+  const char* what = "";
+  bool ok() const { return cuda == cudaSuccess && blas == CUBLAS_STATUS_SUCCESS; }
+};
+
+// o = softmax(q k^T + biases) v per group, lse[g, i] = the row's log-sum-exp.
+// `scores`: AttentionScratchFloats(dims, tiling) floats. On `blas`'s stream
+// (which must be `stream`).
+AttentionStatus AttentionForward(cublasHandle_t blas, cudaStream_t stream,
+                                 const AttentionDims& dims, const AttentionTiling& tiling,
+                                 const float* q, const float* k, const float* v,
+                                 const AttentionBiases& biases, float* o, float* lse,
+                                 float* scores);
+
+// dq, dk, dv and each bias's gradient from the forward's operands, o, lse
+// and do. `scores` and `grads`: AttentionScratchFloats(dims, tiling) floats
+// each.
+AttentionStatus AttentionBackward(cublasHandle_t blas, cudaStream_t stream,
+                                  const AttentionDims& dims, const AttentionTiling& tiling,
+                                  const float* q, const float* k, const float* v, const float* o,
+                                  const float* lse, const float* dout,
+                                  const AttentionBiases& biases, float* dq, float* dk, float* dv,
+                                  float* scores, float* grads);
+
+}  // namespace graphc::runtime::cuda
+
+#endif  // GRAPHC_RUNTIME_BACKENDS_CUDA_ATTENTION_H_
