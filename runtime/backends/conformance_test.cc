@@ -1097,19 +1097,24 @@ struct AttentionRef {
 // Every Attention and AttentionBackward command of two plans (Swin-style
 // windows with a bias per head and a mask per window; a ViT whose k comes
 // transposed) against float64 on random operands, the backward's o and lse
-// from the float64 forward. On CUDA also with a scratch of 256 bytes, so that
-// the scores are cut into one group and a few query rows at a time (the
-// tiling a long sequence gets; dk and dv then sum over blocks).
+// from the float64 forward. On CUDA also with scratches of 256 bytes (the
+// scores cut into one group and a few query rows at a time, the tiling a
+// long sequence gets; dk and dv then sum over blocks) and of 3468 bytes
+// (chunks of 3 groups).
 TEST_P(BackendConformance, FusedAttentionMatchesFloat64References) {
   std::vector<std::unique_ptr<Backend>> tiny;
-  if (GetParam() == "cuda") {
-    BackendOptions options;
-    options.deterministic = true;
-    options.attention_scratch_bytes = 256;
-    StatusOr<CreatedBackend> created = CreateBackend(DeviceKind::kCuda, options);
-    ASSERT_TRUE(created.ok()) << created.status().ToString();
-    tiny.push_back(std::move(created->backend));
-  }
+  // 256 bytes: one group and a few query rows at a time; 3468 (3 x 17 x 17
+  // floats): chunks of 3 groups with a shorter last one, a window mask's run
+  // of groups cut by a chunk's end.
+  if (GetParam() == "cuda")
+    for (uint64_t bytes : {256, 3468}) {
+      BackendOptions options;
+      options.deterministic = true;
+      options.attention_scratch_bytes = bytes;
+      StatusOr<CreatedBackend> created = CreateBackend(DeviceKind::kCuda, options);
+      ASSERT_TRUE(created.ok()) << created.status().ToString();
+      tiny.push_back(std::move(created->backend));
+    }
   std::map<std::string, int> seen;
   for (size_t index : {3u, 4u}) {
     std::unique_ptr<Plan> plan = LoadPlan(index);
@@ -1172,7 +1177,8 @@ TEST_P(BackendConformance, FusedAttentionMatchesFloat64References) {
             for (size_t e = 0; e < g.size(); ++e)
               ASSERT_NEAR(Tracked(g[e], want[o][e], tolerance), want[o][e], tolerance)
                   << "plan " << index << " " << StringOf(program->name()) << " command " << ci
-                  << " " << fb::EnumNameOpcode(c.op()) << (r ? " (256-byte scratch)" : "")
+                  << " " << fb::EnumNameOpcode(c.op())
+                  << (r == 1 ? " (256-byte scratch)" : r == 2 ? " (3468-byte scratch)" : "")
                   << " output " << o << " element " << e;
           }
         }

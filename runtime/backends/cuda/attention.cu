@@ -95,16 +95,18 @@ __global__ void ScoreGradientRowsKernel(const float* p, float* dp, const float* 
 }
 
 // dbias[c, i0 + r, j] += the sum, in group order, of dS[gl, r, j] over the
-// chunk's groups g with (g / stride) % count == c. A thread per element.
+// chunk's groups g with (g / stride) % count == c, for the slices c the
+// chunk reads: those of its runs of `stride` groups q_first .. q_first +
+// `touched` - 1 (touched <= count, so each slice once). A thread per element.
 __global__ void BiasGradientKernel(const float* ds, float* dbias, int64_t count, int64_t stride,
-                                   Rows d) {
+                                   int64_t touched, Rows d) {
   const int64_t plane = d.rows * d.keys;
   const int64_t e = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  if (e >= count * plane) return;
-  const int64_t c = e / plane, within = e % plane;
+  if (e >= touched * plane) return;
   const int64_t end = d.g0 + d.groups;
-  // The groups of slice c: g = q * stride + u with q % count == c.
   const int64_t q_first = d.g0 / stride;
+  const int64_t c = (q_first + e / plane) % count, within = e % plane;
+  // The groups of slice c: g = q * stride + u with q % count == c.
   int64_t q = q_first + ((c - q_first % count) % count + count) % count;
   float sum = 0;
   for (; q * stride < end; q += count) {
@@ -256,10 +258,12 @@ AttentionStatus AttentionBackward(cublasHandle_t h, cudaStream_t stream, const A
       if (status.cuda != cudaSuccess) return Failed(status, "attention dS");
       // Each bias's gradient is dS, summed over the groups that read it.
       for (int i = 0; i < biases.n; ++i) {
-        const int64_t elements = biases.count[i] * d.rows * s.keys;
+        const int64_t runs = (g0 + d.groups - 1) / biases.stride[i] - g0 / biases.stride[i] + 1;
+        const int64_t touched = std::min(biases.count[i], runs);
+        const int64_t elements = touched * d.rows * s.keys;
         BiasGradientKernel<<<static_cast<unsigned>((elements + kThreads - 1) / kThreads),
                              kThreads, 0, stream>>>(dp, biases.grad[i], biases.count[i],
-                                                    biases.stride[i], d);
+                                                    biases.stride[i], touched, d);
         status.cuda = cudaGetLastError();
         if (status.cuda != cudaSuccess) return Failed(status, "attention bias gradient");
       }

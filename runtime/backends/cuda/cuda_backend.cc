@@ -559,7 +559,10 @@ Status CudaBackend::PrepareAttention(const Plan& plan) {
     const auto* s = root.buffers()->Get(index)->shape();
     return std::vector<int64_t>(s->begin(), s->end());
   };
-  const int64_t budget = static_cast<int64_t>(options_.attention_scratch_bytes / sizeof(float));
+  // At most 4 GiB of scores a buffer: a grid of a warp per row then stays
+  // far below 2^31 blocks.
+  const int64_t budget = static_cast<int64_t>(
+      std::min<uint64_t>(options_.attention_scratch_bytes, uint64_t{4} << 30) / sizeof(float));
   int64_t floats = 0;
   for (const fb::Program* program : *root.programs())
     for (const fb::Command* c : *program->commands()) {
@@ -588,11 +591,16 @@ Status CudaBackend::PrepareAttention(const Plan& plan) {
       floats = std::max(floats, buffers * cuda::AttentionScratchFloats(a.dims, a.tiling));
       attentions_[c] = a;
     }
-  if (floats > 0)
-    GRAPHC_CUDA(cudaMalloc(reinterpret_cast<void**>(&attention_scratch_),
-                           static_cast<size_t>(floats) * sizeof(float)),
-                "allocating fused attention's scratch (" +
-                    std::to_string(floats * sizeof(float) >> 20) + " MiB)");
+  if (floats > 0) {
+    cudaError_t error = cudaMalloc(reinterpret_cast<void**>(&attention_scratch_),
+                                   static_cast<size_t>(floats) * sizeof(float));
+    if (error != cudaSuccess) {
+      attentions_.clear();
+      attention_scratch_ = nullptr;
+      return CudaFailed(error, "allocating fused attention's scratch (" +
+                                   std::to_string(floats * sizeof(float) >> 20) + " MiB)");
+    }
+  }
   return Status::Ok();
 }
 
