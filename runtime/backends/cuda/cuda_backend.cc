@@ -455,10 +455,7 @@ Status CudaBackend::LoadGeneratedKernels(const Plan& plan, fb::Target target) {
 Status CudaBackend::PrepareGemms(const Plan& plan) {
   const fb::Plan& root = plan.root();
   gemms_.clear();
-  auto shape = [&](int32_t index) {
-    const auto* s = root.buffers()->Get(index)->shape();
-    return std::vector<int64_t>(s->begin(), s->end());
-  };
+  auto shape = [&](int32_t index) { return ShapeOf(*root.buffers()->Get(index)); };
   for (const fb::Program* program : *root.programs())
     for (const fb::Command* c : *program->commands()) {
       if (c->op() != fb::Opcode::Gemm) continue;
@@ -555,10 +552,7 @@ Status CudaBackend::PrepareAttention(const Plan& plan) {
   attentions_.clear();
   if (attention_scratch_ != nullptr) cudaFree(attention_scratch_);
   attention_scratch_ = nullptr;
-  auto shape = [&](int32_t index) {
-    const auto* s = root.buffers()->Get(index)->shape();
-    return std::vector<int64_t>(s->begin(), s->end());
-  };
+  auto shape = [&](int32_t index) { return ShapeOf(*root.buffers()->Get(index)); };
   // At most 4 GiB of scores a buffer: a grid of a warp per row then stays
   // far below 2^31 blocks.
   const int64_t budget = static_cast<int64_t>(
