@@ -14,7 +14,10 @@
 //     once, where it is computed);
 //  2. convolutions, linear and matmul read half operands (one cast per value,
 //     placed at its definition, so a weight's half copy is made once and
-//     shared by forward and backward) and produce half results;
+//     shared by forward and backward) and produce half results; so does fused
+//     attention, for q, k, v (and in backward its output and the output's
+//     gradient), while its biases and log-sum-exp stay f32 (the runtime keeps
+//     the scores and softmax in f32, as autocast's attention does);
 //  3. pooling, reshape, flatten and the copies (transpose, concat, slice)
 //     keep the precision of their data operand;
 //  4. every other op computes in f32: a half operand is widened by a cast in
@@ -83,6 +86,11 @@ std::optional<int64_t> batchDimOf(Operation *op, const llvm::DenseMap<Value, int
     auto it = batched.find(op->getOperand(i));
     return it == batched.end() ? std::nullopt : std::optional<int64_t>(it->second);
   };
+  if (isa<nn::AttentionOp>(op)) {
+    // The output [G, Lq, Dv] carries q's groups or queries.
+    auto p = at(0);
+    return p && *p < 2 ? p : std::nullopt;
+  }
   if (op->getNumResults() != 1)
     return std::nullopt;
   auto type = llvm::dyn_cast<RankedTensorType>(op->getResult(0).getType());
@@ -310,13 +318,44 @@ LogicalResult MixedPrecisionPass::convert(func::FuncOp func) {
     return stretched.contains(v) || llvm::cast<RankedTensorType>(v.getType()).getRank() == 0;
   };
 
+  DenseMap<Value, Value> wideOf;  // attention's half biases, widened once
+
   int64_t stored = 0, storedBytes = 0;
   SmallVector<Operation *> ops;
   for (Operation &op : body)
     ops.push_back(&op);
   for (Operation *op : ops) {
     // Operands.
-    if (isHalfCompute(op)) {
+    if (isa<nn::AttentionOp, nn::AttentionBackwardOp>(op)) {
+      // q, k, v (backward: also the output and its gradient) in half; the
+      // log-sum-exp and the biases in f32.
+      const unsigned halves = isa<nn::AttentionOp>(op) ? 3 : 6, lse = 4;
+      auto inHalf = [&](OpOperand &operand) {
+        const unsigned i = operand.getOperandNumber();
+        return i < halves && !(halves == 6 && i == lse);
+      };
+      // A half bias (computed by a half op) is widened once at its
+      // definition, shared by forward and backward: attention is no fused
+      // kernel that would fold the cast.
+      for (OpOperand &operand : op->getOpOperands()) {
+        if (inHalf(operand)) {
+          operand.set(toHalf(operand.get()));
+          continue;
+        }
+        Value v = operand.get();
+        if (!isFloatTensor(v, half))
+          continue;
+        Value &wide = wideOf[v];
+        if (!wide) {
+          OpBuilder::InsertionGuard guard(b);
+          b.setInsertionPointAfterValue(v);
+          wide = b.create<nn::CastOp>(v.getLoc(), v, TypeAttr::get(f32));
+        }
+        operand.set(wide);
+      }
+      if (failed(reinfer(op)))
+        return failure();
+    } else if (isHalfCompute(op)) {
       for (OpOperand &operand : op->getOpOperands())
         operand.set(toHalf(operand.get()));
       if (failed(reinfer(op)))

@@ -316,6 +316,12 @@ def MixedPrecision : Pass<"graphc-mixed-precision", "::mlir::ModuleOp"> {
       (the library accumulates in f32). Parameters stay f32 (the master
       copies); the half copy of a weight is one `nn.cast` at its load, shared
       by forward and backward.
+    - `nn.attention` and `nn.attention_backward` read q, k and v (backward:
+      also the output and its gradient) in half and give half results; their
+      biases, the log-sum-exp and the biases' gradients stay f32. The runtime
+      computes the scores and the softmax in f32 and rounds the probabilities
+      (and the scores' gradient) to half only for their products, as
+      PyTorch's autocast runs scaled-dot-product attention in half.
     - Pooling, `nn.reshape` and `nn.flatten` keep their data operand's type.
     - Every other op computes in f32: batch-norm statistics, the loss,
       reductions, elementwise math and the optimizer. A half operand gets an

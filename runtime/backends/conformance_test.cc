@@ -33,6 +33,7 @@
 #include <tuple>
 #include <vector>
 
+#include "contract/half_float.h"
 #include "flatbuffers/flatbuffers.h"
 #include "runtime/core/backend.h"
 #include "runtime/backends/backend_factory.h"
@@ -1020,12 +1021,73 @@ TEST_P(BackendConformance, GeneratedKernelsMatchTheCpuAndRunInPlace) {
   EXPECT_GE(in_place, 1) << "the plan's optimizer update runs in place";
 }
 
+// A float rounded to a half type's nearest value (as the backends round an
+// F32), or unchanged for F32.
+double RoundTo(fb::DType type, double x) {
+  uint32_t bits;
+  const float f = static_cast<float>(x);
+  std::memcpy(&bits, &f, 4);
+  if (type == fb::DType::F16) bits = F16ToF32Bits(F32ToF16Bits(bits));
+  if (type == fb::DType::BF16) bits = Bf16ToF32Bits(F32ToBf16Bits(bits));
+  float r;
+  std::memcpy(&r, &bits, 4);
+  return type == fb::DType::F32 ? x : r;
+}
+
+// The spacing of a half type's values at x's magnitude (one unit in the last
+// place).
+double UlpOf(fb::DType type, double x) {
+  const int bits = type == fb::DType::F16 ? 10 : 7;         // stored mantissa bits
+  const int lowest = type == fb::DType::F16 ? -14 : -126;   // the least normal exponent
+  int exponent = lowest + 1;
+  if (x != 0) std::frexp(std::fabs(x), &exponent);  // |x| = m 2^exponent, m in [1/2, 1)
+  return std::ldexp(1.0, std::max(exponent - 1, lowest) - bits);
+}
+
+// The elements of a buffer.
+size_t Count(const fb::Plan& plan, int32_t buffer) {
+  size_t n = 1;
+  for (int64_t d : Shape(plan, buffer)) n *= static_cast<size_t>(d);
+  return n;
+}
+
+// A buffer of `type` holding `values` (rounded), and back.
+Bytes BytesOf(fb::DType type, const std::vector<float>& values) {
+  Bytes bytes(values.size() * (type == fb::DType::F32 ? 4 : 2));
+  for (size_t e = 0; e < values.size(); ++e) {
+    uint32_t bits;
+    std::memcpy(&bits, &values[e], 4);
+    if (type == fb::DType::F32) {
+      std::memcpy(bytes.data() + 4 * e, &bits, 4);
+      continue;
+    }
+    const uint16_t h = type == fb::DType::F16 ? F32ToF16Bits(bits) : F32ToBf16Bits(bits);
+    std::memcpy(bytes.data() + 2 * e, &h, 2);
+  }
+  return bytes;
+}
+std::vector<float> FloatsOf(fb::DType type, const Bytes& bytes) {
+  if (type == fb::DType::F32) return Floats(bytes);
+  std::vector<float> v(bytes.size() / 2);
+  for (size_t e = 0; e < v.size(); ++e) {
+    uint16_t h;
+    std::memcpy(&h, bytes.data() + 2 * e, 2);
+    const uint32_t bits = type == fb::DType::F16 ? F16ToF32Bits(h) : Bf16ToF32Bits(h);
+    std::memcpy(&v[e], &bits, 4);
+  }
+  return v;
+}
+
 // Fused attention in float64, as both backends compute it: o =
 // softmax(q k^T + biases) v per group with the row's log-sum-exp; backward
-// recomputes P = exp(s - lse) from the given lse and takes the given o.
+// recomputes P = exp(s - lse) from the given lse and takes the given o. In
+// half (`type` F16 or BF16) the probabilities are rounded to it before they
+// multiply v (and do), the scores' gradient before it multiplies k and q;
+// the outputs are the exact sums (the caller rounds them).
 struct AttentionRef {
   int64_t groups = 0, queries = 0, keys = 0, depth = 0, values = 0;
   bool transpose_k = false;
+  fb::DType type = fb::DType::F32;
   std::vector<int64_t> counts, strides;  // per bias
 
   double K(const std::vector<double>& k, int64_t g, int64_t j, int64_t d) const {
@@ -1053,9 +1115,11 @@ struct AttentionRef {
         for (double x : s) m = std::max(m, x);
         for (double& x : s) sum += (x = std::exp(x - m));
         lse[g * queries + i] = m + std::log(sum);
-        for (int64_t j = 0; j < keys; ++j)
+        for (int64_t j = 0; j < keys; ++j) {
+          const double p = RoundTo(type, s[j] / sum);
           for (int64_t c = 0; c < values; ++c)
-            o[(g * queries + i) * values + c] += s[j] / sum * in[2][(g * keys + j) * values + c];
+            o[(g * queries + i) * values + c] += p * in[2][(g * keys + j) * values + c];
+        }
       }
     return {o, lse};
   }
@@ -1074,13 +1138,15 @@ struct AttentionRef {
           shift += in[5][row * values + c] * in[3][row * values + c];
         for (int64_t j = 0; j < keys; ++j) {
           double dp = 0;
+          const double pr = RoundTo(type, p[j]);
           for (int64_t c = 0; c < values; ++c) {
-            dv[(g * keys + j) * values + c] += p[j] * in[5][row * values + c];
+            dv[(g * keys + j) * values + c] += pr * in[5][row * values + c];
             dp += in[5][row * values + c] * in[2][(g * keys + j) * values + c];
           }
-          const double ds = p[j] * (dp - shift);
+          const double exact = p[j] * (dp - shift);
           for (size_t b = 0; b < counts.size(); ++b)
-            dbias[b][(((g / strides[b]) % counts[b]) * queries + i) * keys + j] += ds;
+            dbias[b][(((g / strides[b]) % counts[b]) * queries + i) * keys + j] += exact;
+          const double ds = RoundTo(type, exact);
           for (int64_t d = 0; d < depth; ++d) {
             dq[row * depth + d] += ds * K(in[1], g, j, d);
             (transpose_k ? dk[(g * depth + d) * keys + j] : dk[(g * keys + j) * depth + d]) +=
@@ -1096,11 +1162,20 @@ struct AttentionRef {
 
 // Every Attention and AttentionBackward command of two plans (Swin-style
 // windows with a bias per head and a mask per window; a ViT whose k comes
-// transposed) against float64 on random operands, the backward's o and lse
-// from the float64 forward. On CUDA also with scratches of 256 bytes (the
-// scores cut into one group and a few query rows at a time, the tiling a
-// long sequence gets; dk and dv then sum over blocks) and of 3468 bytes
-// (chunks of 3 groups).
+// transposed), in FP32 and in mixed precision (BF16 and FP16: q, k, v, o and
+// their gradients in half), against float64 on random operands, the
+// backward's o and lse from the float64 forward. On CUDA also with scratches
+// of 256 bytes (the scores cut into one group and a few query rows at a
+// time, the tiling a long sequence gets; dk and dv then sum over blocks) and
+// of 3468 bytes (chunks of 3 groups).
+//
+// FP32 results match to 2e-5 of their scale. A half result is the float64
+// value rounded to half: it may be one unit in the last place off (the
+// backend's F32 sums round either side of a tie the float64 sum does not
+// see) or half the type's epsilon of the output's scale (a probability the
+// F32 softmax rounds to the other neighbour than float64's), and at most 3%
+// of the elements may differ at all (without the rounding of P and dS, about
+// half would). lse and the bias gradients are F32 in every precision.
 TEST_P(BackendConformance, FusedAttentionMatchesFloat64References) {
   std::vector<std::unique_ptr<Backend>> tiny;
   // 256 bytes: one group and a few query rows at a time; 3468 (3 x 17 x 17
@@ -1116,7 +1191,7 @@ TEST_P(BackendConformance, FusedAttentionMatchesFloat64References) {
       tiny.push_back(std::move(created->backend));
     }
   std::map<std::string, int> seen;
-  for (size_t index : {3u, 4u}) {
+  for (size_t index : {3u, 4u, 5u, 6u, 7u, 8u}) {
     std::unique_ptr<Plan> plan = LoadPlan(index);
     if (!plan) GTEST_SKIP() << "GRAPHC_CONFORMANCE_PLANS is not set (run through ctest)";
     ASSERT_TRUE(backend_->LoadKernels(*plan).ok());
@@ -1132,6 +1207,7 @@ TEST_P(BackendConformance, FusedAttentionMatchesFloat64References) {
         std::vector<int64_t> q = Shape(root, c.inputs()->Get(0)), k = Shape(root, c.inputs()->Get(1)),
                              v = Shape(root, c.inputs()->Get(2));
         ref.transpose_k = c.attention()->transpose_k();
+        ref.type = root.buffers()->Get(c.inputs()->Get(0))->dtype();
         ref.groups = q[0], ref.queries = q[1], ref.depth = q[2];
         ref.keys = k[ref.transpose_k ? 2 : 1], ref.values = v[2];
         const uint32_t first_bias = forward ? 3 : 6;
@@ -1139,25 +1215,32 @@ TEST_P(BackendConformance, FusedAttentionMatchesFloat64References) {
           ref.counts.push_back(Shape(root, c.inputs()->Get(i))[0]);
           ref.strides.push_back(c.attention()->bias_strides()->Get(i - first_bias));
         }
-        // Random operands, halved (scores of a few units), in float.
+        auto type_of = [&](int32_t index) { return root.buffers()->Get(index)->dtype(); };
+        // Random operands, halved (scores of a few units), in each buffer's
+        // type; the reference reads what the buffers hold.
         std::vector<Bytes> inputs;
         std::vector<std::vector<double>> values;
         for (int32_t index : *c.inputs()) {
-          std::vector<float> f = Floats(TestData(*root.buffers()->Get(index), state));
-          for (float& x : f) x *= 0.5f;
-          inputs.emplace_back(f.size() * 4);
-          std::memcpy(inputs.back().data(), f.data(), inputs.back().size());
+          const fb::Buffer& buffer = *root.buffers()->Get(index);
+          std::vector<float> f(Count(root, index));
+          for (float& x : f) {
+            state = state * 1664525u + 1013904223u;
+            x = static_cast<float>(RoundTo(buffer.dtype(), ((state >> 8) * 0x1p-22f - 2.0f) * 0.5f));
+          }
+          inputs.push_back(BytesOf(buffer.dtype(), f));
+          ASSERT_EQ(inputs.back().size(), buffer.size());
           values.emplace_back(f.begin(), f.end());
         }
         if (!forward) {
-          // o and lse as the forward gives them (in float, as the plan has them).
+          // o and lse as the forward gives them (in the plan's types).
           std::vector<std::vector<double>> fin = {values[0], values[1], values[2]};
           for (uint32_t i = first_bias; i < values.size(); ++i) fin.push_back(values[i]);
           std::vector<std::vector<double>> ol = ref.Forward(fin);
           for (int t = 0; t < 2; ++t) {
-            std::vector<float> f(ol[t].begin(), ol[t].end());
-            ASSERT_EQ(f.size() * 4, inputs[3 + t].size());
-            std::memcpy(inputs[3 + t].data(), f.data(), inputs[3 + t].size());
+            const fb::DType type = type_of(c.inputs()->Get(3 + t));
+            std::vector<float> f(ol[t].size());
+            for (size_t e = 0; e < f.size(); ++e) f[e] = static_cast<float>(RoundTo(type, ol[t][e]));
+            inputs[3 + t] = BytesOf(type, f);
             values[3 + t].assign(f.begin(), f.end());
           }
         }
@@ -1169,27 +1252,48 @@ TEST_P(BackendConformance, FusedAttentionMatchesFloat64References) {
           std::vector<Bytes> got = RunCommand(*runs[r], root, c, inputs);
           ASSERT_EQ(got.size(), want.size());
           for (size_t o = 0; o < want.size(); ++o) {
-            std::vector<float> g = Floats(got[o]);
+            const fb::DType type = type_of(c.outputs()->Get(o));
+            std::vector<float> g = FloatsOf(type, got[o]);
             ASSERT_EQ(g.size(), want[o].size());
             double scale = 0;
             for (double x : want[o]) scale = std::max(scale, std::fabs(x));
-            const double tolerance = 2e-5 * (1 + scale);
-            for (size_t e = 0; e < g.size(); ++e)
-              ASSERT_NEAR(Tracked(g[e], want[o][e], tolerance), want[o][e], tolerance)
+            const double epsilon = type == fb::DType::F16 ? 0x1p-10 : 0x1p-7;
+            size_t differ = 0;
+            for (size_t e = 0; e < g.size(); ++e) {
+              double expected = want[o][e], tolerance = 2e-5 * (1 + scale);
+              if (type != fb::DType::F32) {
+                expected = RoundTo(type, want[o][e]);
+                // One unit in the last place of the value, or half an
+                // epsilon of the scale (a probability rounded the other way
+                // than float64 rounds it moves a sum by up to an epsilon of
+                // that probability's share).
+                tolerance = std::max(UlpOf(type, expected), epsilon / 2 * scale);
+                differ += g[e] != expected;
+              }
+              ASSERT_NEAR(Tracked(g[e], expected, tolerance), expected, tolerance)
                   << "plan " << index << " " << StringOf(program->name()) << " command " << ci
-                  << " " << fb::EnumNameOpcode(c.op())
+                  << " " << fb::EnumNameOpcode(c.op()) << " " << fb::EnumNameDType(ref.type)
                   << (r == 1 ? " (256-byte scratch)" : r == 2 ? " (3468-byte scratch)" : "")
                   << " output " << o << " element " << e;
+            }
+            EXPECT_LE(differ, g.size() * 3 / 100)
+                << "plan " << index << " command " << ci << " " << fb::EnumNameOpcode(c.op())
+                << " " << fb::EnumNameDType(ref.type) << " output " << o << ": " << differ
+                << " of " << g.size() << " elements are not the rounded float64 value";
           }
         }
-        ++seen[std::string(fb::EnumNameOpcode(c.op())) + (ref.transpose_k ? " transposed k" : "") +
-               (ref.counts.empty() ? "" : " biases")];
+        ++seen[std::string(fb::EnumNameOpcode(c.op())) + " " + fb::EnumNameDType(ref.type) +
+               (ref.transpose_k ? " transposed k" : "") + (ref.counts.empty() ? "" : " biases")];
       }
   }
-  // Both directions, with biases and with k transposed.
-  for (const char* what : {"Attention biases", "AttentionBackward biases",
-                           "Attention transposed k", "AttentionBackward transposed k"})
-    EXPECT_GT(seen[what], 0) << what;
+  // Both directions, with biases and with k transposed, in every precision.
+  for (const char* type : {"F32", "BF16", "F16"})
+    for (const char* what : {"Attention %s biases", "AttentionBackward %s biases",
+                             "Attention %s transposed k", "AttentionBackward %s transposed k"}) {
+      char key[64];
+      std::snprintf(key, sizeof key, what, type);
+      EXPECT_GT(seen[key], 0) << key;
+    }
 }
 
 // Three train steps through the executor, on this backend and on the CPU,

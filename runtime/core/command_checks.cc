@@ -320,7 +320,9 @@ Status CommandChecker::CheckShapes(const fb::Command& command, const std::string
       // q [G, Lq, D], k [G, Lk, D] (or [G, D, Lk]), v [G, Lk, Dv], then one
       // bias [P, Lq, Lk] per bias stride; forward outputs o [G, Lq, Dv] and
       // lse [G, Lq]; backward reads those and do after v and writes dq, dk,
-      // dv of q's, k's and v's shapes and one gradient per bias. All F32.
+      // dv of q's, k's and v's shapes and one gradient per bias. q, k, v, o,
+      // do, dq, dk and dv of one dtype (F32, or F16 or BF16: attention in
+      // mixed precision); lse, the biases and their gradients F32.
       const bool forward = command.op() == fb::Opcode::Attention;
       if (plan_.version() < 7)
         return Fail(ErrorCode::kPlanBadValue,
@@ -341,9 +343,25 @@ Status CommandChecker::CheckShapes(const fb::Command& command, const std::string
                     where + ": takes " + Str(operands + biases) + " inputs and " +
                         Str(results) + " outputs (" + Str(biases) + " biases), has " +
                         Str(in.size()) + " and " + Str(out.size()));
-      for (uint32_t i = 0; i < in.size() + out.size(); ++i)
-        if (Buf(i < in.size() ? in.Get(i) : out.Get(i - in.size())).dtype() != fb::DType::F32)
-          return Fail(ErrorCode::kPlanBadValue, where + ": attention runs on F32 buffers only");
+      const fb::DType dtype = Buf(in.Get(0)).dtype();
+      if (dtype != fb::DType::F32 && dtype != fb::DType::F16 && dtype != fb::DType::BF16)
+        return Fail(ErrorCode::kPlanBadValue,
+                    where + ": attention on " + fb::EnumNameDType(dtype) +
+                        " (F32, F16 or BF16)");
+      for (uint32_t i = 0; i < in.size() + out.size(); ++i) {
+        const bool input = i < in.size();
+        const uint32_t at = input ? i : i - static_cast<uint32_t>(in.size());
+        // lse and the biases (inputs and their gradients) are F32.
+        const bool wide = input ? (at >= operands || (!forward && at == 4))
+                                : (forward ? at == 1 : at >= 3);
+        const fb::DType want = wide ? fb::DType::F32 : dtype;
+        const fb::DType got = Buf(input ? in.Get(at) : out.Get(at)).dtype();
+        if (got != want)
+          return Fail(ErrorCode::kPlanBadValue,
+                      where + ": attention " + (input ? "input " : "output ") + Str(at) +
+                          " is " + fb::EnumNameDType(got) + ", not " + fb::EnumNameDType(want) +
+                          (wide ? " (lse and biases are F32)" : " (q's dtype)"));
+      }
       std::vector<int64_t> q = Shape(in.Get(0)), k = Shape(in.Get(1)), v = Shape(in.Get(2));
       if (q.size() != 3 || k.size() != 3 || v.size() != 3)
         return ShapeError(where, "attention operands must be rank 3");

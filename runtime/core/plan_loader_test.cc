@@ -148,7 +148,7 @@ struct PlanSpec {
     for (const BufferSpec& b : buffers) {
       int64_t elements = 1;
       for (int64_t d : b.shape) elements *= d;
-      uint64_t size = b.size >= 0 ? b.size : elements * (b.dtype == fb::DType::F16 ? 2 : 4);
+      uint64_t size = b.size >= 0 ? b.size : elements * DTypeBytes(b.dtype);
       buffer_offsets.push_back(fb::CreateBuffer(fbb, fbb.CreateString(b.name),
                                                 b.dtype, fbb.CreateVector(b.shape),
                                                 b.region, b.offset, size));
@@ -575,9 +575,27 @@ TEST(PlanLoaderTest, AttentionLoadsWithConsistentShapesOnly) {
   PlanSpec arity = AttentionSpec();
   arity.commands.back().outputs = {10};
   EXPECT_EQ(LoadError(arity), ErrorCode::kPlanBadIndex);
-  PlanSpec half = AttentionSpec();
-  half.buffers[7].dtype = fb::DType::F16;
-  EXPECT_EQ(LoadError(half), ErrorCode::kPlanBadValue);
+  // In mixed precision q, k, v and o are F16 or BF16, lse stays F32.
+  for (fb::DType type : {fb::DType::F16, fb::DType::BF16}) {
+    PlanSpec half = AttentionSpec();
+    for (int b : {7, 8, 9, 10}) half.buffers[b].dtype = type;
+    EXPECT_EQ(LoadedOrError(half), "loaded") << fb::EnumNameDType(type);
+    half.buffers[11].dtype = type;
+    EXPECT_EQ(LoadedOrError(half),
+              std::string("error[plan-bad-value]: program 'train_step' command 4 "
+                          "(test.mlir:1:1): attention output 1 is ") +
+                  fb::EnumNameDType(type) + ", not F32 (lse and biases are F32)");
+  }
+  PlanSpec mixed = AttentionSpec();  // q alone in half
+  mixed.buffers[7].dtype = fb::DType::F16;
+  EXPECT_EQ(LoadedOrError(mixed),
+            "error[plan-bad-value]: program 'train_step' command 4 (test.mlir:1:1): attention "
+            "input 1 is F32, not F16 (q's dtype)");
+  PlanSpec integers = AttentionSpec();
+  for (int b : {7, 8, 9, 10}) integers.buffers[b].dtype = fb::DType::I32;
+  EXPECT_EQ(LoadedOrError(integers),
+            "error[plan-bad-value]: program 'train_step' command 4 (test.mlir:1:1): attention "
+            "on I32 (F32, F16 or BF16)");
   PlanSpec overlap = AttentionSpec();  // o written over q
   overlap.buffers[10].offset = 3072;
   EXPECT_EQ(LoadError(overlap), ErrorCode::kPlanAliasedOperands);
@@ -606,6 +624,11 @@ TEST(PlanLoaderTest, AttentionBiasesLoadWithTheirShapesAndStridesOnly) {
   EXPECT_EQ(LoadedOrError(biased({2, 3, 5}, {1, 1})),
             "error[plan-bad-index]: program 'train_step' command 4 (test.mlir:1:1): takes 5 "
             "inputs and 2 outputs (2 biases), has 4 and 2");
+  PlanSpec half_bias = biased({2, 3, 5}, {1});  // half attention, a half bias
+  for (int b : {7, 8, 9, 10, 12}) half_bias.buffers[b].dtype = fb::DType::BF16;
+  EXPECT_EQ(LoadedOrError(half_bias),
+            "error[plan-bad-value]: program 'train_step' command 4 (test.mlir:1:1): attention "
+            "input 3 is BF16, not F32 (lse and biases are F32)");
   PlanSpec unstrided = biased({2, 3, 5}, {});  // a fourth input without a stride
   EXPECT_EQ(LoadError(unstrided), ErrorCode::kPlanBadIndex);
   PlanSpec many = AttentionSpec();

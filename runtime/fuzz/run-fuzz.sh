@@ -80,6 +80,9 @@ cp "$out/cpu_x86_64.so" "$out/corpus/fmnist_cnn_kernels.so"
 # and with biases (a per-head bias and a per-window mask: bias_strides).
 "$build/bin/graphc" compile "$src/test/tools/Inputs/window_attention.mlir" --batch-size 1 \
   -o "$out/corpus/window_attention.plan" > /dev/null
+# and in half (q, k, v, o and their gradients BF16; lse and the biases F32).
+"$build/bin/graphc" compile "$src/test/tools/Inputs/window_attention.mlir" --batch-size 1 \
+  --amp=bf16 -o "$out/corpus/window_attention_bf16.plan" > /dev/null
 
 regressions=("$src"/runtime/fuzz/regressions/*)
 if [[ -e "${regressions[0]}" ]]; then

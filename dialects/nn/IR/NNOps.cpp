@@ -1222,7 +1222,8 @@ LogicalResult MatmulOp::inferReturnTypes(MLIRContext *, std::optional<Location> 
 }
 
 /// The shapes of attention's operands: [G, Lq, D], [G, Lk, D] (or [G, D, Lk]
-/// transposed) and [G, Lk, Dv], static and f32; its [G, Lq, Dv] output.
+/// transposed) and [G, Lk, Dv], static and of one element type (f32, f16 or
+/// bf16); its [G, Lq, Dv] output.
 template <typename OpT>
 static FailureOr<SmallVector<int64_t>>
 attentionShape(std::optional<Location> loc, Value qv, Value kv, Value vv, bool transposeK) {
@@ -1230,9 +1231,12 @@ attentionShape(std::optional<Location> loc, Value qv, Value kv, Value vv, bool t
   if (!q || !k || !v || q.getRank() != 3 || k.getRank() != 3 || v.getRank() != 3 ||
       !q.hasStaticShape() || !k.hasStaticShape() || !v.hasStaticShape())
     return inferError<OpT>(loc, "expects static q, k and v of rank 3");
-  if (!q.getElementType().isF32() || k.getElementType() != q.getElementType() ||
-      v.getElementType() != q.getElementType())
-    return inferError<OpT>(loc, "expects f32 operands");
+  Type element = q.getElementType();
+  if (!(element.isF32() || element.isF16() || element.isBF16()) ||
+      k.getElementType() != element || v.getElementType() != element)
+    return inferError<OpT>(loc, "expects q, k and v all f32, all f16 or all bf16, got ",
+                           q.getElementType(), ", ", k.getElementType(), " and ",
+                           v.getElementType());
   const int64_t g = q.getDimSize(0), d = q.getDimSize(2);
   const int64_t lk = k.getDimSize(transposeK ? 2 : 1), kd = k.getDimSize(transposeK ? 1 : 2);
   if (k.getDimSize(0) != g || v.getDimSize(0) != g || kd != d || v.getDimSize(1) != lk)
@@ -1278,8 +1282,10 @@ LogicalResult AttentionOp::inferReturnTypes(MLIRContext *context, std::optional<
           loc, *shape, attentionKeys(adaptor.getK(), adaptor.getTransposeK()),
           adaptor.getBiases(), adaptor.getBiasStrides())))
     return failure();
+  // The output in q's precision; the log-sum-exp always f32.
   Type f32 = Float32Type::get(context);
-  types.push_back(RankedTensorType::get(*shape, f32));
+  types.push_back(RankedTensorType::get(
+      *shape, llvm::cast<RankedTensorType>(adaptor.getQ().getType()).getElementType()));
   types.push_back(RankedTensorType::get({(*shape)[0], (*shape)[1]}, f32));
   return success();
 }
@@ -1297,11 +1303,12 @@ LogicalResult AttentionBackwardOp::inferReturnTypes(MLIRContext *, std::optional
     return failure();
   auto o = rankedOf(adaptor.getOutput()), dy = rankedOf(adaptor.getGradOutput()),
        lse = rankedOf(adaptor.getLse());
+  Type element = llvm::cast<RankedTensorType>(adaptor.getQ().getType()).getElementType();
   if (!o || !dy || !lse || o.getShape() != ArrayRef(*shape) || dy.getShape() != o.getShape() ||
-      lse.getShape() != ArrayRef(*shape).take_front(2) || !o.getElementType().isF32() ||
-      !dy.getElementType().isF32() || !lse.getElementType().isF32())
-    return inferError<Op>(loc, "expects the forward's f32 output and lse, and an output "
-                               "gradient of the output's shape");
+      lse.getShape() != ArrayRef(*shape).take_front(2) || o.getElementType() != element ||
+      dy.getElementType() != element || !lse.getElementType().isF32())
+    return inferError<Op>(loc, "expects the forward's output (in q's element type) and f32 "
+                               "lse, and an output gradient of the output's shape and type");
   for (Value v : {adaptor.getQ(), adaptor.getK(), adaptor.getV()})
     types.push_back(v.getType());
   for (Value bias : adaptor.getBiases())

@@ -675,8 +675,12 @@ def NN_AttentionOp : NN_Op<"attention", [Pure, InferTypeOpAdaptor]> {
     is `[G, Lk, Dv]`; each bias is `[P_i, Lq, Lk]`, added to the scores of
     the groups its index map picks (a relative-position bias per head has
     stride 1 and P the heads; Swin's shift mask per window has stride the
-    heads and P the windows); f32. Any scaling is the operands' (exporters
-    scale q and k). graphc-fuse-attention makes it from the
+    heads and P the windows). q, k and v are all f32, all f16 or all bf16
+    (mixed precision's attention), the output in their type; `lse` and the
+    biases are f32. In half, the scores, softmax and `lse` are computed in f32
+    and the probabilities are rounded to the half type before they multiply v
+    (FlashAttention's scheme), the output rounded once. Any scaling is the
+    operands' (exporters scale q and k). graphc-fuse-attention makes it from the
     matmul-add-softmax-matmul the importer writes; the runtime computes it a
     block of queries at a time, so memory grows with L, not L^2 (the biases
     are the model's own tensors).
@@ -706,7 +710,11 @@ def NN_AttentionBackwardOp : NN_Op<"attention_backward", [Pure, InferTypeOpAdapt
     From the forward's operands, its output and `lse`, and the output's
     gradient `dy`: the scores are recomputed a block of queries at a time
     (FlashAttention's backward), never stored whole. Each bias's gradient
-    sums the score gradients of the groups that read it.
+    sums the score gradients of the groups that read it. `output` and
+    `grad_output` are in q's element type, `lse` f32; the gradients of q, k
+    and v in theirs, the biases' f32. In half, the probabilities and the
+    scores' gradient are rounded to the half type before their products
+    (with f32 accumulation), the bias gradients not.
 
     ```mlir
     %dq, %dk, %dv = nn.attention_backward %q, %k, %v, %o, %lse, %dy transpose_k

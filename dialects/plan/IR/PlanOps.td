@@ -305,7 +305,8 @@ def Plan_AvgPool2DBackwardOp : Plan_CommandOp<"avg_pool2d_backward", 1, 1, PoolA
 // after dq, dk and dv.
 def Plan_AttentionOp : Plan_CommandOp<"attention", 3, 7,
     (ins UnitAttr:$transpose_k, OptionalAttr<DenseI64ArrayAttr>:$bias_strides)> {
-  let summary = "fused attention: [q, k, v, biases...] -> [o, lse] (nn.attention), f32";
+  let summary = "fused attention: [q, k, v, biases...] -> [o, lse] (nn.attention); f32, "
+                "or q, k, v, o in f16/bf16";
 }
 def Plan_AttentionBackwardOp : Plan_CommandOp<"attention_backward", 6, 10,
     (ins UnitAttr:$transpose_k, OptionalAttr<DenseI64ArrayAttr>:$bias_strides)> {

@@ -10,6 +10,7 @@
 #include <limits>
 #include <vector>
 
+#include "contract/half_float.h"
 #include "oneapi/dnnl/dnnl.h"
 
 namespace graphc::runtime {
@@ -39,35 +40,88 @@ void AddBiases(const AttentionShape& s, const std::vector<AttentionBias>& biases
   }
 }
 
-// Group g's dq and its dk and dv, whole; each bias's gradient rows added to
-// dbias[i] (a [P_i, Lq, Lk] sum). p and dp: kAttentionBlock x Lk scratch.
-void BackwardGroup(const AttentionShape& s, int64_t g, const float* q, const float* k,
-                   const float* v, const float* o, const float* lse, const float* dout,
-                   const std::vector<AttentionBias>& biases, float* dq, float* dk, float* dv,
-                   float* const* dbias, float* p, float* dp) {
+// ---- Half operands: widened into F32 copies, results narrowed ----
+
+bool IsHalf(const AttentionShape& s) { return s.type != AttentionType::kF32; }
+
+void Widen(AttentionType type, const void* in, float* out, int64_t n) {
+  const uint16_t* h = static_cast<const uint16_t*>(in);
+  uint32_t* bits = reinterpret_cast<uint32_t*>(out);
+  if (type == AttentionType::kBf16)
+    for (int64_t i = 0; i < n; ++i) bits[i] = Bf16ToF32Bits(h[i]);
+  else
+    for (int64_t i = 0; i < n; ++i) bits[i] = F16ToF32Bits(h[i]);
+}
+
+void Narrow(AttentionType type, const float* in, void* out, int64_t n) {
+  uint16_t* h = static_cast<uint16_t*>(out);
+  const uint32_t* bits = reinterpret_cast<const uint32_t*>(in);
+  if (type == AttentionType::kBf16)
+    for (int64_t i = 0; i < n; ++i) h[i] = F32ToBf16Bits(bits[i]);
+  else
+    for (int64_t i = 0; i < n; ++i) h[i] = F32ToF16Bits(bits[i]);
+}
+
+// x rounded to the half type's nearest value, kept as floats.
+void Round(AttentionType type, float* x, int64_t n) {
+  uint32_t* bits = reinterpret_cast<uint32_t*>(x);
+  if (type == AttentionType::kBf16)
+    for (int64_t i = 0; i < n; ++i) bits[i] = Bf16ToF32Bits(F32ToBf16Bits(bits[i]));
+  else if (type == AttentionType::kF16)
+    for (int64_t i = 0; i < n; ++i) bits[i] = F16ToF32Bits(F32ToF16Bits(bits[i]));
+}
+
+// Element `i` of an operand of shape.type, as a byte address.
+const void* At(const AttentionShape& s, const void* base, int64_t i) {
+  return static_cast<const char*>(base) + i * (IsHalf(s) ? 2 : 4);
+}
+void* At(const AttentionShape& s, void* base, int64_t i) {
+  return static_cast<char*>(base) + i * (IsHalf(s) ? 2 : 4);
+}
+
+// `n` elements of an operand from element `first`, as floats: the operand
+// itself when it is F32, else widened into `copy`.
+const float* Floats(const AttentionShape& s, const void* base, int64_t first, int64_t n,
+                    std::vector<float>& copy) {
+  if (!IsHalf(s)) return static_cast<const float*>(base) + first;
+  copy.resize(static_cast<size_t>(n));
+  Widen(s.type, At(s, base, first), copy.data(), n);
+  return copy.data();
+}
+
+// Group g's dq and its dk and dv, whole, from its operands as floats (qg ..
+// dog; lseg its rows' log-sum-exps); each bias's gradient rows added to
+// dbias[i] (a [P_i, Lq, Lk] sum). p, dp (and ph, for half operands): block
+// x Lk scratch.
+void BackwardGroup(const AttentionShape& s, int64_t g, const float* qg, const float* kg,
+                   const float* vg, const float* og, const float* lseg, const float* dog,
+                   const std::vector<AttentionBias>& biases, float* dqg, float* dkg, float* dvg,
+                   float* const* dbias, float* p, float* dp, float* ph) {
   const int64_t kStride = s.keys * s.depth, vStride = s.keys * s.values;
-  const float* kg = k + g * kStride;
-  const float* vg = v + g * vStride;
-  float* dkg = dk + g * kStride;
-  float* dvg = dv + g * vStride;
   std::memset(dkg, 0, sizeof(float) * kStride);
   std::memset(dvg, 0, sizeof(float) * vStride);
   for (int64_t i0 = 0; i0 < s.queries; i0 += kAttentionBlock) {
     const int64_t rows = std::min(kAttentionBlock, s.queries - i0);
-    const int64_t first = g * s.queries + i0;
-    const float* qb = q + first * s.depth;
-    const float* ob = o + first * s.values;
-    const float* dob = dout + first * s.values;
+    const float* qb = qg + i0 * s.depth;
+    const float* ob = og + i0 * s.values;
+    const float* dob = dog + i0 * s.values;
     // P = exp(s - lse), the forward's probabilities, recomputed.
     Scores(s, qb, rows, kg, p);
     AddBiases(s, biases, g, i0, rows, p);
     for (int64_t r = 0; r < rows; ++r) {
       float* row = p + r * s.keys;
-      const float l = lse[first + r];
+      const float l = lseg[i0 + r];
       for (int64_t j = 0; j < s.keys; ++j) row[j] = std::exp(row[j] - l);
     }
-    // dv += P^T do; dP = do v^T.
-    Gemm('T', 'N', s.keys, s.values, rows, p, s.keys, dob, s.values, 1.0f, dvg, s.values);
+    // dv += P^T do (P rounded to the half type when the operands are); dP =
+    // do v^T.
+    const float* pv = p;
+    if (IsHalf(s)) {
+      std::memcpy(ph, p, sizeof(float) * rows * s.keys);
+      Round(s.type, ph, rows * s.keys);
+      pv = ph;
+    }
+    Gemm('T', 'N', s.keys, s.values, rows, pv, s.keys, dob, s.values, 1.0f, dvg, s.values);
     Gemm('N', 'T', rows, s.keys, s.values, dob, s.values, vg, s.values, 0.0f, dp, s.keys);
     // dS = P (dP - rowsum(do o)).
     for (int64_t r = 0; r < rows; ++r) {
@@ -85,8 +139,10 @@ void BackwardGroup(const AttentionShape& s, int64_t g, const float* q, const flo
       float* db = dbias[i] + (((g / bias.stride) % bias.count) * s.queries + i0) * s.keys;
       for (int64_t e = 0; e < rows * s.keys; ++e) db[e] += dp[e];
     }
-    // dq = dS k; dk += dS^T q (stored transposed: dk^T += q^T dS).
-    float* dqb = dq + first * s.depth;
+    // dq = dS k; dk += dS^T q (stored transposed: dk^T += q^T dS); dS
+    // rounded to the half type first when the operands are.
+    Round(s.type, dp, rows * s.keys);
+    float* dqb = dqg + i0 * s.depth;
     if (s.transpose_k) {
       Gemm('N', 'T', rows, s.depth, s.keys, dp, s.keys, kg, s.keys, 0.0f, dqb, s.depth);
       Gemm('T', 'N', s.depth, s.keys, rows, qb, s.depth, dp, s.keys, 1.0f, dkg, s.keys);
@@ -97,27 +153,77 @@ void BackwardGroup(const AttentionShape& s, int64_t g, const float* q, const flo
   }
 }
 
+// One thread's scratch for the backward: the scores' blocks and, for half
+// operands, a group's operands and gradients as floats.
+struct BackwardScratch {
+  std::vector<float> p, dp, ph;
+  std::vector<float> q, k, v, o, dout, dq, dk, dv;
+
+  explicit BackwardScratch(const AttentionShape& s)
+      : p(static_cast<size_t>(kAttentionBlock * s.keys)), dp(p.size()) {
+    if (!IsHalf(s)) return;
+    ph.resize(p.size());
+    dq.resize(static_cast<size_t>(s.queries * s.depth));
+    dk.resize(static_cast<size_t>(s.keys * s.depth));
+    dv.resize(static_cast<size_t>(s.keys * s.values));
+  }
+};
+
+// Group g of the backward, on the operands as they are stored.
+void BackwardGroupOf(const AttentionShape& s, int64_t g, const void* q, const void* k,
+                     const void* v, const void* o, const float* lse, const void* dout,
+                     const std::vector<AttentionBias>& biases, void* dq, void* dk, void* dv,
+                     float* const* dbias, BackwardScratch& w) {
+  const int64_t qn = s.queries * s.depth, kn = s.keys * s.depth, vn = s.keys * s.values,
+                on = s.queries * s.values;
+  const float* qg = Floats(s, q, g * qn, qn, w.q);
+  const float* kg = Floats(s, k, g * kn, kn, w.k);
+  const float* vg = Floats(s, v, g * vn, vn, w.v);
+  const float* og = Floats(s, o, g * on, on, w.o);
+  const float* dog = Floats(s, dout, g * on, on, w.dout);
+  const bool half = IsHalf(s);
+  float* dqg = half ? w.dq.data() : static_cast<float*>(dq) + g * qn;
+  float* dkg = half ? w.dk.data() : static_cast<float*>(dk) + g * kn;
+  float* dvg = half ? w.dv.data() : static_cast<float*>(dv) + g * vn;
+  BackwardGroup(s, g, qg, kg, vg, og, lse + g * s.queries, dog, biases, dqg, dkg, dvg, dbias,
+                w.p.data(), w.dp.data(), half ? w.ph.data() : nullptr);
+  if (!half) return;
+  Narrow(s.type, dqg, At(s, dq, g * qn), qn);
+  Narrow(s.type, dkg, At(s, dk, g * kn), kn);
+  Narrow(s.type, dvg, At(s, dv, g * vn), vn);
+}
+
 int Threads(int threads, int64_t tasks) {
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, tasks)));
 }
 
 }  // namespace
 
-void AttentionForward(const AttentionShape& s, const float* q, const float* k, const float* v,
-                      const std::vector<AttentionBias>& biases, float* o, float* lse,
+void AttentionForward(const AttentionShape& s, const void* q, const void* k, const void* v,
+                      const std::vector<AttentionBias>& biases, void* o, float* lse,
                       int threads) {
   const int64_t blocks = (s.queries + kAttentionBlock - 1) / kAttentionBlock;
   const int64_t tasks = s.groups * blocks;
+  const bool half = IsHalf(s);
 #pragma omp parallel num_threads(Threads(threads, tasks))
   {
     std::vector<float> scores(static_cast<size_t>(kAttentionBlock * s.keys));
+    // Half operands: the block's q and output, the group's k and v as
+    // floats (k and v kept while the thread's tasks stay in one group).
+    std::vector<float> qf, kf, vf, of(half ? static_cast<size_t>(kAttentionBlock * s.values) : 0);
+    int64_t widened = -1;  // the group kf and vf hold
+    const float *kg = nullptr, *vg = nullptr;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < tasks; ++task) {
       const int64_t g = task / blocks, i0 = (task % blocks) * kAttentionBlock;
       const int64_t rows = std::min(kAttentionBlock, s.queries - i0);
-      const float* qb = q + (g * s.queries + i0) * s.depth;
-      const float* kg = k + g * s.keys * s.depth;
-      const float* vg = v + g * s.keys * s.values;
+      const int64_t first = g * s.queries + i0;
+      const float* qb = Floats(s, q, first * s.depth, rows * s.depth, qf);
+      if (!half || widened != g) {
+        kg = Floats(s, k, g * s.keys * s.depth, s.keys * s.depth, kf);
+        vg = Floats(s, v, g * s.keys * s.values, s.keys * s.values, vf);
+        widened = g;
+      }
       Scores(s, qb, rows, kg, scores.data());
       AddBiases(s, biases, g, i0, rows, scores.data());
       for (int64_t r = 0; r < rows; ++r) {
@@ -131,27 +237,29 @@ void AttentionForward(const AttentionShape& s, const float* q, const float* k, c
         }
         const float inverse = static_cast<float>(1.0 / sum);
         for (int64_t j = 0; j < s.keys; ++j) row[j] *= inverse;
-        lse[g * s.queries + i0 + r] = max + static_cast<float>(std::log(sum));
+        lse[first + r] = max + static_cast<float>(std::log(sum));
       }
-      Gemm('N', 'N', rows, s.values, s.keys, scores.data(), s.keys, vg, s.values, 0.0f,
-           o + (g * s.queries + i0) * s.values, s.values);
+      // Half operands: P rounded to their type, the product rounded once.
+      Round(s.type, scores.data(), rows * s.keys);
+      float* ob = half ? of.data() : static_cast<float*>(o) + first * s.values;
+      Gemm('N', 'N', rows, s.values, s.keys, scores.data(), s.keys, vg, s.values, 0.0f, ob,
+           s.values);
+      if (half) Narrow(s.type, ob, At(s, o, first * s.values), rows * s.values);
     }
   }
 }
 
-void AttentionBackward(const AttentionShape& s, const float* q, const float* k, const float* v,
-                       const float* o, const float* lse, const float* dout,
-                       const std::vector<AttentionBias>& biases, float* dq, float* dk,
-                       float* dv, const std::vector<float*>& dbias, int threads) {
-  const size_t scratch = static_cast<size_t>(kAttentionBlock * s.keys);
+void AttentionBackward(const AttentionShape& s, const void* q, const void* k, const void* v,
+                       const void* o, const float* lse, const void* dout,
+                       const std::vector<AttentionBias>& biases, void* dq, void* dk, void* dv,
+                       const std::vector<float*>& dbias, int threads) {
   if (biases.empty()) {
 #pragma omp parallel num_threads(Threads(threads, s.groups))
     {
-      std::vector<float> p(scratch), dp(scratch);
+      BackwardScratch w(s);
 #pragma omp for schedule(dynamic, 1)
       for (int64_t g = 0; g < s.groups; ++g)
-        BackwardGroup(s, g, q, k, v, o, lse, dout, biases, dq, dk, dv, nullptr, p.data(),
-                      dp.data());
+        BackwardGroupOf(s, g, q, k, v, o, lse, dout, biases, dq, dk, dv, nullptr, w);
     }
     return;
   }
@@ -182,12 +290,12 @@ void AttentionBackward(const AttentionShape& s, const float* q, const float* k, 
     }
 #pragma omp parallel num_threads(Threads(threads, chunks))
   {
-    std::vector<float> p(scratch), dp(scratch);
+    BackwardScratch w(s);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t c = 0; c < chunks; ++c)
       for (int64_t g = c * s.groups / chunks; g < (c + 1) * s.groups / chunks; ++g)
-        BackwardGroup(s, g, q, k, v, o, lse, dout, biases, dq, dk, dv,
-                      sums[static_cast<size_t>(c)].data(), p.data(), dp.data());
+        BackwardGroupOf(s, g, q, k, v, o, lse, dout, biases, dq, dk, dv,
+                        sums[static_cast<size_t>(c)].data(), w);
     for (size_t i = 0; i < biases.size(); ++i) {
 #pragma omp for schedule(static)
       for (int64_t e = 0; e < sizes[i]; ++e)

@@ -5,6 +5,13 @@
 // oneDNN's sgemm (single-threaded inside the parallel region); the softmax
 // and its gradient are loops here. Forward saves each row's log-sum-exp, from
 // which the backward recomputes the probabilities (FlashAttention's scheme).
+//
+// In mixed precision q, k, v, o, do, dq, dk and dv are F16 or BF16 (lse and
+// the biases stay F32). A group's operands are widened into per-thread F32
+// copies and the same loops run, rounding where the CUDA backend's half
+// products round: the probabilities before they multiply v (and do, for
+// dv), the scores' gradient before it multiplies k and q, each result once
+// from its F32 sum. The bias gradients take the unrounded scores' gradient.
 
 #ifndef GRAPHC_RUNTIME_BACKENDS_CPU_ATTENTION_H_
 #define GRAPHC_RUNTIME_BACKENDS_CPU_ATTENTION_H_
@@ -17,6 +24,9 @@ namespace graphc::runtime {
 // Rows of queries whose scores are computed together.
 inline constexpr int64_t kAttentionBlock = 64;
 
+// The element type of q, k, v, o and their gradients.
+enum class AttentionType { kF32, kF16, kBf16 };
+
 struct AttentionShape {
   int64_t groups = 0;   // G: the batch and the heads
   int64_t queries = 0;  // Lq
@@ -24,6 +34,7 @@ struct AttentionShape {
   int64_t depth = 0;    // D, of q and k
   int64_t values = 0;   // Dv, of v and the output
   bool transpose_k = false;  // k stored [G, D, Lk] rather than [G, Lk, D]
+  AttentionType type = AttentionType::kF32;
 };
 
 // A bias added to the scores: `count` slices of [Lq, Lk]; group g adds
@@ -44,18 +55,20 @@ inline constexpr int64_t kAttentionBiasScratchBytes = int64_t{256} << 20;
 // o = softmax(q k^T + biases) v per group; lse[g, i] = log(sum_j exp(s_ij -
 // m_i)) + m_i. Every group and block of queries is independent: the result
 // does not depend on `threads`.
-void AttentionForward(const AttentionShape& shape, const float* q, const float* k,
-                      const float* v, const std::vector<AttentionBias>& biases, float* o,
+// q, k, v and o are of shape.type (floats, or 16-bit halves).
+void AttentionForward(const AttentionShape& shape, const void* q, const void* k,
+                      const void* v, const std::vector<AttentionBias>& biases, void* o,
                       float* lse, int threads);
 
 // dq, dk, dv and each bias's gradient (dbias[i], bias i's shape) from the
 // forward's operands, o, lse and do. Groups run in parallel, a group's
 // blocks in order (dk and dv sum over them); bias gradients sum by chunks
 // (above), so the result does not depend on `threads` either.
-void AttentionBackward(const AttentionShape& shape, const float* q, const float* k,
-                       const float* v, const float* o, const float* lse, const float* dout,
-                       const std::vector<AttentionBias>& biases, float* dq, float* dk,
-                       float* dv, const std::vector<float*>& dbias, int threads);
+// All but lse, the biases and dbias are of shape.type.
+void AttentionBackward(const AttentionShape& shape, const void* q, const void* k,
+                       const void* v, const void* o, const float* lse, const void* dout,
+                       const std::vector<AttentionBias>& biases, void* dq, void* dk,
+                       void* dv, const std::vector<float*>& dbias, int threads);
 
 }  // namespace graphc::runtime
 

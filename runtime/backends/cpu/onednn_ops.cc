@@ -978,7 +978,8 @@ Status OneDnnOps::Prepare(const Plan& plan, int threads) {
 Status OneDnnOps::Run(const fb::Command& command, const DeviceMemory* operands) {
   if (IsAttention(command.op())) {
     // Unprepared: sgemm calls on the operands (attention.h). The loader
-    // proved the shapes and F32.
+    // proved the shapes and the dtypes: q's for q, k, v, o and their
+    // gradients, F32 for lse, the biases and theirs.
     const Impl& impl = *impl_;
     const Dims q = ShapeOf(impl.Buffer(command.inputs()->Get(0)));
     const Dims k = ShapeOf(impl.Buffer(command.inputs()->Get(1)));
@@ -987,7 +988,12 @@ Status OneDnnOps::Run(const fb::Command& command, const DeviceMemory* operands) 
     shape.transpose_k = command.attention()->transpose_k();
     shape.groups = q[0], shape.queries = q[1], shape.depth = q[2];
     shape.keys = k[shape.transpose_k ? 2 : 1], shape.values = v[2];
+    const fb::DType dtype = impl.Buffer(command.inputs()->Get(0)).dtype();
+    shape.type = dtype == fb::DType::F16    ? AttentionType::kF16
+                 : dtype == fb::DType::BF16 ? AttentionType::kBf16
+                                            : AttentionType::kF32;
     auto f = [&](uint32_t i) { return static_cast<float*>(operands[i].address); };
+    auto a = [&](uint32_t i) { return operands[i].address; };
     // Operands in the plan's order: the inputs (biases last), then the
     // outputs (bias gradients last).
     const bool forward = command.op() == fb::Opcode::Attention;
@@ -1002,10 +1008,10 @@ Status OneDnnOps::Run(const fb::Command& command, const DeviceMemory* operands) 
       if (!forward) dbias.push_back(f(inputs + 3 + (i - first_bias)));
     }
     if (forward)
-      AttentionForward(shape, f(0), f(1), f(2), biases, f(inputs), f(inputs + 1), impl.threads);
+      AttentionForward(shape, a(0), a(1), a(2), biases, a(inputs), f(inputs + 1), impl.threads);
     else
-      AttentionBackward(shape, f(0), f(1), f(2), f(3), f(4), f(5), biases, f(inputs),
-                        f(inputs + 1), f(inputs + 2), dbias, impl.threads);
+      AttentionBackward(shape, a(0), a(1), a(2), a(3), f(4), a(5), biases, a(inputs),
+                        a(inputs + 1), a(inputs + 2), dbias, impl.threads);
     return Status::Ok();
   }
   auto it = impl_->prepared.find(&command);

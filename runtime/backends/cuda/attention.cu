@@ -2,6 +2,9 @@
 
 #include "runtime/backends/cuda/attention.h"
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <algorithm>
 #include <climits>
 
@@ -77,17 +80,42 @@ __global__ void ProbabilityRowsKernel(float* scores, const float* lse, Rows d, A
   for (int64_t j = lane; j < d.keys; j += 32) s[j] = expf(s[j] - l);
 }
 
-// dS = P (dP - rowsum(do o)), in dP's place.
-__global__ void ScoreGradientRowsKernel(const float* p, float* dp, const float* dout,
-                                        const float* o, Rows d) {
+// An element of q, k, v, o or their gradients as a float, and back (round
+// to nearest even).
+__device__ float Wide(float x) { return x; }
+__device__ float Wide(__half x) { return __half2float(x); }
+__device__ float Wide(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename T>
+__device__ T Narrow(float x);
+template <>
+__device__ __half Narrow<__half>(float x) {
+  return __float2half_rn(x);
+}
+template <>
+__device__ __nv_bfloat16 Narrow<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+
+// out[e] = in[e] rounded to T, e < n.
+template <typename T>
+__global__ void NarrowKernel(const float* in, T* out, int64_t n) {
+  for (int64_t e = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; e < n;
+       e += int64_t{gridDim.x} * blockDim.x)
+    out[e] = Narrow<T>(in[e]);
+}
+
+// dS = P (dP - rowsum(do o)), in dP's place (do and o of type T).
+template <typename T>
+__global__ void ScoreGradientRowsKernel(const float* p, float* dp, const T* dout, const T* o,
+                                        Rows d) {
   const int64_t row = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x & 31;
   if (row >= d.groups * d.rows) return;
   const int64_t g = d.g0 + row / d.rows, i = d.i0 + row % d.rows;
-  const float* dor = dout + (g * d.queries + i) * d.values;
-  const float* orow = o + (g * d.queries + i) * d.values;
+  const T* dor = dout + (g * d.queries + i) * d.values;
+  const T* orow = o + (g * d.queries + i) * d.values;
   float dot = 0;
-  for (int64_t c = lane; c < d.values; c += 32) dot += dor[c] * orow[c];
+  for (int64_t c = lane; c < d.values; c += 32) dot += Wide(dor[c]) * Wide(orow[c]);
   dot = WarpSum(dot);
   const float* prow = p + row * d.keys;
   float* drow = dp + row * d.keys;
@@ -118,6 +146,22 @@ __global__ void BiasGradientKernel(const float* ds, float* dbias, int64_t count,
   *out += sum;
 }
 
+// Adds dS (the chunk's block, FP32) to each bias's gradient.
+cudaError_t AddBiasGradients(cudaStream_t stream, const float* ds, const AttentionBiases& biases,
+                             const Rows& d) {
+  for (int i = 0; i < biases.n; ++i) {
+    const int64_t runs = (d.g0 + d.groups - 1) / biases.stride[i] - d.g0 / biases.stride[i] + 1;
+    const int64_t touched = std::min(biases.count[i], runs);
+    const int64_t elements = touched * d.rows * d.keys;
+    BiasGradientKernel<<<static_cast<unsigned>((elements + kThreads - 1) / kThreads), kThreads, 0,
+                         stream>>>(ds, biases.grad[i], biases.count[i], biases.stride[i], touched,
+                                   d);
+    const cudaError_t error = cudaGetLastError();
+    if (error != cudaSuccess) return error;
+  }
+  return cudaSuccess;
+}
+
 int RowBlocks(const Rows& d) {
   return static_cast<int>((d.groups * d.rows + kRowsPerBlock - 1) / kRowsPerBlock);
 }
@@ -136,6 +180,56 @@ cublasStatus_t Gemm(cublasHandle_t h, bool ta, bool tb, int64_t m, int64_t n, in
       static_cast<int>(batch));
 }
 
+// The same with A and B of `type` (half) and C of `c_type` (half or FP32),
+// FP32 accumulation (tensor cores); offsets are the callers', in elements.
+cublasStatus_t GemmEx(cublasHandle_t h, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                      const void* a, int64_t lda, int64_t stride_a, const void* b, int64_t ldb,
+                      int64_t stride_b, cudaDataType_t type, float beta, void* c,
+                      cudaDataType_t c_type, int64_t ldc, int64_t stride_c, int64_t batch) {
+  const float one = 1.0f;
+  return cublasGemmStridedBatchedEx(
+      h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(n),
+      static_cast<int>(m), static_cast<int>(k), &one, b, type, static_cast<int>(ldb), stride_b,
+      a, type, static_cast<int>(lda), stride_a, &beta, c, c_type, static_cast<int>(ldc),
+      stride_c, static_cast<int>(batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+}
+
+// Element `i` of a half buffer.
+const void* At(const void* base, int64_t i) { return static_cast<const __half*>(base) + i; }
+void* At(void* base, int64_t i) { return static_cast<__half*>(base) + i; }
+
+// `n` floats rounded into a half buffer of `type`.
+cudaError_t NarrowInto(cudaStream_t stream, cudaDataType_t type, const float* in, void* out,
+                       int64_t n) {
+  const int blocks = static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65536));
+  if (type == CUDA_R_16F)
+    NarrowKernel<<<blocks, kThreads, 0, stream>>>(in, static_cast<__half*>(out), n);
+  else
+    NarrowKernel<<<blocks, kThreads, 0, stream>>>(in, static_cast<__nv_bfloat16*>(out), n);
+  return cudaGetLastError();
+}
+
+// Where a command's scratch holds what, in floats from its start (each part
+// 64 floats aligned): the scores, (backward) their gradient, (half) the half
+// copy of either, (half backward) the chunk's FP32 sums of dk and dv.
+struct Scratch {
+  int64_t scores = 0, grads = 0, half = 0, dk = 0, dv = 0, end = 0;
+};
+
+int64_t Aligned(int64_t floats) { return (floats + 63) / 64 * 64; }
+
+Scratch ScratchOf(const AttentionDims& s, const AttentionTiling& t, bool backward) {
+  Scratch x;
+  const int64_t n = Aligned(t.chunk * t.block * s.keys);
+  const bool half = s.type != CUDA_R_32F;
+  x.grads = n;
+  x.half = x.grads + (backward ? n : 0);
+  x.dk = x.half + (half ? Aligned((n + 1) / 2) : 0);
+  x.dv = x.dk + (half && backward ? Aligned(t.chunk * s.keys * s.depth) : 0);
+  x.end = x.dv + (half && backward ? Aligned(t.chunk * s.keys * s.values) : 0);
+  return x;
+}
+
 // S = q_block k^T for the chunk's groups: [groups, rows, Lk] in `scores`.
 cublasStatus_t Scores(cublasHandle_t h, const AttentionDims& s, const Rows& d, const float* q,
                       const float* k, float* scores) {
@@ -146,6 +240,20 @@ cublasStatus_t Scores(cublasHandle_t h, const AttentionDims& s, const Rows& d, c
                 s.keys, s.keys * s.depth, 0.0f, scores, s.keys, d.rows * s.keys, d.groups);
   return Gemm(h, false, true, d.rows, s.keys, s.depth, qb, s.depth, s.queries * s.depth, kg,
               s.depth, s.keys * s.depth, 0.0f, scores, s.keys, d.rows * s.keys, d.groups);
+}
+
+// The same for half q and k (FP32 scores).
+cublasStatus_t HalfScores(cublasHandle_t h, const AttentionDims& s, const Rows& d, const void* q,
+                          const void* k, float* scores) {
+  const void* qb = At(q, (d.g0 * s.queries + d.i0) * s.depth);
+  const void* kg = At(k, d.g0 * s.keys * s.depth);
+  if (s.transpose_k)
+    return GemmEx(h, false, false, d.rows, s.keys, s.depth, qb, s.depth, s.queries * s.depth, kg,
+                  s.keys, s.keys * s.depth, s.type, 0.0f, scores, CUDA_R_32F, s.keys,
+                  d.rows * s.keys, d.groups);
+  return GemmEx(h, false, true, d.rows, s.keys, s.depth, qb, s.depth, s.queries * s.depth, kg,
+                s.depth, s.keys * s.depth, s.type, 0.0f, scores, CUDA_R_32F, s.keys,
+                d.rows * s.keys, d.groups);
 }
 
 AttentionStatus Failed(AttentionStatus status, const char* what) {
@@ -177,20 +285,154 @@ AttentionTiling TileAttention(const AttentionDims& s, int64_t scratch_floats) {
   return t;
 }
 
-int64_t AttentionScratchFloats(const AttentionDims& s, const AttentionTiling& t) {
-  return t.chunk * t.block * s.keys;
+int64_t AttentionScratchFloats(const AttentionDims& s, const AttentionTiling& t,
+                               bool backward) {
+  return ScratchOf(s, t, backward).end;
 }
 
+namespace {
+
+// Forward in half: P rounded to half before it multiplies v, o rounded once.
+AttentionStatus HalfForward(cublasHandle_t h, cudaStream_t stream, const AttentionDims& s,
+                            const AttentionTiling& t, const void* q, const void* k,
+                            const void* v, const AttentionBiases& biases, void* o, float* lse,
+                            float* scratch) {
+  AttentionStatus status;
+  const Scratch x = ScratchOf(s, t, false);
+  float* scores = scratch + x.scores;
+  void* ph = scratch + x.half;
+  for (int64_t g0 = 0; g0 < s.groups; g0 += t.chunk)
+    for (int64_t i0 = 0; i0 < s.queries; i0 += t.block) {
+      Rows d{g0, std::min(t.chunk, s.groups - g0), i0, std::min(t.block, s.queries - i0),
+             s.queries, s.keys, s.values};
+      status.blas = HalfScores(h, s, d, q, k, scores);
+      if (status.blas != CUBLAS_STATUS_SUCCESS) return Failed(status, "attention scores");
+      SoftmaxRowsKernel<<<RowBlocks(d), kThreads, 0, stream>>>(scores, lse, d, biases);
+      status.cuda = cudaGetLastError();
+      if (status.cuda != cudaSuccess) return Failed(status, "attention softmax");
+      status.cuda = NarrowInto(stream, s.type, scores, ph, d.groups * d.rows * s.keys);
+      if (status.cuda != cudaSuccess) return Failed(status, "attention probabilities in half");
+      // o_block = P v, rounded to half by cuBLAS.
+      status.blas = GemmEx(h, false, false, d.rows, s.values, s.keys, ph, s.keys,
+                           d.rows * s.keys, At(v, g0 * s.keys * s.values), s.values,
+                           s.keys * s.values, s.type, 0.0f,
+                           At(o, (g0 * s.queries + i0) * s.values), s.type, s.values,
+                           s.queries * s.values, d.groups);
+      if (status.blas != CUBLAS_STATUS_SUCCESS) return Failed(status, "attention output");
+    }
+  return status;
+}
+
+// Backward in half: P and dS rounded to half before their products, dk and
+// dv summed in FP32 over the query blocks and rounded once per chunk.
+AttentionStatus HalfBackward(cublasHandle_t h, cudaStream_t stream, const AttentionDims& s,
+                             const AttentionTiling& t, const void* q, const void* k,
+                             const void* v, const void* o, const float* lse, const void* dout,
+                             const AttentionBiases& biases, void* dq, void* dk, void* dv,
+                             float* scratch) {
+  AttentionStatus status;
+  const Scratch x = ScratchOf(s, t, true);
+  float* p = scratch + x.scores;
+  float* dp = scratch + x.grads;
+  void* ph = scratch + x.half;  // P, then dS, in half
+  float* dk_sum = scratch + x.dk;
+  float* dv_sum = scratch + x.dv;
+  for (int64_t g0 = 0; g0 < s.groups; g0 += t.chunk)
+    for (int64_t i0 = 0; i0 < s.queries; i0 += t.block) {
+      Rows d{g0, std::min(t.chunk, s.groups - g0), i0, std::min(t.block, s.queries - i0),
+             s.queries, s.keys, s.values};
+      const float beta = i0 == 0 ? 0.0f : 1.0f;
+      const int64_t first = g0 * s.queries + i0;
+      const void* qb = At(q, first * s.depth);
+      const void* dob = At(dout, first * s.values);
+      const void* kg = At(k, g0 * s.keys * s.depth);
+      const void* vg = At(v, g0 * s.keys * s.values);
+      const int64_t cells = d.groups * d.rows * s.keys;
+      // P = exp(s - lse), recomputed; its half copy.
+      status.blas = HalfScores(h, s, d, q, k, p);
+      if (status.blas != CUBLAS_STATUS_SUCCESS) return Failed(status, "attention scores");
+      ProbabilityRowsKernel<<<RowBlocks(d), kThreads, 0, stream>>>(p, lse, d, biases);
+      status.cuda = cudaGetLastError();
+      if (status.cuda != cudaSuccess) return Failed(status, "attention probabilities");
+      status.cuda = NarrowInto(stream, s.type, p, ph, cells);
+      if (status.cuda != cudaSuccess) return Failed(status, "attention probabilities in half");
+      // dv (+)= P^T do: [Lk, Dv], in FP32.
+      status.blas = GemmEx(h, true, false, s.keys, s.values, d.rows, ph, s.keys,
+                           d.rows * s.keys, dob, s.values, s.queries * s.values, s.type, beta,
+                           dv_sum, CUDA_R_32F, s.values, s.keys * s.values, d.groups);
+      if (status.blas != CUBLAS_STATUS_SUCCESS) return Failed(status, "attention dv");
+      // dP = do v^T: [rows, Lk].
+      status.blas = GemmEx(h, false, true, d.rows, s.keys, s.values, dob, s.values,
+                           s.queries * s.values, vg, s.values, s.keys * s.values, s.type, 0.0f,
+                           dp, CUDA_R_32F, s.keys, d.rows * s.keys, d.groups);
+      if (status.blas != CUBLAS_STATUS_SUCCESS) return Failed(status, "attention dP");
+      if (s.type == CUDA_R_16F)
+        ScoreGradientRowsKernel<<<RowBlocks(d), kThreads, 0, stream>>>(
+            p, dp, static_cast<const __half*>(dout), static_cast<const __half*>(o), d);
+      else
+        ScoreGradientRowsKernel<<<RowBlocks(d), kThreads, 0, stream>>>(
+            p, dp, static_cast<const __nv_bfloat16*>(dout),
+            static_cast<const __nv_bfloat16*>(o), d);
+      status.cuda = cudaGetLastError();
+      if (status.cuda != cudaSuccess) return Failed(status, "attention dS");
+      // Each bias's gradient is dS (FP32), summed over the groups that read it.
+      status.cuda = AddBiasGradients(stream, dp, biases, d);
+      if (status.cuda != cudaSuccess) return Failed(status, "attention bias gradient");
+      // dS in half, for dq and dk.
+      status.cuda = NarrowInto(stream, s.type, dp, ph, cells);
+      if (status.cuda != cudaSuccess) return Failed(status, "attention dS in half");
+      void* dqb = At(dq, first * s.depth);
+      if (s.transpose_k) {
+        // dq = dS k^T (k stored [D, Lk]), rounded by cuBLAS; dk^T (+)= q^T dS.
+        status.blas = GemmEx(h, false, true, d.rows, s.depth, s.keys, ph, s.keys,
+                             d.rows * s.keys, kg, s.keys, s.keys * s.depth, s.type, 0.0f, dqb,
+                             s.type, s.depth, s.queries * s.depth, d.groups);
+        if (status.blas != CUBLAS_STATUS_SUCCESS) return Failed(status, "attention dq");
+        status.blas = GemmEx(h, true, false, s.depth, s.keys, d.rows, qb, s.depth,
+                             s.queries * s.depth, ph, s.keys, d.rows * s.keys, s.type, beta,
+                             dk_sum, CUDA_R_32F, s.keys, s.keys * s.depth, d.groups);
+      } else {
+        // dq = dS k; dk (+)= dS^T q.
+        status.blas = GemmEx(h, false, false, d.rows, s.depth, s.keys, ph, s.keys,
+                             d.rows * s.keys, kg, s.depth, s.keys * s.depth, s.type, 0.0f, dqb,
+                             s.type, s.depth, s.queries * s.depth, d.groups);
+        if (status.blas != CUBLAS_STATUS_SUCCESS) return Failed(status, "attention dq");
+        status.blas = GemmEx(h, true, false, s.keys, s.depth, d.rows, ph, s.keys,
+                             d.rows * s.keys, qb, s.depth, s.queries * s.depth, s.type, beta,
+                             dk_sum, CUDA_R_32F, s.depth, s.keys * s.depth, d.groups);
+      }
+      if (status.blas != CUBLAS_STATUS_SUCCESS) return Failed(status, "attention dk");
+      if (i0 + d.rows < s.queries) continue;
+      // The chunk's last block: its dk and dv, rounded once.
+      status.cuda = NarrowInto(stream, s.type, dk_sum, At(dk, g0 * s.keys * s.depth),
+                               d.groups * s.keys * s.depth);
+      if (status.cuda == cudaSuccess)
+        status.cuda = NarrowInto(stream, s.type, dv_sum, At(dv, g0 * s.keys * s.values),
+                                 d.groups * s.keys * s.values);
+      if (status.cuda != cudaSuccess) return Failed(status, "attention dk and dv in half");
+    }
+  return status;
+}
+
+}  // namespace
+
 AttentionStatus AttentionForward(cublasHandle_t h, cudaStream_t stream, const AttentionDims& s,
-                                 const AttentionTiling& t, const float* q, const float* k,
-                                 const float* v, const AttentionBiases& biases, float* o,
-                                 float* lse, float* scores) {
+                                 const AttentionTiling& t, const void* q_in, const void* k_in,
+                                 const void* v_in, const AttentionBiases& biases, void* o_out,
+                                 float* lse, float* scratch) {
   AttentionStatus status;
   if (!Fits(s)) {
     status.blas = CUBLAS_STATUS_INVALID_VALUE;
     status.what = "attention dimensions must be below 2^31";
     return status;
   }
+  if (s.type != CUDA_R_32F)
+    return HalfForward(h, stream, s, t, q_in, k_in, v_in, biases, o_out, lse, scratch);
+  const float* q = static_cast<const float*>(q_in);
+  const float* k = static_cast<const float*>(k_in);
+  const float* v = static_cast<const float*>(v_in);
+  float* o = static_cast<float*>(o_out);
+  float* scores = scratch + ScratchOf(s, t, false).scores;
   for (int64_t g0 = 0; g0 < s.groups; g0 += t.chunk)
     for (int64_t i0 = 0; i0 < s.queries; i0 += t.block) {
       Rows d{g0, std::min(t.chunk, s.groups - g0), i0, std::min(t.block, s.queries - i0),
@@ -211,10 +453,10 @@ AttentionStatus AttentionForward(cublasHandle_t h, cudaStream_t stream, const At
 }
 
 AttentionStatus AttentionBackward(cublasHandle_t h, cudaStream_t stream, const AttentionDims& s,
-                                  const AttentionTiling& t, const float* q, const float* k,
-                                  const float* v, const float* o, const float* lse,
-                                  const float* dout, const AttentionBiases& biases, float* dq,
-                                  float* dk, float* dv, float* p, float* dp) {
+                                  const AttentionTiling& t, const void* q_in, const void* k_in,
+                                  const void* v_in, const void* o_in, const float* lse,
+                                  const void* dout_in, const AttentionBiases& biases,
+                                  void* dq_out, void* dk_out, void* dv_out, float* scratch) {
   AttentionStatus status;
   if (!Fits(s)) {
     status.blas = CUBLAS_STATUS_INVALID_VALUE;
@@ -226,6 +468,20 @@ AttentionStatus AttentionBackward(cublasHandle_t h, cudaStream_t stream, const A
                                   sizeof(float) * biases.count[i] * s.queries * s.keys, stream);
     if (status.cuda != cudaSuccess) return Failed(status, "attention bias gradient");
   }
+  if (s.type != CUDA_R_32F)
+    return HalfBackward(h, stream, s, t, q_in, k_in, v_in, o_in, lse, dout_in, biases, dq_out,
+                        dk_out, dv_out, scratch);
+  const float* q = static_cast<const float*>(q_in);
+  const float* k = static_cast<const float*>(k_in);
+  const float* v = static_cast<const float*>(v_in);
+  const float* o = static_cast<const float*>(o_in);
+  const float* dout = static_cast<const float*>(dout_in);
+  float* dq = static_cast<float*>(dq_out);
+  float* dk = static_cast<float*>(dk_out);
+  float* dv = static_cast<float*>(dv_out);
+  const Scratch x = ScratchOf(s, t, true);
+  float* p = scratch + x.scores;
+  float* dp = scratch + x.grads;
   for (int64_t g0 = 0; g0 < s.groups; g0 += t.chunk)
     for (int64_t i0 = 0; i0 < s.queries; i0 += t.block) {
       Rows d{g0, std::min(t.chunk, s.groups - g0), i0, std::min(t.block, s.queries - i0),
@@ -256,17 +512,9 @@ AttentionStatus AttentionBackward(cublasHandle_t h, cudaStream_t stream, const A
       ScoreGradientRowsKernel<<<RowBlocks(d), kThreads, 0, stream>>>(p, dp, dout, o, d);
       status.cuda = cudaGetLastError();
       if (status.cuda != cudaSuccess) return Failed(status, "attention dS");
-      // Each bias's gradient is dS, summed over the groups that read it.
-      for (int i = 0; i < biases.n; ++i) {
-        const int64_t runs = (g0 + d.groups - 1) / biases.stride[i] - g0 / biases.stride[i] + 1;
-        const int64_t touched = std::min(biases.count[i], runs);
-        const int64_t elements = touched * d.rows * s.keys;
-        BiasGradientKernel<<<static_cast<unsigned>((elements + kThreads - 1) / kThreads),
-                             kThreads, 0, stream>>>(dp, biases.grad[i], biases.count[i],
-                                                    biases.stride[i], touched, d);
-        status.cuda = cudaGetLastError();
-        if (status.cuda != cudaSuccess) return Failed(status, "attention bias gradient");
-      }
+      // Each bias's gradient is dS (FP32), summed over the groups that read it.
+      status.cuda = AddBiasGradients(stream, dp, biases, d);
+      if (status.cuda != cudaSuccess) return Failed(status, "attention bias gradient");
       float* dqb = dq + first * s.depth;
       if (s.transpose_k) {
         // dq = dS k^T (k stored [D, Lk]); dk^T (+)= q^T dS: [D, Lk].

@@ -12,6 +12,13 @@
 // Every result is a fixed function of the operands and the tiling (no
 // atomics): a bias's gradient sums the chunk's groups in order, and the
 // chunks in order.
+//
+// In mixed precision q, k, v, o, do, dq, dk and dv are F16 or BF16 (lse and
+// the biases F32): the products are half on the tensor cores
+// (cublasGemmStridedBatchedEx, FP32 accumulation) with the scores, softmax and
+// the scores' gradient in FP32, rounded to half only to multiply (P before v
+// and do, dS before k and q), as FlashAttention does and as the CPU backend
+// rounds; dk and dv sum over the query blocks in FP32 and are rounded once.
 
 #ifndef GRAPHC_RUNTIME_BACKENDS_CUDA_ATTENTION_H_
 #define GRAPHC_RUNTIME_BACKENDS_CUDA_ATTENTION_H_
@@ -27,6 +34,8 @@ namespace graphc::runtime::cuda {
 struct AttentionDims {
   int64_t groups = 0, queries = 0, keys = 0, depth = 0, values = 0;
   bool transpose_k = false;
+  // Of q, k, v, o and their gradients: CUDA_R_32F, CUDA_R_16F or CUDA_R_16BF.
+  cudaDataType_t type = CUDA_R_32F;
 };
 
 // At most this many biases (the plan loader's kMaxAttentionBiases).
@@ -52,8 +61,11 @@ struct AttentionTiling {
 // else one group and the most query rows (at least one).
 AttentionTiling TileAttention(const AttentionDims& dims, int64_t scratch_floats);
 
-// The floats each scratch buffer of `tiling` holds: chunk x block x Lk.
-int64_t AttentionScratchFloats(const AttentionDims& dims, const AttentionTiling& tiling);
+// The floats of scratch a command of `tiling` takes: chunk x block x Lk
+// scores (backward: and their gradient); in half also their half copy and,
+// backward, FP32 sums of a chunk's dk and dv (chunk x Lk x (D + Dv)).
+int64_t AttentionScratchFloats(const AttentionDims& dims, const AttentionTiling& tiling,
+                               bool backward);
 
 // The first call that failed, if any.
 struct AttentionStatus {
@@ -64,23 +76,24 @@ struct AttentionStatus {
 };
 
 // o = softmax(q k^T + biases) v per group, lse[g, i] = the row's log-sum-exp.
-// `scores`: AttentionScratchFloats(dims, tiling) floats. On `blas`'s stream
-// (which must be `stream`).
+// q, k, v and o of dims.type. `scratch`: AttentionScratchFloats(dims, tiling,
+// false) floats, 256-byte aligned. On `blas`'s stream (which must be
+// `stream`).
 AttentionStatus AttentionForward(cublasHandle_t blas, cudaStream_t stream,
                                  const AttentionDims& dims, const AttentionTiling& tiling,
-                                 const float* q, const float* k, const float* v,
-                                 const AttentionBiases& biases, float* o, float* lse,
-                                 float* scores);
+                                 const void* q, const void* k, const void* v,
+                                 const AttentionBiases& biases, void* o, float* lse,
+                                 float* scratch);
 
 // dq, dk, dv and each bias's gradient from the forward's operands, o, lse
-// and do. `scores` and `grads`: AttentionScratchFloats(dims, tiling) floats
-// each.
+// and do (all but lse and the biases of dims.type). `scratch`:
+// AttentionScratchFloats(dims, tiling, true) floats, 256-byte aligned.
 AttentionStatus AttentionBackward(cublasHandle_t blas, cudaStream_t stream,
                                   const AttentionDims& dims, const AttentionTiling& tiling,
-                                  const float* q, const float* k, const float* v, const float* o,
-                                  const float* lse, const float* dout,
-                                  const AttentionBiases& biases, float* dq, float* dk, float* dv,
-                                  float* scores, float* grads);
+                                  const void* q, const void* k, const void* v, const void* o,
+                                  const float* lse, const void* dout,
+                                  const AttentionBiases& biases, void* dq, void* dk, void* dv,
+                                  float* scratch);
 
 }  // namespace graphc::runtime::cuda
 

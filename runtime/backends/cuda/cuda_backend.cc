@@ -295,8 +295,9 @@ class CudaBackend final : public Backend {
   std::unordered_map<const fb::Command*, Gemm> gemms_;
   void* cublas_workspace_ = nullptr;  // set explicitly, so graph capture allocates nothing
   std::unordered_map<const fb::Command*, Attention> attentions_;
-  // Fused attention's scores (and, backward, their gradient): allocated at
-  // load for the plan's largest, so graph capture allocates nothing.
+  // Fused attention's scores (and, backward, their gradient; in half also
+  // their half copy and FP32 sums of dk and dv): allocated at load for the
+  // plan's largest, so graph capture allocates nothing.
   float* attention_scratch_ = nullptr;
   unsigned long long* counter_ = nullptr;       // device: CountNonFinite's result
   unsigned long long* counter_host_ = nullptr;  // pinned
@@ -562,13 +563,18 @@ Status CudaBackend::PrepareAttention(const Plan& plan) {
     for (const fb::Command* c : *program->commands()) {
       if (!IsAttention(c->op())) continue;
       // The loader proved the shapes (q [G, Lq, D], k [G, Lk, D] or
-      // [G, D, Lk], v [G, Lk, Dv]) and F32.
+      // [G, D, Lk], v [G, Lk, Dv]) and the dtypes (q's for q, k, v, o and
+      // their gradients: F32, F16 or BF16; F32 for lse and the biases).
       std::vector<int64_t> q = shape(c->inputs()->Get(0)), k = shape(c->inputs()->Get(1)),
                            v = shape(c->inputs()->Get(2));
       Attention a;
       a.dims.transpose_k = c->attention()->transpose_k();
       a.dims.groups = q[0], a.dims.queries = q[1], a.dims.depth = q[2];
       a.dims.keys = k[a.dims.transpose_k ? 2 : 1], a.dims.values = v[2];
+      const fb::DType dtype = root.buffers()->Get(c->inputs()->Get(0))->dtype();
+      a.dims.type = dtype == fb::DType::F16    ? CUDA_R_16F
+                    : dtype == fb::DType::BF16 ? CUDA_R_16BF
+                                               : CUDA_R_32F;
       for (int64_t d : {a.dims.groups, a.dims.queries, a.dims.keys, a.dims.depth, a.dims.values})
         if (d <= 0 || d > INT32_MAX)
           return Status(ErrorCode::kUnsupported,
@@ -581,8 +587,8 @@ Status CudaBackend::PrepareAttention(const Plan& plan) {
       for (uint32_t i = first_bias; i < c->inputs()->size(); ++i)
         a.bias_slices.push_back(shape(c->inputs()->Get(i))[0]);
       a.tiling = cuda::TileAttention(a.dims, budget);
-      const int64_t buffers = c->op() == fb::Opcode::AttentionBackward ? 2 : 1;
-      floats = std::max(floats, buffers * cuda::AttentionScratchFloats(a.dims, a.tiling));
+      floats = std::max(floats, cuda::AttentionScratchFloats(
+                                    a.dims, a.tiling, c->op() == fb::Opcode::AttentionBackward));
       attentions_[c] = a;
     }
   if (floats > 0) {
@@ -604,6 +610,7 @@ Status CudaBackend::RunAttention(const fb::Command& command, const DeviceMemory*
     return Status(ErrorCode::kInvalidArgument, "attention command was not prepared");
   const Attention& a = it->second;
   auto f = [&](uint32_t i) { return static_cast<float*>(operands[i].address); };
+  auto raw = [&](uint32_t i) { return operands[i].address; };
   // Operands in the plan's order: the inputs (biases last), then the outputs
   // (bias gradients last).
   const bool forward = command.op() == fb::Opcode::Attention;
@@ -619,12 +626,12 @@ Status CudaBackend::RunAttention(const fb::Command& command, const DeviceMemory*
     if (!forward) biases.grad[n] = f(inputs + 3 + (i - first_bias));
   }
   cuda::AttentionStatus status =
-      forward ? cuda::AttentionForward(cublas_, compute_, a.dims, a.tiling, f(0), f(1), f(2),
-                                       biases, f(inputs), f(inputs + 1), attention_scratch_)
-              : cuda::AttentionBackward(
-                    cublas_, compute_, a.dims, a.tiling, f(0), f(1), f(2), f(3), f(4), f(5),
-                    biases, f(inputs), f(inputs + 1), f(inputs + 2), attention_scratch_,
-                    attention_scratch_ + cuda::AttentionScratchFloats(a.dims, a.tiling));
+      forward ? cuda::AttentionForward(cublas_, compute_, a.dims, a.tiling, raw(0), raw(1),
+                                       raw(2), biases, raw(inputs), f(inputs + 1),
+                                       attention_scratch_)
+              : cuda::AttentionBackward(cublas_, compute_, a.dims, a.tiling, raw(0), raw(1),
+                                        raw(2), raw(3), f(4), raw(5), biases, raw(inputs),
+                                        raw(inputs + 1), raw(inputs + 2), attention_scratch_);
   if (status.cuda != cudaSuccess) return CudaFailed(status.cuda, status.what);
   if (status.blas != CUBLAS_STATUS_SUCCESS) return CublasFailed(status.blas, status.what);
   return Status::Ok();

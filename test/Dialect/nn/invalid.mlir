@@ -674,6 +674,27 @@ func.func @f(%q: tensor<6x7x4xf32>, %k: tensor<6x7x5xf32>, %v: tensor<6x7x4xf32>
 
 // -----
 
+// Tests that attention's q, k and v share one element type.
+func.func @f(%q: tensor<6x7x4xf16>, %k: tensor<6x7x4xf32>, %v: tensor<6x7x4xf16>) {
+  // expected-error@+1 {{expects q, k and v all f32, all f16 or all bf16, got 'f16', 'f32' and 'f16'}}
+  %o, %l = nn.attention %q, %k, %v : tensor<6x7x4xf16>, tensor<6x7x4xf32>, tensor<6x7x4xf16>
+  return
+}
+
+// -----
+
+// Tests that a half attention's backward takes its output gradient in q's type.
+func.func @f(%q: tensor<6x7x4xf16>, %o: tensor<6x7x4xf16>, %l: tensor<6x7xf32>,
+             %dy: tensor<6x7x4xf32>) {
+  // expected-error@+1 {{expects the forward's output (in q's element type) and f32 lse}}
+  %dq, %dk, %dv = nn.attention_backward %q, %q, %q, %o, %l, %dy
+      : tensor<6x7x4xf16>, tensor<6x7x4xf16>, tensor<6x7x4xf16>, tensor<6x7x4xf16>,
+        tensor<6x7xf32>, tensor<6x7x4xf32>
+  return
+}
+
+// -----
+
 // Tests that an attention bias is [P, Lq, Lk].
 func.func @f(%q: tensor<6x7x4xf32>, %k: tensor<6x4x9xf32>, %v: tensor<6x9x4xf32>,
              %b: tensor<3x9x7xf32>) {

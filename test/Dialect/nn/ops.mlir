@@ -125,6 +125,21 @@ func.func @attention(%q: tensor<6x7x4xf32>, %k: tensor<6x4x7xf32>, %v: tensor<6x
   return %o, %drel : tensor<6x7x5xf32>, tensor<3x7x7xf32>
 }
 
+// Half attention: the output in q's type, lse f32, biases f32.
+// CHECK-LABEL: func.func @attention_half
+func.func @attention_half(%q: tensor<6x7x4xbf16>, %k: tensor<6x7x4xbf16>, %v: tensor<6x7x5xbf16>,
+                          %rel: tensor<3x7x7xf32>, %dy: tensor<6x7x5xbf16>)
+    -> (tensor<6x7x5xbf16>, tensor<6x7xf32>, tensor<6x7x4xbf16>, tensor<3x7x7xf32>) {
+  // CHECK: nn.attention {{.*}} : tensor<6x7x4xbf16>, tensor<6x7x4xbf16>, tensor<6x7x5xbf16>
+  %o, %l = nn.attention %q, %k, %v biases(%rel : tensor<3x7x7xf32>) strides [1]
+      : tensor<6x7x4xbf16>, tensor<6x7x4xbf16>, tensor<6x7x5xbf16>
+  %dq, %dk, %dv, %drel = nn.attention_backward %q, %k, %v, %o, %l, %dy
+      biases(%rel : tensor<3x7x7xf32>) strides [1]
+      : tensor<6x7x4xbf16>, tensor<6x7x4xbf16>, tensor<6x7x5xbf16>, tensor<6x7x5xbf16>,
+        tensor<6x7xf32>, tensor<6x7x5xbf16>
+  return %o, %l, %dq, %drel : tensor<6x7x5xbf16>, tensor<6x7xf32>, tensor<6x7x4xbf16>, tensor<3x7x7xf32>
+}
+
 // CHECK-LABEL: func.func @training_step_ops
 func.func @training_step_ops(%x: tensor<8x4x16x16xf32>, %w: tensor<8x4x3x3xf32>,
                              %dy: tensor<8x8x8x8xf32>, %logits: tensor<8x10xf32>,
