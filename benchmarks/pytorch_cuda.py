@@ -26,7 +26,7 @@ import torchvision
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--model", default="resnet50", choices=["resnet50", "vgg16"])
+    parser.add_argument("--model", default="resnet50", choices=["resnet50", "vgg16", "vit_b_16"])
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=10)

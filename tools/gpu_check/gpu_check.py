@@ -84,6 +84,9 @@ VARIANT_RUNS = {
     "tf32": ("fused", ["--tf32"], ["--tf32"]),
     "nographs": ("fused", ["--no-cuda-graphs"], None),
 }
+# models/vit_b_16.mlir's fixed batch (attention merges the batch with the
+# heads, so an imported ViT compiles at the batch it was imported at).
+VIT_BATCH = 128
 # The archive's most (the device tool brings back files of up to 16 MiB).
 ARCHIVE_LIMIT = 15 * 2**20
 CUDNN_LIBRARIES = ["libcudnn.so.9", "libcudnn_graph.so.9", "libcudnn_ops.so.9",
@@ -116,6 +119,12 @@ def settings():
         "warmup": env_int("GPU_CHECK_WARMUP", 1 if quick else 10),
         "equivalence_steps": 3 if quick else 20,
         "deadline": env_int("GPU_CHECK_DEADLINE", 540),
+        # ViT-B/16 (models/vit_b_16.mlir, imported from torchvision at batch
+        # VIT_BATCH) in fp16 AMP beside PyTorch's autocast, in p3: not in the
+        # quick run, nor in a CPU dry run (minutes a step), nor with
+        # GPU_CHECK_VIT=0.
+        "vit": not quick and os.environ.get("GPU_CHECK_VIT", "1") == "1" and
+               os.environ.get("GPU_CHECK_DEVICE", "cuda") == "cuda",
     }
     for v in s["variants"]:
         if v not in VARIANT_RUNS:
@@ -206,11 +215,14 @@ def prepare(args):
     conformance = os.path.join(ROOT, "test", "runtime", "Inputs", "conformance.mlir")
     for target in ("all", "cpu", "cuda"):
         compile_plan(conformance, 256, f"conformance_{target}", target=target)
-    # Fused attention's (the conformance suite's plans 3 and 4): Swin-style
-    # windows with two biases, a ViT whose k comes transposed.
-    for source in ("window_attention.mlir", "vit_tiny.onnx"):
-        compile_plan(os.path.join(ROOT, "test", "tools", "Inputs", source), 2,
-                     "conformance_" + source.split(".")[0])
+    # Fused attention's (the conformance suite's plans 3 to 8): Swin-style
+    # windows with two biases, a ViT whose k comes transposed; in FP32, then
+    # in BF16 and FP16 (attention in half).
+    for amp in ("", "bf16", "fp16"):
+        for source in ("window_attention.mlir", "vit_tiny.onnx"):
+            compile_plan(os.path.join(ROOT, "test", "tools", "Inputs", source), 2,
+                         "conformance_" + source.split(".")[0] + (f"_{amp}" if amp else ""),
+                         *([f"--amp={amp}"] if amp else []))
     models = os.path.join(ROOT, "models")
     compile_plan(f"{models}/fmnist_cnn.mlir", 32, "fmnist_cnn", "--lr", "0.02")
     compile_plan(f"{models}/fmnist_cnn.mlir", 32, "fmnist_cnn_fp16", "--lr", "0.02", "--amp=fp16")
@@ -255,6 +267,11 @@ def prepare(args):
              "nhwc": ["--layout=nhwc"]}
     for kind, batch in sorted(plans):
         compile_plan(model, batch, f"resnet_b{batch}_{kind}", *flags[kind], target=target)
+    if s["vit"]:
+        # Fused attention in half on the tensor cores, with everything else a
+        # transformer adds (layer norm, GELU, the batched products).
+        compile_plan(f"{models}/vit_b_16.mlir", VIT_BATCH, f"vit_b{VIT_BATCH}_fp16",
+                     "--amp=fp16", target=target)
     cases = s["gradcheck_cases"]
     gradcheck = subprocess.run(
         [sys.executable, os.path.join(ROOT, "test", "runtime", "Inputs", "gradcheck_ops.py"),
@@ -264,7 +281,7 @@ def prepare(args):
         sys.exit("gpu-check: cannot compile the gradient-check cases")
     commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True).stdout.strip()
-    manifest = {"model": s["model"], "quick": s["quick"], "device": s["device"],
+    manifest = {"model": s["model"], "quick": s["quick"], "device": s["device"], "vit": s["vit"],
                 "smoke_batch": s["smoke_batch"], "batches": s["batches"],
                 "variants": s["variants"], "gradcheck_cases": cases,
                 "prepared": datetime.datetime.now(datetime.timezone.utc).isoformat(
@@ -514,7 +531,9 @@ class Check:
         plans = os.path.join(self.prepared, "plans")
         env["GRAPHC_CONFORMANCE_PLANS"] = ":".join(
             os.path.join(plans, f"conformance_{t}.plan")
-            for t in ("all", "cpu", "cuda", "window_attention", "vit_tiny"))
+            for t in ("all", "cpu", "cuda", "window_attention", "vit_tiny",
+                      "window_attention_bf16", "vit_tiny_bf16", "window_attention_fp16",
+                      "vit_tiny_fp16"))
         device = self.s["device"]
         self.gtest("conformance", f"Backends/BackendConformance.*/{device}", 40, 120, env)
         self.gtest("collectives", "DeviceCollectivesTest.*" if device == "cpu"
@@ -668,7 +687,7 @@ class Check:
                     result[key] = j[key]
         return result
 
-    def pytorch_run(self, name, batch, flags, stage):
+    def pytorch_run(self, name, batch, flags, stage, model=None):
         python = python_with("torchvision")
         if self.s["device"] != "cuda" or not python:
             return {"system": "pytorch", "name": name, "rc": None,
@@ -676,7 +695,7 @@ class Check:
                     else "a CPU dry run"}
         report = os.path.join(self.results, f"{name}.json")
         r = self.run(name, [python, os.path.join(ROOT, "benchmarks", "pytorch_cuda.py"),
-                            "--model", self.manifest["model"], "--batch-size", str(batch),
+                            "--model", model or self.manifest["model"], "--batch-size", str(batch),
                             "--steps", str(self.s["steps"]), "--warmup", str(self.s["warmup"]),
                             "--report", report] + flags, 40, 180, None, stage)
         result = {"system": "pytorch", "name": name, "rc": r["rc"], "seconds": r.get("seconds")}
@@ -787,6 +806,10 @@ class Check:
                     t["variant"] = v
                     results.append(t)
                 self.save()
+                if v == "fp16" and b == self.s["batches"][0]:
+                    self.vit(results, steps, warmup)
+        if "fp16" not in self.s["variants"]:
+            self.vit(results, steps, warmup)
         ran = [r for r in results
                if r.get("images_per_sec") and r["name"].startswith(("graphrun_", "pytorch_"))]
         failed = [r["name"] for r in results if r.get("rc") not in (0, None)]
@@ -795,7 +818,23 @@ class Check:
                    (f"; failed: {' '.join(failed)}" if failed else "") +
                    (f"; skipped: {' '.join(skipped)}" if skipped else "") +
                    "".join(f"; {k} {v:.2f}x" for g in self.summary["goals"]
-                           for k, v in g.items() if k != "batch"))
+                           for k, v in g.items() if k not in ("batch", "model")))
+
+
+    def vit(self, results, steps, warmup):
+        """ViT-B/16 in fp16 AMP, graphrun beside PyTorch's autocast (after
+        ResNet-50's fp16 pair, so that a short loan still gets it)."""
+        if not self.manifest.get("vit"):
+            return
+        name = f"vit_b{VIT_BATCH}_fp16"
+        g = self.graphrun_run(f"graphrun_{name}", name, [], steps, warmup, "throughput")
+        g["variant"] = "vit_fp16"
+        results.append(g)
+        t = self.pytorch_run(f"pytorch_{name}", VIT_BATCH, ["--amp"], "throughput",
+                             model="vit_b_16")
+        t["variant"] = "vit_fp16"
+        results.append(t)
+        self.save()
 
 
 def trim(path, limit=4 * 2**20, head=2**20):
@@ -837,7 +876,8 @@ def goals(summary):
 
     found = []
     batches = sorted({r.get("batch_size") for r in rows if r.get("variant")
-                      and r.get("variant") != "nographs" and r.get("batch_size")})
+                      and r.get("variant") not in ("nographs", "vit_fp16")
+                      and r.get("batch_size")})
     for b in batches:
         g = {"batch": b}
         fp16, _ = rate("graphrun", "fp16", b)
@@ -863,6 +903,11 @@ def goals(summary):
                        and r.get("batch_size") == nb and r.get("images_per_sec")), None)
         if graphs:
             found.append({"batch": nb, "graphs_over_no_graphs": graphs / nographs})
+    ours, vb = rate("graphrun", "vit_fp16")
+    theirs, _ = rate("pytorch", "vit_fp16")
+    if ours and theirs:
+        found.append({"batch": vb, "model": "vit_b_16", "vit_fp16_amp_over_pytorch_amp":
+                      ours / theirs})
     return found
 
 
@@ -949,8 +994,8 @@ def run(args):
         check.save()
     failed = [name for name, st in check.summary["stages"].items() if not st["ok"]]
     for g in check.summary["goals"]:
-        check.say(f"batch {g['batch']}: " + ", ".join(f"{k} {v:.2f}x" for k, v in g.items()
-                                                      if k != "batch"))
+        check.say(f"{g.get('model', '')} batch {g['batch']}: ".lstrip() + ", ".join(
+            f"{k} {v:.2f}x" for k, v in g.items() if k not in ("batch", "model")))
     check.say(f"gpu-check: {'FAILED: ' + ' '.join(failed) if failed else 'all stages ok'} "
               f"in {check.elapsed():.0f} s")
     check.log.close()
@@ -990,8 +1035,8 @@ def summarize(args):
         if r.get("images_per_sec"):
             print(f"{r['name']:28} {r.get('batch_size', 0):>5} {r['images_per_sec']:>9.1f} img/s")
     for g in merged["goals"]:
-        print(f"batch {g['batch']}: " + ", ".join(f"{k} {v:.2f}x" for k, v in g.items()
-                                                  if k != "batch"))
+        print(f"{g.get('model', '')} batch {g['batch']}: ".lstrip() + ", ".join(
+            f"{k} {v:.2f}x" for k, v in g.items() if k not in ("batch", "model")))
 
 
 def main():
