@@ -97,7 +97,11 @@ def write_rsh_agent(workdir, addresses, namespaces):
         f.write("#!/bin/sh\n# mpirun's remote shell: HOST COMMAND... run in HOST's namespace\n"
                 f"host=$1; shift\ncase $host in\n{cases}"
                 "  *) echo \"netns-rsh: unknown host $host\" >&2; exit 1 ;;\nesac\n"
-                "exec ip netns exec \"$ns\" sh -c \"$*\"\n")
+                # A session directory per node: daemons of one hostname would
+                # share /tmp/ompi.HOST.UID and collide in it (a job directory
+                # that exists; hwloc's shared topology written at once).
+                f"mkdir -p \"{workdir}/tmp-$ns\"\n"
+                f"exec ip netns exec \"$ns\" env TMPDIR=\"{workdir}/tmp-$ns\" sh -c \"$*\"\n")
     os.chmod(agent, 0o755)
     return agent
 

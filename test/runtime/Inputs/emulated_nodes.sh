@@ -58,7 +58,12 @@ host=\$1; shift
 case \$host in
 $cases  *) echo "emulated_nodes.sh: unknown host \$host" >&2; exit 1 ;;
 esac
-exec ip netns exec "\$ns" sh -c "\$*"
+# Each node's Open MPI daemon gets a session directory of its own: on one
+# host (one hostname) they would share /tmp/ompi.HOST.UID, and collide in it
+# (a job directory that exists already; hwloc's shared topology written by
+# several daemons at once, which crashes one).
+mkdir -p "$work/tmp-\$ns"
+exec ip netns exec "\$ns" env TMPDIR="$work/tmp-\$ns" sh -c "\$*"
 AGENT
 chmod +x "$work/rsh"
 ip netns exec "${ns[0]}" mpirun --hostfile "$work/hosts" -np "$n" --map-by ppr:1:node \
