@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <type_traits>
 
 namespace graphc::runtime::cuda {
 namespace {
@@ -43,8 +44,27 @@ __device__ void AddBiases(float* s, const Rows& d, const AttentionBiases& b, int
   }
 }
 
-// Forward: scores + biases, softmax in place, the row's log-sum-exp.
-__global__ void SoftmaxRowsKernel(float* scores, float* lse, Rows d, AttentionBiases b) {
+// An element of q, k, v, o or their gradients as a float, and back (round
+// to nearest even); an F32 command's rows keep no half copy (H = float).
+__device__ float Wide(float x) { return x; }
+__device__ float Wide(__half x) { return __half2float(x); }
+__device__ float Wide(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename T>
+__device__ T Narrow(float x);
+template <>
+__device__ __half Narrow<__half>(float x) {
+  return __float2half_rn(x);
+}
+template <>
+__device__ __nv_bfloat16 Narrow<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+
+// Forward: scores + biases, softmax in place, the row's log-sum-exp; a half
+// command (H not float) also writes P rounded to H into `ph`, [groups, rows,
+// Lk] like the scores.
+template <typename H>
+__global__ void SoftmaxRowsKernel(float* scores, float* lse, Rows d, AttentionBiases b, H* ph) {
   const int64_t row = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x & 31;
   if (row >= d.groups * d.rows) return;  // the whole warp alike
@@ -64,11 +84,18 @@ __global__ void SoftmaxRowsKernel(float* scores, float* lse, Rows d, AttentionBi
   sum = WarpSum(sum);
   const float inverse = 1.0f / sum;
   for (int64_t j = lane; j < d.keys; j += 32) s[j] *= inverse;
+  if constexpr (!std::is_same_v<H, float>) {
+    H* h = ph + row * d.keys;
+    for (int64_t j = lane; j < d.keys; j += 32) h[j] = Narrow<H>(s[j]);
+  }
   if (lane == 0) lse[g * d.queries + i] = m + logf(sum);
 }
 
-// Backward: the forward's probabilities again, exp(scores + biases - lse).
-__global__ void ProbabilityRowsKernel(float* scores, const float* lse, Rows d, AttentionBiases b) {
+// Backward: the forward's probabilities again, exp(scores + biases - lse);
+// in half also rounded to H into `ph`.
+template <typename H>
+__global__ void ProbabilityRowsKernel(float* scores, const float* lse, Rows d, AttentionBiases b,
+                                      H* ph) {
   const int64_t row = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x & 31;
   if (row >= d.groups * d.rows) return;
@@ -78,22 +105,10 @@ __global__ void ProbabilityRowsKernel(float* scores, const float* lse, Rows d, A
   __syncwarp();
   const float l = lse[g * d.queries + i];
   for (int64_t j = lane; j < d.keys; j += 32) s[j] = expf(s[j] - l);
-}
-
-// An element of q, k, v, o or their gradients as a float, and back (round
-// to nearest even).
-__device__ float Wide(float x) { return x; }
-__device__ float Wide(__half x) { return __half2float(x); }
-__device__ float Wide(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <typename T>
-__device__ T Narrow(float x);
-template <>
-__device__ __half Narrow<__half>(float x) {
-  return __float2half_rn(x);
-}
-template <>
-__device__ __nv_bfloat16 Narrow<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
+  if constexpr (!std::is_same_v<H, float>) {
+    H* h = ph + row * d.keys;
+    for (int64_t j = lane; j < d.keys; j += 32) h[j] = Narrow<H>(s[j]);
+  }
 }
 
 // out[e] = in[e] rounded to T, e < n.
@@ -104,10 +119,12 @@ __global__ void NarrowKernel(const float* in, T* out, int64_t n) {
     out[e] = Narrow<T>(in[e]);
 }
 
-// dS = P (dP - rowsum(do o)), in dP's place (do and o of type T).
+// dS = P (dP - rowsum(do o)), in dP's place (do and o of type T, widened);
+// in half (T not float) also dS rounded to T into `dsh`, for dq and dk (the
+// bias gradients read the FP32 dS).
 template <typename T>
 __global__ void ScoreGradientRowsKernel(const float* p, float* dp, const T* dout, const T* o,
-                                        Rows d) {
+                                        Rows d, T* dsh) {
   const int64_t row = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x & 31;
   if (row >= d.groups * d.rows) return;
@@ -120,6 +137,10 @@ __global__ void ScoreGradientRowsKernel(const float* p, float* dp, const T* dout
   const float* prow = p + row * d.keys;
   float* drow = dp + row * d.keys;
   for (int64_t j = lane; j < d.keys; j += 32) drow[j] = prow[j] * (drow[j] - dot);
+  if constexpr (!std::is_same_v<T, float>) {
+    T* h = dsh + row * d.keys;
+    for (int64_t j = lane; j < d.keys; j += 32) h[j] = Narrow<T>(drow[j]);
+  }
 }
 
 // dbias[c, i0 + r, j] += the sum, in group order, of dS[gl, r, j] over the
@@ -198,20 +219,18 @@ cublasStatus_t GemmEx(cublasHandle_t h, bool ta, bool tb, int64_t m, int64_t n, 
 const void* At(const void* base, int64_t i) { return static_cast<const __half*>(base) + i; }
 void* At(void* base, int64_t i) { return static_cast<__half*>(base) + i; }
 
-// `n` floats rounded into a half buffer of `type`.
-cudaError_t NarrowInto(cudaStream_t stream, cudaDataType_t type, const float* in, void* out,
-                       int64_t n) {
+// `n` floats rounded into a half buffer of H (a chunk's dk or dv).
+template <typename H>
+cudaError_t NarrowInto(cudaStream_t stream, const float* in, void* out, int64_t n) {
   const int blocks = static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65536));
-  if (type == CUDA_R_16F)
-    NarrowKernel<<<blocks, kThreads, 0, stream>>>(in, static_cast<__half*>(out), n);
-  else
-    NarrowKernel<<<blocks, kThreads, 0, stream>>>(in, static_cast<__nv_bfloat16*>(out), n);
+  NarrowKernel<<<blocks, kThreads, 0, stream>>>(in, static_cast<H*>(out), n);
   return cudaGetLastError();
 }
 
 // Where a command's scratch holds what, in floats from its start (each part
-// 64 floats aligned): the scores, (backward) their gradient, (half) the half
-// copy of either, (half backward) the chunk's FP32 sums of dk and dv.
+// 64 floats aligned): the scores, (backward) their gradient, (half) their
+// half copy (P, then backward dS: the same [chunk, block, Lk] elements of H),
+// (half backward) the chunk's FP32 sums of dk and dv.
 struct Scratch {
   int64_t scores = 0, grads = 0, half = 0, dk = 0, dv = 0, end = 0;
 };
@@ -261,27 +280,64 @@ AttentionStatus Failed(AttentionStatus status, const char* what) {
   return status;
 }
 
-bool Fits(const AttentionDims& s) {
+// Why a command cannot run here, or nullptr.
+const char* Refused(const AttentionDims& s) {
   for (int64_t v : {s.groups, s.queries, s.keys, s.depth, s.values})
-    if (v <= 0 || v > INT_MAX) return false;
-  return true;
+    if (v <= 0 || v > INT_MAX) return "attention dimensions must be below 2^31";
+  if (s.type != CUDA_R_32F && s.type != CUDA_R_16F && s.type != CUDA_R_16BF)
+    return "attention takes F32, F16 or BF16";
+  return nullptr;
 }
 
 }  // namespace
 
-AttentionTiling TileAttention(const AttentionDims& s, int64_t scratch_floats) {
+AttentionTiling TileAttention(const AttentionDims& s, int64_t scratch_floats, bool backward) {
   AttentionTiling t;
-  const int64_t floats = std::max<int64_t>(scratch_floats, 1);
-  const int64_t per_group = s.queries * s.keys;
-  if (per_group <= floats) {
-    t.block = s.queries;
-    t.chunk = std::min(s.groups, floats / per_group);
-  } else {
-    t.chunk = 1;
-    t.block = std::clamp<int64_t>(floats / std::max<int64_t>(s.keys, 1), 1, s.queries);
+  if (s.type == CUDA_R_32F) {  // the scores alone fit (backward: twice that)
+    const int64_t floats = std::max<int64_t>(scratch_floats, 1);
+    const int64_t per_group = s.queries * s.keys;
+    if (per_group <= floats) {
+      t.block = s.queries;
+      t.chunk = std::min(s.groups, floats / per_group);
+    } else {
+      t.chunk = 1;
+      t.block = std::clamp<int64_t>(floats / std::max<int64_t>(s.keys, 1), 1, s.queries);
+    }
+    // cuBLAS counts a batch in an int.
+    t.chunk = std::clamp<int64_t>(t.chunk, 1, INT_MAX);
+    return t;
   }
-  // cuBLAS counts a batch in an int.
-  t.chunk = std::clamp<int64_t>(t.chunk, 1, INT_MAX);
+  // Half: the whole scratch (ScratchOf's end) fits what an F32 command takes,
+  // `scratch_floats` (backward: twice that). Capped so that no product below
+  // overflows; a term that alone is over the budget leaves the least tiling.
+  const int64_t floats =
+      std::clamp<int64_t>(scratch_floats, 1, int64_t{1} << 40) * (backward ? 2 : 1);
+  const auto end = [&](int64_t chunk, int64_t block) {
+    return ScratchOf(s, AttentionTiling{chunk, block}, backward).end;
+  };
+  // The largest x in [1, hi] with end(x) <= floats (end grows with x), else 1.
+  const auto largest = [&](int64_t hi, auto&& end_of) {
+    int64_t lo = 1;
+    while (lo < hi) {
+      const int64_t mid = hi - (hi - lo) / 2;
+      if (end_of(mid) <= floats)
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+    return lo;
+  };
+  if (s.keys > floats || (backward && (s.keys * s.depth > floats || s.keys * s.values > floats)))
+    return t;  // chunk 1, block 1
+  if (s.queries * s.keys <= floats && end(1, s.queries) <= floats) {
+    t.block = s.queries;
+    int64_t hi = std::min<int64_t>({s.groups, floats / (s.queries * s.keys), INT_MAX});
+    if (backward)
+      hi = std::min({hi, floats / (s.keys * s.depth), floats / (s.keys * s.values)});
+    t.chunk = largest(hi, [&](int64_t c) { return end(c, s.queries); });
+  } else {
+    t.block = largest(std::min(s.queries, floats / s.keys), [&](int64_t b) { return end(1, b); });
+  }
   return t;
 }
 
@@ -292,7 +348,9 @@ int64_t AttentionScratchFloats(const AttentionDims& s, const AttentionTiling& t,
 
 namespace {
 
-// Forward in half: P rounded to half before it multiplies v, o rounded once.
+// Forward in half (H): P rounded to H by the softmax before it multiplies v,
+// o = P_H v rounded to H once by cuBLAS (a block's products span all keys).
+template <typename H>
 AttentionStatus HalfForward(cublasHandle_t h, cudaStream_t stream, const AttentionDims& s,
                             const AttentionTiling& t, const void* q, const void* k,
                             const void* v, const AttentionBiases& biases, void* o, float* lse,
@@ -300,19 +358,17 @@ AttentionStatus HalfForward(cublasHandle_t h, cudaStream_t stream, const Attenti
   AttentionStatus status;
   const Scratch x = ScratchOf(s, t, false);
   float* scores = scratch + x.scores;
-  void* ph = scratch + x.half;
+  H* ph = reinterpret_cast<H*>(scratch + x.half);
   for (int64_t g0 = 0; g0 < s.groups; g0 += t.chunk)
     for (int64_t i0 = 0; i0 < s.queries; i0 += t.block) {
       Rows d{g0, std::min(t.chunk, s.groups - g0), i0, std::min(t.block, s.queries - i0),
              s.queries, s.keys, s.values};
       status.blas = HalfScores(h, s, d, q, k, scores);
       if (status.blas != CUBLAS_STATUS_SUCCESS) return Failed(status, "attention scores");
-      SoftmaxRowsKernel<<<RowBlocks(d), kThreads, 0, stream>>>(scores, lse, d, biases);
+      SoftmaxRowsKernel<<<RowBlocks(d), kThreads, 0, stream>>>(scores, lse, d, biases, ph);
       status.cuda = cudaGetLastError();
       if (status.cuda != cudaSuccess) return Failed(status, "attention softmax");
-      status.cuda = NarrowInto(stream, s.type, scores, ph, d.groups * d.rows * s.keys);
-      if (status.cuda != cudaSuccess) return Failed(status, "attention probabilities in half");
-      // o_block = P v, rounded to half by cuBLAS.
+      // o_block = P_H v, rounded to H by cuBLAS.
       status.blas = GemmEx(h, false, false, d.rows, s.values, s.keys, ph, s.keys,
                            d.rows * s.keys, At(v, g0 * s.keys * s.values), s.values,
                            s.keys * s.values, s.type, 0.0f,
@@ -323,8 +379,11 @@ AttentionStatus HalfForward(cublasHandle_t h, cudaStream_t stream, const Attenti
   return status;
 }
 
-// Backward in half: P and dS rounded to half before their products, dk and
-// dv summed in FP32 over the query blocks and rounded once per chunk.
+// Backward in half (H): P and dS rounded to H by their row kernels before
+// their products (one half buffer: dS_H overwrites P_H once dv has read it,
+// in stream order), dq = dS_H k rounded once by cuBLAS, dk and dv summed in
+// FP32 over the query blocks and rounded once at the chunk's last block.
+template <typename H>
 AttentionStatus HalfBackward(cublasHandle_t h, cudaStream_t stream, const AttentionDims& s,
                              const AttentionTiling& t, const void* q, const void* k,
                              const void* v, const void* o, const float* lse, const void* dout,
@@ -334,56 +393,47 @@ AttentionStatus HalfBackward(cublasHandle_t h, cudaStream_t stream, const Attent
   const Scratch x = ScratchOf(s, t, true);
   float* p = scratch + x.scores;
   float* dp = scratch + x.grads;
-  void* ph = scratch + x.half;  // P, then dS, in half
+  H* ph = reinterpret_cast<H*>(scratch + x.half);  // P_H, then dS_H
   float* dk_sum = scratch + x.dk;
   float* dv_sum = scratch + x.dv;
   for (int64_t g0 = 0; g0 < s.groups; g0 += t.chunk)
     for (int64_t i0 = 0; i0 < s.queries; i0 += t.block) {
       Rows d{g0, std::min(t.chunk, s.groups - g0), i0, std::min(t.block, s.queries - i0),
              s.queries, s.keys, s.values};
+      // The first block of a chunk writes the FP32 sums, the others add.
       const float beta = i0 == 0 ? 0.0f : 1.0f;
       const int64_t first = g0 * s.queries + i0;
       const void* qb = At(q, first * s.depth);
       const void* dob = At(dout, first * s.values);
       const void* kg = At(k, g0 * s.keys * s.depth);
       const void* vg = At(v, g0 * s.keys * s.values);
-      const int64_t cells = d.groups * d.rows * s.keys;
-      // P = exp(s - lse), recomputed; its half copy.
+      // P = exp(s - lse), recomputed (FP32), and P_H.
       status.blas = HalfScores(h, s, d, q, k, p);
       if (status.blas != CUBLAS_STATUS_SUCCESS) return Failed(status, "attention scores");
-      ProbabilityRowsKernel<<<RowBlocks(d), kThreads, 0, stream>>>(p, lse, d, biases);
+      ProbabilityRowsKernel<<<RowBlocks(d), kThreads, 0, stream>>>(p, lse, d, biases, ph);
       status.cuda = cudaGetLastError();
       if (status.cuda != cudaSuccess) return Failed(status, "attention probabilities");
-      status.cuda = NarrowInto(stream, s.type, p, ph, cells);
-      if (status.cuda != cudaSuccess) return Failed(status, "attention probabilities in half");
-      // dv (+)= P^T do: [Lk, Dv], in FP32.
+      // dv (+)= P_H^T do: [Lk, Dv], in FP32.
       status.blas = GemmEx(h, true, false, s.keys, s.values, d.rows, ph, s.keys,
                            d.rows * s.keys, dob, s.values, s.queries * s.values, s.type, beta,
                            dv_sum, CUDA_R_32F, s.values, s.keys * s.values, d.groups);
       if (status.blas != CUBLAS_STATUS_SUCCESS) return Failed(status, "attention dv");
-      // dP = do v^T: [rows, Lk].
+      // dP = do v^T: [rows, Lk], FP32.
       status.blas = GemmEx(h, false, true, d.rows, s.keys, s.values, dob, s.values,
                            s.queries * s.values, vg, s.values, s.keys * s.values, s.type, 0.0f,
                            dp, CUDA_R_32F, s.keys, d.rows * s.keys, d.groups);
       if (status.blas != CUBLAS_STATUS_SUCCESS) return Failed(status, "attention dP");
-      if (s.type == CUDA_R_16F)
-        ScoreGradientRowsKernel<<<RowBlocks(d), kThreads, 0, stream>>>(
-            p, dp, static_cast<const __half*>(dout), static_cast<const __half*>(o), d);
-      else
-        ScoreGradientRowsKernel<<<RowBlocks(d), kThreads, 0, stream>>>(
-            p, dp, static_cast<const __nv_bfloat16*>(dout),
-            static_cast<const __nv_bfloat16*>(o), d);
+      // dS (FP32, from the FP32 P) in dP's place, and dS_H over P_H.
+      ScoreGradientRowsKernel<<<RowBlocks(d), kThreads, 0, stream>>>(
+          p, dp, static_cast<const H*>(dout), static_cast<const H*>(o), d, ph);
       status.cuda = cudaGetLastError();
       if (status.cuda != cudaSuccess) return Failed(status, "attention dS");
       // Each bias's gradient is dS (FP32), summed over the groups that read it.
       status.cuda = AddBiasGradients(stream, dp, biases, d);
       if (status.cuda != cudaSuccess) return Failed(status, "attention bias gradient");
-      // dS in half, for dq and dk.
-      status.cuda = NarrowInto(stream, s.type, dp, ph, cells);
-      if (status.cuda != cudaSuccess) return Failed(status, "attention dS in half");
       void* dqb = At(dq, first * s.depth);
       if (s.transpose_k) {
-        // dq = dS k^T (k stored [D, Lk]), rounded by cuBLAS; dk^T (+)= q^T dS.
+        // dq = dS_H k^T (k stored [D, Lk]), rounded by cuBLAS; dk^T (+)= q^T dS_H.
         status.blas = GemmEx(h, false, true, d.rows, s.depth, s.keys, ph, s.keys,
                              d.rows * s.keys, kg, s.keys, s.keys * s.depth, s.type, 0.0f, dqb,
                              s.type, s.depth, s.queries * s.depth, d.groups);
@@ -392,7 +442,7 @@ AttentionStatus HalfBackward(cublasHandle_t h, cudaStream_t stream, const Attent
                              s.queries * s.depth, ph, s.keys, d.rows * s.keys, s.type, beta,
                              dk_sum, CUDA_R_32F, s.keys, s.keys * s.depth, d.groups);
       } else {
-        // dq = dS k; dk (+)= dS^T q.
+        // dq = dS_H k; dk (+)= dS_H^T q.
         status.blas = GemmEx(h, false, false, d.rows, s.depth, s.keys, ph, s.keys,
                              d.rows * s.keys, kg, s.depth, s.keys * s.depth, s.type, 0.0f, dqb,
                              s.type, s.depth, s.queries * s.depth, d.groups);
@@ -404,11 +454,11 @@ AttentionStatus HalfBackward(cublasHandle_t h, cudaStream_t stream, const Attent
       if (status.blas != CUBLAS_STATUS_SUCCESS) return Failed(status, "attention dk");
       if (i0 + d.rows < s.queries) continue;
       // The chunk's last block: its dk and dv, rounded once.
-      status.cuda = NarrowInto(stream, s.type, dk_sum, At(dk, g0 * s.keys * s.depth),
-                               d.groups * s.keys * s.depth);
+      status.cuda = NarrowInto<H>(stream, dk_sum, At(dk, g0 * s.keys * s.depth),
+                                  d.groups * s.keys * s.depth);
       if (status.cuda == cudaSuccess)
-        status.cuda = NarrowInto(stream, s.type, dv_sum, At(dv, g0 * s.keys * s.values),
-                                 d.groups * s.keys * s.values);
+        status.cuda = NarrowInto<H>(stream, dv_sum, At(dv, g0 * s.keys * s.values),
+                                    d.groups * s.keys * s.values);
       if (status.cuda != cudaSuccess) return Failed(status, "attention dk and dv in half");
     }
   return status;
@@ -421,13 +471,16 @@ AttentionStatus AttentionForward(cublasHandle_t h, cudaStream_t stream, const At
                                  const void* v_in, const AttentionBiases& biases, void* o_out,
                                  float* lse, float* scratch) {
   AttentionStatus status;
-  if (!Fits(s)) {
+  if (const char* why = Refused(s)) {
     status.blas = CUBLAS_STATUS_INVALID_VALUE;
-    status.what = "attention dimensions must be below 2^31";
+    status.what = why;
     return status;
   }
-  if (s.type != CUDA_R_32F)
-    return HalfForward(h, stream, s, t, q_in, k_in, v_in, biases, o_out, lse, scratch);
+  if (s.type == CUDA_R_16F)
+    return HalfForward<__half>(h, stream, s, t, q_in, k_in, v_in, biases, o_out, lse, scratch);
+  if (s.type == CUDA_R_16BF)
+    return HalfForward<__nv_bfloat16>(h, stream, s, t, q_in, k_in, v_in, biases, o_out, lse,
+                                      scratch);
   const float* q = static_cast<const float*>(q_in);
   const float* k = static_cast<const float*>(k_in);
   const float* v = static_cast<const float*>(v_in);
@@ -439,7 +492,8 @@ AttentionStatus AttentionForward(cublasHandle_t h, cudaStream_t stream, const At
              s.queries, s.keys, s.values};
       status.blas = Scores(h, s, d, q, k, scores);
       if (status.blas != CUBLAS_STATUS_SUCCESS) return Failed(status, "attention scores");
-      SoftmaxRowsKernel<<<RowBlocks(d), kThreads, 0, stream>>>(scores, lse, d, biases);
+      SoftmaxRowsKernel<<<RowBlocks(d), kThreads, 0, stream>>>(scores, lse, d, biases,
+                                                               static_cast<float*>(nullptr));
       status.cuda = cudaGetLastError();
       if (status.cuda != cudaSuccess) return Failed(status, "attention softmax");
       // o_block = P v.
@@ -458,9 +512,9 @@ AttentionStatus AttentionBackward(cublasHandle_t h, cudaStream_t stream, const A
                                   const void* dout_in, const AttentionBiases& biases,
                                   void* dq_out, void* dk_out, void* dv_out, float* scratch) {
   AttentionStatus status;
-  if (!Fits(s)) {
+  if (const char* why = Refused(s)) {
     status.blas = CUBLAS_STATUS_INVALID_VALUE;
-    status.what = "attention dimensions must be below 2^31";
+    status.what = why;
     return status;
   }
   for (int i = 0; i < biases.n; ++i) {
@@ -468,9 +522,12 @@ AttentionStatus AttentionBackward(cublasHandle_t h, cudaStream_t stream, const A
                                   sizeof(float) * biases.count[i] * s.queries * s.keys, stream);
     if (status.cuda != cudaSuccess) return Failed(status, "attention bias gradient");
   }
-  if (s.type != CUDA_R_32F)
-    return HalfBackward(h, stream, s, t, q_in, k_in, v_in, o_in, lse, dout_in, biases, dq_out,
-                        dk_out, dv_out, scratch);
+  if (s.type == CUDA_R_16F)
+    return HalfBackward<__half>(h, stream, s, t, q_in, k_in, v_in, o_in, lse, dout_in, biases,
+                                dq_out, dk_out, dv_out, scratch);
+  if (s.type == CUDA_R_16BF)
+    return HalfBackward<__nv_bfloat16>(h, stream, s, t, q_in, k_in, v_in, o_in, lse, dout_in,
+                                       biases, dq_out, dk_out, dv_out, scratch);
   const float* q = static_cast<const float*>(q_in);
   const float* k = static_cast<const float*>(k_in);
   const float* v = static_cast<const float*>(v_in);
@@ -496,7 +553,8 @@ AttentionStatus AttentionBackward(cublasHandle_t h, cudaStream_t stream, const A
       // P = exp(s - lse), recomputed.
       status.blas = Scores(h, s, d, q, k, p);
       if (status.blas != CUBLAS_STATUS_SUCCESS) return Failed(status, "attention scores");
-      ProbabilityRowsKernel<<<RowBlocks(d), kThreads, 0, stream>>>(p, lse, d, biases);
+      ProbabilityRowsKernel<<<RowBlocks(d), kThreads, 0, stream>>>(p, lse, d, biases,
+                                                                   static_cast<float*>(nullptr));
       status.cuda = cudaGetLastError();
       if (status.cuda != cudaSuccess) return Failed(status, "attention probabilities");
       // dv (+)= P^T do: [Lk, Dv].
@@ -509,7 +567,8 @@ AttentionStatus AttentionBackward(cublasHandle_t h, cudaStream_t stream, const A
                          s.queries * s.values, vg, s.values, s.keys * s.values, 0.0f, dp, s.keys,
                          d.rows * s.keys, d.groups);
       if (status.blas != CUBLAS_STATUS_SUCCESS) return Failed(status, "attention dP");
-      ScoreGradientRowsKernel<<<RowBlocks(d), kThreads, 0, stream>>>(p, dp, dout, o, d);
+      ScoreGradientRowsKernel<<<RowBlocks(d), kThreads, 0, stream>>>(p, dp, dout, o, d,
+                                                                     static_cast<float*>(nullptr));
       status.cuda = cudaGetLastError();
       if (status.cuda != cudaSuccess) return Failed(status, "attention dS");
       // Each bias's gradient is dS (FP32), summed over the groups that read it.

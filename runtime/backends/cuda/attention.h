@@ -56,14 +56,21 @@ struct AttentionTiling {
   int64_t chunk = 1, block = 1;
 };
 
-// The tiling whose scores fit `scratch_floats` floats: every group's whole
-// sequence at once where they fit, else the most groups whose scores fit,
-// else one group and the most query rows (at least one).
-AttentionTiling TileAttention(const AttentionDims& dims, int64_t scratch_floats);
+// The tiling that fits a budget of `scratch_floats`: every group's whole
+// sequence at once where it fits, else the most groups that fit, else one
+// group and the most query rows (at least one). F32: the scores fit the
+// budget (backward also holds their gradient: twice the budget). Half: the
+// command's whole scratch (AttentionScratchFloats) fits what an F32 command
+// of the budget may take, `scratch_floats` (backward: twice that); only the
+// least tiling (one group, one query; backward also one group's FP32 dk and
+// dv sums) may take more.
+AttentionTiling TileAttention(const AttentionDims& dims, int64_t scratch_floats, bool backward);
 
-// The floats of scratch a command of `tiling` takes: chunk x block x Lk
-// scores (backward: and their gradient); in half also their half copy and,
-// backward, FP32 sums of a chunk's dk and dv (chunk x Lk x (D + Dv)).
+// The floats of scratch a command of `tiling` takes, each part rounded up to
+// 64 floats: n = chunk x block x Lk scores (backward: and their gradient);
+// in half also their copy in half (n elements of 2 bytes: P, then backward
+// dS) and, backward, FP32 sums of a chunk's dk and dv (chunk x Lk x D and
+// chunk x Lk x Dv floats).
 int64_t AttentionScratchFloats(const AttentionDims& dims, const AttentionTiling& tiling,
                                bool backward);
 

@@ -572,6 +572,8 @@ Status CudaBackend::PrepareAttention(const Plan& plan) {
       a.dims.groups = q[0], a.dims.queries = q[1], a.dims.depth = q[2];
       a.dims.keys = k[a.dims.transpose_k ? 2 : 1], a.dims.values = v[2];
       const fb::DType dtype = root.buffers()->Get(c->inputs()->Get(0))->dtype();
+      if (dtype != fb::DType::F32 && dtype != fb::DType::F16 && dtype != fb::DType::BF16)
+        return Status(ErrorCode::kUnsupported, "fused attention on CUDA takes F32, F16 or BF16");
       a.dims.type = dtype == fb::DType::F16    ? CUDA_R_16F
                     : dtype == fb::DType::BF16 ? CUDA_R_16BF
                                                : CUDA_R_32F;
@@ -586,9 +588,9 @@ Status CudaBackend::PrepareAttention(const Plan& plan) {
                                                    " biases");
       for (uint32_t i = first_bias; i < c->inputs()->size(); ++i)
         a.bias_slices.push_back(shape(c->inputs()->Get(i))[0]);
-      a.tiling = cuda::TileAttention(a.dims, budget);
-      floats = std::max(floats, cuda::AttentionScratchFloats(
-                                    a.dims, a.tiling, c->op() == fb::Opcode::AttentionBackward));
+      const bool backward = c->op() == fb::Opcode::AttentionBackward;
+      a.tiling = cuda::TileAttention(a.dims, budget, backward);
+      floats = std::max(floats, cuda::AttentionScratchFloats(a.dims, a.tiling, backward));
       attentions_[c] = a;
     }
   if (floats > 0) {

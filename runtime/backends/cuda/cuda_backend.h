@@ -32,8 +32,9 @@ struct CudaOptions {
   // AlgorithmCache::DefaultPath() says (the environment decides).
   std::optional<std::string> cudnn_cache;
   // Fused attention's scores: at most this many bytes of them at a time
-  // (backward holds twice as many: their gradient too; a half command also
-  // their half copy and, backward, FP32 sums of its chunk's dk and dv).
+  // (backward holds twice as many: their gradient too). A half command's
+  // whole scratch (the scores, their half copy and, backward, FP32 sums of a
+  // chunk's dk and dv) fits the same bytes.
   uint64_t attention_scratch_bytes = uint64_t{64} << 20;
 };
 
