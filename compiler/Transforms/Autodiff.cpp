@@ -45,6 +45,12 @@ public:
         activeInput = static_cast<bool>(
             SymbolTable::lookupNearestSymbolFrom<nn::ParameterOp>(
                 &op, load.getVariableAttr()));
+      else if (auto broadcast = llvm::dyn_cast<nn::BroadcastOp>(op))
+        // Its shape_of is only measured: a constant broadcast to an
+        // activation's shape (GELU's 1/sqrt(2), attention's scale) is no
+        // function of the parameters, and an adjoint for it would be computed
+        // for nothing.
+        activeInput = active.contains(broadcast.getInput());
       else
         activeInput = llvm::any_of(op.getOperands(),
                                    [&](Value v) { return active.contains(v); });

@@ -13,6 +13,7 @@
 
 #include "compiler/Transforms/Passes.h"
 #include "dialects/nn/IR/NNOps.h"
+#include "dialects/nn/IR/Views.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/IRMapping.h"
 #include "llvm/ADT/SetVector.h"
@@ -91,6 +92,40 @@ struct ProgramOrder {
   SmallVector<Operation *> ops;
 };
 
+/// Where a value read later than written may have changed: the positions of
+/// the nn.assigns to each state (read through nn.load and its reshape /
+/// flatten views), and of the allreduces that reduce a buffer (the root of
+/// its views) in place. A kernel is emitted at its last member, so it must
+/// not read such a value past the next of these.
+struct Hazards {
+  explicit Hazards(const ProgramOrder &order) {
+    for (auto [i, op] : llvm::enumerate(order.ops)) {
+      if (auto assign = dyn_cast<nn::AssignOp>(op))
+        assigns[assign.getVariable()].push_back(i);
+      if (isa<dist::AllreduceStartOp>(op))
+        for (Value operand : op->getOperands())
+          allreduces[viewRoot(operand)].push_back(i);
+    }
+  }
+  /// The first position after `after` where `v` may change (~0u: none).
+  unsigned next(Value v, unsigned after) const {
+    auto firstAfter = [&](ArrayRef<unsigned> positions) {
+      auto pos = llvm::upper_bound(positions, after);
+      return pos == positions.end() ? ~0u : *pos;
+    };
+    unsigned at = ~0u;
+    if (StringRef state = stateOf(v); !state.empty())
+      if (auto it = assigns.find(state); it != assigns.end())
+        at = firstAfter(it->second);
+    if (auto it = allreduces.find(viewRoot(v)); it != allreduces.end())
+      at = std::min(at, firstAfter(it->second));
+    return at;
+  }
+
+  llvm::StringMap<SmallVector<unsigned>> assigns;
+  DenseMap<Value, SmallVector<unsigned>> allreduces;
+};
+
 class FuseElementwisePass : public graphc::impl::FuseElementwiseBase<FuseElementwisePass> {
 public:
   using FuseElementwiseBase::FuseElementwiseBase;
@@ -111,10 +146,12 @@ public:
       if (!func.getBody().hasOneBlock())
         continue;
       launchesSaved = bytesSaved = 0;
+      sinkReshapes(func.getBody().front());
       splitBroadcasts(func.getBody().front());
       fuseBlock(func.getBody().front());
       absorbReductions(func.getBody().front());
       mergeReductionPasses(func.getBody().front());
+      absorbViews(func.getBody().front());
       batchUpdates(func.getBody().front());
       savings.push_back(b.getNamedAttr(
           func.getSymName(), b.getDenseI64ArrayAttr({launchesSaved, bytesSaved})));
@@ -125,9 +162,11 @@ public:
   }
 
 private:
+  void sinkReshapes(Block &block);
   void splitBroadcasts(Block &block);
   void fuseBlock(Block &block);
-  void emitFusion(ArrayRef<Operation *> members);
+  nn::FusionOp emitFusion(ArrayRef<Operation *> members);
+  void absorbViews(Block &block);
   void absorbReductions(Block &block);
   void mergeReductionPasses(Block &block);
   void batchUpdates(Block &block);
@@ -301,34 +340,7 @@ void FuseElementwisePass::splitBroadcasts(Block &block) {
 void FuseElementwisePass::fuseBlock(Block &block) {
   ProgramOrder order(block);
   DenseMap<Operation *, unsigned> &position = order.position;
-  // Per state, the positions of the nn.assigns to it (ascending).
-  llvm::StringMap<SmallVector<unsigned>> assigns;
-  for (auto [i, op] : llvm::enumerate(order.ops))
-    if (auto assign = dyn_cast<nn::AssignOp>(op))
-      assigns[assign.getVariable()].push_back(i);
-  auto nextAssign = [&](StringRef state, unsigned after) -> unsigned {
-    auto it = assigns.find(state);
-    if (it == assigns.end())
-      return ~0u;
-    auto pos = llvm::upper_bound(it->second, after);
-    return pos == it->second.end() ? ~0u : *pos;
-  };
-  // Per buffer (the root of its reshape / flatten views), the positions of
-  // the allreduces that reduce it in place (ascending). Like an nn.assign,
-  // one ends the groups that read the buffer: a group is emitted at its last
-  // member, which must not read a gradient whose allreduce has started.
-  DenseMap<Value, SmallVector<unsigned>> allreduces;
-  for (auto [i, op] : llvm::enumerate(order.ops))
-    if (isa<dist::AllreduceStartOp>(op))
-      for (Value operand : op->getOperands())
-        allreduces[viewRoot(operand)].push_back(i);
-  auto nextAllreduce = [&](Value v, unsigned after) -> unsigned {
-    auto it = allreduces.find(viewRoot(v));
-    if (it == allreduces.end())
-      return ~0u;
-    auto pos = llvm::upper_bound(it->second, after);
-    return pos == it->second.end() ? ~0u : *pos;
-  };
+  Hazards hazards(order);
 
   std::vector<GroupSummary> groups;
   SmallVector<int> parent;                    // union-find over group indices
@@ -374,9 +386,7 @@ void FuseElementwisePass::fuseBlock(Block &block) {
     self.last = at;
     for (Value operand : op.getOperands()) {
       ++self.inputs[operand];
-      if (StringRef state = stateOf(operand); !state.empty())
-        self.stateDeadline = std::min(self.stateDeadline, nextAssign(state, at));
-      self.stateDeadline = std::min(self.stateDeadline, nextAllreduce(operand, at));
+      self.stateDeadline = std::min(self.stateDeadline, hazards.next(operand, at));
     }
     if (isa<nn::BroadcastOp>(op))
       if (Operation *src = op.getOperand(0).getDefiningOp())
@@ -489,14 +499,14 @@ void FuseElementwisePass::fuseBlock(Block &block) {
       emitFusion(members[g]);
 }
 
-void FuseElementwisePass::emitFusion(ArrayRef<Operation *> members) {
+nn::FusionOp FuseElementwisePass::emitFusion(ArrayRef<Operation *> members) {
   llvm::SmallPtrSet<Operation *, 32> set(members.begin(), members.end());
   llvm::SetVector<Value> inputs;
   SmallVector<Value> outputs;
   DenseMap<Value, Value> shapeOnly;
   boundary(members, set, inputs, outputs, &shapeOnly);
   if (outputs.empty())
-    return; // dead code: leave it to the canonicalizer
+    return {}; // dead code: leave it to the canonicalizer
 
   Operation *last = members.back();
   OpBuilder b(last->getContext());
@@ -528,6 +538,242 @@ void FuseElementwisePass::emitFusion(ArrayRef<Operation *> members) {
   }
   for (Operation *m : llvm::reverse(members))
     m->erase();
+  return fusion;
+}
+
+/// The chain of view ops `v` is the end of, outermost first (empty when `v`
+/// is no view's result), and the value the chain starts from.
+Value viewChain(Value v, SmallVectorImpl<Operation *> &chain) {
+  chain.clear();
+  while (Operation *def = v.getDefiningOp()) {
+    if (!nn::isViewOp(def))
+      break;
+    chain.push_back(def);
+    v = def->getOperand(0);
+  }
+  std::reverse(chain.begin(), chain.end());
+  return v;
+}
+
+/// An elementwise op reading reshapes moves before them: op(reshape(x), ...)
+/// becomes reshape(op(x, ...)) when every operand is a reshape (or flatten)
+/// of a value of one shape, or a scalar broadcast. The op then joins the
+/// kernel computing x: the cast to half after the exporter's reshape of a
+/// scaled q was a kernel of its own. Only when that gains a kernel and loses
+/// none: some x is computed by a fusible op, and no reader of the op is one
+/// (it could fuse with the op where it is) or a reduction (it takes its
+/// prologue from a fusion result of its own shape).
+void FuseElementwisePass::sinkReshapes(Block &block) {
+  for (Operation &op : llvm::make_early_inc_range(block)) {
+    if (!nn::isFusibleElementwise(&op) ||
+        llvm::any_of(op.getUsers(), [](Operation *u) {
+          return isFusible(u) || isa<nn::ReduceSumOp, nn::ReduceMeanOp>(u);
+        }))
+      continue;
+    Value like;
+    bool movable = true, gains = false;
+    for (Value operand : op.getOperands()) {
+      Operation *def = operand.getDefiningOp();
+      if (isa_and_nonnull<nn::ReshapeOp, nn::FlattenOp>(def)) {
+        Value input = def->getOperand(0);
+        if (!like)
+          like = input;
+        movable &= sameShape(input, like) &&
+                   llvm::cast<RankedTensorType>(input.getType()).hasStaticShape();
+        Operation *producer = input.getDefiningOp();
+        gains |= producer && nn::isFusibleElementwise(producer);
+        continue;
+      }
+      auto broadcast = dyn_cast_or_null<nn::BroadcastOp>(def);
+      movable &= broadcast && broadcast.getInput().getType().getRank() == 0;
+    }
+    if (!movable || !gains)
+      continue;
+    OpBuilder b(&op);
+    Location loc = op.getLoc();
+    ArrayRef<int64_t> shape = llvm::cast<RankedTensorType>(like.getType()).getShape();
+    SmallVector<Value> operands;
+    for (Value operand : op.getOperands()) {
+      Operation *def = operand.getDefiningOp();
+      if (isa<nn::ReshapeOp, nn::FlattenOp>(def)) {
+        operands.push_back(def->getOperand(0));
+        continue;
+      }
+      auto broadcast = cast<nn::BroadcastOp>(def);
+      auto type = RankedTensorType::get(shape, broadcast.getInput().getType().getElementType());
+      operands.push_back(b.create<nn::BroadcastOp>(broadcast.getLoc(), type,
+                                                   broadcast.getInput(), like,
+                                                   b.getDenseI64ArrayAttr({})));
+    }
+    auto resultType = llvm::cast<RankedTensorType>(op.getResult(0).getType());
+    Operation *moved = b.create(loc, op.getName().getIdentifier(), operands,
+                                {RankedTensorType::get(shape, resultType.getElementType())},
+                                op.getAttrs());
+    Value back = b.create<nn::ReshapeOp>(loc, resultType, moved->getResult(0),
+                                         b.getDenseI64ArrayAttr(resultType.getShape()));
+    op.getResult(0).replaceAllUsesWith(back);
+    llvm::SmallMapVector<Operation *, Value, 4> defs; // old operand -> its replacement
+    for (auto [old, replacement] : llvm::zip(op.getOperands(), operands))
+      defs.insert({old.getDefiningOp(), replacement});
+    op.erase();
+    for (auto [def, replacement] : defs) {
+      if (def->use_empty()) {
+        def->erase();
+      } else if (isa<nn::BroadcastOp>(def)) {
+        // A broadcast the unfused program does not have (the report's
+        // baseline leaves it out, as splitBroadcasts' copies).
+        launchesSaved -= 1;
+        bytesSaved -= unfusedBytes(replacement.getDefiningOp());
+      }
+    }
+  }
+}
+
+/// Transposes and slices (with the reshapes between them) that only
+/// rearrange a kernel's input become its strided reads (Views.h): the kernel
+/// reads the chain's start where the chain would have written a copy for it
+/// to read back. A lone elementwise op reading such a chain becomes a
+/// one-member fusion first (the same kernel). A chain still read by a
+/// library call or a copy (attention's q, a matmul's operand) becomes one
+/// copy when it made two or more. What the chain read must not change in
+/// between (an nn.assign, an in-place allreduce): such a chain stays.
+void FuseElementwisePass::absorbViews(Block &block) {
+  ProgramOrder order(block);
+  Hazards hazards(order);
+  // The start of the chain ending at `v` when a kernel at `at` may read
+  // through it: it copies, starts from a static tensor, is a strided view,
+  // and what it starts from is unchanged until `at`.
+  auto absorbable = [&](Value v, unsigned at, SmallVectorImpl<Operation *> &chain,
+                        nn::StridedView &view) -> Value {
+    Value root = viewChain(v, chain);
+    if (llvm::none_of(chain, nn::isCopyingViewOp))
+      return {};
+    auto type = llvm::dyn_cast<RankedTensorType>(root.getType());
+    if (!type || !type.hasStaticShape())
+      return {};
+    FailureOr<nn::StridedView> made = nn::viewOfChain(chain, type.getShape());
+    if (failed(made) || hazards.next(root, order.position.lookup(chain.front())) < at)
+      return {};
+    view = *made;
+    return root;
+  };
+  auto onlyViewed = [](BlockArgument arg) {
+    return !arg.use_empty() &&
+           llvm::all_of(arg.getUsers(), [](Operation *u) { return nn::isViewOp(u); });
+  };
+
+  SmallVector<Operation *> readers;
+  for (Operation &op : block)
+    if (isa<nn::FusionOp>(op) || nn::isFusibleElementwise(&op))
+      readers.push_back(&op);
+  for (Operation *op : readers) {
+    unsigned at = order.position.lookup(op);
+    SmallVector<Operation *> chain;
+    nn::StridedView view;
+    auto fusion = dyn_cast<nn::FusionOp>(op);
+    if (!fusion) {
+      if (llvm::none_of(op->getOperands(),
+                        [&](Value v) { return static_cast<bool>(absorbable(v, at, chain, view)); }))
+        continue;
+      int64_t before = launchesSaved;
+      fusion = emitFusion({op}); // erases `op`
+      launchesSaved = before;
+      if (!fusion)
+        continue;
+    }
+    Block &body = fusion.getBody().front();
+    ArrayRef<int64_t> shape = fusion.getIterationShape();
+    SmallVector<nn::StridedView> views;
+    for (unsigned i = 0; i < fusion.getNumOperands(); ++i) {
+      BlockArgument arg = body.getArgument(i);
+      // Read elementwise (or measured by a broadcast): a broadcast reads a
+      // block argument itself.
+      if (!fusion.isInputRead(i) || llvm::any_of(arg.getUses(), [](OpOperand &use) {
+            return nn::isViewOp(use.getOwner()) ||
+                   (isa<nn::BroadcastOp>(use.getOwner()) && use.getOperandNumber() == 0);
+          }))
+        continue;
+      Value root = absorbable(fusion.getInputs()[i], at, chain, view);
+      if (!root)
+        continue;
+      views.push_back(view);
+      SmallVector<const nn::StridedView *> all;
+      for (const nn::StridedView &v : views)
+        all.push_back(&v);
+      if (failed(nn::refineDims(shape, all))) {
+        views.pop_back();
+        continue;
+      }
+      // The kernel's argument is the whole of `root` now (the report counts
+      // a kernel's arguments, as a slice's).
+      bytesSaved -= bytesOf(root) - bytesOf(fusion.getInputs()[i]);
+      arg.setType(root.getType());
+      fusion->setOperand(i, root);
+      OpBuilder b = OpBuilder::atBlockBegin(&body);
+      IRMapping mapping;
+      mapping.map(root, arg);
+      Operation *first = nullptr;
+      Value end;
+      for (Operation *link : chain) {
+        Operation *copy = b.clone(*link, mapping);
+        first = first ? first : copy;
+        end = copy->getResult(0);
+      }
+      arg.replaceUsesWithIf(end, [&](OpOperand &use) { return use.getOwner() != first; });
+    }
+    // Two views of one buffer: one argument.
+    for (unsigned j = fusion.getNumOperands(); j-- > 1;)
+      for (unsigned i = 0; i < j; ++i)
+        if (fusion.getInputs()[i] == fusion.getInputs()[j] && onlyViewed(body.getArgument(i)) &&
+            onlyViewed(body.getArgument(j))) {
+          body.getArgument(j).replaceAllUsesWith(body.getArgument(i));
+          bytesSaved += bytesOf(fusion.getInputs()[j]);
+          fusion->eraseOperand(j);
+          body.eraseArgument(j);
+          break;
+        }
+  }
+  auto eraseDeadViews = [&] {
+    for (Operation &op : llvm::make_early_inc_range(llvm::reverse(block.getOperations())))
+      if (nn::isViewOp(&op) && op.use_empty()) {
+        if (nn::isCopyingViewOp(&op)) {
+          launchesSaved += 1;
+          bytesSaved += unfusedBytes(&op);
+        }
+        op.erase();
+      }
+  };
+  eraseDeadViews();
+
+  // Chains of two or more copies read by something else: one copy.
+  for (Operation &op : llvm::make_early_inc_range(block)) {
+    if (!nn::isViewOp(&op) || llvm::all_of(op.getUsers(), nn::isViewOp))
+      continue;
+    SmallVector<Operation *> chain;
+    nn::StridedView view;
+    Value root = absorbable(op.getResult(0), order.position.lookup(&op), chain, view);
+    if (!root || llvm::count_if(chain, nn::isCopyingViewOp) < 2)
+      continue;
+    OpBuilder b(op.getContext());
+    b.setInsertionPointAfter(&op);
+    SmallVector<Location> locs;
+    for (Operation *link : chain)
+      locs.push_back(link->getLoc());
+    Value v = op.getResult(0);
+    auto copy = b.create<nn::FusionOp>(b.getFusedLoc(locs), TypeRange{v.getType()},
+                                       ValueRange{root});
+    Block *body = b.createBlock(&copy.getBody());
+    IRMapping mapping;
+    mapping.map(root, body->addArgument(root.getType(), root.getLoc()));
+    for (Operation *link : chain)
+      b.clone(*link, mapping);
+    b.create<nn::YieldOp>(copy.getLoc(), ValueRange{mapping.lookup(v)});
+    v.replaceUsesWithIf(copy.getResult(0),
+                        [](OpOperand &use) { return !nn::isViewOp(use.getOwner()); });
+    launchesSaved -= 1;
+    bytesSaved -= bytesOf(root) + bytesOf(v);
+  }
+  eraseDeadViews();
 }
 
 /// Reductions take their elementwise prologue: a reduce_sum / reduce_mean of

@@ -213,3 +213,29 @@ func.func @forward(%x: tensor<2x6xf32>, %y: tensor<2xi32>) -> tensor<f32> {
   %4 = nn.softmax_cross_entropy %3, %y label_smoothing 0.0 : tensor<2x6xf32>, tensor<2xi32>
   return %4 : tensor<f32>
 }
+
+// -----
+
+// Tests that a constant broadcast to an activation's shape gets no adjoint
+// (GELU's 1/sqrt(2), attention's scale): its shape_of is only measured, so
+// the gradients of x * c and x / c are dy * c and dy / c alone, with no
+// dy * x or -(dy * y) / c computed for the constant and left unread.
+// CHECK-LABEL: func.func @train_step
+// CHECK: %[[D:.+]] = nn.softmax_cross_entropy_backward
+// CHECK-NEXT: %[[DM:.+]] = nn.div %[[D]], %[[C2:.+]] : tensor<2x3xf32>
+// CHECK-NEXT: %[[DW:.+]] = nn.mul %[[DM]], %[[C1:.+]] : tensor<2x3xf32>
+// CHECK-NEXT: nn.apply_gradient @w, %[[DW]]
+// CHECK-NOT: nn.neg
+// CHECK-NOT: nn.mul
+// CHECK: return
+nn.parameter @w : tensor<2x3xf32> = ones
+func.func @forward(%x: tensor<2x3xf32>, %y: tensor<2xi32>) -> tensor<f32> {
+  %w = nn.load @w : tensor<2x3xf32>
+  %c = nn.constant dense<0.5> : tensor<f32>
+  %c1 = nn.broadcast %c to %w dims [] : tensor<f32>, tensor<2x3xf32>
+  %0 = nn.mul %w, %c1 : tensor<2x3xf32>
+  %c2 = nn.broadcast %c to %0 dims [] : tensor<f32>, tensor<2x3xf32>
+  %1 = nn.div %0, %c2 : tensor<2x3xf32>
+  %2 = nn.softmax_cross_entropy %1, %y label_smoothing 0.0 : tensor<2x3xf32>, tensor<2xi32>
+  return %2 : tensor<f32>
+}

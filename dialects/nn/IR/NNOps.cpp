@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "dialects/nn/IR/NNOps.h"
+#include "dialects/nn/IR/Views.h"
 
 #include "mlir/Dialect/CommonFolders.h"
 #include "mlir/IR/Builders.h"
@@ -1599,7 +1600,7 @@ static bool isFusionReduction(Operation *op) {
 
 ArrayRef<int64_t> FusionOp::getIterationShape() {
   for (Operation &op : getBody().front().without_terminator())
-    if (!isFusionReduction(&op))
+    if (!isFusionReduction(&op) && !isViewOp(&op))
       return llvm::cast<RankedTensorType>(op.getResult(0).getType()).getShape();
   return llvm::cast<RankedTensorType>(getResult(0).getType()).getShape();
 }
@@ -1625,7 +1626,53 @@ LogicalResult FusionOp::verify() {
     return failure();
   ArrayRef<int64_t> shape = getIterationShape();
   ArrayRef<int64_t> reduced = getReducedDims();
+  // Views of inputs: each chain of view ops reads one block argument that
+  // nothing else reads directly, each link read once, and ends in a value of
+  // the iteration shape that the kernel reads through a strided map.
+  SmallVector<StridedView> views;
   for (Operation &op : body.without_terminator()) {
+    if (!isViewOp(&op))
+      continue;
+    Value input = op.getOperand(0);
+    auto arg = llvm::dyn_cast<BlockArgument>(input);
+    if (!arg && !isViewOp(input.getDefiningOp()))
+      return op.emitOpError("in an nn.fusion must view one of its inputs (through views)");
+    if (arg && llvm::any_of(arg.getUsers(), [](Operation *u) { return !isViewOp(u); }))
+      return op.emitOpError("in an nn.fusion must view an input nothing else reads");
+    Value result = op.getResult(0);
+    if (result.use_empty())
+      return op.emitOpError("in an nn.fusion must be read");
+    if (llvm::any_of(result.getUsers(), [](Operation *u) { return isViewOp(u); })) {
+      if (!result.hasOneUse())
+        return op.emitOpError("in an nn.fusion must be read once when a view reads it");
+      continue;
+    }
+    if (llvm::any_of(result.getUses(), [](OpOperand &use) {
+          return llvm::isa<BroadcastOp>(use.getOwner()) && use.getOperandNumber() == 0;
+        }))
+      return op.emitOpError("in an nn.fusion cannot be broadcast");
+    if (llvm::cast<RankedTensorType>(op.getResult(0).getType()).getShape() != shape)
+      return op.emitOpError("in an nn.fusion must end at the iteration shape");
+    SmallVector<Operation *> chain = {&op};
+    while (Operation *def = chain.back()->getOperand(0).getDefiningOp())
+      chain.push_back(def);
+    std::reverse(chain.begin(), chain.end());
+    FailureOr<StridedView> view = viewOfChain(
+        chain, llvm::cast<RankedTensorType>(chain.front()->getOperand(0).getType()).getShape());
+    if (failed(view))
+      return op.emitOpError("in an nn.fusion must be a strided view of its input");
+    views.push_back(*view);
+  }
+  if (!views.empty()) {
+    SmallVector<const StridedView *> ptrs;
+    for (const StridedView &v : views)
+      ptrs.push_back(&v);
+    if (failed(refineDims(shape, ptrs)))
+      return emitOpError("views its inputs with incompatible splits of the iteration space");
+  }
+  for (Operation &op : body.without_terminator()) {
+    if (isViewOp(&op))
+      continue;
     if (isFusionReduction(&op)) {
       ArrayRef<int64_t> dims = isa<ReduceSumOp>(op) ? cast<ReduceSumOp>(op).getDims()
                                                     : cast<ReduceMeanOp>(op).getDims();
@@ -1643,7 +1690,7 @@ LogicalResult FusionOp::verify() {
       if (!llvm::isa<BlockArgument>(broadcast.getInput()))
         return op.emitOpError("in an nn.fusion must broadcast one of its inputs");
     } else if (!isFusibleElementwise(&op)) {
-      return op.emitOpError("cannot be fused: only elementwise ops and broadcasts of "
+      return op.emitOpError("cannot be fused: only elementwise ops, broadcasts and views of "
                             "inputs are");
     }
     if (llvm::cast<RankedTensorType>(op.getResult(0).getType()).getShape() != shape)

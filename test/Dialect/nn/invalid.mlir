@@ -1210,16 +1210,62 @@ func.func @f(%x: tensor<1x8x6x6xf32>) {
 
 // -----
 
-// Tests that an nn.fusion computes only elementwise ops and broadcasts (and
-// reductions at its end).
+// Tests that an nn.fusion computes only elementwise ops, broadcasts and views
+// of inputs (and reductions at its end).
 func.func @fusion_with_library_op(%x: tensor<2x4xf32>) -> tensor<2xi64> {
   %r = nn.fusion %x : tensor<2x4xf32> -> tensor<2xi64> {
   ^bb0(%a: tensor<2x4xf32>):
-    // expected-error@+1 {{cannot be fused: only elementwise ops and broadcasts of inputs are}}
+    // expected-error@+1 {{cannot be fused: only elementwise ops, broadcasts and views of inputs are}}
     %s = nn.argmax %a dim 1 : tensor<2x4xf32>
     nn.yield %s : tensor<2xi64>
   }
   return %r : tensor<2xi64>
+}
+
+// -----
+
+// Tests that a view in an nn.fusion reads an input (through views), not a
+// value the fusion computes.
+func.func @fusion_view_of_computed(%x: tensor<2x3xf32>) -> tensor<3x2xf32> {
+  %r = nn.fusion %x : tensor<2x3xf32> -> tensor<3x2xf32> {
+  ^bb0(%a: tensor<2x3xf32>):
+    %e = nn.exp %a : tensor<2x3xf32>
+    // expected-error@+1 {{in an nn.fusion must view one of its inputs (through views)}}
+    %t = nn.transpose %e permutation [1, 0] : tensor<2x3xf32>
+    %n = nn.neg %t : tensor<3x2xf32>
+    nn.yield %n : tensor<3x2xf32>
+  }
+  return %r : tensor<3x2xf32>
+}
+
+// -----
+
+// Tests that an input a fusion views is read only through views (the kernel
+// takes it flat, through the views' strided maps).
+func.func @fusion_view_and_direct(%x: tensor<3x3xf32>) -> tensor<3x3xf32> {
+  %r = nn.fusion %x : tensor<3x3xf32> -> tensor<3x3xf32> {
+  ^bb0(%a: tensor<3x3xf32>):
+    // expected-error@+1 {{in an nn.fusion must view an input nothing else reads}}
+    %t = nn.transpose %a permutation [1, 0] : tensor<3x3xf32>
+    %s = nn.add %t, %a : tensor<3x3xf32>
+    nn.yield %s : tensor<3x3xf32>
+  }
+  return %r : tensor<3x3xf32>
+}
+
+// -----
+
+// Tests that a chain of views in an nn.fusion ends at the iteration shape.
+func.func @fusion_view_shape(%x: tensor<2x3xf32>, %y: tensor<2x3xf32>) -> tensor<2x3xf32> {
+  %r = nn.fusion %x, %y : tensor<2x3xf32>, tensor<2x3xf32> -> tensor<2x3xf32> {
+  ^bb0(%a: tensor<2x3xf32>, %b: tensor<2x3xf32>):
+    %n = nn.neg %b : tensor<2x3xf32>
+    // expected-error@+1 {{in an nn.fusion must end at the iteration shape}}
+    %t = nn.slice %a dim 1 start 0 size 2 : tensor<2x3xf32>
+    %e = nn.exp %t : tensor<2x2xf32>
+    nn.yield %n : tensor<2x3xf32>
+  }
+  return %r : tensor<2x3xf32>
 }
 
 // -----

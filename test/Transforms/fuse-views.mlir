@@ -1,0 +1,140 @@
+// RUN: graphc-opt %s --graphc-fuse-elementwise --split-input-file | FileCheck %s
+
+// Tests the exporter's q/k split (ViT's MultiheadAttention): the transposes,
+// the slice and the reshapes between the in-projection and the scale-and-cast
+// become strided reads of the projection inside the two kernels; no
+// transpose or slice is left outside a fusion, and no copy of the projection
+// is written.
+// CHECK-LABEL: func.func @qk_split
+// CHECK-SAME: (%[[X:.*]]: tensor<5x2x24xf32>, %[[S:.*]]: tensor<f32>)
+// CHECK: %[[Q:.*]] = nn.fusion %[[S]], %[[X]] : tensor<f32>, tensor<5x2x24xf32> -> tensor<2x2x5x4xf16> {
+// CHECK-NEXT: ^bb0(%{{.*}}: tensor<f32>, %[[A:.*]]: tensor<5x2x24xf32>):
+// CHECK-NEXT: nn.reshape %[[A]] shape [5, 2, 3, 8]
+// CHECK: nn.transpose
+// CHECK: nn.slice %{{.*}} dim 0 start 0 size 1
+// CHECK: nn.transpose %{{.*}} permutation [1, 0, 2]
+// CHECK: nn.mul
+// CHECK-NEXT: nn.cast
+// CHECK-NEXT: nn.yield
+// CHECK: %[[K:.*]] = nn.fusion %{{.*}}, %[[X]] : tensor<f32>, tensor<5x2x24xf32> -> tensor<2x2x4x5xf16> {
+// CHECK: nn.slice %{{.*}} dim 0 start 1 size 1
+// CHECK: nn.transpose %{{.*}} permutation [0, 1, 3, 2]
+// CHECK: nn.cast
+// CHECK-NOT: nn.transpose
+// CHECK-NOT: nn.slice
+// CHECK: return
+func.func @qk_split(%x: tensor<5x2x24xf32>, %s: tensor<f32>) -> (tensor<4x5x4xf16>, tensor<4x4x5xf16>) {
+  %0 = nn.reshape %x shape [5, 2, 3, 8] : tensor<5x2x24xf32>
+  %1 = nn.reshape %0 shape [1, 5, 2, 3, 8] : tensor<5x2x3x8xf32>
+  %2 = nn.transpose %1 permutation [3, 1, 2, 0, 4] : tensor<1x5x2x3x8xf32>
+  %3 = nn.reshape %2 shape [3, 5, 2, 8] : tensor<3x5x2x1x8xf32>
+  %q0 = nn.slice %3 dim 0 start 0 size 1 : tensor<3x5x2x8xf32>
+  %k0 = nn.slice %3 dim 0 start 1 size 1 : tensor<3x5x2x8xf32>
+  %q1 = nn.reshape %q0 shape [5, 4, 4] : tensor<1x5x2x8xf32>
+  %k1 = nn.reshape %k0 shape [5, 4, 4] : tensor<1x5x2x8xf32>
+  %q2 = nn.transpose %q1 permutation [1, 0, 2] : tensor<5x4x4xf32>
+  %k2 = nn.transpose %k1 permutation [1, 0, 2] : tensor<5x4x4xf32>
+  %q3 = nn.reshape %q2 shape [2, 2, 5, 4] : tensor<4x5x4xf32>
+  %k3 = nn.reshape %k2 shape [2, 2, 5, 4] : tensor<4x5x4xf32>
+  %k4 = nn.transpose %k3 permutation [0, 1, 3, 2] : tensor<2x2x5x4xf32>
+  %bq = nn.broadcast %s to %q3 dims [] : tensor<f32>, tensor<2x2x5x4xf32>
+  %q5 = nn.mul %q3, %bq : tensor<2x2x5x4xf32>
+  %bk = nn.broadcast %s to %k4 dims [] : tensor<f32>, tensor<2x2x4x5xf32>
+  %k5 = nn.mul %k4, %bk : tensor<2x2x4x5xf32>
+  // The exporter's reshape before the cast to half: the cast moves above it.
+  %q6 = nn.reshape %q5 shape [4, 5, 4] : tensor<2x2x5x4xf32>
+  %q7 = nn.cast %q6 : tensor<4x5x4xf32> to f16
+  %k6 = nn.reshape %k5 shape [4, 4, 5] : tensor<2x2x4x5xf32>
+  %k7 = nn.cast %k6 : tensor<4x4x5xf32> to f16
+  return %q7, %k7 : tensor<4x5x4xf16>, tensor<4x4x5xf16>
+}
+
+// -----
+
+// Tests a lone cast reading a transpose: one kernel reading the transpose's
+// input, where there were two.
+// CHECK-LABEL: func.func @transpose_cast
+// CHECK: %[[F:.*]] = nn.fusion %{{.*}} : tensor<3x4xf32> -> tensor<4x3xf16> {
+// CHECK-NEXT: ^bb0(%[[A:.*]]: tensor<3x4xf32>):
+// CHECK-NEXT: %[[T:.*]] = nn.transpose %[[A]] permutation [1, 0]
+// CHECK-NEXT: %[[C:.*]] = nn.cast %[[T]]
+// CHECK-NEXT: nn.yield %[[C]]
+// CHECK-NOT: nn.transpose
+// CHECK: return %[[F]]
+func.func @transpose_cast(%x: tensor<3x4xf32>) -> tensor<4x3xf16> {
+  %t = nn.transpose %x permutation [1, 0] : tensor<3x4xf32>
+  %c = nn.cast %t : tensor<4x3xf32> to f16
+  return %c : tensor<4x3xf16>
+}
+
+// -----
+
+// Tests a transpose also read by a library call: the fusion reads through it
+// all the same, and the transpose stays for the matmul.
+// CHECK-LABEL: func.func @shared_transpose
+// CHECK: %[[T:.*]] = nn.transpose %[[X:.*]] permutation [1, 0]
+// CHECK: nn.matmul %[[T]]
+// CHECK: nn.fusion %[[X]] :
+// CHECK: nn.transpose
+// CHECK: nn.relu
+func.func @shared_transpose(%x: tensor<4x4xf32>) -> (tensor<4x4xf32>, tensor<4x4xf32>) {
+  %t = nn.transpose %x permutation [1, 0] : tensor<4x4xf32>
+  %m = nn.matmul %t, %x : tensor<4x4xf32>, tensor<4x4xf32>
+  %r = nn.relu %t : tensor<4x4xf32>
+  return %m, %r : tensor<4x4xf32>, tensor<4x4xf32>
+}
+
+// -----
+
+// Tests two copies read by a library call (a transpose, a slice, a transpose
+// again): one copy, a fusion of the three views.
+// CHECK-LABEL: func.func @copy_chain
+// CHECK: %[[C:.*]] = nn.fusion %[[X:.*]] : tensor<6x4xf32> -> tensor<2x4xf32> {
+// CHECK-NEXT: ^bb0(%[[A:.*]]: tensor<6x4xf32>):
+// CHECK-NEXT: nn.transpose %[[A]]
+// CHECK-NEXT: nn.slice
+// CHECK-NEXT: %[[E:.*]] = nn.transpose
+// CHECK-NEXT: nn.yield %[[E]]
+// CHECK: nn.matmul %[[C]]
+// CHECK-NOT: nn.transpose
+func.func @copy_chain(%x: tensor<6x4xf32>, %w: tensor<4x3xf32>) -> tensor<2x3xf32> {
+  %t = nn.transpose %x permutation [1, 0] : tensor<6x4xf32>
+  %s = nn.slice %t dim 1 start 2 size 2 : tensor<4x6xf32>
+  %u = nn.transpose %s permutation [1, 0] : tensor<4x2xf32>
+  %m = nn.matmul %u, %w : tensor<2x4xf32>, tensor<4x3xf32>
+  return %m : tensor<2x3xf32>
+}
+
+// -----
+
+// Tests that a view is not read past an nn.assign to the state it views: the
+// transpose runs before the assign, and the cast after it reads its copy.
+// CHECK-LABEL: func.func @assigned_state
+// CHECK: %[[T:.*]] = nn.transpose
+// CHECK: nn.assign @s
+// CHECK: nn.cast %[[T]]
+nn.state @s : tensor<2x3xf32> = zeros
+func.func @assigned_state(%v: tensor<2x3xf32>) -> tensor<3x2xf16> {
+  %l = nn.load @s : tensor<2x3xf32>
+  %t = nn.transpose %l permutation [1, 0] : tensor<2x3xf32>
+  nn.assign @s, %v : tensor<2x3xf32>
+  %c = nn.cast %t : tensor<3x2xf32> to f16
+  return %c : tensor<3x2xf16>
+}
+
+// -----
+
+// Tests that a reshape is not sunk when a reader could fuse with the op where
+// it is: the add stays at [2, 6], fused with the exp after it.
+// CHECK-LABEL: func.func @no_sink_before_fusible
+// CHECK: %[[R:.*]] = nn.reshape
+// CHECK: nn.fusion %[[R]]
+// CHECK: nn.add
+// CHECK-NEXT: nn.exp
+func.func @no_sink_before_fusible(%x: tensor<3x4xf32>) -> tensor<2x6xf32> {
+  %e = nn.exp %x : tensor<3x4xf32>
+  %r = nn.reshape %e shape [2, 6] : tensor<3x4xf32>
+  %a = nn.add %r, %r : tensor<2x6xf32>
+  %b = nn.exp %a : tensor<2x6xf32>
+  return %b : tensor<2x6xf32>
+}
