@@ -14,6 +14,7 @@
 #include "dialects/nn/IR/NNOps.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Matchers.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 #define DEBUG_TYPE "graphc-autodiff"
@@ -83,7 +84,72 @@ private:
     Value g = grad();
     auto [it, inserted] = adjoints.try_emplace(v, g);
     if (!inserted)
-      it->second = b.create<nn::AddOp>(g.getLoc(), it->second, g);
+      it->second = sum(g.getLoc(), it->second, g);
+  }
+
+  /// Whether `v` is zeros the rules built (a 0 broadcast, or a slice of one).
+  static bool isZeros(Value v) {
+    Operation *def = v.getDefiningOp();
+    while (auto slice = llvm::dyn_cast_or_null<nn::SliceOp>(def))
+      def = slice.getInput().getDefiningOp();
+    auto broadcast = llvm::dyn_cast_or_null<nn::BroadcastOp>(def);
+    DenseFPElementsAttr value;
+    return broadcast && matchPattern(broadcast.getInput(), m_Constant(&value)) &&
+           value.isSplat() && value.getSplatValue<APFloat>().isZero();
+  }
+
+  /// a + g. When both are the slice rule's zero-padded concats along one dim
+  /// (the adjoint of a tensor several slices read, as the q, k and v of a
+  /// packed projection), the concat of the pieces' sums instead, a piece of
+  /// zeros adding nothing: concat(dq, dk, dv), not two adds of three
+  /// mostly-zero tensors of the whole shape. The concats summed into it are
+  /// dead then, and erased at the end.
+  Value sum(Location loc, Value a, Value g) {
+    auto ca = a.getDefiningOp<nn::ConcatOp>(), cg = g.getDefiningOp<nn::ConcatOp>();
+    if (!ca || !cg || ca.getDim() != cg.getDim() || a.getType() != g.getType())
+      return b.create<nn::AddOp>(loc, a, g);
+    const int64_t dim = ca.getDim();
+    auto extent = [&](Value v) { return typeOf(v).getDimSize(dim); };
+    // The boundaries of both concats' pieces.
+    SmallVector<int64_t> cuts = {0};
+    for (nn::ConcatOp c : {ca, cg}) {
+      int64_t at = 0;
+      for (Value piece : c.getInputs())
+        cuts.push_back(at += extent(piece));
+    }
+    llvm::sort(cuts);
+    cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+    // The part [from, to) of `c`: a whole piece, or a slice of zeros.
+    auto part = [&](nn::ConcatOp c, int64_t from, int64_t to) -> Value {
+      int64_t at = 0;
+      for (Value piece : c.getInputs()) {
+        int64_t end = at + extent(piece);
+        if (from >= at && to <= end) {
+          if (from == at && to == end)
+            return piece;
+          if (!isZeros(piece))
+            return Value();
+          return b.create<nn::SliceOp>(loc, piece, dim, from - at, to - from);
+        }
+        at = end;
+      }
+      return Value();
+    };
+    SmallVector<std::pair<Value, Value>> parts;
+    for (size_t i = 0; i + 1 < cuts.size(); ++i) {
+      Value x = part(ca, cuts[i], cuts[i + 1]), y = part(cg, cuts[i], cuts[i + 1]);
+      if (!x || !y)
+        return b.create<nn::AddOp>(loc, a, g);
+      parts.push_back({x, y});
+    }
+    SmallVector<Value> sums;
+    for (auto [x, y] : parts)
+      sums.push_back(isZeros(y)   ? x
+                     : isZeros(x) ? y
+                                  : b.create<nn::AddOp>(loc, x, y).getResult());
+    if (sums.size() == 1)
+      return sums.front();
+    return b.create<nn::ConcatOp>(loc, sums, dim);
   }
 
   Value zerosLike(Location loc, Value like) { return splatLike(b, loc, like, 0.0); }
@@ -537,6 +603,11 @@ struct AutodiffPass : impl::AutodiffBase<AutodiffPass> {
         b.create<nn::ApplyGradientOp>(load.getLoc(), load.getVariable(), sum,
                                       /*grad_scale=*/Value(), /*skip=*/Value());
     }
+
+    // What no gradient reads (the concats sum merged into others).
+    for (Operation &op : llvm::make_early_inc_range(llvm::reverse(body.getOperations())))
+      if (isOpTriviallyDead(&op))
+        op.erase();
 
     for (auto param : module.getOps<nn::ParameterOp>())
       if (!gradients.count(param.getSymName())) {

@@ -151,6 +151,7 @@ public:
       fuseBlock(func.getBody().front());
       absorbReductions(func.getBody().front());
       mergeReductionPasses(func.getBody().front());
+      absorbConsumers(func.getBody().front());
       absorbViews(func.getBody().front());
       batchUpdates(func.getBody().front());
       savings.push_back(b.getNamedAttr(
@@ -166,6 +167,7 @@ private:
   void splitBroadcasts(Block &block);
   void fuseBlock(Block &block);
   nn::FusionOp emitFusion(ArrayRef<Operation *> members);
+  void absorbConsumers(Block &block);
   void absorbViews(Block &block);
   void absorbReductions(Block &block);
   void mergeReductionPasses(Block &block);
@@ -541,6 +543,136 @@ nn::FusionOp FuseElementwisePass::emitFusion(ArrayRef<Operation *> members) {
   return fusion;
 }
 
+/// A lone elementwise op whose operands a fusion computes, or that were
+/// computed before that fusion and do not change until the op, joins it as
+/// one more result: a reduction reading the fusion closed its group before
+/// the op could join (backward's cast to half of a gradient whose bias
+/// gradient the fusion also sums), and the value the op read from memory
+/// stays in registers (and is no result of the fusion any more when nothing
+/// else reads it). A broadcast only the op reads moves in with it. The op
+/// runs at the fusion's position, earlier than before: legal, since what it
+/// reads is there and unchanged. Only when nothing but views, constants,
+/// loads, broadcasts and collectives lies between the two (at most 64 ops),
+/// so no value lives longer than it did by more than that (a backward op
+/// reading a forward fusion's result stays in backward).
+void FuseElementwisePass::absorbConsumers(Block &block) {
+  ProgramOrder order(block);
+  Hazards hazards(order);
+  SmallVector<Operation *> lone;
+  for (Operation &op : block)
+    if (nn::isFusibleElementwise(&op))
+      lone.push_back(&op);
+  for (Operation *op : lone) {
+    unsigned at = order.position.lookup(op);
+    nn::FusionOp fusion;
+    for (Value operand : op->getOperands())
+      if (auto producer = operand.getDefiningOp<nn::FusionOp>())
+        if (!fusion || fusion->isBeforeInBlock(producer))
+          fusion = producer;
+    if (!fusion || llvm::cast<RankedTensorType>(op->getResult(0).getType()).getShape() !=
+                       fusion.getIterationShape())
+      continue;
+    unsigned from = order.position.lookup(fusion);
+    if (at - from > 64 || !llvm::all_of(ArrayRef(order.ops).slice(from + 1, at - from - 1),
+                                        [](Operation *between) {
+                                          return nn::isViewOp(between) ||
+                                                 isa<nn::ConstantOp, nn::LoadOp,
+                                                     nn::BroadcastOp>(between) ||
+                                                 between->getName().getDialectNamespace() == "dist";
+                                        }))
+      continue;
+    auto yield = cast<nn::YieldOp>(fusion.getBody().front().getTerminator());
+    // What the op reads: the fusion's (non-reduced) results, values from
+    // before it, and broadcasts of such that only the op reads.
+    SmallVector<Operation *> moved; // broadcasts to move in, then the op
+    bool legal = true;
+    auto available = [&](Value v) {
+      if (v.getDefiningOp() == fusion.getOperation())
+        return !isa_and_nonnull<nn::ReduceSumOp, nn::ReduceMeanOp>(
+            yield.getValues()[cast<OpResult>(v).getResultNumber()].getDefiningOp());
+      Operation *def = v.getDefiningOp();
+      return (!def || def->isBeforeInBlock(fusion)) && hazards.next(v, from) > at;
+    };
+    for (Value operand : op->getOperands()) {
+      auto broadcast = operand.getDefiningOp<nn::BroadcastOp>();
+      if (broadcast && broadcast->hasOneUse() && !available(operand)) {
+        legal &= available(broadcast.getInput()) && available(broadcast.getShapeOf());
+        moved.push_back(broadcast);
+        continue;
+      }
+      legal &= available(operand);
+    }
+    if (!legal)
+      continue;
+    moved.push_back(op);
+    // The merged boundary: the fusion's inputs, then what the moved ops read
+    // from outside it; its results still read elsewhere, then the op's.
+    llvm::SetVector<Value> inputs(fusion.getInputs().begin(), fusion.getInputs().end());
+    for (Operation *m : moved)
+      for (Value operand : m->getOperands())
+        if (operand.getDefiningOp() != fusion.getOperation() &&
+            !llvm::is_contained(moved, operand.getDefiningOp()))
+          inputs.insert(operand);
+    SmallVector<Value> kept;
+    int64_t droppedBytes = 0;
+    for (Value r : fusion.getResults()) {
+      if (llvm::any_of(r.getUsers(), [&](Operation *u) { return u != op; }))
+        kept.push_back(r);
+      else
+        droppedBytes += bytesOf(r);
+    }
+    if (static_cast<int64_t>(inputs.size() + kept.size() + 1) > maxOperands)
+      continue;
+    OpBuilder b(fusion);
+    SmallVector<Type> types;
+    for (Value r : kept)
+      types.push_back(r.getType());
+    types.push_back(op->getResult(0).getType());
+    SmallVector<Location> locs = {fusion.getLoc()};
+    for (Operation *m : moved)
+      locs.push_back(m->getLoc());
+    auto merged = b.create<nn::FusionOp>(b.getFusedLoc(locs), types, inputs.getArrayRef());
+    Block *body = b.createBlock(&merged.getBody());
+    IRMapping mapping;
+    for (Value input : inputs)
+      mapping.map(input, body->addArgument(input.getType(), input.getLoc()));
+    for (auto [arg, input] :
+         llvm::zip(fusion.getBody().front().getArguments(), fusion.getInputs()))
+      mapping.map(arg, mapping.lookup(input));
+    for (Operation &inner : fusion.getBody().front().without_terminator())
+      b.clone(inner, mapping);
+    for (auto [r, v] : llvm::zip(fusion.getResults(), yield.getValues()))
+      mapping.map(r, mapping.lookup(v));
+    for (Operation *m : moved)
+      b.clone(*m, mapping);
+    SmallVector<Value> yielded;
+    for (Value r : kept)
+      yielded.push_back(mapping.lookup(r));
+    yielded.push_back(mapping.lookup(op->getResult(0)));
+    b.create<nn::YieldOp>(merged.getLoc(), yielded);
+
+    // The op's launch and its reads of the fusion's results; their writes
+    // when nothing else reads them.
+    int64_t reread = 0;
+    for (Value operand : op->getOperands())
+      if (operand.getDefiningOp() == fusion.getOperation() ||
+          llvm::is_contained(fusion.getInputs(), operand))
+        reread += bytesOf(operand);
+    launchesSaved += static_cast<int64_t>(moved.size());
+    bytesSaved += reread + droppedBytes;
+    for (Operation *m : moved)
+      if (isa<nn::BroadcastOp>(m))
+        bytesSaved += unfusedBytes(m) - bytesOf(m->getOperand(0));
+    for (auto [r, m] : llvm::zip(kept, merged.getResults().drop_back()))
+      r.replaceAllUsesWith(m);
+    op->getResult(0).replaceAllUsesWith(merged.getResults().back());
+    for (Operation *m : llvm::reverse(moved))
+      m->erase();
+    fusion.erase();
+    order.position[merged] = from;
+  }
+}
+
 /// The chain of view ops `v` is the end of, outermost first (empty when `v`
 /// is no view's result), and the value the chain starts from.
 Value viewChain(Value v, SmallVectorImpl<Operation *> &chain) {
@@ -632,8 +764,8 @@ void FuseElementwisePass::sinkReshapes(Block &block) {
 /// Transposes and slices (with the reshapes between them) that only
 /// rearrange a kernel's input become its strided reads (Views.h): the kernel
 /// reads the chain's start where the chain would have written a copy for it
-/// to read back. A lone elementwise op reading such a chain becomes a
-/// one-member fusion first (the same kernel). A chain still read by a
+/// to read back. A lone elementwise op or f32 reduction reading such a chain
+/// becomes a one-member fusion first (the same kernel). A chain still read by a
 /// library call or a copy (attention's q, a matmul's operand) becomes one
 /// copy when it made two or more. What the chain read must not change in
 /// between (an nn.assign, an in-place allreduce): such a chain stays.
@@ -662,9 +794,13 @@ void FuseElementwisePass::absorbViews(Block &block) {
            llvm::all_of(arg.getUsers(), [](Operation *u) { return nn::isViewOp(u); });
   };
 
+  // Fusions, and the lone ops that would be one: an elementwise op, a
+  // reduction of f32 values (a bias gradient summed from a transposed copy).
   SmallVector<Operation *> readers;
   for (Operation &op : block)
-    if (isa<nn::FusionOp>(op) || nn::isFusibleElementwise(&op))
+    if (isa<nn::FusionOp>(op) || nn::isFusibleElementwise(&op) ||
+        (isa<nn::ReduceSumOp, nn::ReduceMeanOp>(op) &&
+         llvm::cast<RankedTensorType>(op.getOperand(0).getType()).getElementType().isF32()))
       readers.push_back(&op);
   for (Operation *op : readers) {
     unsigned at = order.position.lookup(op);

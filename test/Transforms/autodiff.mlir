@@ -239,3 +239,26 @@ func.func @forward(%x: tensor<2x3xf32>, %y: tensor<2xi32>) -> tensor<f32> {
   %2 = nn.softmax_cross_entropy %1, %y label_smoothing 0.0 : tensor<2x3xf32>, tensor<2xi32>
   return %2 : tensor<f32>
 }
+
+// -----
+
+// Tests the adjoint of a tensor three slices read (a packed q/k/v
+// projection): the slice rule's zero-padded concats are summed piecewise
+// into one concat of the three gradients, with no add and no zeros left.
+// CHECK-LABEL: func.func @train_step
+// CHECK: %[[D:.+]] = nn.softmax_cross_entropy_backward
+// CHECK: %[[C:.+]] = nn.concat %{{.+}}, %{{.+}}, %{{.+}} dim 1 : tensor<2x2xf32>, tensor<2x2xf32>, tensor<2x2xf32>
+// CHECK-NOT: nn.add
+// CHECK-NOT: nn.broadcast
+// CHECK: nn.apply_gradient @w, %[[C]]
+nn.parameter @w : tensor<2x6xf32> = ones
+func.func @forward(%x: tensor<2x6xf32>, %y: tensor<2xi32>) -> tensor<f32> {
+  %w = nn.load @w : tensor<2x6xf32>
+  %q = nn.slice %w dim 1 start 0 size 2 : tensor<2x6xf32>
+  %k = nn.slice %w dim 1 start 2 size 2 : tensor<2x6xf32>
+  %v = nn.slice %w dim 1 start 4 size 2 : tensor<2x6xf32>
+  %0 = nn.mul %q, %k : tensor<2x2xf32>
+  %1 = nn.mul %0, %v : tensor<2x2xf32>
+  %2 = nn.softmax_cross_entropy %1, %y label_smoothing 0.0 : tensor<2x2xf32>, tensor<2xi32>
+  return %2 : tensor<f32>
+}

@@ -138,3 +138,59 @@ func.func @no_sink_before_fusible(%x: tensor<3x4xf32>) -> tensor<2x6xf32> {
   %b = nn.exp %a : tensor<2x6xf32>
   return %b : tensor<2x6xf32>
 }
+
+// -----
+
+// Tests a reduction reading a transpose (a bias gradient summed over a
+// [L, N] -> [N, L] copy): a one-member fusion reading through the view.
+// CHECK-LABEL: func.func @reduce_view
+// CHECK: %[[F:.*]] = nn.fusion %{{.*}} : tensor<3x4x5xf32> -> tensor<5xf32> {
+// CHECK-NEXT: ^bb0(%[[A:.*]]: tensor<3x4x5xf32>):
+// CHECK-NEXT: %[[T:.*]] = nn.transpose %[[A]] permutation [1, 0, 2]
+// CHECK-NEXT: %[[R:.*]] = nn.reshape %[[T]] shape [12, 5]
+// CHECK-NEXT: %[[S:.*]] = nn.reduce_sum %[[R]] dims [0]
+// CHECK-NEXT: nn.yield %[[S]]
+// CHECK-NOT: nn.transpose
+func.func @reduce_view(%x: tensor<3x4x5xf32>) -> tensor<5xf32> {
+  %t = nn.transpose %x permutation [1, 0, 2] : tensor<3x4x5xf32>
+  %r = nn.reshape %t shape [12, 5] : tensor<4x3x5xf32>
+  %s = nn.reduce_sum %r dims [0] : tensor<12x5xf32>
+  return %s : tensor<5xf32>
+}
+
+// -----
+
+// Tests a cast after a fusion whose result a reduction also sums (backward's
+// gradient, cast to half for the next GEMM, its bias gradient summed): the
+// reduction closes the group before the cast, which then joins the fusion
+// as one more result, and the f32 gradient is no result any more.
+// CHECK-LABEL: func.func @cast_after_reduction
+// CHECK: %[[F:.*]]:2 = nn.fusion %{{.*}}, %{{.*}} : tensor<4x6xf32>, tensor<4x6xf32> -> tensor<6xf32>, tensor<4x6xf16> {
+// CHECK: nn.mul
+// CHECK: nn.reduce_sum
+// CHECK: nn.cast
+// CHECK: nn.yield
+// CHECK-NOT: nn.cast
+// CHECK: return %[[F]]#0, %[[F]]#1
+func.func @cast_after_reduction(%x: tensor<4x6xf32>, %y: tensor<4x6xf32>) -> (tensor<6xf32>, tensor<4x6xf16>) {
+  %m = nn.mul %x, %y : tensor<4x6xf32>
+  %s = nn.reduce_sum %m dims [0] : tensor<4x6xf32>
+  %c = nn.cast %m : tensor<4x6xf32> to f16
+  return %s, %c : tensor<6xf32>, tensor<4x6xf16>
+}
+
+// -----
+
+// Tests that an op far from the fusion whose result it reads (here, after a
+// GEMM: backward reading a forward value) is not pulled into it.
+// CHECK-LABEL: func.func @far_consumer
+// CHECK: nn.fusion
+// CHECK: nn.matmul
+// CHECK: nn.cast
+func.func @far_consumer(%x: tensor<4x4xf32>, %y: tensor<4x4xf32>) -> (tensor<4xf32>, tensor<4x4xf32>, tensor<4x4xf16>) {
+  %m = nn.mul %x, %y : tensor<4x4xf32>
+  %s = nn.reduce_sum %m dims [0] : tensor<4x4xf32>
+  %g = nn.matmul %m, %y : tensor<4x4xf32>, tensor<4x4xf32>
+  %c = nn.cast %m : tensor<4x4xf32> to f16
+  return %s, %g, %c : tensor<4xf32>, tensor<4x4xf32>, tensor<4x4xf16>
+}

@@ -1602,6 +1602,10 @@ ArrayRef<int64_t> FusionOp::getIterationShape() {
   for (Operation &op : getBody().front().without_terminator())
     if (!isFusionReduction(&op) && !isViewOp(&op))
       return llvm::cast<RankedTensorType>(op.getResult(0).getType()).getShape();
+  // Only views and reductions: what the reductions read.
+  for (Operation &op : getBody().front().without_terminator())
+    if (isFusionReduction(&op))
+      return llvm::cast<RankedTensorType>(op.getOperand(0).getType()).getShape();
   return llvm::cast<RankedTensorType>(getResult(0).getType()).getShape();
 }
 

@@ -1270,15 +1270,18 @@ func.func @fusion_view_shape(%x: tensor<2x3xf32>, %y: tensor<2x3xf32>) -> tensor
 
 // -----
 
-// Tests that a reduction in an nn.fusion reduces a value of the iteration shape.
-func.func @fusion_reduction_shape(%x: tensor<4xf32>) -> tensor<f32> {
-  %r = nn.fusion %x : tensor<4xf32> -> tensor<f32> {
-  ^bb0(%a: tensor<4xf32>):
+// Tests that a reduction in an nn.fusion reduces a value of the iteration
+// shape (the elementwise ops' shape; a fusion of a reduction alone iterates
+// over what it reduces).
+func.func @fusion_reduction_shape(%x: tensor<4xf32>, %y: tensor<2x2xf32>) -> (tensor<4xf32>, tensor<f32>) {
+  %r:2 = nn.fusion %x, %y : tensor<4xf32>, tensor<2x2xf32> -> tensor<4xf32>, tensor<f32> {
+  ^bb0(%a: tensor<4xf32>, %b: tensor<2x2xf32>):
+    %e = nn.exp %a : tensor<4xf32>
     // expected-error@+1 {{in an nn.fusion must reduce a value of the iteration shape}}
-    %s = nn.reduce_sum %a dims [0] : tensor<4xf32>
-    nn.yield %s : tensor<f32>
+    %s = nn.reduce_sum %b dims [0, 1] : tensor<2x2xf32>
+    nn.yield %e, %s : tensor<4xf32>, tensor<f32>
   }
-  return %r : tensor<f32>
+  return %r#0, %r#1 : tensor<4xf32>, tensor<f32>
 }
 
 // -----

@@ -262,6 +262,18 @@ CASES = {
         f"%r = nn.slice %c dim 1 start 3 size 3 : {t((N, 6, 5, 5))}",
         f"%y = nn.concat %r, %l, %a dim 2 : {t(A)}, {t(A)}, {t(A)}"],
         lambda p, a, b: np.concatenate([b, a, a], axis=2)),
+    # Three slices of one tensor, two overlapping: autodiff sums the slice
+    # rule's zero-padded concats piece by piece (a packed q/k/v projection's
+    # gradient is one concat), splitting zero pieces where the windows cut.
+    "packed_slices": ({}, lambda: [
+        f"%c = nn.concat %a, %b dim 1 : {t(A)}, {t(A)}",
+        f"%q = nn.slice %c dim 1 start 0 size 2 : {t((N, 6, 5, 5))}",
+        f"%k = nn.slice %c dim 1 start 2 size 2 : {t((N, 6, 5, 5))}",
+        f"%v = nn.slice %c dim 1 start 1 size 2 : {t((N, 6, 5, 5))}",
+        f"%p = nn.mul %q, %k : {t((N, 2, 5, 5))}",
+        f"%y = nn.concat %p, %v dim 1 : {t((N, 2, 5, 5))}, {t((N, 2, 5, 5))}"],
+        lambda p, a, b: (lambda c: np.concatenate([c[:, 0:2] * c[:, 2:4], c[:, 1:3]],
+                                                  axis=1))(np.concatenate([a, b], axis=1))),
     "max": ({}, lambda: [f"%y = nn.max %a, %b : {t(A)}"],
             lambda p, a, b: np.maximum(a, b)),
     "select_cmp": ({}, lambda: [
