@@ -784,7 +784,8 @@ void FuseElementwisePass::absorbViews(Block &block) {
     if (!type || !type.hasStaticShape())
       return {};
     FailureOr<nn::StridedView> made = nn::viewOfChain(chain, type.getShape());
-    if (failed(made) || hazards.next(root, order.position.lookup(chain.front())) < at)
+    if (failed(made) || hazards.next(root, order.position.lookup(chain.front())) < at ||
+        made->isPrefix(type.getNumElements()))
       return {};
     view = *made;
     return root;

@@ -194,3 +194,19 @@ func.func @far_consumer(%x: tensor<4x4xf32>, %y: tensor<4x4xf32>) -> (tensor<4xf
   %c = nn.cast %m : tensor<4x4xf32> to f16
   return %s, %g, %c : tensor<4xf32>, tensor<4x4xf32>, tensor<4x4xf16>
 }
+
+// -----
+
+// Tests that a slice of a prefix (the outermost dim from 0) stays a copy: a
+// kernel argument is a whole buffer, and linalg would take the loop bound
+// from it.
+// CHECK-LABEL: func.func @prefix_slice
+// CHECK: %[[S:.*]] = nn.slice %{{.*}} dim 0 start 0 size 2
+// CHECK: nn.fusion %[[S]]
+// CHECK-NOT: nn.slice
+func.func @prefix_slice(%x: tensor<4x16xf32>) -> tensor<2x16xf16> {
+  %s = nn.slice %x dim 0 start 0 size 2 : tensor<4x16xf32>
+  %e = nn.exp %s : tensor<2x16xf32>
+  %c = nn.cast %e : tensor<2x16xf32> to f16
+  return %c : tensor<2x16xf16>
+}

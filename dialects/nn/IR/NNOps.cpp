@@ -1665,6 +1665,10 @@ LogicalResult FusionOp::verify() {
         chain, llvm::cast<RankedTensorType>(chain.front()->getOperand(0).getType()).getShape());
     if (failed(view))
       return op.emitOpError("in an nn.fusion must be a strided view of its input");
+    if (view->isPrefix(
+            llvm::cast<RankedTensorType>(chain.front()->getOperand(0).getType()).getNumElements()))
+      return op.emitOpError("in an nn.fusion cannot read a prefix of its input in order "
+                            "(a contiguous copy, not a view)");
     views.push_back(*view);
   }
   if (!views.empty()) {

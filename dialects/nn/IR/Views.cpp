@@ -100,6 +100,14 @@ bool StridedView::isIdentity() const {
   return true;
 }
 
+int64_t StridedView::extent() const {
+  int64_t last = offset;
+  for (const Factors &dim : dims)
+    for (const ViewFactor &f : dim)
+      last += (f.size - 1) * f.stride;
+  return last + 1;
+}
+
 bool isViewOp(Operation *op) {
   return llvm::isa<ReshapeOp, FlattenOp, TransposeOp, SliceOp>(op);
 }

@@ -42,8 +42,16 @@ struct StridedView {
   /// A row-major tensor of `shape`, viewed as itself.
   static StridedView rowMajor(llvm::ArrayRef<int64_t> shape);
   /// Whether it reads its buffer in order from its start (a copy would be a
-  /// no-op).
+  /// no-op, or a prefix of the buffer).
   bool isIdentity() const;
+  /// One past the furthest element it reads.
+  int64_t extent() const;
+  /// Whether it reads the first elements of a buffer of `elements`, in
+  /// order, and not all of them (a slice of the outermost dim from 0): no
+  /// kernel reads through such a view, since linalg would take the loop's
+  /// bound from the whole buffer a kernel argument must be. Its copy is a
+  /// contiguous one.
+  bool isPrefix(int64_t elements) const { return isIdentity() && extent() < elements; }
 };
 
 /// nn.reshape, nn.flatten, nn.transpose, nn.slice.

@@ -1255,6 +1255,21 @@ func.func @fusion_view_and_direct(%x: tensor<3x3xf32>) -> tensor<3x3xf32> {
 
 // -----
 
+// Tests that a view in an nn.fusion does not read a prefix of its input in
+// order (a kernel argument is the whole buffer; that read is a copy's).
+func.func @fusion_view_prefix(%x: tensor<4x16xf32>) -> tensor<2x16xf32> {
+  %r = nn.fusion %x : tensor<4x16xf32> -> tensor<2x16xf32> {
+  ^bb0(%a: tensor<4x16xf32>):
+    // expected-error@+1 {{in an nn.fusion cannot read a prefix of its input in order (a contiguous copy, not a view)}}
+    %s = nn.slice %a dim 0 start 0 size 2 : tensor<4x16xf32>
+    %e = nn.exp %s : tensor<2x16xf32>
+    nn.yield %e : tensor<2x16xf32>
+  }
+  return %r : tensor<2x16xf32>
+}
+
+// -----
+
 // Tests that a chain of views in an nn.fusion ends at the iteration shape.
 func.func @fusion_view_shape(%x: tensor<2x3xf32>, %y: tensor<2x3xf32>) -> tensor<2x3xf32> {
   %r = nn.fusion %x, %y : tensor<2x3xf32>, tensor<2x3xf32> -> tensor<2x3xf32> {
