@@ -16,6 +16,7 @@
 #include "dialects/nn/IR/Views.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/IRMapping.h"
+#include "mlir/IR/Verifier.h"
 #include "llvm/ADT/SetVector.h"
 #include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/StringMap.h"
@@ -153,6 +154,7 @@ public:
       mergeReductionPasses(func.getBody().front());
       absorbConsumers(func.getBody().front());
       absorbViews(func.getBody().front());
+      mergeSiblings(func.getBody().front());
       batchUpdates(func.getBody().front());
       savings.push_back(b.getNamedAttr(
           func.getSymName(), b.getDenseI64ArrayAttr({launchesSaved, bytesSaved})));
@@ -169,6 +171,7 @@ private:
   nn::FusionOp emitFusion(ArrayRef<Operation *> members);
   void absorbConsumers(Block &block);
   void absorbViews(Block &block);
+  void mergeSiblings(Block &block);
   void absorbReductions(Block &block);
   void mergeReductionPasses(Block &block);
   void batchUpdates(Block &block);
@@ -911,6 +914,171 @@ void FuseElementwisePass::absorbViews(Block &block) {
     bytesSaved -= bytesOf(root) + bytesOf(v);
   }
   eraseDeadViews();
+}
+
+/// The values both fusions read (not only measure).
+SmallVector<Value> sharedReads(nn::FusionOp a, nn::FusionOp b) {
+  SmallVector<Value> shared;
+  for (auto [i, v] : llvm::enumerate(b.getInputs())) {
+    if (!b.isInputRead(i) || llvm::is_contained(shared, v))
+      continue;
+    for (auto [j, w] : llvm::enumerate(a.getInputs()))
+      if (w == v && a.isInputRead(j)) {
+        shared.push_back(v);
+        break;
+      }
+  }
+  return shared;
+}
+
+/// Two fusions reading one buffer over the same iteration space, the later
+/// computing no reduction, become one kernel at the earlier one's position
+/// when nothing but views, constants, loads, broadcasts and collectives lies
+/// between them (at most 64 ops) and what the later one reads is there and
+/// unchanged: the buffer is read once (a gradient summed into its bias
+/// gradient and cast to half for the next GEMM, both through one transpose).
+void FuseElementwisePass::mergeSiblings(Block &block) {
+  ProgramOrder order(block);
+  Hazards hazards(order);
+  SmallVector<Operation *> &ops = order.ops; // slots of merged fusions updated
+  for (unsigned at = 0; at < ops.size(); ++at) {
+    auto second = dyn_cast_or_null<nn::FusionOp>(ops[at]);
+    if (!second || !second.getReducedDims().empty())
+      continue;
+    nn::FusionOp first;
+    unsigned from = at;
+    for (unsigned i = at; i-- > 0 && at - i <= 64;) {
+      Operation *op = ops[i];
+      if (!op)
+        continue;
+      if (auto fusion = dyn_cast<nn::FusionOp>(op)) {
+        if (!sharedReads(fusion, second).empty()) {
+          first = fusion;
+          from = i;
+        }
+        break;
+      }
+      if (!nn::isViewOp(op) && !isa<nn::ConstantOp, nn::LoadOp, nn::BroadcastOp>(op) &&
+          op->getName().getDialectNamespace() != "dist")
+        break;
+    }
+    if (!first)
+      continue;
+    // The later one at the earlier one's iteration shape: the same elements
+    // in the same order, when it computes elementwise on views only (its
+    // views end in a reshape more, its results are reshaped back).
+    ArrayRef<int64_t> shape = first.getIterationShape();
+    bool reshaped = second.getIterationShape() != shape;
+    if (reshaped &&
+        (ShapedType::getNumElements(second.getIterationShape()) !=
+             ShapedType::getNumElements(shape) ||
+         llvm::any_of(second.getBody().front().getArguments(),
+                      [](BlockArgument arg) {
+                        return llvm::any_of(arg.getUsers(),
+                                            [](Operation *u) { return !nn::isViewOp(u); });
+                      }) ||
+         llvm::any_of(second.getBody().front().without_terminator(), [](Operation &op) {
+           return !nn::isViewOp(&op) && !nn::isFusibleElementwise(&op);
+         })))
+      continue;
+    Block &firstBody = first.getBody().front(), &secondBody = second.getBody().front();
+    auto onlyViewed = [](BlockArgument arg) {
+      return llvm::all_of(arg.getUsers(), [](Operation *u) { return nn::isViewOp(u); });
+    };
+    bool legal = true;
+    for (auto [input, arg] : llvm::zip(second.getInputs(), secondBody.getArguments())) {
+      if (input.getDefiningOp() == first.getOperation()) {
+        legal = false; // a consumer, not a sibling
+        break;
+      }
+      Operation *def = input.getDefiningOp();
+      legal &= (!def || def->isBeforeInBlock(first)) && hazards.next(input, from) > at;
+      // One argument for a buffer both read: both through views or neither.
+      for (auto [other, otherArg] : llvm::zip(first.getInputs(), firstBody.getArguments()))
+        if (other == input)
+          legal &= onlyViewed(arg) == onlyViewed(otherArg);
+    }
+    if (!legal)
+      continue;
+    llvm::SetVector<Value> inputs(first.getInputs().begin(), first.getInputs().end());
+    inputs.insert(second.getInputs().begin(), second.getInputs().end());
+    if (static_cast<int64_t>(inputs.size() + first.getNumResults() + second.getNumResults()) >
+        maxOperands)
+      continue;
+    OpBuilder b(first);
+    SmallVector<Type> types(first.getResultTypes());
+    for (Type type : second.getResultTypes())
+      types.push_back(llvm::cast<RankedTensorType>(type).clone(shape));
+    auto merged = b.create<nn::FusionOp>(b.getFusedLoc({first.getLoc(), second.getLoc()}),
+                                         types, inputs.getArrayRef());
+    Block *body = b.createBlock(&merged.getBody());
+    DenseMap<Value, Value> argOf;
+    for (Value input : inputs)
+      argOf[input] = body->addArgument(input.getType(), input.getLoc());
+    SmallVector<Value> yielded;
+    for (nn::FusionOp part : {first, second}) {
+      IRMapping mapping;
+      for (auto [arg, input] : llvm::zip(part.getBody().front().getArguments(), part.getInputs()))
+        mapping.map(arg, argOf.lookup(input));
+      for (Operation &inner : part.getBody().front().without_terminator()) {
+        if (part == first || !reshaped) {
+          b.clone(inner, mapping);
+          continue;
+        }
+        if (nn::isViewOp(&inner)) {
+          Operation *copy = b.clone(inner, mapping);
+          if (llvm::none_of(inner.getUsers(), [](Operation *u) { return nn::isViewOp(u); })) {
+            // A chain's end: one reshape more, to the iteration shape.
+            auto type = llvm::cast<RankedTensorType>(copy->getResult(0).getType());
+            mapping.map(inner.getResult(0),
+                        b.create<nn::ReshapeOp>(inner.getLoc(), type.clone(shape),
+                                                copy->getResult(0),
+                                                b.getDenseI64ArrayAttr(shape))
+                            .getResult());
+          }
+          continue;
+        }
+        SmallVector<Value> operands;
+        for (Value operand : inner.getOperands())
+          operands.push_back(mapping.lookup(operand));
+        auto type = llvm::cast<RankedTensorType>(inner.getResult(0).getType());
+        Operation *copy = b.create(inner.getLoc(), inner.getName().getIdentifier(), operands,
+                                   {type.clone(shape)}, inner.getAttrs());
+        mapping.map(inner.getResult(0), copy->getResult(0));
+      }
+      for (Value v : part.getBody().front().getTerminator()->getOperands())
+        yielded.push_back(mapping.lookup(v));
+    }
+    b.create<nn::YieldOp>(merged.getLoc(), yielded);
+    // The views of one buffer must split the iteration space compatibly
+    // (the verifier's check, its diagnostics not reported: then no merge).
+    ScopedDiagnosticHandler quiet(merged.getContext(), [](Diagnostic &) { return success(); });
+    if (failed(mlir::verify(merged, /*verifyRecursively=*/false))) {
+      merged.erase();
+      continue;
+    }
+    int64_t shared = 0;
+    for (Value input : sharedReads(first, second))
+      shared += bytesOf(input);
+    launchesSaved += 1;
+    bytesSaved += shared;
+    for (auto [r, m] : llvm::zip(first.getResults(), merged.getResults()))
+      r.replaceAllUsesWith(m);
+    b.setInsertionPointAfter(merged);
+    for (auto [r, m] : llvm::zip(second.getResults(),
+                                 merged.getResults().drop_front(first.getNumResults()))) {
+      Value v = m;
+      if (reshaped)
+        v = b.create<nn::ReshapeOp>(r.getLoc(), r.getType(), m,
+                                    b.getDenseI64ArrayAttr(
+                                        llvm::cast<RankedTensorType>(r.getType()).getShape()));
+      r.replaceAllUsesWith(v);
+    }
+    first.erase();
+    second.erase();
+    ops[from] = merged;
+    ops[at] = nullptr;
+  }
 }
 
 /// Reductions take their elementwise prologue: a reduce_sum / reduce_mean of

@@ -210,3 +210,28 @@ func.func @prefix_slice(%x: tensor<4x16xf32>) -> tensor<2x16xf16> {
   %c = nn.cast %e : tensor<2x16xf32> to f16
   return %c : tensor<2x16xf16>
 }
+
+// -----
+
+// Tests two kernels reading one buffer through one transpose, a bias
+// gradient's sum and a cast to half for the next GEMM at another shape
+// (with an allreduce of the sum between them): one kernel at the sum's
+// position, the cast at the sum's iteration shape and reshaped back.
+// CHECK-LABEL: func.func @siblings
+// CHECK: %[[F:.*]]:2 = nn.fusion %[[X:.*]] : tensor<3x4x6xf32> -> tensor<1x1x6xf32>, tensor<4x3x6xf16> {
+// CHECK: nn.reduce_sum
+// CHECK: nn.cast
+// CHECK: nn.yield
+// CHECK: nn.reshape %[[F]]#1 shape [12, 6]
+// CHECK: dist.allreduce_start
+// CHECK-NOT: nn.fusion
+func.func @siblings(%x: tensor<3x4x6xf32>) -> (tensor<6xf32>, tensor<12x6xf16>) {
+  %t = nn.transpose %x permutation [1, 0, 2] : tensor<3x4x6xf32>
+  %s = nn.reduce_sum %t dims [0, 1] keep_dims : tensor<4x3x6xf32>
+  %r = nn.reshape %s shape [6] : tensor<1x1x6xf32>
+  %a = dist.allreduce_start mean %r bucket 0 : tensor<6xf32>
+  %w = dist.allreduce_wait %a : tensor<6xf32>
+  %f = nn.reshape %t shape [12, 6] : tensor<4x3x6xf32>
+  %c = nn.cast %f : tensor<12x6xf32> to f16
+  return %w, %c : tensor<6xf32>, tensor<12x6xf16>
+}
