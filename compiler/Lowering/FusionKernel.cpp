@@ -39,7 +39,12 @@ KernelSignature emitFusion(nn::FusionOp op, ModuleOp kernels, StringRef name) {
   Location loc = op.getLoc();
   MLIRContext *ctx = b.getContext();
   Block &body = op.getBody().front();
-  SmallVector<nn::BroadcastOp> broadcasts(body.getOps<nn::BroadcastOp>());
+  // Broadcasts read through a map of their own; one a view reads starts
+  // that view instead.
+  SmallVector<nn::BroadcastOp> broadcasts;
+  for (nn::BroadcastOp bc : body.getOps<nn::BroadcastOp>())
+    if (!nn::isViewStart(bc))
+      broadcasts.push_back(bc);
   ArrayRef<int64_t> shape = op.getIterationShape();
   ArrayRef<int64_t> reducedDims = op.getReducedDims();
   auto isReduced = [&](int64_t d) { return llvm::is_contained(reducedDims, d); };

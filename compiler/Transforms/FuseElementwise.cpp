@@ -154,6 +154,7 @@ public:
       mergeReductionPasses(func.getBody().front());
       absorbConsumers(func.getBody().front());
       absorbViews(func.getBody().front());
+      inlineProducers(func.getBody().front());
       mergeSiblings(func.getBody().front());
       batchUpdates(func.getBody().front());
       savings.push_back(b.getNamedAttr(
@@ -171,6 +172,7 @@ private:
   nn::FusionOp emitFusion(ArrayRef<Operation *> members);
   void absorbConsumers(Block &block);
   void absorbViews(Block &block);
+  void inlineProducers(Block &block);
   void mergeSiblings(Block &block);
   void absorbReductions(Block &block);
   void mergeReductionPasses(Block &block);
@@ -914,6 +916,139 @@ void FuseElementwisePass::absorbViews(Block &block) {
     bytesSaved -= bytesOf(root) + bytesOf(v);
   }
   eraseDeadViews();
+}
+
+/// A fusion whose result another fusion reads only through views, computing
+/// it from no more bytes per element than it writes, is computed again
+/// inside that reader instead: each of its inputs read through the same
+/// views (its broadcasts first: a bias broadcast to the projection, then
+/// transposed with it). The exporter's q, k and v split of a projection
+/// plus bias read the f16 projection and the bias three times where the
+/// bias add wrote an f32 [L, N, 3E] for them (it is gone when nothing else
+/// reads it). What it reads must be unchanged until the reader runs.
+void FuseElementwisePass::inlineProducers(Block &block) {
+  ProgramOrder order(block);
+  Hazards hazards(order);
+  auto elementBytes = [](Type type) {
+    return std::max<int64_t>(
+        1, llvm::cast<RankedTensorType>(type).getElementType().getIntOrFloatBitWidth() / 8);
+  };
+  SmallVector<nn::FusionOp> readers(block.getOps<nn::FusionOp>());
+  for (nn::FusionOp reader : readers) {
+    unsigned at = order.position.lookup(reader);
+    Block &body = reader.getBody().front();
+    for (unsigned i = 0; i < reader.getNumOperands(); ++i) {
+      BlockArgument arg = body.getArgument(i);
+      auto producer = reader.getInputs()[i].getDefiningOp<nn::FusionOp>();
+      if (!producer || arg.use_empty() ||
+          !llvm::all_of(arg.getUsers(), [](Operation *u) { return nn::isViewOp(u); }) ||
+          !producer.getReducedDims().empty())
+        continue;
+      Block &made = producer.getBody().front();
+      unsigned result = cast<OpResult>(reader.getInputs()[i]).getResultNumber();
+      // Its body: elementwise ops on its inputs, read directly (as many bytes
+      // an element as the result, or fewer) or broadcast.
+      bool simple = llvm::all_of(made.without_terminator(), [](Operation &op) {
+        return nn::isFusibleElementwise(&op) ||
+               (isa<nn::BroadcastOp>(op) && isa<BlockArgument>(op.getOperand(0)));
+      });
+      int64_t direct = 0;
+      Value shapeArg;
+      for (BlockArgument a : made.getArguments()) {
+        bool read = llvm::any_of(a.getUses(), [](OpOperand &use) {
+          return !isa<nn::BroadcastOp>(use.getOwner());
+        });
+        if (read) {
+          direct += elementBytes(a.getType());
+          shapeArg = shapeArg ? shapeArg : a;
+        }
+      }
+      if (!simple || !shapeArg || direct > elementBytes(producer.getResult(result).getType()) ||
+          !llvm::all_of(producer.getInputs(),
+                        [&](Value v) {
+                          return hazards.next(v, order.position.lookup(producer)) > at;
+                        }) ||
+          static_cast<int64_t>(reader.getNumOperands() + reader.getNumResults() +
+                               producer.getNumOperands()) > maxOperands)
+        continue;
+      // Each chain reading `arg`: the producer's inputs through it.
+      SmallVector<Operation *> starts(arg.getUsers().begin(), arg.getUsers().end());
+      DenseMap<Value, Value> argOf; // producer input -> reader argument
+      int64_t added = 0;
+      for (Operation *start : starts) {
+        SmallVector<Operation *> chain = {start};
+        while (llvm::all_of(chain.back()->getUsers(), [](Operation *u) { return nn::isViewOp(u); }) &&
+               chain.back()->getResult(0).hasOneUse())
+          chain.push_back(*chain.back()->getResult(0).getUsers().begin());
+        Value end = chain.back()->getResult(0);
+        ArrayRef<int64_t> shape = llvm::cast<RankedTensorType>(end.getType()).getShape();
+        OpBuilder b(start);
+        // A view of `from` (of the producer's shape) through the chain.
+        auto viewOf = [&](Value from) {
+          Value v = from;
+          for (Operation *link : chain) {
+            auto type = llvm::cast<RankedTensorType>(link->getResult(0).getType())
+                            .clone(llvm::cast<RankedTensorType>(from.getType()).getElementType());
+            v = b.create(link->getLoc(), link->getName().getIdentifier(), {v}, {type},
+                         link->getAttrs())
+                    ->getResult(0);
+          }
+          return v;
+        };
+        IRMapping mapping;
+        auto readerArg = [&](Value input) {
+          auto [it, inserted] = argOf.try_emplace(input, Value());
+          if (inserted) {
+            reader->insertOperands(reader.getNumOperands(), {input});
+            it->second = body.addArgument(input.getType(), input.getLoc());
+            added += bytesOf(input);
+          }
+          return it->second;
+        };
+        Value measure = readerArg(producer.getInputs()[cast<BlockArgument>(shapeArg).getArgNumber()]);
+        for (auto [a, input] : llvm::zip(made.getArguments(), producer.getInputs()))
+          if (llvm::any_of(a.getUses(),
+                           [](OpOperand &use) { return !isa<nn::BroadcastOp>(use.getOwner()); }))
+            mapping.map(a, viewOf(readerArg(input)));
+        for (Operation &op : made.without_terminator()) {
+          if (auto bc = dyn_cast<nn::BroadcastOp>(op)) {
+            Value input = producer.getInputs()[cast<BlockArgument>(bc.getInput()).getArgNumber()];
+            Value spread = b.create<nn::BroadcastOp>(
+                bc.getLoc(), bc.getType(), readerArg(input), measure, bc.getDimsAttr());
+            mapping.map(bc.getResult(), viewOf(spread));
+            continue;
+          }
+          SmallVector<Value> operands;
+          for (Value operand : op.getOperands())
+            operands.push_back(mapping.lookup(operand));
+          auto type = llvm::cast<RankedTensorType>(op.getResult(0).getType()).clone(shape);
+          mapping.map(op.getResult(0), b.create(op.getLoc(), op.getName().getIdentifier(),
+                                                operands, {type}, op.getAttrs())
+                                           ->getResult(0));
+        }
+        end.replaceAllUsesWith(mapping.lookup(made.getTerminator()->getOperand(result)));
+        for (Operation *link : llvm::reverse(chain))
+          link->erase();
+      }
+      // `arg` is read no more; the kernel takes the producer's inputs (the
+      // report counts a kernel's arguments whole).
+      bytesSaved += bytesOf(reader.getInputs()[i]) - added;
+      reader->eraseOperand(i);
+      body.eraseArgument(i);
+      --i;
+    }
+  }
+  // Producers nothing reads any more.
+  for (Operation &op : llvm::make_early_inc_range(llvm::reverse(block.getOperations())))
+    if (auto fusion = dyn_cast<nn::FusionOp>(op); fusion && fusion->use_empty()) {
+      launchesSaved += 1;
+      for (auto [j, input] : llvm::enumerate(fusion.getInputs()))
+        if (fusion.isInputRead(j))
+          bytesSaved += bytesOf(input);
+      for (Value r : fusion.getResults())
+        bytesSaved += bytesOf(r);
+      fusion.erase();
+    }
 }
 
 /// The values both fusions read (not only measure).

@@ -172,6 +172,32 @@ TEST_F(ViewsTest, ViTsQkvSplitIsOneStridedRead) {
   EXPECT_EQ(view->dims[3], (SmallVector<graphc::nn::ViewFactor, 2>{{L, 3 * E * N}}));
 }
 
+TEST_F(ViewsTest, ABroadcastStartsAViewWithZeroStrides) {
+  // A bias [6] over a [4, 2, 6] projection, split as q/k would be: [4, 2, 2, 3]
+  // -> [2, 2, 4, 3], k = slice 1: element (0, j, i, c) is bias[3 + c].
+  Value bias = input({6});
+  Value like = b.create<func::FuncOp>(b.getUnknownLoc(), "g",
+                                      b.getFunctionType({RankedTensorType::get({4, 2, 6},
+                                                                               b.getF32Type())},
+                                                        {}))
+                   .addEntryBlock()
+                   ->getArgument(0);
+  auto spread = b.create<graphc::nn::BroadcastOp>(
+      b.getUnknownLoc(), RankedTensorType::get({4, 2, 6}, b.getF32Type()), bias, like,
+      b.getDenseI64ArrayAttr({2}));
+  Operation *r = reshape(spread, {4, 2, 2, 3});
+  Operation *t = transpose(r->getResult(0), {2, 1, 0, 3});
+  Operation *k = slice(t->getResult(0), 0, 1, 1);
+  auto view = graphc::nn::viewOfChain({spread, r, t, k}, {6});
+  ASSERT_TRUE(succeeded(view));
+  for (int64_t j = 0; j < 2; ++j)
+    for (int64_t i = 0; i < 4; ++i)
+      for (int64_t c = 0; c < 3; ++c)
+        EXPECT_EQ(offsetOf(*view, {0, j, i, c}), 3 + c);
+  EXPECT_EQ(view->extent(), 6);
+  EXPECT_FALSE(view->isIdentity());
+}
+
 TEST_F(ViewsTest, RandomChainsMatchTheCopies) {
   std::mt19937 rng(20261128);
   auto pick = [&](int64_t n) { return static_cast<int64_t>(rng() % n); };

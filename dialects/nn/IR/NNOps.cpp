@@ -1600,7 +1600,7 @@ static bool isFusionReduction(Operation *op) {
 
 ArrayRef<int64_t> FusionOp::getIterationShape() {
   for (Operation &op : getBody().front().without_terminator())
-    if (!isFusionReduction(&op) && !isViewOp(&op))
+    if (!isFusionReduction(&op) && !isViewOp(&op) && !isViewStart(&op))
       return llvm::cast<RankedTensorType>(op.getResult(0).getType()).getShape();
   // Only views and reductions: what the reductions read.
   for (Operation &op : getBody().front().without_terminator())
@@ -1638,10 +1638,18 @@ LogicalResult FusionOp::verify() {
     if (!isViewOp(&op))
       continue;
     Value input = op.getOperand(0);
+    Operation *def = input.getDefiningOp();
     auto arg = llvm::dyn_cast<BlockArgument>(input);
-    if (!arg && !isViewOp(input.getDefiningOp()))
+    if (isViewStart(def))
+      arg = llvm::dyn_cast<BlockArgument>(def->getOperand(0));
+    if (!arg && !isViewOp(def))
       return op.emitOpError("in an nn.fusion must view one of its inputs (through views)");
-    if (arg && llvm::any_of(arg.getUsers(), [](Operation *u) { return !isViewOp(u); }))
+    // Read through views only (a broadcast may measure it).
+    if (arg && llvm::any_of(arg.getUses(), [](OpOperand &use) {
+          Operation *u = use.getOwner();
+          return !isViewOp(u) && !isViewStart(u) &&
+                 !(llvm::isa<BroadcastOp>(u) && use.getOperandNumber() == 1);
+        }))
       return op.emitOpError("in an nn.fusion must view an input nothing else reads");
     Value result = op.getResult(0);
     if (result.use_empty())
@@ -1658,8 +1666,8 @@ LogicalResult FusionOp::verify() {
     if (llvm::cast<RankedTensorType>(op.getResult(0).getType()).getShape() != shape)
       return op.emitOpError("in an nn.fusion must end at the iteration shape");
     SmallVector<Operation *> chain = {&op};
-    while (Operation *def = chain.back()->getOperand(0).getDefiningOp())
-      chain.push_back(def);
+    while (Operation *link = chain.back()->getOperand(0).getDefiningOp())
+      chain.push_back(link);
     std::reverse(chain.begin(), chain.end());
     FailureOr<StridedView> view = viewOfChain(
         chain, llvm::cast<RankedTensorType>(chain.front()->getOperand(0).getType()).getShape());
@@ -1679,7 +1687,7 @@ LogicalResult FusionOp::verify() {
       return emitOpError("views its inputs with incompatible splits of the iteration space");
   }
   for (Operation &op : body.without_terminator()) {
-    if (isViewOp(&op))
+    if (isViewOp(&op) || isViewStart(&op))
       continue;
     if (isFusionReduction(&op)) {
       ArrayRef<int64_t> dims = isa<ReduceSumOp>(op) ? cast<ReduceSumOp>(op).getDims()

@@ -114,6 +114,11 @@ bool isViewOp(Operation *op) {
 
 bool isCopyingViewOp(Operation *op) { return llvm::isa<TransposeOp, SliceOp>(op); }
 
+bool isViewStart(Operation *op) {
+  auto broadcast = llvm::dyn_cast_or_null<BroadcastOp>(op);
+  return broadcast && broadcast->hasOneUse() && isViewOp(*broadcast->getUsers().begin());
+}
+
 LogicalResult applyViewOp(Operation *op, StridedView &view) {
   if (llvm::isa<ReshapeOp, FlattenOp>(op)) {
     auto type = llvm::cast<RankedTensorType>(op->getResult(0).getType());
@@ -132,6 +137,26 @@ LogicalResult applyViewOp(Operation *op, StridedView &view) {
       dims.push_back(view.dims[p]);
     }
     view.dims = std::move(dims);
+    return success();
+  }
+  if (auto broadcast = llvm::dyn_cast<BroadcastOp>(op)) {
+    // Output dim d reads input dim i where dims[i] = d, unless it stretches
+    // a 1; the others repeat (stride 0).
+    auto out = llvm::cast<RankedTensorType>(broadcast.getType());
+    ArrayRef<int64_t> dims = broadcast.getDims();
+    auto in = llvm::cast<RankedTensorType>(broadcast.getInput().getType());
+    if (!out.hasStaticShape() || dims.size() != view.dims.size())
+      return failure();
+    SmallVector<Factors, 4> result(out.getRank());
+    for (int64_t d = 0; d < out.getRank(); ++d) {
+      auto at = llvm::find(dims, d);
+      if (at != dims.end() && !(in.getDimSize(at - dims.begin()) == 1 && out.getDimSize(d) != 1))
+        result[d] = view.dims[at - dims.begin()];
+      else if (out.getDimSize(d) != 1)
+        result[d] = {{out.getDimSize(d), 0}};
+      normalize(result[d]);
+    }
+    view.dims = std::move(result);
     return success();
   }
   if (auto slice = llvm::dyn_cast<SliceOp>(op)) {

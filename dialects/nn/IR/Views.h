@@ -56,13 +56,17 @@ struct StridedView {
 
 /// nn.reshape, nn.flatten, nn.transpose, nn.slice.
 bool isViewOp(mlir::Operation *op);
+/// An nn.broadcast of a fusion input that a view reads (a bias broadcast to
+/// a projection's shape, then transposed with it): the first link of a
+/// chain, stride 0 along the dims it stretches.
+bool isViewStart(mlir::Operation *op);
 /// The view ops that cost a copy on their own: nn.transpose and nn.slice (a
 /// reshape or flatten of a tensor is a view of its buffer already).
 bool isCopyingViewOp(mlir::Operation *op);
 
-/// Applies view op `op` to `view` (a view of `op`'s input); fails when the
-/// result is no strided view (a reshape that splits a factor unevenly, a
-/// slice across factors).
+/// Applies view op `op` (or an nn.broadcast) to `view` (a view of `op`'s
+/// input); fails when the result is no strided view (a reshape that splits a
+/// factor unevenly, a slice across factors).
 mlir::LogicalResult applyViewOp(mlir::Operation *op, StridedView &view);
 
 /// The view `chain` (view ops, each reading the one before, the first
