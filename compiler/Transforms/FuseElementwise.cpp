@@ -971,15 +971,44 @@ void FuseElementwisePass::inlineProducers(Block &block) {
           static_cast<int64_t>(reader.getNumOperands() + reader.getNumResults() +
                                producer.getNumOperands()) > maxOperands)
         continue;
-      // Each chain reading `arg`: the producer's inputs through it.
-      SmallVector<Operation *> starts(arg.getUsers().begin(), arg.getUsers().end());
-      DenseMap<Value, Value> argOf; // producer input -> reader argument
-      int64_t added = 0;
-      for (Operation *start : starts) {
+      // The chains reading `arg`.
+      SmallVector<SmallVector<Operation *>> chains;
+      for (Operation *start : arg.getUsers()) {
         SmallVector<Operation *> chain = {start};
         while (llvm::all_of(chain.back()->getUsers(), [](Operation *u) { return nn::isViewOp(u); }) &&
                chain.back()->getResult(0).hasOneUse())
           chain.push_back(*chain.back()->getResult(0).getUsers().begin());
+        chains.push_back(std::move(chain));
+      }
+      // Each input of the producer through each chain (a broadcast one
+      // through its broadcast first) must be a view a kernel can read: no
+      // prefix read in order (StridedView::isPrefix).
+      auto readable = [&](ArrayRef<Operation *> chain) {
+        for (auto [a, input] : llvm::zip(made.getArguments(), producer.getInputs())) {
+          auto type = llvm::cast<RankedTensorType>(input.getType());
+          for (OpOperand &use : a.getUses()) {
+            auto bc = dyn_cast<nn::BroadcastOp>(use.getOwner());
+            if (bc && use.getOperandNumber() != 0)
+              continue;
+            nn::StridedView view = nn::StridedView::rowMajor(type.getShape());
+            if (bc && failed(nn::applyViewOp(bc, view)))
+              return false;
+            for (Operation *link : chain)
+              if (failed(nn::applyViewOp(link, view)))
+                return false;
+            if (view.isPrefix(type.getNumElements()))
+              return false;
+          }
+        }
+        return true;
+      };
+      if (!llvm::all_of(chains, readable))
+        continue;
+      // Each chain: the producer's inputs through it.
+      DenseMap<Value, Value> argOf; // producer input -> reader argument
+      int64_t added = 0;
+      for (ArrayRef<Operation *> chain : chains) {
+        Operation *start = chain.front();
         Value end = chain.back()->getResult(0);
         ArrayRef<int64_t> shape = llvm::cast<RankedTensorType>(end.getType()).getShape();
         OpBuilder b(start);

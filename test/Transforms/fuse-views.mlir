@@ -239,32 +239,53 @@ func.func @siblings(%x: tensor<3x4x6xf32>) -> (tensor<6xf32>, tensor<12x6xf16>) 
 // -----
 
 // Tests a bias add read only through views (a projection plus bias, split
-// into q and k): each reader computes it again from the half projection and
-// the bias, read through the same views (the bias broadcast first), and the
-// f32 sum is never written. The two readers, reading the same buffers over
-// the same elements, are then one kernel.
+// into k and v as the second and third of three parts): each reader computes
+// it again from the half projection and the bias, read through the same
+// views (the bias broadcast first), and the f32 sum is never written. The
+// two readers, reading the same buffers over the same elements, are then one
+// kernel.
 // CHECK-LABEL: func.func @inline_bias
 // CHECK-SAME: (%[[P:.*]]: tensor<4x2x6xf16>, %[[B:.*]]: tensor<6xf32>)
 // CHECK-NOT: -> tensor<4x2x6xf32>
-// CHECK: nn.fusion %[[P]], %[[B]] : tensor<4x2x6xf16>, tensor<6xf32> -> tensor<2x4x3xf16>, tensor<2x4x3xf16>
-// CHECK: nn.slice %{{.*}} dim 0 start 0 size 1 : tensor<2x2x4x3xf16>
+// CHECK: nn.fusion %[[P]], %[[B]] : tensor<4x2x6xf16>, tensor<6xf32> -> tensor<2x4x2xf16>, tensor<2x4x2xf16>
+// CHECK: nn.slice %{{.*}} dim 0 start 1 size 1 : tensor<3x2x4x2xf16>
 // CHECK: nn.broadcast %{{.*}} to %{{.*}} dims [2] : tensor<6xf32>, tensor<4x2x6xf16>
-// CHECK: nn.slice %{{.*}} dim 0 start 0 size 1 : tensor<2x2x4x3xf32>
+// CHECK: nn.slice %{{.*}} dim 0 start 1 size 1 : tensor<3x2x4x2xf32>
 // CHECK: nn.add
-// CHECK: nn.slice %{{.*}} dim 0 start 1 size 1 : tensor<2x2x4x3xf16>
+// CHECK: nn.slice %{{.*}} dim 0 start 2 size 1 : tensor<3x2x4x2xf16>
 // CHECK: nn.add
 // CHECK-NOT: nn.fusion
-func.func @inline_bias(%p: tensor<4x2x6xf16>, %b: tensor<6xf32>) -> (tensor<2x4x3xf16>, tensor<2x4x3xf16>) {
+func.func @inline_bias(%p: tensor<4x2x6xf16>, %b: tensor<6xf32>) -> (tensor<2x4x2xf16>, tensor<2x4x2xf16>) {
   %c = nn.cast %p : tensor<4x2x6xf16> to f32
   %bb = nn.broadcast %b to %c dims [2] : tensor<6xf32>, tensor<4x2x6xf32>
   %s = nn.add %c, %bb : tensor<4x2x6xf32>
-  %r = nn.reshape %s shape [4, 2, 2, 3] : tensor<4x2x6xf32>
-  %t = nn.transpose %r permutation [2, 1, 0, 3] : tensor<4x2x2x3xf32>
-  %q = nn.slice %t dim 0 start 0 size 1 : tensor<2x2x4x3xf32>
-  %k = nn.slice %t dim 0 start 1 size 1 : tensor<2x2x4x3xf32>
-  %q2 = nn.reshape %q shape [2, 4, 3] : tensor<1x2x4x3xf32>
-  %k2 = nn.reshape %k shape [2, 4, 3] : tensor<1x2x4x3xf32>
-  %qh = nn.cast %q2 : tensor<2x4x3xf32> to f16
-  %kh = nn.cast %k2 : tensor<2x4x3xf32> to f16
-  return %qh, %kh : tensor<2x4x3xf16>, tensor<2x4x3xf16>
+  %r = nn.reshape %s shape [4, 2, 3, 2] : tensor<4x2x6xf32>
+  %t = nn.transpose %r permutation [2, 1, 0, 3] : tensor<4x2x3x2xf32>
+  %k = nn.slice %t dim 0 start 1 size 1 : tensor<3x2x4x2xf32>
+  %v = nn.slice %t dim 0 start 2 size 1 : tensor<3x2x4x2xf32>
+  %k2 = nn.reshape %k shape [2, 4, 2] : tensor<1x2x4x2xf32>
+  %v2 = nn.reshape %v shape [2, 4, 2] : tensor<1x2x4x2xf32>
+  %kh = nn.cast %k2 : tensor<2x4x2xf32> to f16
+  %vh = nn.cast %v2 : tensor<2x4x2xf32> to f16
+  return %kh, %vh : tensor<2x4x2xf16>, tensor<2x4x2xf16>
+}
+
+// -----
+
+// Tests that the first part (q) is not computed again by its reader: the
+// bias's part it reads is the bias's first elements, read in order by one
+// loop (a prefix), which no kernel reads through; the sum is written for it.
+// CHECK-LABEL: func.func @no_inline_prefix
+// CHECK: %[[S:.*]] = nn.fusion %{{.*}}, %{{.*}} : tensor<4x2x6xf16>, tensor<6xf32> -> tensor<4x2x6xf32>
+// CHECK: nn.fusion %[[S]] : tensor<4x2x6xf32> -> tensor<2x4x2xf16>
+func.func @no_inline_prefix(%p: tensor<4x2x6xf16>, %b: tensor<6xf32>) -> tensor<2x4x2xf16> {
+  %c = nn.cast %p : tensor<4x2x6xf16> to f32
+  %bb = nn.broadcast %b to %c dims [2] : tensor<6xf32>, tensor<4x2x6xf32>
+  %s = nn.add %c, %bb : tensor<4x2x6xf32>
+  %r = nn.reshape %s shape [4, 2, 3, 2] : tensor<4x2x6xf32>
+  %t = nn.transpose %r permutation [2, 1, 0, 3] : tensor<4x2x3x2xf32>
+  %q = nn.slice %t dim 0 start 0 size 1 : tensor<3x2x4x2xf32>
+  %q2 = nn.reshape %q shape [2, 4, 2] : tensor<1x2x4x2xf32>
+  %qh = nn.cast %q2 : tensor<2x4x2xf32> to f16
+  return %qh : tensor<2x4x2xf16>
 }

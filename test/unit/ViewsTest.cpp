@@ -196,6 +196,23 @@ TEST_F(ViewsTest, ABroadcastStartsAViewWithZeroStrides) {
         EXPECT_EQ(offsetOf(*view, {0, j, i, c}), 3 + c);
   EXPECT_EQ(view->extent(), 6);
   EXPECT_FALSE(view->isIdentity());
+  // q (slice 0) reads the bias's first 3 in order, its one read factor
+  // innermost: a prefix, which no kernel may read through (a one-variable
+  // index).
+  Operation *q = slice(t->getResult(0), 0, 0, 1);
+  auto first = graphc::nn::viewOfChain({spread, r, t, q}, {6});
+  ASSERT_TRUE(succeeded(first));
+  EXPECT_TRUE(first->isPrefix(6));
+  EXPECT_FALSE(view->isPrefix(6));
+  // Read factors with a repeated one between them (ViT's q of the bias,
+  // [N, H, L, D] reading H and D): no loop spans them, so no prefix.
+  StridedView between;
+  between.dims = {{{2, 0}}, {{3, 4}}, {{5, 0}}, {{4, 1}}};
+  EXPECT_FALSE(between.isPrefix(24));
+  StridedView together;
+  together.dims = {{{2, 0}}, {{3, 4}}, {{4, 1}}, {{5, 0}}};
+  EXPECT_TRUE(together.isPrefix(24));
+  EXPECT_FALSE(together.isPrefix(12));
 }
 
 TEST_F(ViewsTest, RandomChainsMatchTheCopies) {

@@ -100,6 +100,30 @@ bool StridedView::isIdentity() const {
   return true;
 }
 
+bool StridedView::isPrefix(int64_t elements) const {
+  if (offset != 0)
+    return false;
+  SmallVector<ViewFactor> all;
+  for (const Factors &dim : dims)
+    llvm::append_range(all, dim);
+  auto read = [](const ViewFactor &f) { return f.stride != 0; };
+  auto first = llvm::find_if(all, read);
+  if (first == all.end())
+    return false; // one element, a constant index
+  auto last = std::find_if(all.rbegin(), all.rend(), read).base();
+  // A repeated dim between the read ones: no loop ever indexes it alone.
+  if (!std::all_of(first, last, read))
+    return false;
+  int64_t expected = 1;
+  for (auto it = last; it != first;) {
+    --it;
+    if (it->stride != expected)
+      return false;
+    expected *= it->size;
+  }
+  return expected < elements;
+}
+
 int64_t StridedView::extent() const {
   int64_t last = offset;
   for (const Factors &dim : dims)

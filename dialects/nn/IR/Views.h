@@ -46,12 +46,15 @@ struct StridedView {
   bool isIdentity() const;
   /// One past the furthest element it reads.
   int64_t extent() const;
-  /// Whether it reads the first elements of a buffer of `elements`, in
-  /// order, and not all of them (a slice of the outermost dim from 0): no
-  /// kernel reads through such a view, since linalg would take the loop's
-  /// bound from the whole buffer a kernel argument must be. Its copy is a
-  /// contiguous one.
-  bool isPrefix(int64_t elements) const { return isIdentity() && extent() < elements; }
+  /// Whether it reads the first elements of a buffer of `elements` in order,
+  /// and not all of them, through consecutive factors (a slice of the
+  /// outermost dim from 0; a bias's first features broadcast over leading
+  /// dims): a kernel's loop could then index the buffer by one loop
+  /// variable alone, and linalg would take that loop's bound from the whole
+  /// buffer a kernel argument must be. No kernel reads through such a view.
+  /// Not when a repeated dim (stride 0) lies between the factors it reads:
+  /// no loop spans it (ViT's q reading the first third of the bias).
+  bool isPrefix(int64_t elements) const;
 };
 
 /// nn.reshape, nn.flatten, nn.transpose, nn.slice.
