@@ -936,9 +936,9 @@ void FuseElementwisePass::inlineProducers(Block &block) {
   SmallVector<nn::FusionOp> readers(block.getOps<nn::FusionOp>());
   for (nn::FusionOp reader : readers) {
     unsigned at = order.position.lookup(reader);
-    Block &body = reader.getBody().front();
     for (unsigned i = 0; i < reader.getNumOperands(); ++i) {
-      BlockArgument arg = body.getArgument(i);
+      Block *body = &reader.getBody().front();
+      BlockArgument arg = body->getArgument(i);
       auto producer = reader.getInputs()[i].getDefiningOp<nn::FusionOp>();
       if (!producer || arg.use_empty() ||
           !llvm::all_of(arg.getUsers(), [](Operation *u) { return nn::isViewOp(u); }) ||
@@ -1004,6 +1004,18 @@ void FuseElementwisePass::inlineProducers(Block &block) {
       };
       if (!llvm::all_of(chains, readable))
         continue;
+      // On a copy of the reader, kept only if it verifies: the new views must
+      // split the iteration space as the reader's others do.
+      OpBuilder cloner(reader);
+      auto trial = cast<nn::FusionOp>(cloner.clone(*reader));
+      DenseMap<Operation *, Operation *> copyOf;
+      for (auto [op, copy] : llvm::zip(body->without_terminator(),
+                                       trial.getBody().front().without_terminator()))
+        copyOf[&op] = &copy;
+      for (SmallVector<Operation *> &chain : chains)
+        for (Operation *&link : chain)
+          link = copyOf.lookup(link);
+      body = &trial.getBody().front();
       // Each chain: the producer's inputs through it.
       DenseMap<Value, Value> argOf; // producer input -> reader argument
       int64_t added = 0;
@@ -1028,8 +1040,8 @@ void FuseElementwisePass::inlineProducers(Block &block) {
         auto readerArg = [&](Value input) {
           auto [it, inserted] = argOf.try_emplace(input, Value());
           if (inserted) {
-            reader->insertOperands(reader.getNumOperands(), {input});
-            it->second = body.addArgument(input.getType(), input.getLoc());
+            trial->insertOperands(trial.getNumOperands(), {input});
+            it->second = body->addArgument(input.getType(), input.getLoc());
             added += bytesOf(input);
           }
           return it->second;
@@ -1061,9 +1073,20 @@ void FuseElementwisePass::inlineProducers(Block &block) {
       }
       // `arg` is read no more; the kernel takes the producer's inputs (the
       // report counts a kernel's arguments whole).
+      trial->eraseOperand(i);
+      body->eraseArgument(i);
+      {
+        ScopedDiagnosticHandler quiet(trial.getContext(),
+                                      [](Diagnostic &) { return success(); });
+        if (failed(mlir::verify(trial, /*verifyRecursively=*/false))) {
+          trial.erase();
+          continue;
+        }
+      }
       bytesSaved += bytesOf(reader.getInputs()[i]) - added;
-      reader->eraseOperand(i);
-      body.eraseArgument(i);
+      reader->replaceAllUsesWith(trial);
+      reader.erase();
+      reader = trial;
       --i;
     }
   }
