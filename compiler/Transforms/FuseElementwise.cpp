@@ -580,7 +580,7 @@ void FuseElementwisePass::absorbConsumers(Block &block) {
     unsigned from = order.position.lookup(fusion);
     if (at - from > 64 || !llvm::all_of(ArrayRef(order.ops).slice(from + 1, at - from - 1),
                                         [](Operation *between) {
-                                          return nn::isViewOp(between) ||
+                                          return !between || nn::isViewOp(between) ||
                                                  isa<nn::ConstantOp, nn::LoadOp,
                                                      nn::BroadcastOp>(between) ||
                                                  between->getName().getDialectNamespace() == "dist";
@@ -671,9 +671,13 @@ void FuseElementwisePass::absorbConsumers(Block &block) {
     for (auto [r, m] : llvm::zip(kept, merged.getResults().drop_back()))
       r.replaceAllUsesWith(m);
     op->getResult(0).replaceAllUsesWith(merged.getResults().back());
-    for (Operation *m : llvm::reverse(moved))
+    // Their slots in `order` now hold nothing (later ops look between).
+    for (Operation *m : llvm::reverse(moved)) {
+      order.ops[order.position.lookup(m)] = nullptr;
       m->erase();
+    }
     fusion.erase();
+    order.ops[from] = merged;
     order.position[merged] = from;
   }
 }

@@ -289,3 +289,23 @@ func.func @no_inline_prefix(%p: tensor<4x2x6xf16>, %b: tensor<6xf32>) -> tensor<
   %qh = nn.cast %q2 : tensor<2x4x2xf32> to f16
   return %qh : tensor<2x4x2xf16>
 }
+
+// -----
+
+// Tests two lone ops after a fusion a reduction closed: the cast joins it;
+// the sigmoid, after a GEMM, does not (the cast's old place, between the two,
+// holds nothing once the cast has moved).
+// CHECK-LABEL: func.func @two_consumers
+// CHECK: %[[F:.*]]:3 = nn.fusion
+// CHECK: nn.cast
+// CHECK: nn.yield
+// CHECK: nn.matmul
+// CHECK: nn.sigmoid %[[F]]#0
+func.func @two_consumers(%x: tensor<4x6xf32>, %y: tensor<4x6xf32>, %w: tensor<6x6xf32>) -> (tensor<6xf32>, tensor<4x6xf16>, tensor<4x6xf32>, tensor<4x6xf32>) {
+  %m = nn.mul %x, %y : tensor<4x6xf32>
+  %s = nn.reduce_sum %m dims [0] : tensor<4x6xf32>
+  %c = nn.cast %m : tensor<4x6xf32> to f16
+  %g = nn.matmul %x, %w : tensor<4x6xf32>, tensor<6x6xf32>
+  %d = nn.sigmoid %m : tensor<4x6xf32>
+  return %s, %c, %g, %d : tensor<6xf32>, tensor<4x6xf16>, tensor<4x6xf32>, tensor<4x6xf32>
+}
