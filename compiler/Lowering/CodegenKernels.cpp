@@ -59,6 +59,7 @@
 #include "llvm/IR/Dominators.h"
 #include "llvm/IR/GlobalVariable.h"
 #include "llvm/IR/IRBuilder.h"
+#include "llvm/IR/InstIterator.h"
 #include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/Module.h"
 #include "llvm/MC/TargetRegistry.h"
@@ -160,6 +161,116 @@ void annotateParallelLoops(llvm::Module &module) {
     call->eraseFromParent();
   marker->eraseFromParent();
 }
+
+/// i16 for bfloat, <N x i16> for <N x bfloat>, else null.
+llvm::Type *bfloatBits(llvm::Type *type) {
+  llvm::Type *i16 = llvm::Type::getInt16Ty(type->getContext());
+  if (type->isBFloatTy())
+    return i16;
+  if (auto *vector = llvm::dyn_cast<llvm::VectorType>(type))
+    if (vector->getElementType()->isBFloatTy())
+      return llvm::VectorType::get(i16, vector->getElementCount());
+  return nullptr;
+}
+
+/// The bits of `value` (bfloat or a vector of it) as `type`: the operand of the
+/// bitcast that made `value`, a folded constant, or a new bitcast before `at`.
+llvm::Value *asBits(llvm::Value *value, llvm::Type *type, llvm::Instruction *at) {
+  if (auto *cast = llvm::dyn_cast<llvm::BitCastInst>(value))
+    if (cast->getSrcTy() == type)
+      return cast->getOperand(0);
+  if (auto *constant = llvm::dyn_cast<llvm::Constant>(value))
+    return llvm::ConstantExpr::getBitCast(constant, type);
+  return new llvm::BitCastInst(value, type, "", at->getIterator());
+}
+
+/// Makes every bfloat that the kernels move (load, store, phi, select, vector
+/// element and shuffle) move as i16. The kernels compute nothing in bfloat
+/// (its conversions were expanded into integer arithmetic), but x86-64 without
+/// AVX512-BF16 holds a bfloat value in a register as a float and stores it
+/// through compiler-rt's __truncsfbf2, an import the kernel library may not
+/// have (graphrun refuses such a plan): a one-element bf16 tensor broadcast
+/// (its load hoisted out of the loop) or a select between bf16 values did.
+/// Runs after the optimizer, whose instcombine would turn a store of a
+/// bitcast back into a store of bfloat.
+void moveBFloatAsBits(llvm::Module &module) {
+  for (llvm::Function &function : module) {
+    SmallVector<llvm::Instruction *> work;
+    for (llvm::Instruction &inst : llvm::instructions(function))
+      work.push_back(&inst);
+    for (llvm::Instruction *inst : work) {
+      if (auto *store = llvm::dyn_cast<llvm::StoreInst>(inst)) {
+        if (llvm::Type *bits = bfloatBits(store->getValueOperand()->getType()))
+          store->setOperand(0, asBits(store->getValueOperand(), bits, store));
+        continue;
+      }
+      llvm::Type *bits = bfloatBits(inst->getType());
+      if (!bits)
+        continue;
+      llvm::IRBuilder<> b(inst);
+      llvm::Value *moved = nullptr;
+      if (auto *load = llvm::dyn_cast<llvm::LoadInst>(inst)) {
+        llvm::LoadInst *copy = b.CreateAlignedLoad(bits, load->getPointerOperand(),
+                                                   load->getAlign(), load->isVolatile());
+        copy->copyMetadata(*load);
+        copy->setAtomic(load->getOrdering(), load->getSyncScopeID());
+        moved = copy;
+      } else if (auto *phi = llvm::dyn_cast<llvm::PHINode>(inst)) {
+        llvm::PHINode *copy = b.CreatePHI(bits, phi->getNumIncomingValues());
+        for (unsigned i = 0; i < phi->getNumIncomingValues(); ++i) {
+          llvm::BasicBlock *from = phi->getIncomingBlock(i);
+          copy->addIncoming(asBits(phi->getIncomingValue(i), bits, from->getTerminator()),
+                            from);
+        }
+        moved = copy;
+      } else if (auto *select = llvm::dyn_cast<llvm::SelectInst>(inst)) {
+        moved = b.CreateSelect(select->getCondition(),
+                               asBits(select->getTrueValue(), bits, inst),
+                               asBits(select->getFalseValue(), bits, inst));
+      } else if (auto *insert = llvm::dyn_cast<llvm::InsertElementInst>(inst)) {
+        moved = b.CreateInsertElement(asBits(insert->getOperand(0), bits, inst),
+                                      asBits(insert->getOperand(1), b.getInt16Ty(), inst),
+                                      insert->getOperand(2));
+      } else if (auto *extract = llvm::dyn_cast<llvm::ExtractElementInst>(inst)) {
+        llvm::Value *vector = extract->getVectorOperand();
+        moved = b.CreateExtractElement(
+            asBits(vector, bfloatBits(vector->getType()), inst), extract->getIndexOperand());
+      } else if (auto *shuffle = llvm::dyn_cast<llvm::ShuffleVectorInst>(inst)) {
+        llvm::Value *first = shuffle->getOperand(0), *second = shuffle->getOperand(1);
+        moved = b.CreateShuffleVector(asBits(first, bfloatBits(first->getType()), inst),
+                                      asBits(second, bfloatBits(second->getType()), inst),
+                                      shuffle->getShuffleMask());
+      } else {
+        continue; // a bitcast, or a conversion x86 does with shifts
+      }
+      llvm::BasicBlock::iterator after =
+          llvm::isa<llvm::PHINode>(inst) ? inst->getParent()->getFirstInsertionPt()
+                                         : inst->getIterator();
+      auto *back = new llvm::BitCastInst(moved, inst->getType(), "", after);
+      inst->replaceAllUsesWith(back);
+      inst->eraseFromParent();
+    }
+    // bitcast(bitcast(x) to bfloat) to i16 is x; then the dead bitcasts go.
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (llvm::Instruction &inst : llvm::make_early_inc_range(llvm::instructions(function))) {
+        auto *cast = llvm::dyn_cast<llvm::BitCastInst>(&inst);
+        if (!cast)
+          continue;
+        if (auto *inner = llvm::dyn_cast<llvm::BitCastInst>(cast->getOperand(0));
+            inner && inner->getSrcTy() == cast->getType()) {
+          cast->replaceAllUsesWith(inner->getOperand(0));
+          changed = true;
+        }
+        if (cast->use_empty()) {
+          cast->eraseFromParent();
+          changed = true;
+        }
+      }
+    }
+  }
+}
+
 /// The PTX targets of `targets=cuda`: Ampere and Hopper.
 constexpr std::pair<llvm::StringLiteral, plan::Target> kCudaChips[] = {
     {"sm_80", plan::Target::cuda_sm80}, {"sm_90", plan::Target::cuda_sm90}};
@@ -431,6 +542,7 @@ CodegenKernelsPass::compileCpu(ModuleOp kernels, ArrayRef<std::string> names,
   if (llvm::Error err = optimize(llvmModule.get()))
     return emitError(loc, "optimizing the kernels failed: ")
            << llvm::toString(std::move(err));
+  moveBFloatAsBits(*llvmModule);
   if (!dumpDir.empty()) {
     std::string text;
     llvm::raw_string_ostream os(text);

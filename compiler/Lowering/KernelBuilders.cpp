@@ -73,6 +73,11 @@ Value castScalar(OpBuilder &b, Location loc, Value x, Type to) {
                                    constInt(b, loc, from, 0));
   }
   if (fromFloat && toFloat) {
+    // f16 <-> bf16: no single arith cast; through f32, which holds either
+    // exactly, so the one rounding is the final truncation.
+    if (fromFloat.getWidth() == toFloat.getWidth())
+      return b.create<arith::TruncFOp>(loc, to,
+                                       b.create<arith::ExtFOp>(loc, b.getF32Type(), x));
     if (fromFloat.getWidth() < toFloat.getWidth())
       return b.create<arith::ExtFOp>(loc, to, x);
     return b.create<arith::TruncFOp>(loc, to, x);
