@@ -34,6 +34,7 @@
 
 #include "compiler/Transforms/BuildUtils.h"
 #include "dialects/nn/IR/NNOps.h"
+#include "dialects/nn/IR/Views.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/SetVector.h"
@@ -367,11 +368,21 @@ LogicalResult MixedPrecisionPass::convert(func::FuncOp func) {
         if (failed(reinfer(op)))
           return failure();
       } else {
-        // An f32 data operand: the others (a pool gradient's) follow it.
+        // An f32 data operand: the others (a pool gradient's, a concat's
+        // later pieces) follow it. A widened piece carries the batch where
+        // its half value did: ViT's class token (f32) concatenated before
+        // the patch embeddings (half) lost it, and with it every activation
+        // after, which stayed f32.
         b.setInsertionPoint(op);
         for (OpOperand &operand : op->getOpOperands())
-          if (isFloatTensor(operand.get(), half))
-            operand.set(b.create<nn::CastOp>(op->getLoc(), operand.get(), TypeAttr::get(f32)));
+          if (Value v = operand.get(); isFloatTensor(v, half)) {
+            Value wide = b.create<nn::CastOp>(op->getLoc(), v, TypeAttr::get(f32));
+            if (auto it = batched.find(v); it != batched.end()) {
+              const int64_t dim = it->second;
+              batched[wide] = dim;
+            }
+            operand.set(wide);
+          }
       }
     } else if (auto broadcast = dyn_cast<nn::BroadcastOp>(op)) {
       // Only the data operand is read; `shape_of` gives the shape.
@@ -413,6 +424,13 @@ LogicalResult MixedPrecisionPass::convert(func::FuncOp func) {
     Value result = op->getResult(0);
     batched[result] = *batchDim;
     if (!isFloatTensor(result, f32) || isa<nn::CastOp>(op) || stretched.contains(result))
+      continue;
+    // A view of an f32 value (the exporter's reshapes, transposes and
+    // slices around attention) is read where it is computed: fusion reads
+    // the view in place, or computes its source again in each reader (ViT's
+    // q, k and v each add their share of the packed projection's bias). A
+    // half copy of the view would be one more kernel writing it out.
+    if (nn::isViewOp(op))
       continue;
     llvm::SmallSetVector<Operation *, 4> readers;
     for (OpOperand &use : result.getUses())
