@@ -315,6 +315,12 @@ LogicalResult MixedPrecisionPass::convert(func::FuncOp func) {
   // stretched to the batch's shape): fusion recomputes them from the small
   // operands in every reader, so they are never stored.
   llvm::DenseSet<Value> stretched;
+  // Statistics: a reduction's result, and what is computed from such
+  // results and stretched values alone (layer norm's mean, variance and
+  // 1/sqrt(var + eps); their gradients). They stay f32, as autocast keeps
+  // them: a reduced extent smaller than the activations, half would save
+  // little and round the scale of every element they normalize.
+  llvm::DenseSet<Value> statistics;
   auto isStretched = [&](Value v) {
     return stretched.contains(v) || llvm::cast<RankedTensorType>(v.getType()).getRank() == 0;
   };
@@ -414,6 +420,12 @@ LogicalResult MixedPrecisionPass::convert(func::FuncOp func) {
         ((nn::isFusibleElementwise(op) || isa<nn::ConstantOp>(op)) &&
          op->getNumResults() == 1 && llvm::all_of(op->getOperands(), isStretched)))
       stretched.insert(op->getResult(0));
+    if (isa<nn::ReduceSumOp, nn::ReduceMeanOp, nn::ReduceMaxOp>(op) ||
+        (nn::isFusibleElementwise(op) && op->getNumResults() == 1 &&
+         llvm::any_of(op->getOperands(), [&](Value v) { return statistics.contains(v); }) &&
+         llvm::all_of(op->getOperands(),
+                      [&](Value v) { return statistics.contains(v) || isStretched(v); })))
+      statistics.insert(op->getResult(0));
 
     // Storage: a batch-sized f32 value with several readers lives in memory
     // (they are in different kernels, or backward reads it much later);
@@ -423,7 +435,8 @@ LogicalResult MixedPrecisionPass::convert(func::FuncOp func) {
       continue;
     Value result = op->getResult(0);
     batched[result] = *batchDim;
-    if (!isFloatTensor(result, f32) || isa<nn::CastOp>(op) || stretched.contains(result))
+    if (!isFloatTensor(result, f32) || isa<nn::CastOp>(op) || stretched.contains(result) ||
+        statistics.contains(result))
       continue;
     // A view of an f32 value (the exporter's reshapes, transposes and
     // slices around attention) is read where it is computed: fusion reads

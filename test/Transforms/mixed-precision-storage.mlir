@@ -48,3 +48,34 @@ func.func @train_step(%x: tensor<8x16xf32>, %y: tensor<2xi32>) -> (tensor<5x2x8x
 // CHECK-NOT: nn.cast %[[V]]
 // CHECK: nn.slice %[[V]] dim 2 start 0
 // CHECK: nn.slice %[[V]] dim 2 start 4
+
+// Statistics stay f32 even when batch-sized with several readers: a
+// layer norm's mean, and 1/sqrt(var + eps) computed from it (statistics and
+// stretched values alone). What they normalize is an activation and is
+// stored in half.
+func.func @eval_step(%x: tensor<8x16xf32>, %y: tensor<2xi32>) -> (tensor<2x4x8xf32>, tensor<2x4x1xf32>, tensor<2x4x1xf32>) {
+  %w = nn.load @w : tensor<8x16xf32>
+  %l = nn.linear %x, %w : tensor<8x16xf32>, tensor<8x16xf32>
+  %e = nn.reshape %l shape [2, 4, 8] : tensor<8x8xf32>
+  %mean = nn.reduce_mean %e dims [2] keep_dims : tensor<2x4x8xf32>
+  %mb = nn.broadcast %mean to %e dims [0, 1, 2] : tensor<2x4x1xf32>, tensor<2x4x8xf32>
+  %c = nn.sub %e, %mb : tensor<2x4x8xf32>
+  %sq = nn.mul %c, %c : tensor<2x4x8xf32>
+  %var = nn.reduce_mean %sq dims [2] keep_dims : tensor<2x4x8xf32>
+  %eps = nn.constant dense<1.0e-5> : tensor<f32>
+  %epsb = nn.broadcast %eps to %var dims [] : tensor<f32>, tensor<2x4x1xf32>
+  %ve = nn.add %var, %epsb : tensor<2x4x1xf32>
+  %rstd = nn.rsqrt %ve : tensor<2x4x1xf32>
+  %rb = nn.broadcast %rstd to %e dims [0, 1, 2] : tensor<2x4x1xf32>, tensor<2x4x8xf32>
+  %n = nn.mul %c, %rb : tensor<2x4x8xf32>
+  return %n, %mean, %rstd : tensor<2x4x8xf32>, tensor<2x4x1xf32>, tensor<2x4x1xf32>
+}
+
+// CHECK-LABEL: func.func @eval_step
+// CHECK: %[[MEAN:.+]] = nn.reduce_mean %{{.+}} dims [2] keep_dims : tensor<2x4x8xf32>
+// CHECK-NOT: nn.cast %[[MEAN]]
+// CHECK: %[[C:.+]] = nn.sub
+// CHECK: nn.cast %[[C]] : tensor<2x4x8xf32> to bf16
+// CHECK: %[[RSTD:.+]] = nn.rsqrt %{{.+}} : tensor<2x4x1xf32>
+// CHECK-NOT: nn.cast %[[RSTD]]
+// CHECK: return
