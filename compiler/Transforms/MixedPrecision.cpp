@@ -438,12 +438,15 @@ LogicalResult MixedPrecisionPass::convert(func::FuncOp func) {
     if (!isFloatTensor(result, f32) || isa<nn::CastOp>(op) || stretched.contains(result) ||
         statistics.contains(result))
       continue;
-    // A view of an f32 value (the exporter's reshapes, transposes and
-    // slices around attention) is read where it is computed: fusion reads
-    // the view in place, or computes its source again in each reader (ViT's
-    // q, k and v each add their share of the packed projection's bias). A
-    // half copy of the view would be one more kernel writing it out.
-    if (nn::isViewOp(op))
+    // A view read only by further views (the exporter's reshape before q, k
+    // and v's slices) is read where its source is computed: fusion reads the
+    // views in place, or computes the source again in each reader (ViT's q,
+    // k and v each add their share of the packed projection's bias). A half
+    // copy would be one more kernel writing it out. (A view read by other
+    // ops is stored as any value: ConvNeXt's permutes.)
+    if (nn::isViewOp(op) && llvm::all_of(result.getUses(), [](OpOperand &use) {
+          return readsShapeOnly(use) || nn::isViewOp(use.getOwner());
+        }))
       continue;
     llvm::SmallSetVector<Operation *, 4> readers;
     for (OpOperand &use : result.getUses())

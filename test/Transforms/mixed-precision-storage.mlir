@@ -6,7 +6,7 @@
 //   the concat widens the embeddings and the batch goes with them, so the sum
 //   after it (read by two ops) is stored in half. (Once the concat lost the
 //   batch, and so did every activation after it: ViT stored one.)
-// - A view with several readers (the exporter's reshape before q, k and v's
+// - A view read only by views (the exporter's reshape before q, k and v's
 //   slices) is not stored: its readers read it where it is computed.
 nn.parameter @cls : tensor<1x1x8xf32> = zeros
 nn.parameter @pos : tensor<1x5x8xf32> = zeros
@@ -52,8 +52,9 @@ func.func @train_step(%x: tensor<8x16xf32>, %y: tensor<2xi32>) -> (tensor<5x2x8x
 // Statistics stay f32 even when batch-sized with several readers: a
 // layer norm's mean, and 1/sqrt(var + eps) computed from it (statistics and
 // stretched values alone). What they normalize is an activation and is
-// stored in half.
-func.func @eval_step(%x: tensor<8x16xf32>, %y: tensor<2xi32>) -> (tensor<2x4x8xf32>, tensor<2x4x1xf32>, tensor<2x4x1xf32>) {
+// stored in half. A view read by two other ops (ConvNeXt's permute before
+// its residual add and backward) is stored as any value is.
+func.func @eval_step(%x: tensor<8x16xf32>, %y: tensor<2xi32>) -> (tensor<2x8x4xf32>, tensor<2x8x4xf32>, tensor<2x4x1xf32>, tensor<2x4x1xf32>) {
   %w = nn.load @w : tensor<8x16xf32>
   %l = nn.linear %x, %w : tensor<8x16xf32>, tensor<8x16xf32>
   %e = nn.reshape %l shape [2, 4, 8] : tensor<8x8xf32>
@@ -68,7 +69,10 @@ func.func @eval_step(%x: tensor<8x16xf32>, %y: tensor<2xi32>) -> (tensor<2x4x8xf
   %rstd = nn.rsqrt %ve : tensor<2x4x1xf32>
   %rb = nn.broadcast %rstd to %e dims [0, 1, 2] : tensor<2x4x1xf32>, tensor<2x4x8xf32>
   %n = nn.mul %c, %rb : tensor<2x4x8xf32>
-  return %n, %mean, %rstd : tensor<2x4x8xf32>, tensor<2x4x1xf32>, tensor<2x4x1xf32>
+  %nt = nn.transpose %n permutation [0, 2, 1] : tensor<2x4x8xf32>
+  %nr = nn.relu %nt : tensor<2x8x4xf32>
+  %ns = nn.sigmoid %nt : tensor<2x8x4xf32>
+  return %nr, %ns, %mean, %rstd : tensor<2x8x4xf32>, tensor<2x8x4xf32>, tensor<2x4x1xf32>, tensor<2x4x1xf32>
 }
 
 // CHECK-LABEL: func.func @eval_step
@@ -78,4 +82,8 @@ func.func @eval_step(%x: tensor<8x16xf32>, %y: tensor<2xi32>) -> (tensor<2x4x8xf
 // CHECK: nn.cast %[[C]] : tensor<2x4x8xf32> to bf16
 // CHECK: %[[RSTD:.+]] = nn.rsqrt %{{.+}} : tensor<2x4x1xf32>
 // CHECK-NOT: nn.cast %[[RSTD]]
+// CHECK: %[[N:.+]] = nn.mul
+// CHECK-NOT: nn.cast %[[N]]
+// CHECK: %[[NT:.+]] = nn.transpose %[[N]]
+// CHECK: nn.cast %[[NT]] : tensor<2x8x4xf32> to bf16
 // CHECK: return
