@@ -37,6 +37,7 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Arith/Transforms/Passes.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/Math/Transforms/Passes.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Utils/StaticValueUtils.h"
@@ -439,7 +440,57 @@ private:
   LogicalResult lowerToLLVMDialect(ModuleOp kernels);
 };
 
+/// `type` (a scalar or vector of bf16) with f32 elements; null for others.
+Type widenBFloat(Type type) {
+  Type f32 = Float32Type::get(type.getContext());
+  if (type.isBF16())
+    return f32;
+  if (auto vector = llvm::dyn_cast<VectorType>(type); vector && vector.getElementType().isBF16())
+    return vector.clone(f32);
+  return nullptr;
+}
+
+/// Computes every arith and math op on bf16 in f32, its result rounded to
+/// bf16 once, as the op's type says (a model's own op on a bf16 tensor:
+/// nn.relu in bf16 without --amp). x86-64-v3 has no bf16 arithmetic: LLVM
+/// would promote each op and round its result through compiler-rt's
+/// __truncsfbf2. The conversions, bitcasts, constants and selects are left
+/// to the expansion below and to the bf16 moves after the optimizer.
+void computeBFloatInF32(ModuleOp kernels) {
+  SmallVector<Operation *> work;
+  kernels.walk([&](Operation *op) {
+    if (!isa<arith::ArithDialect, math::MathDialect>(op->getDialect()) ||
+        isa<arith::ExtFOp, arith::TruncFOp, arith::BitcastOp, arith::ConstantOp,
+            arith::SelectOp>(op))
+      return;
+    if (llvm::any_of(op->getResultTypes(), [](Type t) { return widenBFloat(t) != nullptr; }))
+      work.push_back(op);
+  });
+  for (Operation *op : work) {
+    OpBuilder b(op);
+    Location loc = op->getLoc();
+    SmallVector<Value> operands;
+    for (Value v : op->getOperands())
+      operands.push_back(widenBFloat(v.getType())
+                             ? b.create<arith::ExtFOp>(loc, widenBFloat(v.getType()), v)
+                             : v);
+    SmallVector<Type> types;
+    for (Type t : op->getResultTypes())
+      types.push_back(widenBFloat(t) ? widenBFloat(t) : t);
+    OperationState state(loc, op->getName().getIdentifier(), operands, types, op->getAttrs());
+    Operation *wide = b.create(state);
+    SmallVector<Value> results;
+    for (auto [old, computed] : llvm::zip_equal(op->getResults(), wide->getResults()))
+      results.push_back(old.getType() == computed.getType()
+                            ? Value(computed)
+                            : b.create<arith::TruncFOp>(loc, old.getType(), computed).getResult());
+    op->replaceAllUsesWith(results);
+    op->erase();
+  }
+}
+
 LogicalResult CodegenKernelsPass::lowerToLLVMDialect(ModuleOp kernels) {
+  computeBFloatInF32(kernels);
   // bf16 <-> f32 as integer arithmetic (round to nearest even): LLVM would
   // call compiler-rt's __truncsfbf2 on CPUs without AVX512-BF16, and the
   // kernel library may import nothing but a few libc/libm functions.

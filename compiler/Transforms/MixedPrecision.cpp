@@ -414,6 +414,12 @@ LogicalResult MixedPrecisionPass::convert(func::FuncOp func) {
         }
         operand.set(wide);
       }
+      // A model's own elementwise op in half (nn.relu on a tensor it cast to
+      // f16) computes in f32 like the rest: its result type follows.
+      if (nn::isFusibleElementwise(op) &&
+          llvm::any_of(op->getResults(), [&](Value r) { return isFloatTensor(r, half); }) &&
+          failed(reinfer(op)))
+        return failure();
     }
 
     if (isa<nn::BroadcastOp>(op) ||

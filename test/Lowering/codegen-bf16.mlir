@@ -10,19 +10,23 @@
 // - k0 broadcasts one element (its load hoisted out of the loop),
 // - k1 selects between two bf16 inputs (vectorized),
 // - k2 carries a bf16 value from one iteration to the next (a phi) and
-//   compares in f32.
+//   compares in f32,
+// - k3 computes in bf16 (a model's own bf16 ops): each op runs in f32 and
+//   rounds its result (no bf16 arithmetic is left for LLVM to promote).
 // CHECK-NOT: load bfloat
 // CHECK-NOT: load <{{[0-9]+}} x bfloat>
 // CHECK-NOT: store bfloat
 // CHECK-NOT: store <{{[0-9]+}} x bfloat>
 // CHECK-NOT: phi bfloat
 // CHECK-NOT: select {{.*}}bfloat
-// SYMBOLS-NOT: *UND*
+// No compiler-rt import (__truncsfbf2 and kin); libm's expf is allowed.
+// SYMBOLS-NOT: *UND*{{.*}} __
 // SYMBOLS: graphc_kernel_k0_l0
-// SYMBOLS-NOT: *UND*
+// SYMBOLS-NOT: *UND*{{.*}} __
 plan.kernel @k0 ops ["nn.broadcast"] inputs 1 outputs 1 bytes [2, 2048] elementwise
 plan.kernel @k1 ops ["nn.select"] inputs 3 outputs 1 bytes [1024, 2048, 2048, 2048] elementwise
-plan.kernel @k2 ops ["nn.max"] inputs 1 outputs 1 bytes [2048, 2] 
+plan.kernel @k2 ops ["nn.max"] inputs 1 outputs 1 bytes [2048, 2]
+plan.kernel @k3 ops ["nn.relu", "nn.exp", "nn.add"] inputs 2 outputs 1 bytes [2048, 2048, 2048] elementwise
 module @kernels {
   func.func @k0(%a: memref<bf16>, %c: memref<1024xbf16>) {
     linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>],
@@ -59,6 +63,19 @@ module @kernels {
       scf.yield %m : bf16
     }
     memref.store %r, %c[] : memref<bf16>
+    return
+  }
+  func.func @k3(%a: memref<1024xbf16>, %b: memref<1024xbf16>, %c: memref<1024xbf16>) {
+    %zero = arith.constant 0.0 : bf16
+    linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>],
+                    iterator_types = ["parallel"]}
+        ins(%a, %b : memref<1024xbf16>, memref<1024xbf16>) outs(%c : memref<1024xbf16>) {
+    ^bb0(%x: bf16, %y: bf16, %z: bf16):
+      %r = arith.maximumf %x, %zero : bf16
+      %e = math.exp %y : bf16
+      %s = arith.addf %r, %e : bf16
+      linalg.yield %s : bf16
+    }
     return
   }
 }

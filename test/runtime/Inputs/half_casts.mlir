@@ -1,7 +1,8 @@
-// A model that rounds its hidden activations through both half formats
-// (fp16 and bf16), as a user simulating lower-precision storage would: under
-// --amp=bf16 the first cast is bf16 -> f16, under --amp=fp16 the second is
-// f16 -> bf16; test/runtime/half-casts.test.
+// A model that computes some of its activations in both half formats
+// (fp16 and bf16), as a user simulating lower-precision hardware would:
+// under --amp=bf16 the first cast is bf16 -> f16, under --amp=fp16 the
+// second is f16 -> bf16, and without --amp the kernels compute the f16
+// sigmoid and the bf16 relu and mul themselves; test/runtime/half-casts.test.
 module {
   nn.parameter @w : tensor<12x16xf32> = xavier_uniform
   nn.parameter @fc : tensor<10x12xf32> = xavier_uniform
@@ -11,8 +12,11 @@ module {
     %h = nn.linear %x, %w : tensor<4x16xf32>, tensor<12x16xf32>
     %r = nn.relu %h : tensor<4x12xf32>
     %a = nn.cast %r : tensor<4x12xf32> to f16
-    %b = nn.cast %a : tensor<4x12xf16> to bf16
-    %c = nn.cast %b : tensor<4x12xbf16> to f32
+    %a2 = nn.sigmoid %a : tensor<4x12xf16>
+    %b = nn.cast %a2 : tensor<4x12xf16> to bf16
+    %b2 = nn.relu %b : tensor<4x12xbf16>
+    %b3 = nn.mul %b2, %b : tensor<4x12xbf16>
+    %c = nn.cast %b3 : tensor<4x12xbf16> to f32
     %s = nn.sigmoid %c : tensor<4x12xf32>
     %fc = nn.load @fc : tensor<10x12xf32>
     %lg = nn.linear %s, %fc : tensor<4x12xf32>, tensor<10x12xf32>
