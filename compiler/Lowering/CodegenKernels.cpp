@@ -42,6 +42,7 @@
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Utils/StaticValueUtils.h"
 #include "mlir/IR/IRMapping.h"
+#include "mlir/IR/TypeUtilities.h"
 #include "mlir/ExecutionEngine/OptUtils.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
@@ -63,6 +64,7 @@
 #include "llvm/IR/InstIterator.h"
 #include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/Module.h"
+#include "llvm/MC/MCSubtargetInfo.h"
 #include "llvm/MC/TargetRegistry.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -540,6 +542,25 @@ CodegenKernelsPass::compileCpu(ModuleOp kernels, ArrayRef<std::string> names,
       llvm::CodeGenOptLevel::Aggressive));
   if (!machine)
     return emitError(loc, "cannot create a target machine for cpu '") << cpu << "'";
+  // Without F16C, LLVM converts f16 through compiler-rt calls, which a plan's
+  // kernel library may not import (graphrun would refuse the plan): a model's
+  // own f16 tensors need a CPU level that has it, as --amp=fp16 does.
+  if (!machine->getMCSubtargetInfo()->checkFeatures("+f16c")) {
+    WalkResult half = kernels.walk([&](Operation *op) {
+      if (llvm::none_of(op->getResultTypes(),
+                        [](Type t) { return getElementTypeOrSelf(t).isF16(); }))
+        return WalkResult::advance();
+      auto func = op->getParentOfType<LLVM::LLVMFuncOp>();
+      emitError(isa<UnknownLoc>(op->getLoc()) ? loc : op->getLoc(), "kernel ")
+          << (func ? func.getName() : StringRef("?"))
+          << " has f16 values, which need a kernel CPU with F16C (--kernel-cpu=x86-64-v3 or "
+             "x86-64-v4), got '"
+          << cpu << "'";
+      return WalkResult::interrupt();
+    });
+    if (half.wasInterrupted())
+      return failure();
+  }
 
   registerBuiltinDialectTranslation(*kernels->getContext());
   registerLLVMDialectTranslation(*kernels->getContext());

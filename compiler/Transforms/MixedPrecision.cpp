@@ -389,10 +389,17 @@ LogicalResult MixedPrecisionPass::convert(func::FuncOp func) {
             }
             operand.set(wide);
           }
+        // (A half result, the model's own, follows the f32 data too.)
+        if (llvm::any_of(op->getResults(), [&](Value r) { return isFloatTensor(r, half); }) &&
+            failed(reinfer(op)))
+          return failure();
       }
     } else if (auto broadcast = dyn_cast<nn::BroadcastOp>(op)) {
-      // Only the data operand is read; `shape_of` gives the shape.
-      if (isFloatTensor(broadcast.getInput(), half) && failed(reinfer(op)))
+      // Only the data operand is read; `shape_of` gives the shape. Its
+      // result takes the data's type (half, or f32 where the model's own
+      // half op before it now computes in f32).
+      if ((isFloatTensor(broadcast.getInput(), half) || isFloatTensor(broadcast.getResult(), half)) &&
+          failed(reinfer(op)))
         return failure();
     } else if (!isa<nn::ApplyGradientOp, nn::CastOp>(op)) {
       // Computes in f32: widen each half operand for this reader alone, so
@@ -414,9 +421,9 @@ LogicalResult MixedPrecisionPass::convert(func::FuncOp func) {
         }
         operand.set(wide);
       }
-      // A model's own elementwise op in half (nn.relu on a tensor it cast to
-      // f16) computes in f32 like the rest: its result type follows.
-      if (nn::isFusibleElementwise(op) &&
+      // A model's own op in half (nn.relu or nn.reduce_max on a tensor it
+      // cast to f16) computes in f32 like the rest: its result type follows.
+      if (isa<InferTypeOpInterface>(op) &&
           llvm::any_of(op->getResults(), [&](Value r) { return isFloatTensor(r, half); }) &&
           failed(reinfer(op)))
         return failure();

@@ -2,7 +2,7 @@
 // (fp16 and bf16), as a user simulating lower-precision hardware would:
 // under --amp=bf16 the first cast is bf16 -> f16, under --amp=fp16 the
 // second is f16 -> bf16, and without --amp the kernels compute the f16
-// sigmoid and the bf16 relu and mul themselves; test/runtime/half-casts.test.
+// sigmoid and the bf16 relu, mul, row sum and subtraction themselves; test/runtime/half-casts.test.
 module {
   nn.parameter @w : tensor<12x16xf32> = xavier_uniform
   nn.parameter @fc : tensor<10x12xf32> = xavier_uniform
@@ -16,7 +16,10 @@ module {
     %b = nn.cast %a2 : tensor<4x12xf16> to bf16
     %b2 = nn.relu %b : tensor<4x12xbf16>
     %b3 = nn.mul %b2, %b : tensor<4x12xbf16>
-    %c = nn.cast %b3 : tensor<4x12xbf16> to f32
+    %m = nn.reduce_sum %b3 dims [1] keep_dims : tensor<4x12xbf16>
+    %mb = nn.broadcast %m to %b3 dims [0, 1] : tensor<4x1xbf16>, tensor<4x12xbf16>
+    %b4 = nn.sub %b3, %mb : tensor<4x12xbf16>
+    %c = nn.cast %b4 : tensor<4x12xbf16> to f32
     %s = nn.sigmoid %c : tensor<4x12xf32>
     %fc = nn.load @fc : tensor<10x12xf32>
     %lg = nn.linear %s, %fc : tensor<4x12xf32>, tensor<10x12xf32>
