@@ -332,13 +332,20 @@ LogicalResult Differentiator::backprop(Operation *op) {
         return success();
       })
       .Case([&](nn::ReduceMaxOp reduce) {
-        // Every element equal to the max gets the gradient.
+        // The elements equal to the max share its gradient evenly, as
+        // PyTorch's amax does: with ties (common once values are rounded to
+        // half) each gets dy / ties, where giving each dy multiplied the
+        // gradient by the number of ties (an AMP run diverged on it).
         accumulate(reduce.getInput(), [&] {
           Value x = reduce.getInput();
           Value max = unreduce(loc, reduce.getResult(), x, reduce.getDims(),
                                reduce.getKeepDims());
           Value isMax = b.create<nn::CmpOp>(loc, nn::CmpPredicate::eq, x, max);
-          Value g = unreduce(loc, dy, x, reduce.getDims(), reduce.getKeepDims());
+          Value hits = b.create<nn::CastOp>(loc, isMax, TypeAttr::get(typeOf(dy).getElementType()));
+          Value ties = b.create<nn::ReduceSumOp>(loc, hits, reduce.getDimsAttr(),
+                                                 reduce.getKeepDimsAttr());
+          Value share = b.create<nn::DivOp>(loc, dy, ties);
+          Value g = unreduce(loc, share, x, reduce.getDims(), reduce.getKeepDims());
           return select(isMax, g, zerosLike(loc, x));
         });
         return success();

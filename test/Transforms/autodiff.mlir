@@ -116,10 +116,16 @@ func.func @forward(%x: tensor<2x3xf32>, %y: tensor<2xi32>) -> tensor<f32> {
 // -----
 
 // Tests the reduction rules: sums broadcast back, means also scale by 1/count,
-// maxes route to the elements equal to the max.
+// maxes route to the elements equal to the max, shared evenly among ties
+// (here all four: @p is ones).
 // CHECK-LABEL: func.func @train_step
 // CHECK: nn.broadcast %{{.+}} to %{{.+}} dims [0, 1, 2] : tensor<2x3x1xf32>, tensor<2x3x4xf32>
-// CHECK: nn.cmp eq
+// CHECK: %[[EQ:.+]] = nn.cmp eq
+// CHECK: %[[HITS:.+]] = nn.cast %[[EQ]] : tensor<2x3x4xi1> to f32
+// CHECK: %[[TIES:.+]] = nn.reduce_sum %[[HITS]] dims [2] keep_dims
+// CHECK: %[[SHARE:.+]] = nn.div %{{.+}}, %[[TIES]] : tensor<2x3x1xf32>
+// CHECK: %[[G:.+]] = nn.broadcast %[[SHARE]]
+// CHECK: nn.select %[[EQ]], %[[G]]
 // CHECK: nn.broadcast %{{.+}} to %{{.+}} dims [0, 1] : tensor<2x3xf32>, tensor<2x3x4xf32>
 // CHECK: nn.constant dense<2.500000e-01> : tensor<f32>
 nn.parameter @p : tensor<2x3x4xf32> = ones
