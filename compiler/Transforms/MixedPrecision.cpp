@@ -324,6 +324,18 @@ LogicalResult MixedPrecisionPass::convert(func::FuncOp func) {
   auto isStretched = [&](Value v) {
     return stretched.contains(v) || llvm::cast<RankedTensorType>(v.getType()).getRank() == 0;
   };
+  // An f32 copy of half `v` at the builder's point, carrying v's batch.
+  auto widen = [&](Value v, Location loc) -> Value {
+    Value wide = b.create<nn::CastOp>(loc, v, TypeAttr::get(f32));
+    if (auto it = batched.find(v); it != batched.end()) {
+      const int64_t dim = it->second;
+      batched[wide] = dim;
+    }
+    return wide;
+  };
+  auto hasHalfResult = [&](Operation *op) {
+    return llvm::any_of(op->getResults(), [&](Value r) { return isFloatTensor(r, half); });
+  };
 
   DenseMap<Value, Value> wideOf;  // attention's half biases, widened once
 
@@ -381,25 +393,17 @@ LogicalResult MixedPrecisionPass::convert(func::FuncOp func) {
         // after, which stayed f32.
         b.setInsertionPoint(op);
         for (OpOperand &operand : op->getOpOperands())
-          if (Value v = operand.get(); isFloatTensor(v, half)) {
-            Value wide = b.create<nn::CastOp>(op->getLoc(), v, TypeAttr::get(f32));
-            if (auto it = batched.find(v); it != batched.end()) {
-              const int64_t dim = it->second;
-              batched[wide] = dim;
-            }
-            operand.set(wide);
-          }
+          if (isFloatTensor(operand.get(), half))
+            operand.set(widen(operand.get(), op->getLoc()));
         // (A half result, the model's own, follows the f32 data too.)
-        if (llvm::any_of(op->getResults(), [&](Value r) { return isFloatTensor(r, half); }) &&
-            failed(reinfer(op)))
+        if (hasHalfResult(op) && failed(reinfer(op)))
           return failure();
       }
     } else if (auto broadcast = dyn_cast<nn::BroadcastOp>(op)) {
       // Only the data operand is read; `shape_of` gives the shape. Its
       // result takes the data's type (half, or f32 where the model's own
       // half op before it now computes in f32).
-      if ((isFloatTensor(broadcast.getInput(), half) || isFloatTensor(broadcast.getResult(), half)) &&
-          failed(reinfer(op)))
+      if ((isFloatTensor(broadcast.getInput(), half) || hasHalfResult(op)) && failed(reinfer(op)))
         return failure();
     } else if (!isa<nn::ApplyGradientOp, nn::CastOp>(op)) {
       // Computes in f32: widen each half operand for this reader alone, so
@@ -412,20 +416,13 @@ LogicalResult MixedPrecisionPass::convert(func::FuncOp func) {
         if (!isFloatTensor(v, half))
           continue;
         Value &wide = widened[v];
-        if (!wide) {
-          wide = b.create<nn::CastOp>(op->getLoc(), v, TypeAttr::get(f32));
-          if (auto it = batched.find(v); it != batched.end()) {
-            const int64_t dim = it->second;
-            batched[wide] = dim;
-          }
-        }
+        if (!wide)
+          wide = widen(v, op->getLoc());
         operand.set(wide);
       }
       // A model's own op in half (nn.relu or nn.reduce_max on a tensor it
       // cast to f16) computes in f32 like the rest: its result type follows.
-      if (isa<InferTypeOpInterface>(op) &&
-          llvm::any_of(op->getResults(), [&](Value r) { return isFloatTensor(r, half); }) &&
-          failed(reinfer(op)))
+      if (isa<InferTypeOpInterface>(op) && hasHalfResult(op) && failed(reinfer(op)))
         return failure();
     }
 
