@@ -84,7 +84,7 @@ FlatSymbolRefAttr LowerToPlanPass::newBuffer(Location loc, StringRef name,
                                              FlatSymbolRefAttr alias) {
   auto op = moduleBuilder.create<plan::BufferOp>(
       loc, moduleBuilder.getStringAttr(name), TypeAttr::get(type),
-      plan::RegionAttr::get(&getContext(), region), IntegerAttr(), alias);
+      plan::RegionAttr::get(&getContext(), region), IntegerAttr(), alias, IntegerAttr());
   auto ref = FlatSymbolRefAttr::get(op.getSymNameAttr());
   regionOf[name] = region;
   if (alias)

@@ -46,6 +46,9 @@ enum MemoryProfile : int64_t {
   kKeptBuffers,     // how many buffers those are
   kMemoryProfileSize
 };
+/// Module attribute graphc-plan-memory sets when it removed concats by
+/// computing their operands in place (graphc compile prints it).
+constexpr llvm::StringLiteral kPlacedConcatsAttr = "graphc.placed_concats";
 /// Name of the nested module holding kernel bodies until codegen.
 constexpr llvm::StringLiteral kKernelsModuleName = "kernels";
 

@@ -86,9 +86,10 @@ void PlanContractPass::runOnOperation() {
     if (!alias)
       continue;
     plan::BufferOp root = buffers.lookup(*alias);
-    if (!root || root.getRegion() != buffer.getRegion() ||
-        root.getOffset() != buffer.getOffset() ||
-        root.getSizeInBytes() < buffer.getSizeInBytes())
+    int64_t within = buffer.getAliasOffset().value_or(0);
+    if (!root || root.getRegion() != buffer.getRegion() || !root.getOffset() ||
+        !buffer.getOffset() || *root.getOffset() + within != *buffer.getOffset() ||
+        within + buffer.getSizeInBytes() > root.getSizeInBytes())
       fail(buffer, "alias @" + name + " does not match the buffer it views");
   }
   if (module.getOps<plan::ProgramOp>().empty())

@@ -49,6 +49,18 @@ private:
     }
   }
   int64_t planProgram(plan::ProgramOp program, SymbolTable &symbols);
+  /// Step 0: concats whose operands can be computed where the concat puts
+  /// them; returns how many it removed.
+  int64_t placeConcats(plan::ProgramOp program, SymbolTable &symbols);
+  /// Bytes from the start of the buffer's root to the start of the buffer.
+  int64_t offsetInRoot(StringRef name) {
+    int64_t offset = 0;
+    for (auto it = parent.find(name); it != parent.end(); it = parent.find(it->second)) {
+      offset += within.lookup(name);
+      name = it->second;
+    }
+    return offset;
+  }
   /// Where the program's live bytes peak and what lives across the command
   /// that writes its first output (for a training step: the loss).
   SmallVector<int64_t> profile(plan::ProgramOp program,
@@ -59,7 +71,111 @@ private:
 
   llvm::StringMap<plan::BufferOp> buffers;
   llvm::StringMap<StringRef> parent;
+  /// An alias's byte offset in what it aliases (absent: 0).
+  llvm::StringMap<int64_t> within;
 };
+
+/// A concat's operands are byte ranges of its result, one after another,
+/// when every dim before the concat dim has extent 1 ([3, L, N, E] from three
+/// [1, L, N, E]: a packed q/k/v projection's gradient). Then each operand can
+/// be computed straight into its range and the copy is never made (XLA's
+/// buffer assignment does the same for concats it can place). An operand
+/// qualifies when it is a whole arena buffer (or a reshape of one) that one
+/// earlier command writes, not in place and as nothing else: nothing but its
+/// producer ever writes its bytes, and nothing but the concat the result's, so
+/// the operand's readers before and after the concat see the same bytes.
+/// Liveness then follows the root: the result is live from its first
+/// operand's producer on.
+int64_t PlanMemoryPass::placeConcats(plan::ProgramOp program, SymbolTable &symbols) {
+  auto nameOf = [](Attribute ref) { return llvm::cast<FlatSymbolRefAttr>(ref).getValue(); };
+  llvm::StringSet<> boundary; // the program's inputs and outputs: the caller's
+  for (ArrayAttr list : {program.getInputs(), program.getOutputs()})
+    for (Attribute ref : list)
+      boundary.insert(rootOf(nameOf(ref)));
+  // Per root: the commands that write it, and whether one writes it in place.
+  Block &body = program.getBody().front();
+  llvm::StringMap<SmallVector<Operation *, 1>> writers;
+  llvm::StringSet<> writtenInPlace;
+  for (Operation &command : body) {
+    auto outputs = command.getAttrOfType<ArrayAttr>("outputs");
+    auto inPlace = command.getAttrOfType<DenseI64ArrayAttr>("in_place");
+    for (auto [o, ref] : llvm::enumerate(outputs)) {
+      StringRef root = rootOf(nameOf(ref));
+      writers[root].push_back(&command);
+      if (inPlace && o < static_cast<size_t>(inPlace.size()) && inPlace[o] >= 0)
+        writtenInPlace.insert(root);
+    }
+  }
+  auto soleWriter = [&](StringRef root) -> Operation * {
+    auto it = writers.find(root);
+    if (it == writers.end() || it->second.size() != 1 || writtenInPlace.contains(root) ||
+        boundary.contains(root) || buffers.lookup(root).getRegion() != plan::Region::arena)
+      return nullptr;
+    return it->second.front();
+  };
+
+  SmallVector<plan::LaunchOp> removed;
+  for (Operation &command : body) {
+    auto launch = llvm::dyn_cast<plan::LaunchOp>(command);
+    if (!launch || launch.getInPlace() || launch.getOutputs().size() != 1)
+      continue;
+    auto kernel = symbols.lookup<plan::KernelOp>(launch.getKernel());
+    if (!kernel || kernel.getOps().size() != 1 ||
+        llvm::cast<StringAttr>(kernel.getOps()[0]).getValue() != "nn.concat")
+      continue;
+    StringRef result = nameOf(launch.getOutputs()[0]);
+    if (rootOf(result) != result || soleWriter(result) != launch)
+      continue;
+    plan::BufferOp out = buffers.lookup(result);
+    ArrayRef<int64_t> shape = out.getMemRefType().getShape();
+    // The concat dim: where the first operand differs from the result (none:
+    // a one-operand concat, a copy).
+    ArrayRef<int64_t> first =
+        buffers.lookup(nameOf(launch.getInputs()[0])).getMemRefType().getShape();
+    if (first.size() != shape.size())
+      continue;
+    size_t dim = 0;
+    while (dim < shape.size() && first[dim] == shape[dim])
+      ++dim;
+    if (llvm::any_of(shape.take_front(std::min(dim, shape.size())),
+                     [](int64_t extent) { return extent != 1; }))
+      continue;
+    // Each operand: a whole root that only its producer, earlier, writes; no
+    // two the same; each range starting 64-byte aligned as every buffer does.
+    SmallVector<std::pair<StringRef, int64_t>> pieces;
+    llvm::StringSet<> seen;
+    int64_t offset = 0;
+    bool ok = true;
+    for (Attribute ref : launch.getInputs()) {
+      StringRef root = rootOf(nameOf(ref));
+      plan::BufferOp piece = buffers.lookup(nameOf(ref));
+      Operation *producer = soleWriter(root);
+      ok = producer && producer->isBeforeInBlock(launch) && root != result &&
+           seen.insert(root).second && offsetInRoot(nameOf(ref)) == 0 &&
+           piece.getSizeInBytes() == buffers.lookup(root).getSizeInBytes() &&
+           piece.getMemRefType().getElementType() == out.getMemRefType().getElementType() &&
+           offset % kAlignment == 0;
+      if (!ok)
+        break;
+      pieces.push_back({root, offset});
+      offset += piece.getSizeInBytes();
+    }
+    if (!ok || offset != out.getSizeInBytes())
+      continue;
+    Builder b(program.getContext());
+    for (auto [root, at] : pieces) {
+      plan::BufferOp piece = buffers.lookup(root);
+      piece.setAliasAttr(FlatSymbolRefAttr::get(out.getSymNameAttr()));
+      piece.setAliasOffsetAttr(b.getI64IntegerAttr(at));
+      parent[root] = result;
+      within[root] = at;
+    }
+    removed.push_back(launch);
+  }
+  for (plan::LaunchOp launch : removed)
+    launch.erase();
+  return static_cast<int64_t>(removed.size());
+}
 
 int64_t PlanMemoryPass::planProgram(plan::ProgramOp program, SymbolTable &symbols) {
   // 1) Live intervals over the command order, per root buffer.
@@ -111,8 +227,13 @@ int64_t PlanMemoryPass::planProgram(plan::ProgramOp program, SymbolTable &symbol
     bool changed = false;
     llvm::SmallDenseSet<StringRef> taken;
     for (auto [o, outRef] : llvm::enumerate(launch.getOutputs())) {
-      StringRef out = rootOf(llvm::cast<FlatSymbolRefAttr>(outRef).getValue());
-      if (inPlace[o] != -1 || !isArena(out) || intervals[out].begin != at)
+      StringRef outName = llvm::cast<FlatSymbolRefAttr>(outRef).getValue();
+      StringRef out = rootOf(outName);
+      // An operand placed inside a concat's result is not the whole root:
+      // moving the root onto an input would move the operand off it.
+      if (inPlace[o] != -1 || !isArena(out) || intervals[out].begin != at ||
+          offsetInRoot(outName) != 0 ||
+          buffers.lookup(outName).getSizeInBytes() != intervals[out].size)
         continue;
       auto elements = [&](Attribute ref) {
         return buffers.lookup(llvm::cast<FlatSymbolRefAttr>(ref).getValue())
@@ -131,7 +252,8 @@ int64_t PlanMemoryPass::planProgram(plan::ProgramOp program, SymbolTable &symbol
           StringRef name = llvm::cast<FlatSymbolRefAttr>(view.value()).getValue();
           return rootOf(name) != in ||
                  (kernel.mayOverwrite(o, view.index()) &&
-                  elements(view.value()) == elements(outRef));
+                  elements(view.value()) == elements(outRef) && offsetInRoot(name) == 0 &&
+                  buffers.lookup(name).getSizeInBytes() == intervals[in].size);
         });
         if (!every)
           continue;
@@ -241,14 +363,30 @@ void PlanMemoryPass::runOnOperation() {
   ModuleOp module = getOperation();
   buffers.clear();
   parent.clear();
+  within.clear();
   profiles.clear();
   int64_t tensorBytes = 0, stateSize = 0, constantSize = 0;
   for (auto buffer : module.getOps<plan::BufferOp>()) {
     buffers[buffer.getSymName()] = buffer;
     if (auto alias = buffer.getAlias()) {
       parent[buffer.getSymName()] = *alias;
-      continue;
+      if (auto offset = buffer.getAliasOffset())
+        within[buffer.getSymName()] = *offset;
     }
+  }
+  for (auto &[name, target] : parent)
+    if (!buffers.count(target)) {
+      buffers.lookup(name).emitOpError("aliases unknown buffer @") << target;
+      return signalPassFailure();
+    }
+  SymbolTable symbols(module);
+  int64_t placedConcats = 0;
+  for (auto program : module.getOps<plan::ProgramOp>())
+    placedConcats += placeConcats(program, symbols);
+
+  for (auto buffer : module.getOps<plan::BufferOp>()) {
+    if (buffer.getAlias())
+      continue;
     int64_t size = buffer.getSizeInBytes();
     switch (buffer.getRegion()) {
     case plan::Region::arena:
@@ -264,23 +402,16 @@ void PlanMemoryPass::runOnOperation() {
       break;
     }
   }
-  for (auto &[name, target] : parent)
-    if (!buffers.count(target)) {
-      buffers.lookup(name).emitOpError("aliases unknown buffer @") << target;
-      return signalPassFailure();
-    }
-
   int64_t arenaSize = 0;
-  SymbolTable symbols(module);
   for (auto program : module.getOps<plan::ProgramOp>()) {
     int64_t size = planProgram(program, symbols);
     program.setArenaSize(size);
     arenaSize = std::max(arenaSize, size);
   }
-  // Aliases and merged buffers take their root's offset.
+  // Aliases and merged buffers take their root's offset, plus theirs in it.
   for (auto &[name, buffer] : buffers)
     if (parent.count(name))
-      buffer.setOffset(*buffers.lookup(rootOf(name)).getOffset());
+      buffer.setOffset(*buffers.lookup(rootOf(name)).getOffset() + offsetInRoot(name));
 
   Builder b(module.getContext());
   module->setAttr(kArenaSizeAttr, b.getI64IntegerAttr(arenaSize));
@@ -288,6 +419,8 @@ void PlanMemoryPass::runOnOperation() {
   module->setAttr(kStateSizeAttr, b.getI64IntegerAttr(stateSize));
   module->setAttr(kConstantSizeAttr, b.getI64IntegerAttr(constantSize));
   module->setAttr(kMemoryProfileAttr, b.getDictionaryAttr(profiles));
+  if (placedConcats > 0)
+    module->setAttr(kPlacedConcatsAttr, b.getI64IntegerAttr(placedConcats));
 }
 
 } // namespace

@@ -61,3 +61,18 @@ module attributes {plan.arena_size = 64 : i64, plan.state_size = 0 : i64, plan.c
 module attributes {plan.arena_size = 64 : i64, plan.state_size = 0 : i64, plan.constant_size = 0 : i64} {
   plan.buffer @a : memref<4xf32> in arena at 0
 }
+
+// -----
+
+// Tests that an alias lies where it says in what it aliases: at its offset
+// (plus the one it gives), and within it.
+module attributes {plan.arena_size = 256 : i64, plan.state_size = 0 : i64, plan.constant_size = 0 : i64} {
+  plan.buffer @a : memref<32xf32> in arena at 0
+  plan.buffer @part : memref<16xf32> in arena at 64 alias @a + 64
+  // expected-error@+1 {{plan contract: alias @off does not match the buffer it views}}
+  plan.buffer @off : memref<16xf32> in arena at 0 alias @a + 64
+  // expected-error@+1 {{plan contract: alias @past does not match the buffer it views}}
+  plan.buffer @past : memref<16xf32> in arena at 128 alias @a + 128
+  plan.program @p inputs [] outputs [] {
+  }
+}

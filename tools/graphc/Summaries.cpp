@@ -258,6 +258,9 @@ void printTrainingSummary(ModuleOp module, const CompileOptions &options,
     os << "reductions: " << sums.getInt() << " sum" << (sums.getInt() == 1 ? "" : "s")
        << " in backward taken from sums already computed, without a pass over memory (batch "
           "norm's mean gradients: deviations from a mean sum to zero)\n";
+  if (auto placed = module->getAttrOfType<IntegerAttr>(graphc::kPlacedConcatsAttr))
+    os << "concats: " << placed.getInt() << " made by computing their operands where the concat "
+       << "puts them, without a copy\n";
   printRematerializeSummary(module, pipeline.remat);
 }
 

@@ -63,6 +63,8 @@ LogicalResult BufferOp::verify() {
                                          << " cannot be stored in a plan";
   if (getOffsetAttr() && getOffsetAttr().getInt() < 0)
     return emitOpError("offset must be non-negative");
+  if (getAliasOffsetAttr() && (!getAlias() || getAliasOffsetAttr().getInt() < 0))
+    return emitOpError("alias offset needs an alias and must be non-negative");
   return success();
 }
 

@@ -95,20 +95,25 @@ class Plan_Op<string mnemonic, list<Trait> traits = []> :
 def Plan_BufferOp : Plan_Op<"buffer", [Symbol]> {
   let summary = "a tensor's memory: shape, element type, region, offset";
   let description = [{
-    `alias` makes the buffer a view of another one (a reshape): same bytes,
-    another shape; graphc-plan-memory gives it the offset of what it aliases.
+    `alias` makes the buffer a view of another one: a reshape (same bytes,
+    another shape), or with `+ N` the bytes from N on (a concat's operand
+    placed where the concat puts it); graphc-plan-memory gives it the offset
+    of what it aliases, plus N.
 
     ```mlir
     plan.buffer @train_step.v12 : memref<32x64x56x56xf32> in arena at 1048576
     plan.buffer @conv1.weight : memref<64x3x7x7xf32> in state at 0
     plan.buffer @train_step.v13 : memref<32x200704xf32> in arena alias @train_step.v12
+    plan.buffer @train_step.v14 : memref<2x64xf32> in arena alias @train_step.v15 + 512
     ```
   }];
   let arguments = (ins SymbolNameAttr:$sym_name, TypeAttrOf<AnyStaticShapeMemRef>:$type,
                        Plan_RegionAttr:$region, OptionalAttr<I64Attr>:$offset,
-                       OptionalAttr<FlatSymbolRefAttr>:$alias);
+                       OptionalAttr<FlatSymbolRefAttr>:$alias,
+                       OptionalAttr<I64Attr>:$alias_offset);
   let assemblyFormat = [{
-    $sym_name `:` $type `in` $region (`at` $offset^)? (`alias` $alias^)? attr-dict
+    $sym_name `:` $type `in` $region (`at` $offset^)? (`alias` $alias^)?
+    (`+` $alias_offset^)? attr-dict
   }];
   let extraClassDeclaration = [{
     mlir::MemRefType getMemRefType() { return llvm::cast<mlir::MemRefType>(getType()); }

@@ -212,3 +212,9 @@ plan.program @p inputs [] outputs [] {
   plan.allreduce_start sparse mean bucket 0 sends 3 [@v, @i, @d] -> [@v, @i, @d] in_place [0, 1, 2]
   plan.allreduce_wait sparse bucket 0 [@v, @i, @d] -> [@v, @i, @d] in_place [0, 1, 2]
 }
+
+// -----
+
+// Tests that an alias offset needs an alias.
+// expected-error@+1 {{alias offset needs an alias and must be non-negative}}
+plan.buffer @a : memref<8xf32> in arena + 64

@@ -5,6 +5,7 @@
 // CHECK: plan.buffer @w : memref<5x3x3x3xf32> in state at 0
 // CHECK: plan.buffer @y : memref<2x5x2x2xf32> in arena at 512
 // CHECK: plan.buffer @yflat : memref<2x20xf32> in arena at 512 alias @y
+// CHECK: plan.buffer @yhalf : memref<1x5x2x2xf32> in arena at 592 alias @y + 80
 // CHECK: plan.buffer @c : memref<f32> in constant at 0
 // CHECK: plan.state @w = kaiming_normal trainable
 // CHECK: plan.state @s = constant 5.000000e-01
@@ -22,6 +23,7 @@ plan.buffer @w : memref<5x3x3x3xf32> in state at 0
 plan.buffer @s : memref<f32> in state at 576
 plan.buffer @y : memref<2x5x2x2xf32> in arena at 512
 plan.buffer @yflat : memref<2x20xf32> in arena at 512 alias @y
+plan.buffer @yhalf : memref<1x5x2x2xf32> in arena at 592 alias @y + 80
 plan.buffer @m : memref<3x20xf32> in state at 640
 plan.buffer @g : memref<2x3xf32> in arena at 0
 plan.buffer @g2 : memref<2x3xf32> in arena at 64
