@@ -104,7 +104,12 @@ def PlanContract : Pass<"graphc-plan-contract", "::mlir::ModuleOp"> {
 def PlanMemory : Pass<"graphc-plan-memory", "::mlir::ModuleOp"> {
   let summary = "Liveness-based placement of every buffer in one arena";
   let description = [{
-    Algorithm: 1) per program, the live interval of each arena buffer is
+    Algorithm: 0) a concat whose operands are consecutive byte ranges of its
+    result (every dim before the concat dim of extent 1), each operand a whole
+    buffer that only one earlier command writes (not in place, not a program
+    input or output), is removed: each operand becomes an alias of the result
+    at its offset, so its producer writes it where the concat would have
+    copied it; 1) per program, the live interval of each arena buffer is
     [first write, last read] over the command order (program inputs live from
     the start, outputs to the end; an alias keeps what it aliases alive);
     2) an elementwise kernel whose input dies at that command and has the size
