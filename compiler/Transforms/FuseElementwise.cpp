@@ -898,7 +898,10 @@ void FuseElementwisePass::absorbViews(Block &block) {
     SmallVector<Operation *> chain;
     nn::StridedView view;
     Value root = absorbable(op.getResult(0), order.position.lookup(&op), chain, view);
-    if (!root || llvm::count_if(chain, nn::isCopyingViewOp) < 2)
+    // One copy of a fusion's result becomes a fusion too (the same kernel),
+    // which can then compute that result itself (inlineProducers).
+    if (!root || llvm::count_if(chain, nn::isCopyingViewOp) <
+                     (isa_and_nonnull<nn::FusionOp>(root.getDefiningOp()) ? 1 : 2))
       continue;
     OpBuilder b(op.getContext());
     b.setInsertionPointAfter(&op);

@@ -309,3 +309,27 @@ func.func @two_consumers(%x: tensor<4x6xf32>, %y: tensor<4x6xf32>, %w: tensor<6x
   %d = nn.sigmoid %m : tensor<4x6xf32>
   return %s, %c, %g, %d : tensor<6xf32>, tensor<4x6xf16>, tensor<4x6xf32>, tensor<4x6xf32>
 }
+
+// -----
+
+// Tests one transpose of a fusion's result read by a concat (attention's q
+// gradient, scaled, then packed with k's and v's): the copy becomes a fusion
+// too, which computes the scaled value itself through the transpose, so the
+// f32 product is never written and read back.
+// CHECK-LABEL: func.func @copy_of_fusion
+// CHECK-SAME: (%[[Q:.*]]: tensor<4x3x2xf16>, %[[S:.*]]: tensor<f32>, %[[K:.*]]: tensor<1x3x4x2xf32>)
+// CHECK-NOT: -> tensor<4x3x2xf32>
+// CHECK: %[[T:.*]] = nn.fusion %[[Q]], %[[S]] : tensor<4x3x2xf16>, tensor<f32> -> tensor<1x3x4x2xf32> {
+// CHECK: nn.transpose %{{.*}} permutation [1, 0, 2] : tensor<4x3x2xf16>
+// CHECK: nn.mul
+// CHECK-NEXT: nn.yield
+// CHECK: nn.concat %[[T]], %[[K]] dim 0
+func.func @copy_of_fusion(%q: tensor<4x3x2xf16>, %s: tensor<f32>, %k: tensor<1x3x4x2xf32>) -> tensor<2x3x4x2xf32> {
+  %c = nn.cast %q : tensor<4x3x2xf16> to f32
+  %sb = nn.broadcast %s to %c dims [] : tensor<f32>, tensor<4x3x2xf32>
+  %m = nn.mul %c, %sb : tensor<4x3x2xf32>
+  %t = nn.transpose %m permutation [1, 0, 2] : tensor<4x3x2xf32>
+  %r = nn.reshape %t shape [1, 3, 4, 2] : tensor<3x4x2xf32>
+  %cat = nn.concat %r, %k dim 0 : tensor<1x3x4x2xf32>, tensor<1x3x4x2xf32>
+  return %cat : tensor<2x3x4x2xf32>
+}
