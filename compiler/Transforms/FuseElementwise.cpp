@@ -318,8 +318,32 @@ struct GroupSummary {
 /// whole activation). Each elementwise reader, which will take the copy into
 /// its kernel, gets its own copy, placed just before it; other readers share
 /// the original.
+///
+/// First, each broadcast measures the earliest value of its shape it can: the
+/// elementwise ops computing its `shape_of` compute values of that shape from
+/// operands of that shape, so it measures where that chain starts. Measuring
+/// a member of a group from outside it would keep the group from growing past
+/// the broadcast (GELU's constant 1/sqrt(2) broadcast to the bias add's f32
+/// sum kept the bias add and the GELU in two kernels).
 void FuseElementwisePass::splitBroadcasts(Block &block) {
   SmallVector<nn::BroadcastOp> broadcasts(block.getOps<nn::BroadcastOp>());
+  for (nn::BroadcastOp broadcast : broadcasts) {
+    Value measured = broadcast.getShapeOf();
+    while (Operation *def = measured.getDefiningOp()) {
+      if (!isFusible(def))
+        break;
+      Value earlier = isa<nn::BroadcastOp>(def) ? cast<nn::BroadcastOp>(def).getShapeOf()
+                                                : Value();
+      for (Value operand : def->getOperands())
+        if (!earlier && sameShape(operand, measured))
+          earlier = operand;
+      if (!earlier)
+        break;
+      measured = earlier;
+    }
+    if (measured != broadcast.getShapeOf())
+      measureWith(broadcast->getOpOperand(1), measured);
+  }
   for (nn::BroadcastOp broadcast : broadcasts) {
     // A reader that only measures the broadcast measures its shape_of.
     for (OpOperand &use : llvm::make_early_inc_range(broadcast->getUses()))

@@ -93,12 +93,14 @@ func.func @across_conv(%x: tensor<1x2x4x4xf32>, %w: tensor<2x2x1x1xf32>) -> tens
 // Tests the cycle a reduction in the middle would make: exp feeds a reduction
 // whose broadcast feeds the multiply. exp does not join the multiply; it
 // takes the reduction (one pass: exp and its row sums); the broadcast and the
-// multiply fuse, reading both as inputs.
+// multiply fuse, reading both as inputs (the broadcast measures exp's input,
+// which the kernel takes but does not read).
 // CHECK-LABEL: func.func @softmax_like
+// CHECK-SAME: (%[[X:.*]]: tensor<4x8xf32>)
 // CHECK: %[[ES:.*]]:2 = nn.fusion %{{.*}} : tensor<4x8xf32> -> tensor<4x8xf32>, tensor<4xf32>
 // CHECK: nn.exp
 // CHECK-NEXT: nn.reduce_sum
-// CHECK: nn.fusion %[[ES]]#1, %[[ES]]#0 : tensor<4xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
+// CHECK: nn.fusion %[[ES]]#1, %[[X]], %[[ES]]#0 : tensor<4xf32>, tensor<4x8xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
 // CHECK: nn.broadcast
 // CHECK: nn.div
 func.func @softmax_like(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
@@ -261,4 +263,29 @@ func.func @two_statistics(%y: tensor<2x4x4x8xf32>, %dy: tensor<2x4x4x8xf32>, %d:
   %sgd = nn.reduce_sum %gd dims [0, 1, 2] : tensor<2x4x4x8xf32>
   %dx = nn.conv2d_backward_data %g, %w input_size [4, 4] channels_last : tensor<2x4x4x8xf32>, tensor<8x8x1x1xf32>
   return %sg, %sgd, %dx : tensor<8xf32>, tensor<8xf32>, tensor<2x4x4x8xf32>
+}
+
+// -----
+
+// Tests that a broadcast measuring a member of a group from outside it does
+// not split the group: GELU's constant broadcast to the f32 bias add, while
+// GELU reads the add's half copy (stored for backward), measures the group's
+// input instead, and the bias add and the division are one kernel.
+// CHECK-LABEL: func.func @measured_member
+// CHECK-SAME: (%[[X:.*]]: tensor<4x8xf16>, %[[B:.*]]: tensor<8xf32>)
+// CHECK: %[[F:.*]]:2 = nn.fusion %[[B]], %[[X]], %{{.*}} : tensor<8xf32>, tensor<4x8xf16>, tensor<f32> -> tensor<4x8xf16>, tensor<4x8xf32>
+// CHECK: nn.add
+// CHECK: nn.div
+// CHECK-NOT: nn.fusion
+// CHECK: return %[[F]]#0, %[[F]]#1
+func.func @measured_member(%x: tensor<4x8xf16>, %b: tensor<8xf32>) -> (tensor<4x8xf16>, tensor<4x8xf32>) {
+  %bb = nn.broadcast %b to %x dims [1] : tensor<8xf32>, tensor<4x8xf16>
+  %c = nn.cast %x : tensor<4x8xf16> to f32
+  %s = nn.add %bb, %c : tensor<4x8xf32>
+  %h = nn.cast %s : tensor<4x8xf32> to f16
+  %k = nn.constant dense<2.0> : tensor<f32>
+  %kb = nn.broadcast %k to %s dims [] : tensor<f32>, tensor<4x8xf32>
+  %w = nn.cast %h : tensor<4x8xf16> to f32
+  %d = nn.div %w, %kb : tensor<4x8xf32>
+  return %h, %d : tensor<4x8xf16>, tensor<4x8xf32>
 }
