@@ -290,6 +290,27 @@ LogicalResult LowerToPlanPass::lowerOp(Operation *op) {
     return ArrayAttr::get(ctx, refs);
   };
 
+  // A kernel whose every result is only measured (a broadcast's shape_of, a
+  // fusion's input it only broadcasts to) computes nothing anyone reads: no
+  // command, no buffer (the readers' kernels take no argument for it). A
+  // transpose that a kernel reads through as a view, still measured by a
+  // broadcast, was written for nothing.
+  if (llvm::isa<nn::FusionOp, nn::TransposeOp, nn::SliceOp, nn::ConcatOp, nn::BroadcastOp,
+                nn::GatherOp, nn::ReduceSumOp, nn::ReduceMeanOp, nn::ReduceMaxOp>(op) ||
+      (isKernelOp(op) && nn::isFusibleElementwise(op))) {
+    auto measuredOnly = [](OpOperand &use) {
+      if (auto broadcast = llvm::dyn_cast<nn::BroadcastOp>(use.getOwner()))
+        return use.getOperandNumber() == 1;
+      if (auto fusion = llvm::dyn_cast<nn::FusionOp>(use.getOwner()))
+        return !fusion.isInputRead(use.getOperandNumber());
+      return false;
+    };
+    if (llvm::all_of(op->getResults(), [&](Value result) {
+          return llvm::all_of(result.getUses(), measuredOnly);
+        }) && !op->use_empty())
+      return success();
+  }
+
   if (isKernelOp(op)) {
     std::string name = "k" + std::to_string(kernelCounter);
     FailureOr<KernelSignature> signature = emitKernel(op, kernels, name);

@@ -328,7 +328,7 @@ struct GroupSummary {
 void FuseElementwisePass::splitBroadcasts(Block &block) {
   SmallVector<nn::BroadcastOp> broadcasts(block.getOps<nn::BroadcastOp>());
   for (nn::BroadcastOp broadcast : broadcasts) {
-    Value measured = broadcast.getShapeOf();
+    Value measured = broadcast.getShapeOf(), chosen = measured;
     while (Operation *def = measured.getDefiningOp()) {
       if (!isFusible(def))
         break;
@@ -340,9 +340,13 @@ void FuseElementwisePass::splitBroadcasts(Block &block) {
       if (!earlier)
         break;
       measured = earlier;
+      // Not a copy a kernel will read through instead (a transpose): being
+      // measured would keep that copy alive, written for nothing.
+      if (!measured.getDefiningOp() || !nn::isCopyingViewOp(measured.getDefiningOp()))
+        chosen = measured;
     }
-    if (measured != broadcast.getShapeOf())
-      measureWith(broadcast->getOpOperand(1), measured);
+    if (chosen != broadcast.getShapeOf())
+      measureWith(broadcast->getOpOperand(1), chosen);
   }
   for (nn::BroadcastOp broadcast : broadcasts) {
     // A reader that only measures the broadcast measures its shape_of.

@@ -115,3 +115,28 @@ func.func @train_step(%x: tensor<2x60000xi32>) -> tensor<2xi32> {
   %r = nn.reduce_max %x dims [1] : tensor<2x60000xi32>
   return %r : tensor<2xi32>
 }
+
+// -----
+
+// Tests that a kernel whose result is only measured (a broadcast's shape_of,
+// a fusion's input it only broadcasts to) is not run: no command and no
+// buffer for the transpose, and the kernels that measure it take no argument
+// for it.
+// CHECK-LABEL: plan.program @train_step
+// CHECK-NEXT: plan.launch @[[B:k[0-9]+]] [@train_step.input1] -> [@{{train_step.v[0-9]+}}]
+// CHECK-NEXT: plan.launch @[[F:k[0-9]+]] [@train_step.input1] -> [@{{train_step.v[0-9]+}}]
+// CHECK-NEXT: }
+// CHECK: plan.kernel @[[B]] ops ["nn.broadcast"] inputs 1 outputs 1 bytes [4, 24]
+// CHECK: plan.kernel @[[F]] ops ["nn.broadcast", "nn.neg"] inputs 1 outputs 1
+// CHECK-NOT: nn.transpose
+func.func @train_step(%x: tensor<2x3xf32>, %s: tensor<f32>) -> (tensor<3x2xf32>, tensor<3x2xf32>) {
+  %t = nn.transpose %x permutation [1, 0] : tensor<2x3xf32>
+  %b = nn.broadcast %s to %t dims [] : tensor<f32>, tensor<3x2xf32>
+  %n = nn.fusion %s, %t : tensor<f32>, tensor<3x2xf32> -> tensor<3x2xf32> {
+  ^bb0(%a: tensor<f32>, %m: tensor<3x2xf32>):
+    %c = nn.broadcast %a to %m dims [] : tensor<f32>, tensor<3x2xf32>
+    %d = nn.neg %c : tensor<3x2xf32>
+    nn.yield %d : tensor<3x2xf32>
+  }
+  return %b, %n : tensor<3x2xf32>, tensor<3x2xf32>
+}
