@@ -926,10 +926,19 @@ void FuseElementwisePass::absorbViews(Block &block) {
     SmallVector<Operation *> chain;
     nn::StridedView view;
     Value root = absorbable(op.getResult(0), order.position.lookup(&op), chain, view);
+    if (!root)
+      continue;
     // One copy of a fusion's result becomes a fusion too (the same kernel),
-    // which can then compute that result itself (inlineProducers).
-    if (!root || llvm::count_if(chain, nn::isCopyingViewOp) <
-                     (isa_and_nonnull<nn::FusionOp>(root.getDefiningOp()) ? 1 : 2))
+    // which can then compute that result itself (inlineProducers), when the
+    // copy is all that reads the result and only non-views read the copy
+    // (two readers through different views would each get a kernel of their
+    // own, computing the same values twice).
+    const auto copies = llvm::count_if(chain, nn::isCopyingViewOp);
+    bool soleCopy = copies == 1 && isa_and_nonnull<nn::FusionOp>(root.getDefiningOp()) &&
+                    root.hasOneUse() && llvm::none_of(op.getUsers(), nn::isViewOp) &&
+                    llvm::all_of(ArrayRef(chain).drop_back(),
+                                 [](Operation *link) { return link->hasOneUse(); });
+    if (copies < 2 && !soleCopy)
       continue;
     OpBuilder b(op.getContext());
     b.setInsertionPointAfter(&op);

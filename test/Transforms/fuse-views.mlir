@@ -333,3 +333,25 @@ func.func @copy_of_fusion(%q: tensor<4x3x2xf16>, %s: tensor<f32>, %k: tensor<1x3
   %cat = nn.concat %r, %k dim 0 : tensor<1x3x4x2xf32>, tensor<1x3x4x2xf32>
   return %cat : tensor<2x3x4x2xf32>
 }
+
+// -----
+
+// Tests that a copy of a fusion's result read by two library ops, one of
+// them through a reshape, stays one copy: a fusion per reader would compute
+// the same values twice.
+// CHECK-LABEL: func.func @copy_read_twice
+// CHECK: %[[M:.*]] = nn.fusion
+// CHECK: nn.mul
+// CHECK: %[[T:.*]] = nn.transpose %[[M]] permutation [0, 2, 1]
+// CHECK-NOT: nn.fusion
+// CHECK: nn.reshape %[[T]] shape [4, 24]
+// CHECK: nn.matmul %{{.*}}, %[[T]]
+func.func @copy_read_twice(%x: tensor<4x4x6xf32>, %p: tensor<6xf32>, %w: tensor<10x24xf32>) -> (tensor<4x10xf32>, tensor<4x4x4xf32>) {
+  %pb = nn.broadcast %p to %x dims [2] : tensor<6xf32>, tensor<4x4x6xf32>
+  %b = nn.mul %x, %pb : tensor<4x4x6xf32>
+  %t = nn.transpose %b permutation [0, 2, 1] : tensor<4x4x6xf32>
+  %tr = nn.reshape %t shape [4, 24] : tensor<4x6x4xf32>
+  %l = nn.linear %tr, %w : tensor<4x24xf32>, tensor<10x24xf32>
+  %m = nn.matmul %x, %t : tensor<4x4x6xf32>, tensor<4x6x4xf32>
+  return %l, %m : tensor<4x10xf32>, tensor<4x4x4xf32>
+}
