@@ -298,15 +298,8 @@ LogicalResult LowerToPlanPass::lowerOp(Operation *op) {
   if (llvm::isa<nn::FusionOp, nn::TransposeOp, nn::SliceOp, nn::ConcatOp, nn::BroadcastOp,
                 nn::GatherOp, nn::ReduceSumOp, nn::ReduceMeanOp, nn::ReduceMaxOp>(op) ||
       (isKernelOp(op) && nn::isFusibleElementwise(op))) {
-    auto measuredOnly = [](OpOperand &use) {
-      if (auto broadcast = llvm::dyn_cast<nn::BroadcastOp>(use.getOwner()))
-        return use.getOperandNumber() == 1;
-      if (auto fusion = llvm::dyn_cast<nn::FusionOp>(use.getOwner()))
-        return !fusion.isInputRead(use.getOperandNumber());
-      return false;
-    };
-    if (llvm::all_of(op->getResults(), [&](Value result) {
-          return llvm::all_of(result.getUses(), measuredOnly);
+    if (llvm::all_of(op->getResults(), [](Value result) {
+          return llvm::all_of(result.getUses(), nn::readsShapeOnly);
         }) && !op->use_empty())
       return success();
   }

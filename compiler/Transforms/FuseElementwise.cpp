@@ -227,15 +227,7 @@ OpT buildGroupOp(OpBuilder &b, ArrayRef<Operation *> members, ArrayRef<Value> in
   return group;
 }
 
-/// Whether `use` reads only its value's shape: a broadcast's `shape_of`, or
-/// an input of a fusion that only broadcasts to its shape.
-bool readsShapeOnly(OpOperand &use) {
-  if (auto broadcast = dyn_cast<nn::BroadcastOp>(use.getOwner()))
-    return use.getOperandNumber() == 1;
-  if (auto fusion = dyn_cast<nn::FusionOp>(use.getOwner()))
-    return !fusion.isInputRead(use.getOperandNumber());
-  return false;
-}
+using nn::readsShapeOnly;
 
 /// Makes a reader that only measures its operand (readsShapeOnly) measure
 /// `stand`, of the same shape (the element type may differ: it is not read).

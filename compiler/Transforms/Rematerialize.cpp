@@ -49,10 +49,8 @@ int64_t bytesOf(Value v) {
   return type.getNumElements() * std::max<int64_t>(1, (bits + 7) / 8);
 }
 
-/// A broadcast's `shape_of` is measured, never read.
-bool readsShapeOnly(OpOperand &use) {
-  return isa<nn::BroadcastOp>(use.getOwner()) && use.getOperandNumber() == 1;
-}
+/// A broadcast's `shape_of` is measured, never read (no fusions exist yet).
+using nn::readsShapeOnly;
 
 struct RematerializePass : impl::RematerializeBase<RematerializePass> {
   using RematerializeBase::RematerializeBase;

@@ -1567,6 +1567,14 @@ bool graphc::nn::isFusibleElementwise(Operation *op) {
              MaxOp, SelectOp, CmpOp, CastOp>(op);
 }
 
+bool graphc::nn::readsShapeOnly(OpOperand &use) {
+  if (isa<BroadcastOp>(use.getOwner()))
+    return use.getOperandNumber() == 1;
+  if (auto fusion = dyn_cast<FusionOp>(use.getOwner()))
+    return !fusion.isInputRead(use.getOperandNumber());
+  return false;
+}
+
 bool FusionOp::isInputRead(unsigned i) {
   return llvm::any_of(getBody().front().getArgument(i).getUses(), [](OpOperand &use) {
     return !isa<BroadcastOp>(use.getOwner()) || use.getOperandNumber() == 0;

@@ -36,6 +36,10 @@ bool isFusibleElementwise(mlir::Operation *op);
 /// The optimizer updates an nn.multi_tensor may batch (elementwise per
 /// parameter: sgd, sgd_momentum, adam; not lars, which needs per-tensor norms).
 bool isBatchableUpdate(mlir::Operation *op);
+/// Whether `use` reads only its value's shape: a broadcast's `shape_of`, or
+/// an input of a fusion that only broadcasts to its shape (no kernel takes
+/// an argument for either).
+bool readsShapeOnly(mlir::OpOperand &use);
 } // namespace graphc::nn
 
 #endif // GRAPHC_DIALECTS_NN_IR_NNOPS_H
