@@ -431,6 +431,14 @@ bool Importer::importNode(const Node &n) {
               ") is not supported by graphc import");
 }
 
+/// The transposes that products now read through their flags (matmul()),
+/// where nothing else reads them.
+static void eraseUnreadTransposes(Block *body) {
+  for (Operation &op : llvm::make_early_inc_range(llvm::reverse(*body)))
+    if (llvm::isa<nn::TransposeOp>(op) && op.use_empty())
+      op.erase();
+}
+
 OwningOpRef<ModuleOp> Importer::run() {
   context.getOrLoadDialect<nn::NNDialect>();
   context.getOrLoadDialect<func::FuncDialect>();
@@ -508,6 +516,7 @@ OwningOpRef<ModuleOp> Importer::run() {
   if (!loss)
     return nullptr;
   b.create<func::ReturnOp>(fileLoc, loss);
+  eraseUnreadTransposes(body);
   // Every op was verified as it was made; the module's symbols now too.
   if (failed(verify(module))) {
     if (error.empty())
@@ -570,6 +579,7 @@ OwningOpRef<ModuleOp> Importer::runInference(Location fileLoc, OwningOpRef<Modul
     results.push_back(it->second);
   }
   b.create<func::ReturnOp>(fileLoc, results);
+  eraseUnreadTransposes(body);
   infer.setFunctionType(b.getFunctionType(inputTypes, ValueRange(results).getTypes()));
   if (failed(verify(module))) {
     if (error.empty())

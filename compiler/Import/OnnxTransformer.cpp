@@ -113,6 +113,25 @@ Value Importer::operand(const std::string &name) {
   return activation(name);
 }
 
+/// The input of `x`'s nn.transpose when it swaps the last two dims and keeps
+/// the rest, else null. PyTorch exports `x @ w.T` (a linear on more than two
+/// dims) as MatMul(x, Transpose(w)) and `q @ k.transpose(-2, -1)` likewise: the
+/// product reads the untransposed operand with its transpose flag instead, so
+/// no copy is made in the step and autodiff's gradient needs none either.
+static Value swappedLastTwo(Value x) {
+  auto transpose = x.getDefiningOp<nn::TransposeOp>();
+  if (!transpose)
+    return nullptr;
+  ArrayRef<int64_t> perm = transpose.getPermutation();
+  const int64_t rank = static_cast<int64_t>(perm.size());
+  if (rank < 2 || perm[rank - 2] != rank - 1 || perm[rank - 1] != rank - 2)
+    return nullptr;
+  for (int64_t d = 0; d < rank - 2; ++d)
+    if (perm[d] != d)
+      return nullptr;
+  return transpose.getInput();
+}
+
 bool Importer::matmul(const Node &n) {
   if (!knownAttributes(n, {}))
     return false;
@@ -136,12 +155,17 @@ bool Importer::matmul(const Node &n) {
     shape.push_back(n2);
     return shape;
   };
+  // A transposed operand is read through its transpose flag (above).
+  const Value aSwapped = swappedLastTwo(a), cSwapped = swappedLastTwo(c);
+  const UnitAttr flagA = aSwapped ? b.getUnitAttr() : UnitAttr();
+  const UnitAttr flagC = cSwapped ? b.getUnitAttr() : UnitAttr();
   if (ct.getRank() == 2) {
     // [..., M, K] x [K, N]: the leading dims as rows of one product.
+    Value rhs = cSwapped ? cSwapped : c;
     if (at.getRank() == 2)
-      return define(n, tryCreate<nn::MatmulOp>(a, c, UnitAttr(), UnitAttr()));
+      return define(n, tryCreate<nn::MatmulOp>(aSwapped ? aSwapped : a, rhs, flagA, flagC));
     Value rows = reshaped(a, {ShapedType::kDynamic, k});
-    Value y = rows ? tryCreate<nn::MatmulOp>(rows, c, UnitAttr(), UnitAttr()) : Value();
+    Value y = rows ? tryCreate<nn::MatmulOp>(rows, rhs, UnitAttr(), flagC) : Value();
     SmallVector<int64_t> shape(at.getShape().drop_back());
     shape.push_back(n2);
     return define(n, y ? reshaped(y, shape) : Value());
@@ -151,10 +175,13 @@ bool Importer::matmul(const Node &n) {
                 shapeString(ct.getShape()) +
                 " (graphc takes equal batch dims, or a 2-D right operand)");
   // [..., M, K] x [..., K, N]: the batch dims as one.
-  Value a3 = reshaped(a, {ShapedType::kDynamic, m, k});
-  Value c3 = a3 ? reshaped(c, {ShapedType::kDynamic, ct.getDimSize(ct.getRank() - 2), n2})
-                : Value();
-  Value y = c3 ? tryCreate<nn::MatmulOp>(a3, c3, UnitAttr(), UnitAttr()) : Value();
+  Value a3 = aSwapped ? reshaped(aSwapped, {ShapedType::kDynamic, k, m})
+                      : reshaped(a, {ShapedType::kDynamic, m, k});
+  const int64_t ck = ct.getDimSize(ct.getRank() - 2);
+  Value c3 = !a3       ? Value()
+             : cSwapped ? reshaped(cSwapped, {ShapedType::kDynamic, n2, ck})
+                        : reshaped(c, {ShapedType::kDynamic, ck, n2});
+  Value y = c3 ? tryCreate<nn::MatmulOp>(a3, c3, flagA, flagC) : Value();
   return define(n, y ? reshaped(y, resultShape(at)) : Value());
 }
 

@@ -267,7 +267,54 @@ def attention(fault=None, opset=17):
     return model
 
 
+def transposed_products():
+    """Products of transposed operands, as PyTorch exports x @ w.T on more
+    than two dims and q @ k.transpose(-2, -1): a weight's Transpose read by a
+    MatMul of [2, 5, 8] tokens, an activation's transpose as the left operand
+    of a 2-D product, a batched product of an activation and its transpose,
+    and a transpose that a product and the graph's outputs both read. An
+    inference graph: graphc import --forward."""
+    rng = np.random.default_rng(3)
+    w = numpy_helper.from_array(rng.standard_normal((6, 8)).astype(np.float32), "w")
+    rows = numpy_helper.from_array(np.array([10, 6], np.int64), "rows")
+    nodes = [
+        helper.make_node("Transpose", ["w"], ["wt"], name="/wt", perm=[1, 0]),
+        helper.make_node("MatMul", ["x", "wt"], ["y"], name="/linear"),
+        helper.make_node("Reshape", ["y", "rows"], ["y2"], name="/rows"),
+        helper.make_node("Transpose", ["y2"], ["y2t"], name="/y2t", perm=[1, 0]),
+        helper.make_node("MatMul", ["y2t", "y2"], ["gram"], name="/gram"),
+        helper.make_node("Transpose", ["y"], ["yt"], name="/yt", perm=[0, 2, 1]),
+        helper.make_node("MatMul", ["y", "yt"], ["scores"], name="/scores"),
+    ]
+    outputs = [helper.make_tensor_value_info("gram", TensorProto.FLOAT, [6, 6]),
+               helper.make_tensor_value_info("scores", TensorProto.FLOAT, [2, 5, 5]),
+               helper.make_tensor_value_info("yt", TensorProto.FLOAT, [2, 6, 5])]
+    graph = helper.make_graph(
+        nodes, "transposed_products",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5, 8])], outputs, [w, rows])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def check_transposed(folder):
+    """transposed_products' outputs from graphrun infer against float64."""
+    model = onnx.load(os.path.join(folder, "transposed.onnx"))
+    w = numpy_helper.to_array(model.graph.initializer[0]).astype(np.float64)
+    x = np.load(os.path.join(folder, "x.npy")).astype(np.float64)
+    y = x @ w.T
+    rows = y.reshape(10, 6)
+    expected = {"gram": rows.T @ rows, "scores": y @ y.transpose(0, 2, 1),
+                "yt": y.transpose(0, 2, 1)}
+    for name, want in expected.items():
+        got = np.load(os.path.join(folder, name + ".npy"))
+        error = np.abs(got - want).max() / np.abs(want).max()
+        print(f"{name} {list(got.shape)} {'ok' if got.shape == want.shape and error < 1e-5 else 'WRONG'}")
+
+
 def main():
+    if sys.argv[1] == "check-transposed":
+        return check_transposed(sys.argv[2])
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
     onnx.save(classifier(), os.path.join(out, "classifier.onnx"))
@@ -276,6 +323,7 @@ def main():
     onnx.save(shuffle(), os.path.join(out, "shuffle.onnx"))
     onnx.save(classifier(trans_b0=8), os.path.join(out, "gemm_b0.onnx"))
     onnx.save(attention(), os.path.join(out, "attention.onnx"))
+    onnx.save(transposed_products(), os.path.join(out, "transposed.onnx"))
     for fault in ["matmul_batch", "ln_scale", "gather_range", "cast_int"]:
         onnx.save(attention(fault), os.path.join(out, f"bad_attention_{fault}.onnx"))
     for fault in ["batch_arithmetic", "slice_batch", "reshape_batch", "random", "same_stride0"]:
