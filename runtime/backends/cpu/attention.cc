@@ -16,6 +16,11 @@
 namespace graphc::runtime {
 namespace {
 
+// e^x as libm's expf gives it, without the call where that is +0 (x below
+// ln 2^-150 = -103.97): glibc takes a slow underflow path there, which
+// Swin's shifted windows hit for every score their mask sets to -100.
+inline float Exp(float x) { return x < -104.0f ? 0.0f : std::exp(x); }
+
 // C = alpha op(A) op(B) + beta C, row-major (oneDNN's sgemm).
 void Gemm(char ta, char tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
@@ -111,7 +116,7 @@ void BackwardGroup(const AttentionShape& s, int64_t g, const float* qg, const fl
     for (int64_t r = 0; r < rows; ++r) {
       float* row = p + r * s.keys;
       const float l = lseg[i0 + r];
-      for (int64_t j = 0; j < s.keys; ++j) row[j] = std::exp(row[j] - l);
+      for (int64_t j = 0; j < s.keys; ++j) row[j] = Exp(row[j] - l);
     }
     // dv += P^T do (P rounded to the half type when the operands are); dP =
     // do v^T.
@@ -232,7 +237,7 @@ void AttentionForward(const AttentionShape& s, const void* q, const void* k, con
         for (int64_t j = 0; j < s.keys; ++j) max = std::max(max, row[j]);
         double sum = 0;
         for (int64_t j = 0; j < s.keys; ++j) {
-          row[j] = std::exp(row[j] - max);
+          row[j] = Exp(row[j] - max);
           sum += row[j];
         }
         const float inverse = static_cast<float>(1.0 / sum);
