@@ -471,6 +471,15 @@ struct OneDnnOps::Impl {
     return attr;
   }
 
+  // The command's operands (dnnl arg, its description, the operand index)
+  // as `step`'s arguments, bound at every Run.
+  void AddOperands(Step& step,
+                   const std::vector<std::pair<int, std::pair<memory::desc, int>>>& operands) {
+    for (const auto& [arg, desc_operand] : operands)
+      step.args.push_back({arg, memory(desc_operand.first, engine, DNNL_MEMORY_NONE),
+                           Where::kOperand, desc_operand.second});
+  }
+
   // Adds `primitive` with its arguments; `operands` maps DNNL args to operand
   // indices (inputs, then outputs at inputs()->size() + i).
   template <typename Primitive>
@@ -478,9 +487,7 @@ struct OneDnnOps::Impl {
                 const std::vector<std::pair<int, std::pair<memory::desc, int>>>& operands) {
     Step& step = p.steps.emplace_back();
     step.primitive = Primitive(pd);
-    for (const auto& [arg, desc_operand] : operands)
-      step.args.push_back({arg, memory(desc_operand.first, engine, DNNL_MEMORY_NONE),
-                           Where::kOperand, desc_operand.second});
+    AddOperands(step, operands);
     memory::desc scratch = pd.scratchpad_desc();
     step.args.push_back(
         {DNNL_ARG_SCRATCHPAD, memory(scratch, engine, DNNL_MEMORY_NONE), Where::kScratchpad});
@@ -767,11 +774,12 @@ Status OneDnnOps::Impl::PrepareGemm(const fb::Command& c, Prepared& p, DataType 
   // 1000]^T) the matmul is ahead.
   if (type == DataType::f32 && rank == 2 && !tb && c.inputs()->size() == 2) {
     Step& step = p.steps.emplace_back();
-    step.sgemm = {true,   ta ? 'T' : 'N', 'N',    out[0], out[1], ta ? a[0] : a[1],
-                  a[1],   b[1],           out[1]};
-    for (const auto& [arg, desc_operand] : args)
-      step.args.push_back({arg, memory(desc_operand.first, engine, DNNL_MEMORY_NONE),
-                           Where::kOperand, desc_operand.second});
+    Step::Sgemm& g = step.sgemm;
+    g.used = true;
+    g.transa = ta ? 'T' : 'N';
+    g.m = out[0], g.n = out[1], g.k = ta ? a[0] : a[1];
+    g.lda = a[1], g.ldb = b[1], g.ldc = out[1];  // row-major, as stored
+    AddOperands(step, args);
     return Status::Ok();
   }
   auto attr = Attr();
