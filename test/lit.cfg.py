@@ -28,6 +28,17 @@ if os.path.exists(ptxas):
     config.available_features.add("ptxas")
     config.substitutions.append(("%ptxas", ptxas))
 
+# A CPU that runs x86-64-v4 (AVX-512 F/BW/CD/DQ/VL) code, where graphrun
+# loads a plan's x86-64-v4 kernels over its x86-64-v3 ones.
+try:
+    with open("/proc/cpuinfo") as cpuinfo:
+        flags = next((line.split(":", 1)[1].split() for line in cpuinfo
+                      if line.startswith("flags")), [])
+    if all(f in flags for f in ("avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl")):
+        config.available_features.add("x86-64-v4")
+except OSError:
+    pass
+
 # Open MPI's launcher (Debian's openmpi-bin, which setup.sh installs) for the
 # multi-rank tests; as root it needs these two variables to start.
 import shutil

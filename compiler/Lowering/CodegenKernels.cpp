@@ -57,6 +57,8 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/Analysis/LoopInfo.h"
 #include "llvm/Analysis/VectorUtils.h"
+#include "llvm/Bitcode/BitcodeReader.h"
+#include "llvm/Bitcode/BitcodeWriter.h"
 #include "llvm/IR/Constants.h"
 #include "llvm/IR/Dominators.h"
 #include "llvm/IR/GlobalVariable.h"
@@ -69,10 +71,15 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
+#include "llvm/Support/Process.h"
 #include "llvm/Support/Program.h"
 #include "llvm/Support/TargetSelect.h"
+#include "llvm/Support/ThreadPool.h"
 #include "llvm/Target/TargetMachine.h"
 #include "llvm/Target/TargetOptions.h"
+#include "llvm/Transforms/Utils/SplitModule.h"
+#include <algorithm>
+#include <utility>
 
 namespace graphc {
 #define GEN_PASS_DEF_CODEGENKERNELS
@@ -90,6 +97,17 @@ constexpr llvm::StringLiteral kSignaturePrefix = "graphc_signature_";
 /// A call marking a parallel loop's body between markParallelLoops and
 /// annotateParallelLoops; none is left in the library.
 constexpr llvm::StringLiteral kParallelMarker = "graphc_parallel_iteration";
+/// The CPU kernels are optimized and compiled in partitions of about this
+/// many launches, at most kMaxCpuPartitions of them, on as many threads.
+constexpr size_t kLaunchesPerPartition = 24;
+constexpr size_t kMaxCpuPartitions = 16;
+
+/// The --dump-kernels file of CPU level `index` in `cpus`: cpu_x86_64.EXT for
+/// a plan of one level, cpu_LEVEL.EXT for several.
+std::string cpuDumpName(ArrayRef<std::string> cpus, size_t index, StringRef ext) {
+  return (cpus.size() == 1 ? std::string("cpu_x86_64") : "cpu_" + cpus[index]) + "." +
+         ext.str();
+}
 
 /// Calls kParallelMarker at the start of the body of every scf.parallel (and
 /// of every scf.for built as one: kParallelLoopAttrName), before the loops
@@ -404,7 +422,10 @@ FailureOr<SmallVector<KernelLaunch>> outlineCpuLaunches(func::FuncOp func,
 /// name, in order.
 FailureOr<std::vector<SmallVector<KernelLaunch>>>
 splitCpuLaunches(ModuleOp kernels, ArrayRef<std::string> names) {
-  if (failed(selectTarget(kernels, "cpu")) || failed(lowerToParallelLoops(kernels)))
+  if (failed(selectTarget(kernels, "cpu")))
+    return failure();
+  collapseContiguousLoops(kernels);
+  if (failed(lowerToParallelLoops(kernels)))
     return failure();
   SymbolTable symbols(kernels);
   std::vector<SmallVector<KernelLaunch>> result;
@@ -437,8 +458,10 @@ public:
 
 private:
   LogicalResult dump(StringRef file, StringRef bytes);
-  FailureOr<std::string> compileCpu(ModuleOp kernels, ArrayRef<std::string> names,
-                                    ArrayRef<SmallVector<KernelLaunch>> launches);
+  /// One shared object per CPU level in `cpus`.
+  FailureOr<SmallVector<std::string>> compileCpu(ModuleOp kernels, ArrayRef<std::string> names,
+                                                 ArrayRef<SmallVector<KernelLaunch>> launches,
+                                                 ArrayRef<std::string> cpus);
   LogicalResult lowerToLLVMDialect(ModuleOp kernels);
 };
 
@@ -520,9 +543,45 @@ LogicalResult CodegenKernelsPass::lowerToLLVMDialect(ModuleOp kernels) {
   return pm.run(kernels);
 }
 
-FailureOr<std::string>
+/// Optimizes one partition of the kernels (bitcode) at O3 for `cpu`, in its
+/// own LLVMContext so that partitions compile on several threads at once, and
+/// writes its object to `objectFd`; `ir`, when given, gets the optimized IR.
+/// Returns the error, or an empty string.
+std::string compilePartition(const llvm::Target &target, StringRef cpu, StringRef bitcode,
+                             int objectFd, std::string *ir) {
+  llvm::raw_fd_ostream out(objectFd, /*shouldClose=*/true);
+  llvm::LLVMContext context;
+  llvm::Expected<std::unique_ptr<llvm::Module>> module =
+      llvm::parseBitcodeFile(llvm::MemoryBufferRef(bitcode, "graphc_kernels"), context);
+  if (!module)
+    return "reading a kernel partition back failed: " + llvm::toString(module.takeError());
+  std::unique_ptr<llvm::TargetMachine> machine(target.createTargetMachine(
+      kCpuTriple, cpu, "", llvm::TargetOptions(), llvm::Reloc::PIC_, std::nullopt,
+      llvm::CodeGenOptLevel::Aggressive));
+  if (!machine)
+    return "cannot create a target machine for cpu '" + cpu.str() + "'";
+  auto optimize = makeOptimizingTransformer(/*optLevel=*/3, /*sizeLevel=*/0, machine.get());
+  if (llvm::Error err = optimize(module->get()))
+    return "optimizing the kernels failed: " + llvm::toString(std::move(err));
+  moveBFloatAsBits(**module);
+  if (ir) {
+    llvm::raw_string_ostream os(*ir);
+    (*module)->print(os, nullptr);
+  }
+  llvm::legacy::PassManager codegen;
+  if (machine->addPassesToEmitFile(codegen, out, nullptr, llvm::CodeGenFileType::ObjectFile))
+    return "the target cannot emit object files";
+  codegen.run(**module);
+  out.close();
+  if (out.has_error())
+    return "writing a kernel object failed: " + out.error().message();
+  return "";
+}
+
+FailureOr<SmallVector<std::string>>
 CodegenKernelsPass::compileCpu(ModuleOp kernels, ArrayRef<std::string> names,
-                               ArrayRef<SmallVector<KernelLaunch>> launches) {
+                               ArrayRef<SmallVector<KernelLaunch>> launches,
+                               ArrayRef<std::string> cpus) {
   Location loc = kernels.getLoc();
   markParallelLoops(kernels);
   if (failed(lowerToLLVMDialect(kernels)))
@@ -537,15 +596,19 @@ CodegenKernelsPass::compileCpu(ModuleOp kernels, ArrayRef<std::string> names,
   const llvm::Target *target = llvm::TargetRegistry::lookupTarget(kCpuTriple.str(), error);
   if (!target)
     return emitError(loc, "no x86-64 code generator: ") << error;
-  std::unique_ptr<llvm::TargetMachine> machine(target->createTargetMachine(
-      kCpuTriple, cpu, "", llvm::TargetOptions(), llvm::Reloc::PIC_, std::nullopt,
-      llvm::CodeGenOptLevel::Aggressive));
-  if (!machine)
-    return emitError(loc, "cannot create a target machine for cpu '") << cpu << "'";
-  // Without F16C, LLVM converts f16 through compiler-rt calls, which a plan's
-  // kernel library may not import (graphrun would refuse the plan): a model's
-  // own f16 tensors need a CPU level that has it, as --amp=fp16 does.
-  if (!machine->getMCSubtargetInfo()->checkFeatures("+f16c")) {
+  std::unique_ptr<llvm::TargetMachine> machine;
+  for (const std::string &cpu : cpus) {
+    machine.reset(target->createTargetMachine(kCpuTriple, cpu, "", llvm::TargetOptions(),
+                                              llvm::Reloc::PIC_, std::nullopt,
+                                              llvm::CodeGenOptLevel::Aggressive));
+    if (!machine)
+      return emitError(loc, "cannot create a target machine for cpu '") << cpu << "'";
+    // Without F16C, LLVM converts f16 through compiler-rt calls, which a
+    // plan's kernel library may not import (graphrun would refuse the plan):
+    // a model's own f16 tensors need a CPU level that has it, as --amp=fp16
+    // does.
+    if (machine->getMCSubtargetInfo()->checkFeatures("+f16c"))
+      continue;
     WalkResult half = kernels.walk([&](Operation *op) {
       if (llvm::none_of(op->getResultTypes(),
                         [](Type t) { return getElementTypeOrSelf(t).isF16(); }))
@@ -571,6 +634,7 @@ CodegenKernelsPass::compileCpu(ModuleOp kernels, ArrayRef<std::string> names,
     return emitError(loc, "translating the kernels to LLVM IR failed");
   annotateParallelLoops(*llvmModule);
   llvmModule->setTargetTriple(kCpuTriple);
+  // The x86-64 levels share one data layout.
   llvmModule->setDataLayout(machine->createDataLayout());
 
   // The runtime's entry points: unpack the buffer array, pass the iteration
@@ -579,8 +643,10 @@ CodegenKernelsPass::compileCpu(ModuleOp kernels, ArrayRef<std::string> names,
   llvm::Type *i64Type = llvm::Type::getInt64Ty(llvmContext);
   llvm::FunctionType *entryType = llvm::FunctionType::get(
       llvm::Type::getVoidTy(llvmContext), {ptrType, i64Type, i64Type}, false);
+  size_t entries = 0;
   for (auto [kernelName, perKernel] : llvm::zip_equal(names, launches))
     for (auto [index, launch] : llvm::enumerate(perKernel)) {
+      ++entries;
       llvm::Constant *record = llvm::ConstantDataArray::getString(
           llvmContext,
           graphc::LaunchRecord(
@@ -610,48 +676,88 @@ CodegenKernelsPass::compileCpu(ModuleOp kernels, ArrayRef<std::string> names,
       builder.CreateRetVoid();
     }
 
-  auto optimize = makeOptimizingTransformer(/*optLevel=*/3, /*sizeLevel=*/0, machine.get());
-  if (llvm::Error err = optimize(llvmModule.get()))
-    return emitError(loc, "optimizing the kernels failed: ")
-           << llvm::toString(std::move(err));
-  moveBFloatAsBits(*llvmModule);
-  if (!dumpDir.empty()) {
-    std::string text;
-    llvm::raw_string_ostream os(text);
-    llvmModule->print(os, nullptr);
-    if (failed(dump("cpu_x86_64.ll", text)))
-      return failure();
-  }
+  // The launches are independent functions: split them into partitions
+  // (each entry with the internal body it calls) and optimize and compile
+  // the partitions on all cores, every CPU level at once. The partition count
+  // depends on the kernels alone, so the library is the same bytes on any
+  // machine.
+  unsigned partitions = static_cast<unsigned>(
+      std::clamp<size_t>(entries / kLaunchesPerPartition, 1, kMaxCpuPartitions));
+  SmallVector<SmallString<0>> bitcode;
+  llvm::SplitModule(
+      *llvmModule, partitions,
+      [&](std::unique_ptr<llvm::Module> part) {
+        llvm::raw_svector_ostream os(bitcode.emplace_back());
+        llvm::WriteBitcodeToFile(*part, os);
+      },
+      /*PreserveLocals=*/true);
+  llvmModule.reset();
 
-  TempFile object, shared;
-  int objectFd;
-  if (llvm::sys::fs::createTemporaryFile("graphc-kernels", "o", objectFd, object.path))
-    return emitError(loc, "cannot create a temporary object file");
+  struct Job {
+    size_t cpu, part;
+    TempFile object;
+    int fd = -1; // the object's, until its worker takes it
+    std::string ir, error;
+    ~Job() {
+      if (fd >= 0)
+        llvm::sys::Process::SafelyCloseFileDescriptor(fd);
+    }
+  };
+  std::vector<Job> jobs(cpus.size() * bitcode.size());
+  for (size_t c = 0; c < cpus.size(); ++c)
+    for (size_t p = 0; p < bitcode.size(); ++p) {
+      Job &job = jobs[c * bitcode.size() + p];
+      job.cpu = c;
+      job.part = p;
+      if (llvm::sys::fs::createTemporaryFile("graphc-kernels", "o", job.fd, job.object.path))
+        return emitError(loc, "cannot create a temporary object file");
+    }
   {
-    llvm::raw_fd_ostream out(objectFd, /*shouldClose=*/true);
-    llvm::legacy::PassManager codegen;
-    if (machine->addPassesToEmitFile(codegen, out, nullptr,
-                                     llvm::CodeGenFileType::ObjectFile))
-      return emitError(loc, "the target cannot emit object files");
-    codegen.run(*llvmModule);
+    llvm::DefaultThreadPool pool(llvm::hardware_concurrency(jobs.size()));
+    for (Job &job : jobs)
+      pool.async([&] {
+        job.error = compilePartition(*target, cpus[job.cpu], bitcode[job.part],
+                                     std::exchange(job.fd, -1),
+                                     dumpDir.empty() ? nullptr : &job.ir);
+      });
+    pool.wait();
   }
-  if (llvm::sys::fs::createTemporaryFile("graphc-kernels", "so", shared.path))
-    return emitError(loc, "cannot create a temporary shared object");
+  for (const Job &job : jobs)
+    if (!job.error.empty())
+      return emitError(loc, job.error);
 
   llvm::ErrorOr<std::string> lld = llvm::sys::findProgramByName("ld.lld-19");
   if (!lld)
     lld = llvm::sys::findProgramByName("ld.lld");
   if (!lld)
     return emitError(loc, "ld.lld not found (install lld-19; setup.sh does)");
-  SmallVector<StringRef> argv = {*lld, "-shared", "--hash-style=gnu", "-O2",
-                                 "-z", "now", "-o", shared.path, object.path};
-  std::string message;
-  if (llvm::sys::ExecuteAndWait(*lld, argv, std::nullopt, {}, 0, 0, &message) != 0)
-    return emitError(loc, "linking the kernels failed: ") << message;
-  auto bytes = llvm::MemoryBuffer::getFile(shared.path);
-  if (!bytes)
-    return emitError(loc, "cannot read the linked kernels");
-  return (*bytes)->getBuffer().str();
+  SmallVector<std::string> libraries;
+  for (size_t c = 0; c < cpus.size(); ++c) {
+    if (!dumpDir.empty()) {
+      std::string text;
+      for (const Job &job : jobs)
+        if (job.cpu == c)
+          text += "; partition " + std::to_string(job.part) + "\n" + job.ir;
+      if (failed(dump(cpuDumpName(cpus, c, "ll"), text)))
+        return failure();
+    }
+    TempFile shared;
+    if (llvm::sys::fs::createTemporaryFile("graphc-kernels", "so", shared.path))
+      return emitError(loc, "cannot create a temporary shared object");
+    SmallVector<StringRef> argv = {*lld, "-shared", "--hash-style=gnu", "-O2",
+                                   "-z", "now", "-o", shared.path};
+    for (const Job &job : jobs)
+      if (job.cpu == c)
+        argv.push_back(job.object.path);
+    std::string message;
+    if (llvm::sys::ExecuteAndWait(*lld, argv, std::nullopt, {}, 0, 0, &message) != 0)
+      return emitError(loc, "linking the kernels failed: ") << message;
+    auto bytes = llvm::MemoryBuffer::getFile(shared.path);
+    if (!bytes)
+      return emitError(loc, "cannot read the linked kernels");
+    libraries.push_back((*bytes)->getBuffer().str());
+  }
+  return libraries;
 }
 
 LogicalResult CodegenKernelsPass::dump(StringRef file, StringRef bytes) {
@@ -715,14 +821,25 @@ void CodegenKernelsPass::runOnOperation() {
     auto launches = splitCpuLaunches(*cpuModule, names);
     if (failed(launches))
       return signalPassFailure();
-    FailureOr<std::string> cpuBinary = compileCpu(*cpuModule, names, *launches);
-    if (failed(cpuBinary) || failed(dump("cpu_x86_64.so", *cpuBinary)))
+    // `cpu` is one x86-64 level or several, comma-separated: a library each,
+    // of which the runtime loads the best its CPU runs.
+    SmallVector<StringRef> levels;
+    StringRef(cpu).split(levels, ',');
+    std::vector<std::string> cpus(levels.begin(), levels.end());
+    FailureOr<SmallVector<std::string>> libraries =
+        compileCpu(*cpuModule, names, *launches, cpus);
+    if (failed(libraries))
       return signalPassFailure();
-    b.create<plan::BinaryOp>(
-        module.getLoc(), plan::TargetAttr::get(context, plan::Target::cpu_x86_64),
-        plan::BinaryFormatAttr::get(context, plan::BinaryFormat::elf_shared_object),
-        b.getStringAttr(cpu), b.getStrArrayAttr(symbols), b.getStringAttr(*cpuBinary),
-        launchesAttr(*launches));
+    ArrayAttr launchList = launchesAttr(*launches);
+    for (auto [index, library] : llvm::enumerate(*libraries)) {
+      if (failed(dump(cpuDumpName(cpus, index, "so"), library)))
+        return signalPassFailure();
+      b.create<plan::BinaryOp>(
+          module.getLoc(), plan::TargetAttr::get(context, plan::Target::cpu_x86_64),
+          plan::BinaryFormatAttr::get(context, plan::BinaryFormat::elf_shared_object),
+          b.getStringAttr(cpus[index]), b.getStrArrayAttr(symbols), b.getStringAttr(library),
+          launchList);
+    }
   }
   if (!names.empty() && targets != "cpu") {
     OwningOpRef<ModuleOp> gpuModule(kernels.clone());

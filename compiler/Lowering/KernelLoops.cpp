@@ -2,6 +2,7 @@
 
 #include "compiler/Lowering/KernelLoops.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Linalg/Passes.h"
@@ -185,6 +186,110 @@ LogicalResult selectTarget(ModuleOp kernels, StringRef target) {
     if (SymbolTable::symbolKnownUseEmpty(global, kernels))
       global.erase();
   return success();
+}
+
+namespace {
+
+/// Where the loop dims of `run` are in `map`'s results: all absent, or in
+/// order at adjacent positions (then the position of the first); nullopt
+/// when the run cannot be one loop for this operand.
+std::optional<int64_t> runPosition(AffineMap map, ArrayRef<int64_t> run) {
+  SmallVector<int64_t> positions;
+  for (int64_t d : run) {
+    std::optional<unsigned> at = map.getResultPosition(getAffineDimExpr(d, map.getContext()));
+    positions.push_back(at ? static_cast<int64_t>(*at) : -1);
+  }
+  if (llvm::all_of(positions, [](int64_t p) { return p < 0; }))
+    return -1;
+  if (positions[0] < 0)
+    return std::nullopt;
+  for (size_t i = 0; i < positions.size(); ++i)
+    if (positions[i] != positions[0] + static_cast<int64_t>(i))
+      return std::nullopt;
+  return positions[0];
+}
+
+} // namespace
+
+void collapseContiguousLoops(ModuleOp kernels) {
+  IRRewriter rewriter(kernels.getContext());
+  for (auto func : kernels.getOps<func::FuncOp>()) {
+    if (func.isExternal() || !func.getBody().hasOneBlock())
+      continue;
+    Block &body = func.getBody().front();
+    auto op = dyn_cast<linalg::GenericOp>(body.front());
+    if (!op || op->getNextNode() != body.getTerminator() || op.getNumLoops() < 2 ||
+        op.getNumReductionLoops() != 0 || !op.hasPureBufferSemantics() ||
+        !op.getBody()->getOps<linalg::IndexOp>().empty())
+      continue;
+    // Every operand one of the kernel's arguments, used nowhere else, with
+    // the identity layout and a map of loop dims alone: retyping it changes
+    // no byte it addresses.
+    SmallVector<AffineMap> maps = op.getIndexingMapsArray();
+    bool own = llvm::all_of(llvm::enumerate(op->getOperands()), [&](auto indexed) {
+      auto arg = dyn_cast<BlockArgument>(indexed.value());
+      auto type = dyn_cast<MemRefType>(indexed.value().getType());
+      return arg && arg.getOwner() == &body && arg.hasOneUse() && type &&
+             type.getLayout().isIdentity() && type.hasStaticShape() &&
+             maps[indexed.index()].isProjectedPermutation(/*allowZeroInResults=*/false);
+    });
+    if (!own)
+      continue;
+    // Runs of adjacent loops that every operand reads contiguously.
+    auto fits = [&](ArrayRef<int64_t> run) {
+      return llvm::all_of(maps, [&](AffineMap map) { return runPosition(map, run).has_value(); });
+    };
+    SmallVector<SmallVector<int64_t>> runs = {{0}};
+    for (int64_t d = 1; d < static_cast<int64_t>(op.getNumLoops()); ++d) {
+      SmallVector<int64_t> longer = runs.back();
+      longer.push_back(d);
+      if (fits(longer))
+        runs.back() = longer;
+      else
+        runs.push_back({d});
+    }
+    if (runs.size() == op.getNumLoops())
+      continue;
+    // Each operand: its map over the runs and its shape with each run's dims
+    // merged.
+    SmallVector<AffineMap> newMaps;
+    for (auto [index, map] : llvm::enumerate(maps)) {
+      auto type = cast<MemRefType>(op->getOperand(index).getType());
+      SmallVector<std::pair<int64_t, AffineExpr>> placed; // (position, run dim)
+      SmallVector<int64_t> shape(type.getShape());
+      SmallVector<bool> merged(shape.size(), false);
+      for (auto [r, run] : llvm::enumerate(runs)) {
+        int64_t at = *runPosition(map, run);
+        if (at < 0)
+          continue;
+        placed.push_back({at, getAffineDimExpr(r, func.getContext())});
+        for (size_t i = 1; i < run.size(); ++i) {
+          shape[at] *= shape[at + i];
+          merged[at + i] = true;
+        }
+      }
+      llvm::sort(placed, [](const auto &x, const auto &y) { return x.first < y.first; });
+      SmallVector<AffineExpr> results;
+      for (auto &[at, expr] : placed)
+        results.push_back(expr);
+      newMaps.push_back(AffineMap::get(runs.size(), 0, results, func.getContext()));
+      SmallVector<int64_t> newShape;
+      for (size_t i = 0; i < shape.size(); ++i)
+        if (!merged[i])
+          newShape.push_back(shape[i]);
+      cast<BlockArgument>(op->getOperand(index))
+          .setType(MemRefType::get(newShape, type.getElementType()));
+    }
+    rewriter.setInsertionPoint(op);
+    SmallVector<utils::IteratorType> iterators(runs.size(), utils::IteratorType::parallel);
+    auto collapsed = rewriter.create<linalg::GenericOp>(
+        op.getLoc(), TypeRange{}, op.getDpsInputs(), op.getDpsInits(), newMaps, iterators);
+    rewriter.inlineRegionBefore(op.getRegion(), collapsed.getRegion(),
+                                collapsed.getRegion().end());
+    rewriter.eraseOp(op);
+    SmallVector<Type> inputs(body.getArgumentTypes());
+    func.setFunctionType(rewriter.getFunctionType(inputs, func.getResultTypes()));
+  }
 }
 
 LogicalResult lowerToParallelLoops(ModuleOp kernels) {

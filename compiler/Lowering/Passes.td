@@ -44,7 +44,7 @@ def CodegenKernels : Pass<"graphc-codegen-kernels", "::mlir::ModuleOp"> {
     Option<"cudaPath", "cuda-path", "std::string", /*default=*/"\"/usr/local/cuda\"",
            "CUDA toolkit holding nvvm/libdevice/libdevice.10.bc">,
     Option<"cpu", "cpu", "std::string", /*default=*/"\"x86-64-v3\"",
-           "CPU the x86-64 kernels are generated for (an LLVM -mcpu name)">,
+           "CPUs the x86-64 kernels are generated for (LLVM -mcpu names, comma-separated: a shared object each)">,
     Option<"dumpDir", "dump-dir", "std::string", /*default=*/"\"\"",
            "Also write each binary into this directory (for disassembly checks)">,
   ];

@@ -141,10 +141,20 @@ std::string CompileOptions::validate() const {
     return "--remat must be all, fused or off, got '" + remat + "'";
   if (target != "cpu" && target != "cuda" && target != "all")
     return "--target must be cpu, cuda or all, got '" + target + "'";
-  if (!llvm::is_contained({"x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4"},
-                          kernelCpu.getValue()))
-    return "--kernel-cpu must be x86-64, x86-64-v2, x86-64-v3 or x86-64-v4, got '" +
-           kernelCpu + "'";
+  {
+    // One level, or several comma-separated: a kernel library each.
+    llvm::SmallVector<llvm::StringRef> levels;
+    llvm::StringRef(kernelCpu).split(levels, ',');
+    for (auto [index, level] : llvm::enumerate(levels)) {
+      if (!llvm::is_contained({"x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4"}, level))
+        return ("--kernel-cpu takes x86-64, x86-64-v2, x86-64-v3 or x86-64-v4 (or several, "
+                "comma-separated), got '" +
+                level + "'" + (levels.size() > 1 ? " in '" + kernelCpu + "'" : ""))
+            .str();
+      if (llvm::is_contained(llvm::ArrayRef(levels).take_front(index), level))
+        return ("--kernel-cpu names '" + level + "' twice").str();
+    }
+  }
   if (given(dumpKernels) && dumpKernels.empty())
     return "--dump-kernels is empty";
   if (!dumpKernels.empty() && !llvm::sys::fs::is_directory(dumpKernels))
@@ -186,10 +196,13 @@ std::string CompileOptions::validate() const {
           .str();
   // Below x86-64-v3 there is no F16C: LLVM would convert halves with
   // compiler-rt calls, which a plan's kernel library may not import.
-  if (amp == "fp16" && target != "cuda" && (kernelCpu == "x86-64" || kernelCpu == "x86-64-v2"))
-    return "--amp=fp16 needs --kernel-cpu=x86-64-v3 or x86-64-v4 (F16C converts halves), "
-           "got '" +
-           kernelCpu + "'";
+  if (amp == "fp16" && target != "cuda")
+    for (llvm::StringRef level : llvm::split(llvm::StringRef(kernelCpu), ','))
+      if (level == "x86-64" || level == "x86-64-v2")
+        return ("--amp=fp16 needs --kernel-cpu=x86-64-v3 or x86-64-v4 (F16C converts halves), "
+                "got '" +
+                level + "'")
+            .str();
   if (given(lossScale) && lossScale != "dynamic" &&
       (given(initialLossScale) || given(lossScaleWindow)))
     return "--initial-loss-scale and --loss-scale-window apply to --loss-scale=dynamic";

@@ -69,7 +69,8 @@ struct CompileOptions : public mlir::PassPipelineOptions<CompileOptions> {
   Option<std::string> kernelCpu{
       *this, "kernel-cpu",
       llvm::cl::desc("x86-64 level the CPU kernels target (x86-64, x86-64-v2, x86-64-v3, "
-                     "x86-64-v4)"),
+                     "x86-64-v4), or several comma-separated (x86-64-v3,x86-64-v4): a kernel "
+                     "library each, of which graphrun loads the highest its CPU runs"),
       llvm::cl::init("x86-64-v3"), llvm::cl::cat(codegenCategory())};
   Option<std::string> dumpKernels{
       *this, "dump-kernels",

@@ -65,7 +65,7 @@ StatusOr<CreatedBackend> CreateBackend(DeviceKind kind, const BackendOptions& op
     created.reason = "auto: " + available.message() + "; using the CPU";
   }
   if (Status threads = CheckCpuThreads(options.cpu_threads); !threads.ok()) return threads;
-  created.backend = CreateCpuBackend(options.cpu_threads);
+  created.backend = CreateCpuBackend(options.cpu_threads, options.cpu_kernels);
   return created;
 }
 

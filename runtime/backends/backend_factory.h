@@ -26,6 +26,9 @@ int MaxCpuThreads();
 
 struct BackendOptions {
   int cpu_threads = 0;  // 0: OpenMP's default, at most MaxCpuThreads()
+  // CPU: the plan's kernel library for this x86-64 level; empty: the highest
+  // level among the plan's that this CPU runs.
+  std::string cpu_kernels;
   int cuda_device = 0;
   bool tf32 = false;    // CUDA: allow TF32 tensor cores for FP32 math
   // CUDA: only deterministic cuDNN algorithms without FFT or Winograd (the

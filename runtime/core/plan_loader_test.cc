@@ -107,6 +107,8 @@ struct PlanSpec {
   bool with_digest = true;  // a 32-byte Plan.digest and KernelBinary.sha256
   bool seal = true;         // fill them in
   bool with_cpu_binary = true;
+  // The x86-64 levels of the CPU binaries: one binary each, the same code.
+  std::vector<std::string> cpu_levels = {"x86-64"};
   std::optional<SecretKey> key;  // sign with it
   // More State entries, over these buffers (zeros), and the first one's.
   std::vector<int32_t> more_state_buffers;
@@ -213,11 +215,12 @@ struct PlanSpec {
     std::vector<flatbuffers::Offset<fb::KernelBinary>> binaries;
     std::vector<fb::Target> targets;
     if (with_cpu_binary) {
-      binaries.push_back(fb::CreateKernelBinary(
-          fbb, fb::Target::CpuX86_64, fb::BinaryFormat::ElfSharedObject,
-          fbb.CreateString("x86-64"), fbb.CreateVector(code),
-          fbb.CreateVectorOfStrings(binary_symbols), fbb.CreateVector(cpu_per_kernel),
-          hash_of(code)));
+      for (const std::string& level : cpu_levels)
+        binaries.push_back(fb::CreateKernelBinary(
+            fbb, fb::Target::CpuX86_64, fb::BinaryFormat::ElfSharedObject,
+            fbb.CreateString(level), fbb.CreateVector(code),
+            fbb.CreateVectorOfStrings(binary_symbols), fbb.CreateVector(cpu_per_kernel),
+            hash_of(code)));
       targets.push_back(fb::Target::CpuX86_64);
     }
     if (with_ptx) {
@@ -716,6 +719,33 @@ TEST(PlanLoaderTest, KernelMissingForTheDevice) {
   // A symbol that is no kernel of the plan has no arity to check launches by.
   spec.binary_symbols = {"k1"};
   EXPECT_EQ(LoadError(spec), ErrorCode::kPlanBadValue);
+}
+
+TEST(PlanLoaderTest, OneCpuLibraryPerX86Level) {
+  // graphc --kernel-cpu=x86-64-v3,x86-64-v4: a library per level.
+  PlanSpec levels;
+  levels.cpu_levels = {"x86-64-v3", "x86-64-v4"};
+  EXPECT_EQ(LoadedOrError(levels), "loaded");
+  PlanSpec twice;
+  twice.cpu_levels = {"x86-64-v3", "x86-64-v3"};
+  EXPECT_EQ(LoadedOrError(twice),
+            "error[plan-bad-value]: binary 1: a second binary for CpuX86_64 x86-64-v3");
+  // The runtime picks a library by its level: only the four exist.
+  for (std::string level : {"pentium", "", "x86-64-v5", "X86-64-V3"}) {
+    PlanSpec unknown;
+    unknown.cpu_levels = {"x86-64-v3", level};
+    EXPECT_EQ(LoadedOrError(unknown),
+              "error[plan-bad-value]: binary 1: x86-64 code for CPU '" + level +
+                  "', which is none of x86-64, x86-64-v2, x86-64-v3, x86-64-v4");
+  }
+  // A level the plan lacks, asked for by name (graphrun --kernel-cpu), is an
+  // error naming the plan's levels, before anything is loaded.
+  StatusOr<std::unique_ptr<Plan>> plan = Plan::FromBytes(levels.Build());
+  ASSERT_TRUE(plan.ok());
+  Status absent = CreateCpuBackend(1, "x86-64-v2")->LoadKernels(**plan);
+  EXPECT_EQ(absent.code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(absent.message(),
+            "--kernel-cpu x86-64-v2: the plan's kernels are for 'x86-64-v3', 'x86-64-v4'");
 }
 
 TEST(PlanLoaderTest, PtxLaunchesWithinCudaLimitsAndTheKernelsBuffers) {

@@ -198,7 +198,9 @@ Status CheckPlanSemantics(const fb::Plan& plan, const LoaderLimits& limits) {
     }
   }
   if (plan.binaries()) {
-    std::set<fb::Target> targets;
+    // One binary per CUDA target; x86-64 code may come once per CPU level
+    // (the runtime loads the best its CPU runs).
+    std::set<std::pair<fb::Target, std::string>> targets;
     for (uint32_t i = 0; i < plan.binaries()->size(); ++i) {
       const fb::KernelBinary* b = plan.binaries()->Get(i);
       const std::string where = "binary " + Str(i);
@@ -206,9 +208,17 @@ Status CheckPlanSemantics(const fb::Plan& plan, const LoaderLimits& limits) {
           b->target() < fb::Target::MIN || b->format() < fb::BinaryFormat::MIN ||
           b->data() == nullptr || b->symbols() == nullptr)
         return Fail(ErrorCode::kPlanBadValue, where + ": malformed");
-      if (!targets.insert(b->target()).second)
+      const bool cpu = b->target() == fb::Target::CpuX86_64;
+      const std::string level = cpu && b->cpu() != nullptr ? b->cpu()->str() : "";
+      if (cpu && level != "x86-64" && level != "x86-64-v2" && level != "x86-64-v3" &&
+          level != "x86-64-v4")
         return Fail(ErrorCode::kPlanBadValue,
-                    where + ": a second binary for " + fb::EnumNameTarget(b->target()));
+                    where + ": x86-64 code for CPU '" + PrintableOf(b->cpu()) +
+                        "', which is none of x86-64, x86-64-v2, x86-64-v3, x86-64-v4");
+      if (!targets.insert({b->target(), level}).second)
+        return Fail(ErrorCode::kPlanBadValue,
+                    where + ": a second binary for " + fb::EnumNameTarget(b->target()) +
+                        (cpu ? " " + level : ""));
       const bool elf = b->format() == fb::BinaryFormat::ElfSharedObject;
       if (elf != (b->target() == fb::Target::CpuX86_64))
         return Fail(ErrorCode::kPlanBadValue,

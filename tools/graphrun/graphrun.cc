@@ -59,6 +59,7 @@ int RunTrainingOn(TrainOptions& o, const DeviceOptions& d, Communicator& comm);
 struct DeviceOptions {
   std::string device = "auto";
   int64_t threads = 0;
+  std::string kernel_cpu;
   bool tf32 = false;
   bool deterministic = false;
 };
@@ -71,6 +72,7 @@ StatusOr<CreatedBackend> MakeBackend(const DeviceOptions& d, int local_rank = 0)
   if (!kind.ok()) return kind.status();
   BackendOptions options;
   options.cpu_threads = static_cast<int>(d.threads);
+  options.cpu_kernels = d.kernel_cpu;
   options.tf32 = d.tf32;
   options.deterministic = d.deterministic;
   options.cuda_device = local_rank;
@@ -264,6 +266,9 @@ int RunTrainingOn(TrainOptions& o, const DeviceOptions& d, Communicator& comm) {
       << (created->reason.empty() ? "" : " (" + created->reason + ")") << "\n";
   if (d.tf32 && backend.name() == std::string("cpu"))
     out << "note: --tf32 has no effect on the CPU (its FP32 math is strict)\n";
+  if (!d.kernel_cpu.empty() && backend.name() != std::string("cpu"))
+    out << "note: --kernel-cpu has no effect on " << backend.name()
+        << " (it picks the plan's x86-64 kernels)\n";
   if (d.deterministic && backend.name() == std::string("cpu"))
     out << "note: --deterministic has no effect on the CPU (its convolutions are direct)\n";
   o.report_extra["device_choice"] = d.device;
@@ -454,6 +459,10 @@ int Main(int argc, char** argv) {
   app.add_option("--threads", device_options.threads,
                  "CPU threads for generated kernels and oneDNN (default: every core)")
       ->check(InRange(1, kMaxThreads));
+  app.add_option("--kernel-cpu", device_options.kernel_cpu,
+                 "run the plan's kernel library for this x86-64 level (default: the highest "
+                 "of the plan's that this CPU runs)")
+      ->check(CLI::IsMember({"x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4"}));
   CLI::Option* save_option =
       app.add_option("--save", train.save,
                      "write the parameters and state to this safetensors file after the run "
@@ -652,7 +661,7 @@ int Main(int argc, char** argv) {
         // Nothing trains: options of a training run would be silently unused.
         for (const char* name : {"--steps", "--epochs", "--warmup", "--data", "--eval",
                                  "--eval-data", "--save", "--resume", "--init", "--trace",
-                                 "--profile", "--device", "--threads"})
+                                 "--profile", "--device", "--threads", "--kernel-cpu"})
           if (app.count(name) > 0)
             return Fail(Status(ErrorCode::kInvalidArgument,
                                std::string("--step-profile predicts without training: ") +

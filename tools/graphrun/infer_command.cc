@@ -54,6 +54,10 @@ CLI::App* AddInferCommand(CLI::App& app, InferFlags& f) {
   c->add_option("--seed", f.seed, "seed of the initial parameters without --init (default 1)");
   c->add_option("--threads", f.threads, "the CPU's threads (default: every core)")
       ->check(CLI::Range(int64_t{1}, int64_t{4096}));
+  c->add_option("--kernel-cpu", f.kernel_cpu,
+                "run the plan's kernel library for this x86-64 level (default: the highest "
+                "of the plan's that this CPU runs)")
+      ->check(CLI::IsMember({"x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4"}));
   c->add_flag("--tf32", f.tf32, "CUDA: allow TF32 for FP32 math (default: strict FP32)");
   c->add_option("--trusted-keys", f.trusted_keys,
                 "run only plans signed by one of these public keys");
@@ -73,6 +77,7 @@ int RunInferCommand(const InferFlags& f) {
   if (!kind.ok()) return Fail(kind.status());
   BackendOptions options;
   options.cpu_threads = static_cast<int>(f.threads);
+  options.cpu_kernels = f.kernel_cpu;
   options.tf32 = f.tf32;
   StatusOr<CreatedBackend> created = CreateBackend(*kind, options);
   if (!created.ok()) return Fail(created.status());

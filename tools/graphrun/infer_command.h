@@ -15,6 +15,7 @@ struct InferFlags {
   std::string plan, inputs, outputs, init, device = "auto", trusted_keys;
   uint64_t seed = 1;
   int64_t threads = 0;
+  std::string kernel_cpu;
   bool tf32 = false;
 };
 

@@ -46,25 +46,80 @@ struct Launch {
   std::vector<uint32_t> args;   // indices into the command's operands
 };
 
-// Whether this CPU runs code generated for `cpu` (an LLVM -mcpu name).
+// The x86-64 levels a plan's kernel library may be generated for, lowest
+// first (LLVM -mcpu names).
+constexpr const char* kCpuLevels[] = {"x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4"};
+
+// Whether this CPU runs code generated for `cpu` (an LLVM -mcpu name): every
+// feature the level names (the psABI's x86-64 microarchitecture levels).
 bool CpuSupports(const std::string& cpu) {
   __builtin_cpu_init();
   if (cpu == "x86-64") return true;
-  if (cpu == "x86-64-v2")
-    return __builtin_cpu_supports("sse4.2") && __builtin_cpu_supports("popcnt");
-  if (cpu == "x86-64-v3")
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("bmi2");
+  const bool v2 = __builtin_cpu_supports("sse3") && __builtin_cpu_supports("ssse3") &&
+                  __builtin_cpu_supports("sse4.1") && __builtin_cpu_supports("sse4.2") &&
+                  __builtin_cpu_supports("popcnt");
+  if (cpu == "x86-64-v2") return v2;
+  const bool v3 = v2 && __builtin_cpu_supports("avx") && __builtin_cpu_supports("avx2") &&
+                  __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi") &&
+                  __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("f16c") &&
+                  __builtin_cpu_supports("movbe");
+  if (cpu == "x86-64-v3") return v3;
   if (cpu == "x86-64-v4")
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+    return v3 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512vl");
   return false;
+}
+
+int CpuLevel(const std::string& cpu) {
+  for (int level = 0; level < 4; ++level)
+    if (cpu == kCpuLevels[level]) return level;
+  return -1;
+}
+
+// The x86-64 levels of the plan's kernel libraries, e.g. "x86-64-v3, x86-64-v4".
+std::string CpuLevelsOf(const Plan& plan) {
+  std::string levels;
+  for (const fb::KernelBinary* binary : *plan.root().binaries())
+    if (binary->target() == fb::Target::CpuX86_64)
+      levels += (levels.empty() ? "" : ", ") + PrintableOf(binary->cpu());
+  return levels;
+}
+
+// The plan's x86-64 kernel library to load: the one for `wanted` where given
+// (graphrun --kernel-cpu), else the highest level this CPU runs; a plan may
+// carry one per level (graphc --kernel-cpu=x86-64-v3,x86-64-v4).
+StatusOr<const fb::KernelBinary*> ChooseCpuLibrary(const Plan& plan, const std::string& wanted) {
+  const fb::KernelBinary* best = nullptr;
+  std::string levels;
+  for (const fb::KernelBinary* binary : *plan.root().binaries()) {
+    if (binary->target() != fb::Target::CpuX86_64) continue;
+    const std::string cpu = binary->cpu() ? binary->cpu()->str() : "";
+    levels += (levels.empty() ? "'" : ", '") + Printable(cpu) + "'";
+    if (!wanted.empty() ? cpu == wanted
+                        : CpuSupports(cpu) &&
+                              (best == nullptr || CpuLevel(cpu) > CpuLevel(best->cpu()->str())))
+      best = binary;
+  }
+  if (levels.empty() ||
+      (best != nullptr && best->format() != fb::BinaryFormat::ElfSharedObject))
+    return Status(ErrorCode::kPlanMissingKernel, "no x86-64 shared object in the plan");
+  if (best == nullptr && !wanted.empty())
+    return Status(ErrorCode::kInvalidArgument, "--kernel-cpu " + Printable(wanted) +
+                                                   ": the plan's kernels are for " + levels);
+  if (best == nullptr || !CpuSupports(best->cpu()->str()))
+    return Status(ErrorCode::kUnsupported,
+                  "the plan's kernels need a " + levels +
+                      " CPU, which this one is not; recompile with graphc --kernel-cpu=x86-64" +
+                      (!wanted.empty() ? " or leave out --kernel-cpu" : ""));
+  return best;
 }
 
 class CpuBackend final : public Backend {
  public:
   using Clock = std::chrono::steady_clock;
 
-  explicit CpuBackend(int threads) {
+  CpuBackend(int threads, std::string kernel_cpu) : kernel_cpu_(std::move(kernel_cpu)) {
     if (threads > 0) omp_set_num_threads(threads);
     threads_ = omp_get_max_threads();
   }
@@ -76,9 +131,11 @@ class CpuBackend final : public Backend {
   std::string Describe() const override {
     const char* policy = std::getenv("OMP_WAIT_POLICY");
     std::string waiting = policy != nullptr ? ", OMP_WAIT_POLICY=" + Printable(policy) : "";
+    std::string kernels = loaded_cpu_.empty() ? "" : ", " + loaded_cpu_ + " kernels";
     return "cpu (" + std::to_string(threads_) + (threads_ == 1 ? " thread" : " threads") +
-           waiting + ")";
+           kernels + waiting + ")";
   }
+  std::string LoadSummary() const override { return load_summary_; }
   std::vector<fb::Target> targets() const override { return {fb::Target::CpuX86_64}; }
   bool asynchronous() const override { return false; }
   std::string LibraryMath(fb::DType dtype) const override {
@@ -163,6 +220,9 @@ class CpuBackend final : public Backend {
   Status LoadGeneratedKernels(const Plan& plan);
 
   int threads_ = 1;
+  std::string kernel_cpu_;  // the kernel library to load; empty: the best this CPU runs
+  std::string loaded_cpu_;  // the level of the one loaded
+  std::string load_summary_;
   void* library_ = nullptr;
   // The memfd the library was loaded from, open while it is loaded: the
   // dynamic loader knows a library by its path, "/proc/self/fd/N", so no
@@ -183,15 +243,17 @@ Status CpuBackend::LoadKernels(const Plan& plan) {
 Status CpuBackend::LoadGeneratedKernels(const Plan& plan) {
   const fb::Plan& root = plan.root();
   kernels_.clear();
+  loaded_cpu_.clear();
+  load_summary_.clear();
   if (root.kernels() == nullptr || root.kernels()->size() == 0) return Status::Ok();
-  const fb::KernelBinary* binary = BinaryFor(plan, fb::Target::CpuX86_64);
-  if (binary == nullptr || binary->format() != fb::BinaryFormat::ElfSharedObject)
+  if (root.binaries() == nullptr)
     return Status(ErrorCode::kPlanMissingKernel, "no x86-64 shared object in the plan");
-  std::string cpu = binary->cpu() ? binary->cpu()->str() : "";
-  if (!CpuSupports(cpu))
-    return Status(ErrorCode::kUnsupported,
-                  "the plan's kernels need a '" + Printable(cpu) +
-                      "' CPU; recompile with graphc --kernel-cpu=x86-64");
+  StatusOr<const fb::KernelBinary*> chosen = ChooseCpuLibrary(plan, kernel_cpu_);
+  if (!chosen.ok()) return chosen.status();
+  const fb::KernelBinary* binary = *chosen;
+  loaded_cpu_ = binary->cpu()->str();
+  const std::string levels = CpuLevelsOf(plan);
+  load_summary_ = loaded_cpu_ + " kernels" + (levels == loaded_cpu_ ? "" : " (of " + levels + ")");
   // The loader checked the library's ELF (runtime/plan/elf_check.h): handing
   // it to the dynamic loader runs none of its code.
 
@@ -346,8 +408,8 @@ Status CheckCpuThreads(int threads) {
   return Status::Ok();
 }
 
-std::unique_ptr<Backend> CreateCpuBackend(int threads) {
-  return std::make_unique<CpuBackend>(threads);
+std::unique_ptr<Backend> CreateCpuBackend(int threads, const std::string& kernel_cpu) {
+  return std::make_unique<CpuBackend>(threads, kernel_cpu);
 }
 
 }  // namespace graphc::runtime

@@ -6,6 +6,7 @@
 #define GRAPHC_RUNTIME_BACKENDS_CPU_CPU_BACKEND_H_
 
 #include <memory>
+#include <string>
 
 #include "contract/status.h"
 #include "runtime/core/backend.h"
@@ -16,8 +17,11 @@ namespace graphc::runtime {
 inline constexpr int kMaxCpuThreads = 4096;
 
 // On `threads` OpenMP threads (generated kernels and oneDNN alike); 0 keeps
-// OpenMP's default (every core, or OMP_NUM_THREADS).
-std::unique_ptr<Backend> CreateCpuBackend(int threads = 0);
+// OpenMP's default (every core, or OMP_NUM_THREADS). A plan may carry a
+// kernel library per x86-64 level: the backend loads the one for
+// `kernel_cpu` (e.g. "x86-64-v3"), or where that is empty the highest level
+// this CPU runs.
+std::unique_ptr<Backend> CreateCpuBackend(int threads = 0, const std::string& kernel_cpu = "");
 
 // Ok when CreateCpuBackend(threads) would run on 1 to kMaxCpuThreads threads;
 // with threads 0 that is OpenMP's default, which OMP_NUM_THREADS may set to
