@@ -66,6 +66,7 @@
 #include "llvm/IR/InstIterator.h"
 #include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/Module.h"
+#include "llvm/Linker/Linker.h"
 #include "llvm/MC/MCSubtargetInfo.h"
 #include "llvm/MC/TargetRegistry.h"
 #include "llvm/Support/FileSystem.h"
@@ -545,8 +546,8 @@ LogicalResult CodegenKernelsPass::lowerToLLVMDialect(ModuleOp kernels) {
 
 /// Optimizes one partition of the kernels (bitcode) at O3 for `cpu`, in its
 /// own LLVMContext so that partitions compile on several threads at once, and
-/// writes its object to `objectFd`; `ir`, when given, gets the optimized IR.
-/// Returns the error, or an empty string.
+/// writes its object to `objectFd`; `ir`, when given, gets the optimized
+/// module as bitcode. Returns the error, or an empty string.
 std::string compilePartition(const llvm::Target &target, StringRef cpu, StringRef bitcode,
                              int objectFd, std::string *ir) {
   llvm::raw_fd_ostream out(objectFd, /*shouldClose=*/true);
@@ -566,7 +567,7 @@ std::string compilePartition(const llvm::Target &target, StringRef cpu, StringRe
   moveBFloatAsBits(**module);
   if (ir) {
     llvm::raw_string_ostream os(*ir);
-    (*module)->print(os, nullptr);
+    llvm::WriteBitcodeToFile(**module, os);
   }
   llvm::legacy::PassManager codegen;
   if (machine->addPassesToEmitFile(codegen, out, nullptr, llvm::CodeGenFileType::ObjectFile))
@@ -713,7 +714,7 @@ CodegenKernelsPass::compileCpu(ModuleOp kernels, ArrayRef<std::string> names,
         return emitError(loc, "cannot create a temporary object file");
     }
   {
-    llvm::DefaultThreadPool pool(llvm::hardware_concurrency(jobs.size()));
+    llvm::DefaultThreadPool pool(llvm::optimal_concurrency(jobs.size()));
     for (Job &job : jobs)
       pool.async([&] {
         job.error = compilePartition(*target, cpus[job.cpu], bitcode[job.part],
@@ -734,10 +735,25 @@ CodegenKernelsPass::compileCpu(ModuleOp kernels, ArrayRef<std::string> names,
   SmallVector<std::string> libraries;
   for (size_t c = 0; c < cpus.size(); ++c) {
     if (!dumpDir.empty()) {
+      // The optimized partitions linked back into one module.
+      llvm::LLVMContext context;
+      std::unique_ptr<llvm::Module> whole;
+      for (const Job &job : jobs) {
+        if (job.cpu != c)
+          continue;
+        llvm::Expected<std::unique_ptr<llvm::Module>> part = llvm::parseBitcodeFile(
+            llvm::MemoryBufferRef(job.ir, "graphc_kernels"), context);
+        if (!part)
+          return emitError(loc, "reading an optimized partition back failed: ")
+                 << llvm::toString(part.takeError());
+        if (!whole)
+          whole = std::move(*part);
+        else if (llvm::Linker::linkModules(*whole, std::move(*part)))
+          return emitError(loc, "linking the optimized partitions for --dump-kernels failed");
+      }
       std::string text;
-      for (const Job &job : jobs)
-        if (job.cpu == c)
-          text += "; partition " + std::to_string(job.part) + "\n" + job.ir;
+      llvm::raw_string_ostream os(text);
+      whole->print(os, nullptr);
       if (failed(dump(cpuDumpName(cpus, c, "ll"), text)))
         return failure();
     }
@@ -825,6 +841,13 @@ void CodegenKernelsPass::runOnOperation() {
     // of which the runtime loads the best its CPU runs.
     SmallVector<StringRef> levels;
     StringRef(cpu).split(levels, ',');
+    for (auto [index, level] : llvm::enumerate(levels))
+      if (!llvm::is_contained({"x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4"}, level) ||
+          llvm::is_contained(ArrayRef(levels).take_front(index), level)) {
+        emitError(module.getLoc(), "cpu must be x86-64 levels, each once, comma-separated; got '")
+            << cpu << "'";
+        return signalPassFailure();
+      }
     std::vector<std::string> cpus(levels.begin(), levels.end());
     FailureOr<SmallVector<std::string>> libraries =
         compileCpu(*cpuModule, names, *launches, cpus);

@@ -15,6 +15,8 @@
 #include "mlir/Transforms/Passes.h"
 #include "llvm/ADT/SetVector.h"
 
+#include <limits>
+
 using namespace mlir;
 
 namespace graphc {
@@ -235,9 +237,15 @@ void collapseContiguousLoops(ModuleOp kernels) {
     });
     if (!own)
       continue;
-    // Runs of adjacent loops that every operand reads contiguously.
+    // Runs of adjacent loops that every operand reads contiguously; the
+    // first, which becomes the launch's grid, within int32.
+    SmallVector<int64_t> ranges = op.getStaticLoopRanges();
     auto fits = [&](ArrayRef<int64_t> run) {
-      return llvm::all_of(maps, [&](AffineMap map) { return runPosition(map, run).has_value(); });
+      int64_t product = 1;
+      for (int64_t d : run)
+        product *= ranges[d];
+      return (run.front() != 0 || product <= std::numeric_limits<int32_t>::max()) &&
+             llvm::all_of(maps, [&](AffineMap map) { return runPosition(map, run).has_value(); });
     };
     SmallVector<SmallVector<int64_t>> runs = {{0}};
     for (int64_t d = 1; d < static_cast<int64_t>(op.getNumLoops()); ++d) {

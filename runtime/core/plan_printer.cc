@@ -215,6 +215,7 @@ void PrintPlan(const Plan& loaded, const PrintOptions& options, std::ostream& os
     for (const fb::KernelBinary* binary : *plan.binaries()) {
       if (binary->launches() == nullptr || binary->symbols() == nullptr) continue;
       os << "\nlaunches of " << fb::EnumNameTarget(binary->target())
+         << (binary->target() == fb::Target::CpuX86_64 ? " " + PrintableOf(binary->cpu()) : "")
          << " (kernel: entry grid block = threads, bytes passed):\n";
       // The loader proved one launch list per symbol and args in range.
       std::unordered_map<std::string, const fb::Kernel*> kernels;

@@ -589,6 +589,13 @@ int Main(int argc, char** argv) {
                       "kernel library to the dynamic loader, or the PTX to the CUDA driver, and "
                       "prepares the library calls; runs none of the plan's code)")
       ->check(CLI::IsMember({"none", "cpu", "cuda"}));
+  std::string inspect_kernel_cpu;
+  CLI::Option* inspect_kernel_cpu_option =
+      inspect
+          ->add_option("--kernel-cpu", inspect_kernel_cpu,
+                       "with --load-kernels=cpu: load the plan's kernel library for this x86-64 "
+                       "level (default: the highest of the plan's that this CPU runs)")
+          ->check(CLI::IsMember({"x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4"}));
   CrosscheckFlags crosscheck_flags;
   CLI::App* crosscheck = AddCrosscheckCommand(app, crosscheck_flags);
   InferFlags infer_flags;
@@ -624,6 +631,23 @@ int Main(int argc, char** argv) {
           return 1;
         }
     }
+  // A training run's options given before a subcommand belong to no one:
+  // an error, never an option silently left out (graphrun --threads 1 infer).
+  for (const CLI::App* command : {crosscheck, infer, inspect}) {
+    if (!*command) continue;
+    for (const CLI::Option* option : app.get_options())
+      if (option->count() > 0) {
+        std::cerr << "graphrun: error[invalid-argument]: " << option->get_name()
+                  << " before '" << command->get_name()
+                  << "' is an option of training runs; give the subcommand's options after it\n";
+        return 1;
+      }
+  }
+  if (inspect_kernel_cpu_option->count() > 0 && device != "cpu") {
+    std::cerr << "graphrun: error[invalid-argument]: inspect --kernel-cpu goes with "
+                 "--load-kernels=cpu\n";
+    return 1;
+  }
   train.graphs = !no_graphs;
   if (*crosscheck) return RunCrosscheckCommand(crosscheck_flags);
   if (*infer) return RunInferCommand(infer_flags);
@@ -692,6 +716,7 @@ int Main(int argc, char** argv) {
   if (device != "none") {
     DeviceOptions on;
     on.device = device;
+    on.kernel_cpu = inspect_kernel_cpu;
     StatusOr<CreatedBackend> created = MakeBackend(on);
     if (!created.ok()) return Fail(created.status());
     Status status = created->backend->LoadKernels(**plan);

@@ -50,8 +50,8 @@ struct Launch {
 // first (LLVM -mcpu names).
 constexpr const char* kCpuLevels[] = {"x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4"};
 
-// Whether this CPU runs code generated for `cpu` (an LLVM -mcpu name): every
-// feature the level names (the psABI's x86-64 microarchitecture levels).
+// Whether this CPU runs code generated for `cpu` (an LLVM -mcpu name): the
+// SIMD and bit-manipulation features of the psABI's x86-64 level.
 bool CpuSupports(const std::string& cpu) {
   __builtin_cpu_init();
   if (cpu == "x86-64") return true;
@@ -107,11 +107,15 @@ StatusOr<const fb::KernelBinary*> ChooseCpuLibrary(const Plan& plan, const std::
   if (best == nullptr && !wanted.empty())
     return Status(ErrorCode::kInvalidArgument, "--kernel-cpu " + Printable(wanted) +
                                                    ": the plan's kernels are for " + levels);
-  if (best == nullptr || !CpuSupports(best->cpu()->str()))
+  if (best != nullptr && !CpuSupports(best->cpu()->str()))
+    return Status(ErrorCode::kUnsupported,
+                  "--kernel-cpu " + Printable(wanted) + ": this CPU does not run " +
+                      Printable(wanted) + " code (leave --kernel-cpu out to load the best of " +
+                      levels + " it runs)");
+  if (best == nullptr)
     return Status(ErrorCode::kUnsupported,
                   "the plan's kernels need a " + levels +
-                      " CPU, which this one is not; recompile with graphc --kernel-cpu=x86-64" +
-                      (!wanted.empty() ? " or leave out --kernel-cpu" : ""));
+                      " CPU, which this one is not; recompile with graphc --kernel-cpu=x86-64");
   return best;
 }
 
