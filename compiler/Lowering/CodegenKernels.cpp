@@ -24,6 +24,7 @@
 #include "compiler/Lowering/CodegenPtx.h"
 #include "compiler/Lowering/KernelLoops.h"
 #include "compiler/Lowering/Passes.h"
+#include "contract/cpu_levels.h"
 #include "contract/files.h"
 #include "contract/launch_record.h"
 #include "mlir/Conversion/AffineToStandard/AffineToStandard.h"
@@ -842,7 +843,7 @@ void CodegenKernelsPass::runOnOperation() {
     SmallVector<StringRef> levels;
     StringRef(cpu).split(levels, ',');
     for (auto [index, level] : llvm::enumerate(levels))
-      if (!llvm::is_contained({"x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4"}, level) ||
+      if (X86LevelIndex(level) < 0 ||
           llvm::is_contained(ArrayRef(levels).take_front(index), level)) {
         emitError(module.getLoc(), "cpu must be x86-64 levels, each once, comma-separated; got '")
             << cpu << "'";

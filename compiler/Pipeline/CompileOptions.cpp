@@ -3,6 +3,7 @@
 #include "compiler/Pipeline/CompileOptions.h"
 
 #include "compiler/Transforms/GradCompression.h"
+#include "contract/cpu_levels.h"
 
 #include "mlir/Pass/PassRegistry.h"
 #include "llvm/ADT/STLExtras.h"
@@ -146,7 +147,7 @@ std::string CompileOptions::validate() const {
     llvm::SmallVector<llvm::StringRef> levels;
     llvm::StringRef(kernelCpu).split(levels, ',');
     for (auto [index, level] : llvm::enumerate(levels)) {
-      if (!llvm::is_contained({"x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4"}, level))
+      if (X86LevelIndex(level) < 0)
         return ("--kernel-cpu takes x86-64, x86-64-v2, x86-64-v3 or x86-64-v4 (or several, "
                 "comma-separated), got '" +
                 level + "'" + (levels.size() > 1 ? " in '" + kernelCpu + "'" : ""))

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <set>
 
+#include "contract/cpu_levels.h"
 #include "contract/launch_record.h"
 
 namespace graphc::runtime::verify {
@@ -210,8 +211,7 @@ Status CheckPlanSemantics(const fb::Plan& plan, const LoaderLimits& limits) {
         return Fail(ErrorCode::kPlanBadValue, where + ": malformed");
       const bool cpu = b->target() == fb::Target::CpuX86_64;
       const std::string level = cpu && b->cpu() != nullptr ? b->cpu()->str() : "";
-      if (cpu && level != "x86-64" && level != "x86-64-v2" && level != "x86-64-v3" &&
-          level != "x86-64-v4")
+      if (cpu && X86LevelIndex(level) < 0)
         return Fail(ErrorCode::kPlanBadValue,
                     where + ": x86-64 code for CPU '" + PrintableOf(b->cpu()) +
                         "', which is none of x86-64, x86-64-v2, x86-64-v3, x86-64-v4");

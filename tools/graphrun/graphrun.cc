@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "contract/cpu_levels.h"
 #include "contract/files.h"
 #include "runtime/backends/backend_factory.h"
 #include "runtime/comm/communicator.h"
@@ -462,7 +463,7 @@ int Main(int argc, char** argv) {
   app.add_option("--kernel-cpu", device_options.kernel_cpu,
                  "run the plan's kernel library for this x86-64 level (default: the highest "
                  "of the plan's that this CPU runs)")
-      ->check(CLI::IsMember({"x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4"}));
+      ->check(CLI::IsMember(std::vector<std::string>(kX86Levels.begin(), kX86Levels.end())));
   CLI::Option* save_option =
       app.add_option("--save", train.save,
                      "write the parameters and state to this safetensors file after the run "
@@ -595,7 +596,7 @@ int Main(int argc, char** argv) {
           ->add_option("--kernel-cpu", inspect_kernel_cpu,
                        "with --load-kernels=cpu: load the plan's kernel library for this x86-64 "
                        "level (default: the highest of the plan's that this CPU runs)")
-          ->check(CLI::IsMember({"x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4"}));
+          ->check(CLI::IsMember(std::vector<std::string>(kX86Levels.begin(), kX86Levels.end())));
   CrosscheckFlags crosscheck_flags;
   CLI::App* crosscheck = AddCrosscheckCommand(app, crosscheck_flags);
   InferFlags infer_flags;

@@ -5,6 +5,7 @@
 #include <sstream>
 #include <vector>
 
+#include "contract/cpu_levels.h"
 #include "contract/files.h"
 #include "contract/printable.h"
 #include "runtime/backends/backend_factory.h"
@@ -57,7 +58,7 @@ CLI::App* AddInferCommand(CLI::App& app, InferFlags& f) {
   c->add_option("--kernel-cpu", f.kernel_cpu,
                 "run the plan's kernel library for this x86-64 level (default: the highest "
                 "of the plan's that this CPU runs)")
-      ->check(CLI::IsMember({"x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4"}));
+      ->check(CLI::IsMember(std::vector<std::string>(kX86Levels.begin(), kX86Levels.end())));
   c->add_flag("--tf32", f.tf32, "CUDA: allow TF32 for FP32 math (default: strict FP32)");
   c->add_option("--trusted-keys", f.trusted_keys,
                 "run only plans signed by one of these public keys");

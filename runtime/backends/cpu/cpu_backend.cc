@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "contract/cpu_levels.h"
 #include "runtime/backends/cpu/cpu_backend.h"
 #include "runtime/backends/cpu/onednn_ops.h"
 
@@ -46,10 +47,6 @@ struct Launch {
   std::vector<uint32_t> args;   // indices into the command's operands
 };
 
-// The x86-64 levels a plan's kernel library may be generated for, lowest
-// first (LLVM -mcpu names).
-constexpr const char* kCpuLevels[] = {"x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4"};
-
 // Whether this CPU runs code generated for `cpu` (an LLVM -mcpu name): the
 // SIMD and bit-manipulation features of the psABI's x86-64 level.
 bool CpuSupports(const std::string& cpu) {
@@ -71,18 +68,14 @@ bool CpuSupports(const std::string& cpu) {
   return false;
 }
 
-int CpuLevel(const std::string& cpu) {
-  for (int level = 0; level < 4; ++level)
-    if (cpu == kCpuLevels[level]) return level;
-  return -1;
-}
-
-// The x86-64 levels of the plan's kernel libraries, e.g. "x86-64-v3, x86-64-v4".
-std::string CpuLevelsOf(const Plan& plan) {
+// The x86-64 levels of the plan's kernel libraries: "x86-64-v3, x86-64-v4",
+// or with `quoted` "'x86-64-v3', 'x86-64-v4'".
+std::string CpuLevelsOf(const Plan& plan, bool quoted) {
+  const std::string quote = quoted ? "'" : "";
   std::string levels;
   for (const fb::KernelBinary* binary : *plan.root().binaries())
     if (binary->target() == fb::Target::CpuX86_64)
-      levels += (levels.empty() ? "" : ", ") + PrintableOf(binary->cpu());
+      levels += (levels.empty() ? "" : ", ") + quote + PrintableOf(binary->cpu()) + quote;
   return levels;
 }
 
@@ -91,16 +84,15 @@ std::string CpuLevelsOf(const Plan& plan) {
 // carry one per level (graphc --kernel-cpu=x86-64-v3,x86-64-v4).
 StatusOr<const fb::KernelBinary*> ChooseCpuLibrary(const Plan& plan, const std::string& wanted) {
   const fb::KernelBinary* best = nullptr;
-  std::string levels;
   for (const fb::KernelBinary* binary : *plan.root().binaries()) {
     if (binary->target() != fb::Target::CpuX86_64) continue;
     const std::string cpu = binary->cpu() ? binary->cpu()->str() : "";
-    levels += (levels.empty() ? "'" : ", '") + Printable(cpu) + "'";
     if (!wanted.empty() ? cpu == wanted
-                        : CpuSupports(cpu) &&
-                              (best == nullptr || CpuLevel(cpu) > CpuLevel(best->cpu()->str())))
+                        : CpuSupports(cpu) && (best == nullptr || X86LevelIndex(cpu) >
+                                                                      X86LevelIndex(best->cpu()->str())))
       best = binary;
   }
+  const std::string levels = CpuLevelsOf(plan, /*quoted=*/true);
   if (levels.empty() ||
       (best != nullptr && best->format() != fb::BinaryFormat::ElfSharedObject))
     return Status(ErrorCode::kPlanMissingKernel, "no x86-64 shared object in the plan");
@@ -256,7 +248,7 @@ Status CpuBackend::LoadGeneratedKernels(const Plan& plan) {
   if (!chosen.ok()) return chosen.status();
   const fb::KernelBinary* binary = *chosen;
   loaded_cpu_ = binary->cpu()->str();
-  const std::string levels = CpuLevelsOf(plan);
+  const std::string levels = CpuLevelsOf(plan, /*quoted=*/false);
   load_summary_ = loaded_cpu_ + " kernels" + (levels == loaded_cpu_ ? "" : " (of " + levels + ")");
   // The loader checked the library's ELF (runtime/plan/elf_check.h): handing
   // it to the dynamic loader runs none of its code.
