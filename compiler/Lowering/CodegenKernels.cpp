@@ -25,6 +25,7 @@
 #include "compiler/Lowering/KernelLoops.h"
 #include "compiler/Lowering/Passes.h"
 #include "contract/cpu_levels.h"
+#include "contract/exp_f32.h"
 #include "contract/files.h"
 #include "contract/launch_record.h"
 #include "mlir/Conversion/AffineToStandard/AffineToStandard.h"
@@ -516,6 +517,64 @@ void computeBFloatInF32(ModuleOp kernels) {
   }
 }
 
+/// math.exp on f32 (and f16, through f32 as LLVM would compute it) as
+/// contract/exp_f32.h's branch-free algorithm in arith ops, op for op as
+/// ExpF32 writes it: LLVM has no vector exp without a vector math library,
+/// so llvm.exp in a vectorized loop is one call to libm's expf per lane.
+struct ExpandExpF32 : OpRewritePattern<math::ExpOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(math::ExpOp op, PatternRewriter &rewriter) const override {
+    Type type = op.getType();
+    if (!type.isF32() && !type.isF16())
+      return failure();
+    Location loc = op.getLoc();
+    OpBuilder &b = rewriter;
+    Type f32 = b.getF32Type(), i32 = b.getI32Type();
+    auto f = [&](float v) -> Value {
+      return b.create<arith::ConstantOp>(loc, b.getF32FloatAttr(v));
+    };
+    auto i = [&](int64_t v) -> Value {
+      return b.create<arith::ConstantOp>(loc, b.getI32IntegerAttr(static_cast<int32_t>(v)));
+    };
+    auto mul = [&](Value x, Value y) -> Value { return b.create<arith::MulFOp>(loc, x, y); };
+    auto add = [&](Value x, Value y) -> Value { return b.create<arith::AddFOp>(loc, x, y); };
+    auto sub = [&](Value x, Value y) -> Value { return b.create<arith::SubFOp>(loc, x, y); };
+    auto pick = [&](arith::CmpFPredicate pred, Value x, Value y, Value then, Value other) {
+      Value cond = b.create<arith::CmpFOp>(loc, pred, x, y);
+      return b.create<arith::SelectOp>(loc, cond, then, other).getResult();
+    };
+    Value x = op.getOperand();
+    if (type.isF16())
+      x = b.create<arith::ExtFOp>(loc, f32, x);
+    Value low = f(kExpLow), high = f(kExpHigh), round = f(kExpRound);
+    Value c = pick(arith::CmpFPredicate::OLT, x, low, low, x);
+    c = pick(arith::CmpFPredicate::OGT, c, high, high, c);
+    Value t = add(mul(c, f(kExpLog2e)), round);
+    Value k = sub(t, round);
+    Value ki = b.create<arith::SubIOp>(loc, b.create<arith::BitcastOp>(loc, i32, t),
+                                       i(kExpRoundBits));
+    Value r = sub(c, mul(k, f(kExpLn2Hi)));
+    r = sub(r, mul(k, f(kExpLn2Lo)));
+    Value p = f(kExpPoly[0]);
+    for (int n = 1; n < 6; ++n)
+      p = add(mul(p, r), f(kExpPoly[n]));
+    Value y = add(add(mul(p, mul(r, r)), r), f(1.0f));
+    Value k1 = b.create<arith::ShRSIOp>(loc, ki, i(1));
+    Value k2 = b.create<arith::SubIOp>(loc, ki, k1);
+    auto power = [&](Value e) -> Value {
+      Value bits = b.create<arith::ShLIOp>(loc, b.create<arith::AddIOp>(loc, e, i(127)), i(23));
+      return b.create<arith::BitcastOp>(loc, f32, bits);
+    };
+    y = mul(mul(y, power(k1)), power(k2));
+    Value result = pick(arith::CmpFPredicate::UNO, x, x, x, y);
+    if (type.isF16())
+      result = b.create<arith::TruncFOp>(loc, type, result);
+    rewriter.replaceOp(op, result);
+    return success();
+  }
+};
+
 LogicalResult CodegenKernelsPass::lowerToLLVMDialect(ModuleOp kernels) {
   computeBFloatInF32(kernels);
   // bf16 <-> f32 as integer arithmetic (round to nearest even): LLVM would
@@ -527,6 +586,7 @@ LogicalResult CodegenKernelsPass::lowerToLLVMDialect(ModuleOp kernels) {
     // erf has no LLVM intrinsic and libm's erff would be an import: MLIR's
     // rational approximation instead (nn.erf, GELU).
     populatePolynomialApproximateErfPattern(patterns);
+    patterns.add<ExpandExpF32>(kernels->getContext());
     if (failed(applyPatternsAndFoldGreedily(kernels, std::move(patterns))))
       return kernels.emitError("cannot expand the kernels' bf16 conversions");
   }

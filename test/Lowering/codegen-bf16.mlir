@@ -19,7 +19,7 @@
 // CHECK-NOT: store <{{[0-9]+}} x bfloat>
 // CHECK-NOT: phi bfloat
 // CHECK-NOT: select {{.*}}bfloat
-// No compiler-rt import (__truncsfbf2 and kin); libm's expf is allowed.
+// No compiler-rt import (__truncsfbf2 and kin).
 // SYMBOLS-NOT: *UND*{{.*}} __
 // SYMBOLS: graphc_kernel_k0_l0
 // SYMBOLS-NOT: *UND*{{.*}} __

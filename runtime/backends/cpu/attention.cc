@@ -10,16 +10,49 @@
 #include <limits>
 #include <vector>
 
+#include "contract/exp_f32.h"
 #include "contract/half_float.h"
 #include "oneapi/dnnl/dnnl.h"
 
 namespace graphc::runtime {
 namespace {
 
-// e^x as libm's expf gives it, without the call where that is +0 (x below
-// ln 2^-150 = -103.97): glibc takes a slow underflow path there, which
-// Swin's shifted windows hit for every score their mask sets to -100.
-inline float Exp(float x) { return x < -104.0f ? 0.0f : std::exp(x); }
+// The rows' exponentials are contract/exp_f32.h's, the generated kernels'
+// own e^x, in loops that vectorize (this file is compiled with
+// -fno-trapping-math and -ffp-contract=off): each is built for AVX2 and for
+// the baseline, the CPU's picked when the library loads.
+#define GRAPHC_ROW_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+
+constexpr int kLanes = 8;  // independent partial maxima and sums per row
+
+// row[j] = e^(row[j] - shift), j < n.
+GRAPHC_ROW_CLONES void ExpShifted(float* row, int64_t n, float shift) {
+  for (int64_t j = 0; j < n; ++j) row[j] = ExpF32(row[j] - shift);
+}
+
+// The row's softmax, in place (max-subtracted; the sum in double); returns
+// its log-sum-exp. A NaN score makes the row NaN.
+GRAPHC_ROW_CLONES float SoftmaxRow(float* row, int64_t n) {
+  float lane_max[kLanes];
+  for (float& m : lane_max) m = -std::numeric_limits<float>::infinity();
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (int l = 0; l < kLanes; ++l)
+      lane_max[l] = lane_max[l] < row[j + l] ? row[j + l] : lane_max[l];
+  float max = lane_max[0];
+  for (int l = 1; l < kLanes; ++l) max = max < lane_max[l] ? lane_max[l] : max;
+  for (; j < n; ++j) max = max < row[j] ? row[j] : max;
+  for (j = 0; j < n; ++j) row[j] = ExpF32(row[j] - max);
+  double lane_sum[kLanes] = {};
+  for (j = 0; j + kLanes <= n; j += kLanes)
+    for (int l = 0; l < kLanes; ++l) lane_sum[l] += row[j + l];
+  double sum = 0;
+  for (int l = 0; l < kLanes; ++l) sum += lane_sum[l];
+  for (; j < n; ++j) sum += row[j];
+  const float inverse = static_cast<float>(1.0 / sum);
+  for (j = 0; j < n; ++j) row[j] *= inverse;
+  return max + static_cast<float>(std::log(sum));
+}
 
 // C = alpha op(A) op(B) + beta C, row-major (oneDNN's sgemm).
 void Gemm(char ta, char tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
@@ -113,11 +146,7 @@ void BackwardGroup(const AttentionShape& s, int64_t g, const float* qg, const fl
     // P = exp(s - lse), the forward's probabilities, recomputed.
     Scores(s, qb, rows, kg, p);
     AddBiases(s, biases, g, i0, rows, p);
-    for (int64_t r = 0; r < rows; ++r) {
-      float* row = p + r * s.keys;
-      const float l = lseg[i0 + r];
-      for (int64_t j = 0; j < s.keys; ++j) row[j] = Exp(row[j] - l);
-    }
+    for (int64_t r = 0; r < rows; ++r) ExpShifted(p + r * s.keys, s.keys, lseg[i0 + r]);
     // dv += P^T do (P rounded to the half type when the operands are); dP =
     // do v^T.
     const float* pv = p;
@@ -231,19 +260,8 @@ void AttentionForward(const AttentionShape& s, const void* q, const void* k, con
       }
       Scores(s, qb, rows, kg, scores.data());
       AddBiases(s, biases, g, i0, rows, scores.data());
-      for (int64_t r = 0; r < rows; ++r) {
-        float* row = scores.data() + r * s.keys;
-        float max = -std::numeric_limits<float>::infinity();
-        for (int64_t j = 0; j < s.keys; ++j) max = std::max(max, row[j]);
-        double sum = 0;
-        for (int64_t j = 0; j < s.keys; ++j) {
-          row[j] = Exp(row[j] - max);
-          sum += row[j];
-        }
-        const float inverse = static_cast<float>(1.0 / sum);
-        for (int64_t j = 0; j < s.keys; ++j) row[j] *= inverse;
-        lse[first + r] = max + static_cast<float>(std::log(sum));
-      }
+      for (int64_t r = 0; r < rows; ++r)
+        lse[first + r] = SoftmaxRow(scores.data() + r * s.keys, s.keys);
       // Half operands: P rounded to their type, the product rounded once.
       Round(s.type, scores.data(), rows * s.keys);
       float* ob = half ? of.data() : static_cast<float*>(o) + first * s.values;
