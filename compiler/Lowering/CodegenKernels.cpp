@@ -131,6 +131,28 @@ void markParallelLoops(ModuleOp kernels) {
   });
 }
 
+/// A 256-bit vector's f32 lanes: the vectorization factor of a loop that
+/// computes in f32 and accumulates in f64 (two f64 vectors per step).
+constexpr unsigned kFloatLanes = 8;
+
+/// Whether the innermost `loop` widens f32 values to f64: a kernel that sums
+/// in f64 (a bias's or batch norm's gradient beside the elementwise values
+/// it fuses). LLVM's cost model sizes such a loop by its widest type, 4 lanes
+/// of f64, so all of its f32 work would run in halves of vectors; at 8 lanes
+/// ViT's GELU gradient with its bias gradient takes two thirds of the time.
+/// Each lane is its own sum (a column's partial), so the width changes no
+/// result.
+bool widensFloatToDouble(const llvm::Loop &loop) {
+  if (!loop.isInnermost())
+    return false;
+  for (llvm::BasicBlock *block : loop.blocks())
+    for (llvm::Instruction &inst : *block)
+      if (auto *ext = llvm::dyn_cast<llvm::FPExtInst>(&inst))
+        if (ext->getSrcTy()->isFloatTy() && ext->getDestTy()->isDoubleTy())
+          return true;
+  return false;
+}
+
 /// Tells LLVM that the loops markParallelLoops marked carry no dependence
 /// through memory from one iteration to the next (llvm.loop.parallel_accesses,
 /// every memory access in the loop in its access group), and removes the
@@ -140,7 +162,8 @@ void markParallelLoops(ModuleOp kernels) {
 /// no dependence at all) failed the check and ran the scalar loop: ResNet-50's
 /// in-place kernels moved their bytes at 60-70% of the others' rate. The
 /// claim is the scf.parallel's own: its iterations are independent, which the
-/// runtime relies on anyway by running them on different cores.
+/// runtime relies on anyway by running them on different cores. An innermost
+/// loop that widens f32 to f64 gets kFloatLanes as its vector width too.
 void annotateParallelLoops(llvm::Module &module) {
   llvm::Function *marker = module.getFunction(kParallelMarker);
   if (!marker)
@@ -176,6 +199,11 @@ void annotateParallelLoops(llvm::Module &module) {
           properties.push_back(old->getOperand(i));
       properties.push_back(llvm::MDNode::get(
           context, {llvm::MDString::get(context, "llvm.loop.parallel_accesses"), group}));
+      if (widensFloatToDouble(*loop))
+        properties.push_back(llvm::MDNode::get(
+            context, {llvm::MDString::get(context, "llvm.loop.vectorize.width"),
+                      llvm::ConstantAsMetadata::get(llvm::ConstantInt::get(
+                          llvm::Type::getInt32Ty(context), kFloatLanes))}));
       llvm::MDNode *id = llvm::MDNode::getDistinct(context, properties);
       id->replaceOperandWith(0, id);
       loop->setLoopID(id);
