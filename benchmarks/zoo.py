@@ -30,6 +30,9 @@ moved them. The goals (issue 31): loss within
 2e-3; where PyTorch float32 itself misses them (small batch-norm groups:
 layer4 of a ResNet at 64 px and batch 4 normalizes 16 values per channel),
 the verdict says whether graphrun is within twice PyTorch float32's error.
+
+graphc and graphrun are build/bin's, or GRAPHC_BUILD_DIR/bin's: point it at
+another commit's build to see whether a change moved a model's parity.
 """
 import argparse
 import collections
@@ -46,7 +49,7 @@ import torch
 import torchvision
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.join(ROOT, "build", "bin")
+BIN = os.path.join(os.environ.get("GRAPHC_BUILD_DIR", os.path.join(ROOT, "build")), "bin")
 
 
 def load_safetensors(path):
