@@ -127,7 +127,11 @@ class CpuBackend final : public Backend {
   std::string Describe() const override {
     const char* policy = std::getenv("OMP_WAIT_POLICY");
     std::string waiting = policy != nullptr ? ", OMP_WAIT_POLICY=" + Printable(policy) : "";
-    std::string kernels = loaded_cpu_.empty() ? "" : ", " + loaded_cpu_ + " kernels";
+    // The level loaded; or, for a plan without generated kernels that
+    // --kernel-cpu was given, that it picked nothing.
+    std::string kernels = !loaded_cpu_.empty()    ? ", " + loaded_cpu_ + " kernels"
+                          : !load_summary_.empty() ? ", " + load_summary_
+                                                   : "";
     return "cpu (" + std::to_string(threads_) + (threads_ == 1 ? " thread" : " threads") +
            kernels + waiting + ")";
   }
@@ -241,7 +245,13 @@ Status CpuBackend::LoadGeneratedKernels(const Plan& plan) {
   kernels_.clear();
   loaded_cpu_.clear();
   load_summary_.clear();
-  if (root.kernels() == nullptr || root.kernels()->size() == 0) return Status::Ok();
+  if (root.kernels() == nullptr || root.kernels()->size() == 0) {
+    // Every command is a library call: say so where a level was asked for.
+    if (!kernel_cpu_.empty())
+      load_summary_ = "no generated kernels: --kernel-cpu " + Printable(kernel_cpu_) +
+                      " has nothing to pick";
+    return Status::Ok();
+  }
   if (root.binaries() == nullptr)
     return Status(ErrorCode::kPlanMissingKernel, "no x86-64 shared object in the plan");
   StatusOr<const fb::KernelBinary*> chosen = ChooseCpuLibrary(plan, kernel_cpu_);
