@@ -4,6 +4,11 @@
   benchmarks/amp.py [--repeats 3] [--cases resnet50:32,fmnist_cnn:64]
                     [--torch-python PY] [--threads N] [--out benchmarks/results]
 
+A case's model is one of graphc's own (resnet50, fmnist_cnn) or, with
+--torch-python, any torchvision classifier graphc import takes (vit_b_16,
+efficientnet_b0, ...): exported to ONNX in training form by that Python
+(benchmarks/pytorch_cpu.py's export) and imported.
+
 For each case (model, batch) it compiles the model three times (no --amp,
 --amp=bf16, --amp=fp16 with dynamic loss scaling), records each plan's arena
 (peak memory), and times these side by side in alternating rounds, so that a
@@ -42,7 +47,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fusion import ROOT, save_summary, tool  # noqa: E402
-from pytorch_cpu import Worker, machine  # noqa: E402
+from pytorch_cpu import Worker, is_transformer, machine  # noqa: E402
 
 MODELS = {
     # name: file, timed steps, warmup steps, extra compile flags
@@ -73,7 +78,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3, help="rounds (median)")
     parser.add_argument("--cases", default="resnet50:32,fmnist_cnn:64",
-                        help=f"MODEL:BATCH,... (models: {', '.join(MODELS)})")
+                        help=f"MODEL:BATCH,... (models: {', '.join(MODELS)}, or with "
+                             "--torch-python a torchvision classifier)")
     parser.add_argument("--torch-python", default=os.environ.get("GRAPHC_TORCH_PYTHON"),
                         help="a Python with torch and torchvision: adds PyTorch fp32 and "
                              "bf16 autocast")
@@ -87,8 +93,10 @@ def main():
     cases = []
     for item in args.cases.split(","):
         model, _, batch = item.partition(":")
-        if model not in MODELS or not batch.isdigit() or int(batch) < 1:
-            sys.exit(f"amp.py: bad case '{item}' (MODEL:BATCH, MODEL one of {sorted(MODELS)})")
+        if not batch.isdigit() or int(batch) < 1 or (model not in MODELS and
+                                                     not args.torch_python):
+            sys.exit(f"amp.py: bad case '{item}' (MODEL:BATCH, MODEL one of {sorted(MODELS)}, "
+                     "or with --torch-python a torchvision classifier)")
         cases.append((model, int(batch)))
     graphc, graphrun = tool("graphc", args.build), tool("graphrun", args.build)
     plans = os.path.join(args.out, "plans")
@@ -98,16 +106,34 @@ def main():
     if args.torch_python:
         systems += [t[0] for t in TORCH]
 
+    # torchvision models: exported by --torch-python, imported by graphc (a
+    # transformer at each case's batch, by graphc compile itself).
+    models = {m: (os.path.join(ROOT, f), steps, warmup, flags)
+              for m, (f, steps, warmup, flags) in MODELS.items()}
+    for model, batch in cases:
+        if model in models:
+            continue
+        onnx_path = os.path.join(plans, f"{model}.onnx")
+        if subprocess.run([args.torch_python, os.path.join(ROOT, "benchmarks", "pytorch_cpu.py"),
+                           "--export", model, onnx_path]).returncode != 0:
+            sys.exit(f"amp.py: exporting torchvision's {model} failed")
+        source = onnx_path
+        if not is_transformer(model):
+            source = os.path.join(plans, f"{model}.mlir")
+            subprocess.run([graphc, "import", onnx_path, "-o", source], check=True,
+                           stdout=subprocess.DEVNULL)
+        models[model] = (source, 3, 1, [])
+
     results = {}
     for model, batch in cases:
-        path, steps, warmup, flags = MODELS[model]
+        path, steps, warmup, flags = models[model]
         key = f"{model}:{batch}"
         entry = results[key] = {"model": model, "batch_size": batch, "steps": steps,
                                 "warmup": warmup, "plans": {},
                                 "systems": {s: {"runs": [], "losses": []} for s in systems}}
         for precision, amp in PLANS:
             plan = os.path.join(plans, f"{model}-b{batch}-{precision}.plan")
-            out = subprocess.run([graphc, "compile", os.path.join(ROOT, path), "--batch-size",
+            out = subprocess.run([graphc, "compile", path, "--batch-size",
                                   str(batch), "-o", plan] + flags + amp,
                                  check=True, capture_output=True, text=True).stdout
             arena = int(re.search(r"peak memory \(arena\): .* \((\d+) bytes\)", out).group(1))

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -20,14 +21,13 @@ float FromBits(uint32_t bits) {
 }
 
 // |y - e^x| in units of the float32 spacing at e^x (at least the least
-// subnormal's).
+// subnormal's; below FLT_MAX, where the next float up is inf).
 double UlpError(float x, float y) {
   const double ref = std::exp(static_cast<double>(x));
   const float ref32 = static_cast<float>(ref);
-  const double spacing =
-      std::max(static_cast<double>(std::nextafter(ref32, std::numeric_limits<float>::infinity())) -
-                   static_cast<double>(ref32),
-               std::ldexp(1.0, -149));
+  const float inf = std::numeric_limits<float>::infinity();
+  const double up = std::nextafter(ref32, inf), down = std::nextafter(ref32, 0.0f);
+  const double spacing = std::max(std::isinf(up) ? ref32 - down : up - ref32, std::ldexp(1.0, -149));
   return std::fabs(static_cast<double>(y) - ref) / spacing;
 }
 
