@@ -5,14 +5,18 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
+#include <tuple>
 #include <vector>
 
 #include "contract/exp_f32.h"
 #include "contract/half_float.h"
 #include "oneapi/dnnl/dnnl.h"
+#include "oneapi/dnnl/dnnl.hpp"
 
 namespace graphc::runtime {
 namespace {
@@ -54,15 +58,106 @@ GRAPHC_ROW_CLONES float SoftmaxRow(float* row, int64_t n) {
   return max + static_cast<float>(std::log(sum));
 }
 
-// C = alpha op(A) op(B) + beta C, row-major (oneDNN's sgemm).
-void Gemm(char ta, char tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
-          const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  dnnl_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+// A product's operand: as floats, and where the products run in bf16 (shape
+// .bf16_products) as the bf16 values those floats hold. A product takes
+// the bf16 form when both operands have one.
+struct Operand {
+  const float* f = nullptr;
+  const uint16_t* h = nullptr;
+};
+
+void Widen(AttentionType type, const void* in, float* out, int64_t n);
+
+std::atomic<int64_t> bf16_fallbacks{0};
+
+// c = op(a) op(b) + beta c in bf16 on oneDNN's matmul (AMX or AVX512-BF16:
+// the bf16 products exact, summed in f32), row-major with leading
+// dimensions as sgemm's. Primitives are kept per thread and shape, each
+// with its own stream and scratchpad, so threads never share one. Where
+// oneDNN refuses one (it throws, inside the threads' parallel region), the
+// product runs as sgemm on widened copies instead, as without bf16
+// products.
+void HalfGemm(char ta, char tb, int64_t m, int64_t n, int64_t k, const uint16_t* a,
+              int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  using dnnl::memory;
+  struct Cached {
+    dnnl::matmul primitive;  // empty: oneDNN refused this product
+    memory::desc a, b, c, scratchpad;
+  };
+  struct Products {
+    dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+    dnnl::stream stream{engine};
+    std::map<std::tuple<char, char, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool>,
+             Cached>
+        cache;
+    std::vector<uint8_t> scratchpad;
+  };
+  thread_local Products products;
+  const bool accumulate = beta != 0.0f;
+  const auto key = std::make_tuple(ta, tb, m, n, k, lda, ldb, ldc, accumulate);
+  auto widened = [&] {
+    // op(a)'s stored rows: m (or k, transposed) of lda; op(b)'s likewise.
+    thread_local std::vector<float> af, bf;
+    const int64_t an = ((ta == 'N' ? m : k) - 1) * lda + (ta == 'N' ? k : m);
+    const int64_t bn = ((tb == 'N' ? k : n) - 1) * ldb + (tb == 'N' ? n : k);
+    af.resize(static_cast<size_t>(an));
+    bf.resize(static_cast<size_t>(bn));
+    Widen(AttentionType::kBf16, a, af.data(), an);
+    Widen(AttentionType::kBf16, b, bf.data(), bn);
+    dnnl_sgemm(ta, tb, m, n, k, 1.0f, af.data(), lda, bf.data(), ldb, beta, c, ldc);
+    bf16_fallbacks.fetch_add(1, std::memory_order_relaxed);
+  };
+  auto it = products.cache.find(key);
+  if (it == products.cache.end()) try {
+    // op(a) is [m, k], op(b) [k, n]: a transposed operand by its strides.
+    const memory::desc ad({m, k}, memory::data_type::bf16,
+                          ta == 'N' ? memory::dims{lda, 1} : memory::dims{1, lda});
+    const memory::desc bd({k, n}, memory::data_type::bf16,
+                          tb == 'N' ? memory::dims{ldb, 1} : memory::dims{1, ldb});
+    const memory::desc cd({m, n}, memory::data_type::f32, memory::dims{ldc, 1});
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    if (accumulate) {
+      dnnl::post_ops sum;
+      sum.append_sum(beta);
+      attr.set_post_ops(sum);
+    }
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(ad, bd, cd), attr, products.engine);
+    it = products.cache.emplace(key, Cached{dnnl::matmul(pd), ad, bd, cd, pd.scratchpad_desc()})
+             .first;
+  } catch (const dnnl::error&) {
+    it = products.cache.emplace(key, Cached{}).first;
+  }
+  const Cached& mm = it->second;
+  if (!mm.primitive) return widened();
+  if (products.scratchpad.size() < mm.scratchpad.get_size())
+    products.scratchpad.resize(mm.scratchpad.get_size());
+  dnnl::engine& engine = products.engine;
+  try {
+    mm.primitive.execute(
+        products.stream,
+        {{DNNL_ARG_SRC, memory(mm.a, engine, const_cast<uint16_t*>(a))},
+         {DNNL_ARG_WEIGHTS, memory(mm.b, engine, const_cast<uint16_t*>(b))},
+         {DNNL_ARG_DST, memory(mm.c, engine, c)},
+         {DNNL_ARG_SCRATCHPAD, memory(mm.scratchpad, engine, products.scratchpad.data())}});
+    products.stream.wait();
+  } catch (const dnnl::error&) {
+    widened();  // c untouched: oneDNN checks its arguments before it writes
+  }
+}
+
+// C = op(A) op(B) + beta C, row-major: oneDNN's sgemm on the floats, or
+// HalfGemm on the bf16 values when both operands have them.
+void Gemm(char ta, char tb, int64_t m, int64_t n, int64_t k, Operand a, int64_t lda, Operand b,
+          int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (a.h != nullptr && b.h != nullptr)
+    HalfGemm(ta, tb, m, n, k, a.h, lda, b.h, ldb, beta, c, ldc);
+  else
+    dnnl_sgemm(ta, tb, m, n, k, 1.0f, a.f, lda, b.f, ldb, beta, c, ldc);
 }
 
 // s = q_block k^T: [rows, Lk].
-void Scores(const AttentionShape& s, const float* q_block, int64_t rows, const float* kg,
-            float* scores) {
+void Scores(const AttentionShape& s, Operand q_block, int64_t rows, Operand kg, float* scores) {
   if (s.transpose_k)
     Gemm('N', 'N', rows, s.keys, s.depth, q_block, s.depth, kg, s.keys, 0.0f, scores, s.keys);
   else
@@ -127,33 +222,53 @@ const float* Floats(const AttentionShape& s, const void* base, int64_t first, in
   return copy.data();
 }
 
-// Group g's dq and its dk and dv, whole, from its operands as floats (qg ..
-// dog; lseg its rows' log-sum-exps); each bias's gradient rows added to
-// dbias[i] (a [P_i, Lq, Lk] sum). p, dp (and ph, for half operands): block
-// x Lk scratch.
-void BackwardGroup(const AttentionShape& s, int64_t g, const float* qg, const float* kg,
-                   const float* vg, const float* og, const float* lseg, const float* dog,
+// The bf16 values at element `first` of an operand of shape.type, where
+// the products run in bf16 (else none: the products take the floats).
+const uint16_t* Bf16At(const AttentionShape& s, const void* base, int64_t first) {
+  return s.bf16_products ? static_cast<const uint16_t*>(base) + first : nullptr;
+}
+
+// `n` floats narrowed to bf16 into `to` where the products run in bf16, or
+// else rounded to the half type in place (the float products then take
+// them as the half values); the operand to multiply with either way.
+Operand Rounded(const AttentionShape& s, float* x, int64_t n, uint16_t* to) {
+  if (s.bf16_products) {
+    Narrow(s.type, x, to, n);
+    return {nullptr, to};
+  }
+  Round(s.type, x, n);
+  return {x, nullptr};
+}
+
+// Group g's dq and its dk and dv, whole, from its operands (qg .. dog,
+// og as floats; lseg its rows' log-sum-exps); each bias's gradient rows
+// added to dbias[i] (a [P_i, Lq, Lk] sum). p, dp and ph (and p16, ds16 for
+// bf16 products): block x Lk scratch.
+void BackwardGroup(const AttentionShape& s, int64_t g, Operand qg, Operand kg, Operand vg,
+                   const float* og, const float* lseg, Operand dog,
                    const std::vector<AttentionBias>& biases, float* dqg, float* dkg, float* dvg,
-                   float* const* dbias, float* p, float* dp, float* ph) {
+                   float* const* dbias, float* p, float* dp, float* ph, uint16_t* p16,
+                   uint16_t* ds16) {
   const int64_t kStride = s.keys * s.depth, vStride = s.keys * s.values;
+  auto at = [](Operand x, int64_t i) {
+    return Operand{x.f ? x.f + i : nullptr, x.h ? x.h + i : nullptr};
+  };
   std::memset(dkg, 0, sizeof(float) * kStride);
   std::memset(dvg, 0, sizeof(float) * vStride);
   for (int64_t i0 = 0; i0 < s.queries; i0 += kAttentionBlock) {
     const int64_t rows = std::min(kAttentionBlock, s.queries - i0);
-    const float* qb = qg + i0 * s.depth;
+    const Operand qb = at(qg, i0 * s.depth), dob = at(dog, i0 * s.values);
     const float* ob = og + i0 * s.values;
-    const float* dob = dog + i0 * s.values;
     // P = exp(s - lse), the forward's probabilities, recomputed.
     Scores(s, qb, rows, kg, p);
     AddBiases(s, biases, g, i0, rows, p);
     for (int64_t r = 0; r < rows; ++r) ExpShifted(p + r * s.keys, s.keys, lseg[i0 + r]);
     // dv += P^T do (P rounded to the half type when the operands are); dP =
     // do v^T.
-    const float* pv = p;
+    Operand pv{p, nullptr};
     if (IsHalf(s)) {
       std::memcpy(ph, p, sizeof(float) * rows * s.keys);
-      Round(s.type, ph, rows * s.keys);
-      pv = ph;
+      pv = Rounded(s, ph, rows * s.keys, p16);
     }
     Gemm('T', 'N', s.keys, s.values, rows, pv, s.keys, dob, s.values, 1.0f, dvg, s.values);
     Gemm('N', 'T', rows, s.keys, s.values, dob, s.values, vg, s.values, 0.0f, dp, s.keys);
@@ -161,7 +276,7 @@ void BackwardGroup(const AttentionShape& s, int64_t g, const float* qg, const fl
     for (int64_t r = 0; r < rows; ++r) {
       double dot = 0;
       for (int64_t c = 0; c < s.values; ++c)
-        dot += double{dob[r * s.values + c]} * ob[r * s.values + c];
+        dot += double{dob.f[r * s.values + c]} * ob[r * s.values + c];
       const float shift = static_cast<float>(dot);
       float* prow = p + r * s.keys;
       float* drow = dp + r * s.keys;
@@ -175,23 +290,25 @@ void BackwardGroup(const AttentionShape& s, int64_t g, const float* qg, const fl
     }
     // dq = dS k; dk += dS^T q (stored transposed: dk^T += q^T dS); dS
     // rounded to the half type first when the operands are.
-    Round(s.type, dp, rows * s.keys);
+    const Operand ds = Rounded(s, dp, rows * s.keys, ds16);
     float* dqb = dqg + i0 * s.depth;
     if (s.transpose_k) {
-      Gemm('N', 'T', rows, s.depth, s.keys, dp, s.keys, kg, s.keys, 0.0f, dqb, s.depth);
-      Gemm('T', 'N', s.depth, s.keys, rows, qb, s.depth, dp, s.keys, 1.0f, dkg, s.keys);
+      Gemm('N', 'T', rows, s.depth, s.keys, ds, s.keys, kg, s.keys, 0.0f, dqb, s.depth);
+      Gemm('T', 'N', s.depth, s.keys, rows, qb, s.depth, ds, s.keys, 1.0f, dkg, s.keys);
     } else {
-      Gemm('N', 'N', rows, s.depth, s.keys, dp, s.keys, kg, s.depth, 0.0f, dqb, s.depth);
-      Gemm('T', 'N', s.keys, s.depth, rows, dp, s.keys, qb, s.depth, 1.0f, dkg, s.depth);
+      Gemm('N', 'N', rows, s.depth, s.keys, ds, s.keys, kg, s.depth, 0.0f, dqb, s.depth);
+      Gemm('T', 'N', s.keys, s.depth, rows, ds, s.keys, qb, s.depth, 1.0f, dkg, s.depth);
     }
   }
 }
 
 // One thread's scratch for the backward: the scores' blocks and, for half
-// operands, a group's operands and gradients as floats.
+// operands, a group's operands and gradients as floats (and the blocks'
+// bf16 P and dS for bf16 products).
 struct BackwardScratch {
   std::vector<float> p, dp, ph;
   std::vector<float> q, k, v, o, dout, dq, dk, dv;
+  std::vector<uint16_t> p16, ds16;
 
   explicit BackwardScratch(const AttentionShape& s)
       : p(static_cast<size_t>(kAttentionBlock * s.keys)), dp(p.size()) {
@@ -200,27 +317,33 @@ struct BackwardScratch {
     dq.resize(static_cast<size_t>(s.queries * s.depth));
     dk.resize(static_cast<size_t>(s.keys * s.depth));
     dv.resize(static_cast<size_t>(s.keys * s.values));
+    if (!s.bf16_products) return;
+    p16.resize(p.size());
+    ds16.resize(p.size());
   }
 };
 
-// Group g of the backward, on the operands as they are stored.
+// Group g of the backward, on the operands as they are stored (widened
+// to floats for the loops; the products take the bf16 values themselves
+// where they run in bf16).
 void BackwardGroupOf(const AttentionShape& s, int64_t g, const void* q, const void* k,
                      const void* v, const void* o, const float* lse, const void* dout,
                      const std::vector<AttentionBias>& biases, void* dq, void* dk, void* dv,
                      float* const* dbias, BackwardScratch& w) {
   const int64_t qn = s.queries * s.depth, kn = s.keys * s.depth, vn = s.keys * s.values,
                 on = s.queries * s.values;
-  const float* qg = Floats(s, q, g * qn, qn, w.q);
-  const float* kg = Floats(s, k, g * kn, kn, w.k);
-  const float* vg = Floats(s, v, g * vn, vn, w.v);
+  const Operand qg{s.bf16_products ? nullptr : Floats(s, q, g * qn, qn, w.q), Bf16At(s, q, g * qn)};
+  const Operand kg{s.bf16_products ? nullptr : Floats(s, k, g * kn, kn, w.k), Bf16At(s, k, g * kn)};
+  const Operand vg{s.bf16_products ? nullptr : Floats(s, v, g * vn, vn, w.v), Bf16At(s, v, g * vn)};
   const float* og = Floats(s, o, g * on, on, w.o);
-  const float* dog = Floats(s, dout, g * on, on, w.dout);
+  const Operand dog{Floats(s, dout, g * on, on, w.dout), Bf16At(s, dout, g * on)};
   const bool half = IsHalf(s);
   float* dqg = half ? w.dq.data() : static_cast<float*>(dq) + g * qn;
   float* dkg = half ? w.dk.data() : static_cast<float*>(dk) + g * kn;
   float* dvg = half ? w.dv.data() : static_cast<float*>(dv) + g * vn;
   BackwardGroup(s, g, qg, kg, vg, og, lse + g * s.queries, dog, biases, dqg, dkg, dvg, dbias,
-                w.p.data(), w.dp.data(), half ? w.ph.data() : nullptr);
+                w.p.data(), w.dp.data(), half ? w.ph.data() : nullptr, w.p16.data(),
+                w.ds16.data());
   if (!half) return;
   Narrow(s.type, dqg, At(s, dq, g * qn), qn);
   Narrow(s.type, dkg, At(s, dk, g * kn), kn);
@@ -233,6 +356,8 @@ int Threads(int threads, int64_t tasks) {
 
 }  // namespace
 
+int64_t AttentionBf16ProductFallbacks() { return bf16_fallbacks.load(); }
+
 void AttentionForward(const AttentionShape& s, const void* q, const void* k, const void* v,
                       const std::vector<AttentionBias>& biases, void* o, float* lse,
                       int threads) {
@@ -244,29 +369,37 @@ void AttentionForward(const AttentionShape& s, const void* q, const void* k, con
     std::vector<float> scores(static_cast<size_t>(kAttentionBlock * s.keys));
     // Half operands: the block's q and output, the group's k and v as
     // floats (k and v kept while the thread's tasks stay in one group).
+    // bf16 products: the operands as stored, P narrowed into p16.
     std::vector<float> qf, kf, vf, of(half ? static_cast<size_t>(kAttentionBlock * s.values) : 0);
+    std::vector<uint16_t> p16(s.bf16_products ? scores.size() : 0);
     int64_t widened = -1;  // the group kf and vf hold
-    const float *kg = nullptr, *vg = nullptr;
+    Operand kg, vg;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < tasks; ++task) {
       const int64_t g = task / blocks, i0 = (task % blocks) * kAttentionBlock;
       const int64_t rows = std::min(kAttentionBlock, s.queries - i0);
       const int64_t first = g * s.queries + i0;
-      const float* qb = Floats(s, q, first * s.depth, rows * s.depth, qf);
-      if (!half || widened != g) {
-        kg = Floats(s, k, g * s.keys * s.depth, s.keys * s.depth, kf);
-        vg = Floats(s, v, g * s.keys * s.values, s.keys * s.values, vf);
-        widened = g;
+      Operand qb{nullptr, Bf16At(s, q, first * s.depth)};
+      if (s.bf16_products) {
+        kg = {nullptr, Bf16At(s, k, g * s.keys * s.depth)};
+        vg = {nullptr, Bf16At(s, v, g * s.keys * s.values)};
+      } else {
+        qb.f = Floats(s, q, first * s.depth, rows * s.depth, qf);
+        if (!half || widened != g) {
+          kg.f = Floats(s, k, g * s.keys * s.depth, s.keys * s.depth, kf);
+          vg.f = Floats(s, v, g * s.keys * s.values, s.keys * s.values, vf);
+          widened = g;
+        }
       }
       Scores(s, qb, rows, kg, scores.data());
       AddBiases(s, biases, g, i0, rows, scores.data());
       for (int64_t r = 0; r < rows; ++r)
         lse[first + r] = SoftmaxRow(scores.data() + r * s.keys, s.keys);
       // Half operands: P rounded to their type, the product rounded once.
-      Round(s.type, scores.data(), rows * s.keys);
+      Operand pv{scores.data(), nullptr};
+      if (half) pv = Rounded(s, scores.data(), rows * s.keys, p16.data());
       float* ob = half ? of.data() : static_cast<float*>(o) + first * s.values;
-      Gemm('N', 'N', rows, s.values, s.keys, scores.data(), s.keys, vg, s.values, 0.0f, ob,
-           s.values);
+      Gemm('N', 'N', rows, s.values, s.keys, pv, s.keys, vg, s.values, 0.0f, ob, s.values);
       if (half) Narrow(s.type, ob, At(s, o, first * s.values), rows * s.values);
     }
   }

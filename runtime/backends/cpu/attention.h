@@ -35,6 +35,10 @@ struct AttentionShape {
   int64_t values = 0;   // Dv, of v and the output
   bool transpose_k = false;  // k stored [G, D, Lk] rather than [G, Lk, D]
   AttentionType type = AttentionType::kF32;
+  // kBf16 only: the products on oneDNN's bf16 matmul (a CPU with AMX or
+  // AVX512-BF16) instead of sgemm on widened copies; the same rounding
+  // points, the f32 sums in another order.
+  bool bf16_products = false;
 };
 
 // A bias added to the scores: `count` slices of [Lq, Lk]; group g adds
@@ -59,6 +63,10 @@ inline constexpr int64_t kAttentionBiasScratchBytes = int64_t{256} << 20;
 void AttentionForward(const AttentionShape& shape, const void* q, const void* k,
                       const void* v, const std::vector<AttentionBias>& biases, void* o,
                       float* lse, int threads);
+
+// How many bf16 products oneDNN refused, each run instead as sgemm on
+// widened copies (none expected: a count for tests and diagnostics).
+int64_t AttentionBf16ProductFallbacks();
 
 // dq, dk, dv and each bias's gradient (dbias[i], bias i's shape) from the
 // forward's operands, o, lse and do. Groups run in parallel, a group's

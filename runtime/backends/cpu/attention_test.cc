@@ -1,0 +1,120 @@
+// The CPU attention's bf16 products (oneDNN's bf16 matmul, where the CPU
+// has bf16 instructions) against its products on widened copies (sgemm),
+// both against float64: the same rounding points, so the same accuracy.
+
+#include "runtime/backends/cpu/attention.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "contract/half_float.h"
+#include "oneapi/dnnl/dnnl.hpp"
+
+namespace graphc::runtime {
+namespace {
+
+double Value(uint16_t h) {
+  const uint32_t bits = Bf16ToF32Bits(h);
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+std::vector<uint16_t> Random(size_t n, float scale, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<uint16_t> v(n);
+  for (uint16_t& x : v) {
+    const float f = normal(rng);
+    uint32_t bits;
+    std::memcpy(&bits, &f, sizeof bits);
+    x = F32ToBf16Bits(bits);
+  }
+  return v;
+}
+
+TEST(CpuAttention, Bf16ProductsAreAsAccurateAsWidenedOnes) {
+  const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+  if (isa != dnnl::cpu_isa::avx512_core_bf16 && isa != dnnl::cpu_isa::avx512_core_amx)
+    GTEST_SKIP() << "no bf16 instructions here (oneDNN's ISA): the backend never asks for "
+                    "bf16 products";
+  // 197 keys: three full blocks of queries and a partial one, lanes of 8
+  // with a remainder; k stored both ways.
+  for (bool transpose_k : {false, true}) {
+    AttentionShape s;
+    s.groups = 3, s.queries = 197, s.keys = 197, s.depth = 64, s.values = 32;
+    s.transpose_k = transpose_k;
+    s.type = AttentionType::kBf16;
+    std::mt19937 rng(7);
+    const auto q = Random(s.groups * s.queries * s.depth, 1.0f, rng);
+    const auto k = Random(s.groups * s.keys * s.depth, 1.0f, rng);
+    const auto v = Random(s.groups * s.keys * s.values, 1.0f, rng);
+    std::vector<uint16_t> widened(s.groups * s.queries * s.values), native(widened.size());
+    std::vector<float> lse_widened(s.groups * s.queries), lse_native(lse_widened.size());
+    s.bf16_products = false;
+    AttentionForward(s, q.data(), k.data(), v.data(), {}, widened.data(), lse_widened.data(), 2);
+    s.bf16_products = true;
+    AttentionForward(s, q.data(), k.data(), v.data(), {}, native.data(), lse_native.data(), 2);
+    double error_widened = 0, error_native = 0, squares = 0;
+    for (int64_t g = 0; g < s.groups; ++g)
+      for (int64_t i = 0; i < s.queries; ++i) {
+        std::vector<double> p(s.keys);
+        double max = -INFINITY, sum = 0;
+        for (int64_t j = 0; j < s.keys; ++j) {
+          double dot = 0;
+          for (int64_t d = 0; d < s.depth; ++d)
+            dot += Value(q[(g * s.queries + i) * s.depth + d]) *
+                   Value(transpose_k ? k[(g * s.depth + d) * s.keys + j]
+                                     : k[(g * s.keys + j) * s.depth + d]);
+          p[j] = dot;
+          max = std::max(max, dot);
+        }
+        for (double& x : p) sum += (x = std::exp(x - max));
+        EXPECT_NEAR(lse_native[g * s.queries + i], max + std::log(sum), 1e-4 * (1 + std::fabs(max)));
+        for (int64_t c = 0; c < s.values; ++c) {
+          double want = 0;
+          for (int64_t j = 0; j < s.keys; ++j)
+            want += p[j] / sum * Value(v[(g * s.keys + j) * s.values + c]);
+          const size_t e = (g * s.queries + i) * s.values + c;
+          error_widened += std::pow(Value(widened[e]) - want, 2);
+          error_native += std::pow(Value(native[e]) - want, 2);
+          squares += want * want;
+        }
+      }
+    // Both within bf16's rounding of the result (2^-9 relative, as an rms),
+    // and the native products no worse than the widened ones beyond noise.
+    EXPECT_LT(std::sqrt(error_native / squares), 0x1p-8) << "transpose_k " << transpose_k;
+    EXPECT_LT(error_native, 1.2 * error_widened) << "transpose_k " << transpose_k;
+
+    // Backward: the same gradients both ways, but for bf16 rounding flips
+    // (the f32 sums in another order; dS = P (dP - rowsum(do o)) cancels).
+    const auto dout = Random(widened.size(), 1e-2f, rng);
+    std::vector<uint16_t> grads[2][3];
+    for (int native_products = 0; native_products < 2; ++native_products) {
+      s.bf16_products = native_products == 1;
+      auto& [dq, dk, dv] = grads[native_products];
+      dq.resize(q.size()), dk.resize(k.size()), dv.resize(v.size());
+      AttentionBackward(s, q.data(), k.data(), v.data(), widened.data(), lse_widened.data(),
+                        dout.data(), {}, dq.data(), dk.data(), dv.data(), {}, 2);
+    }
+    for (int t = 0; t < 3; ++t) {
+      double diff = 0, norm = 0;
+      for (size_t e = 0; e < grads[0][t].size(); ++e) {
+        diff += std::pow(Value(grads[1][t][e]) - Value(grads[0][t][e]), 2);
+        norm += std::pow(Value(grads[0][t][e]), 2);
+      }
+      EXPECT_GT(norm, 0);
+      EXPECT_LT(std::sqrt(diff / norm), 0x1p-7)
+          << "gradient " << "qkv"[t] << ", transpose_k " << transpose_k;
+    }
+  }
+  EXPECT_EQ(AttentionBf16ProductFallbacks(), 0) << "oneDNN refused bf16 products";
+}
+
+}  // namespace
+}  // namespace graphc::runtime
