@@ -12,6 +12,9 @@
 // products round: the probabilities before they multiply v (and do, for
 // dv), the scores' gradient before it multiplies k and q, each result once
 // from its F32 sum. The bias gradients take the unrounded scores' gradient.
+// On a CPU with bf16 instructions (AMX, AVX512-BF16) BF16 products run on
+// oneDNN's bf16 matmul from the stored (or rounded) bf16 values instead:
+// the same values multiplied, summed in F32 in oneDNN's order.
 
 #ifndef GRAPHC_RUNTIME_BACKENDS_CPU_ATTENTION_H_
 #define GRAPHC_RUNTIME_BACKENDS_CPU_ATTENTION_H_
