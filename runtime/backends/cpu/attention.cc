@@ -350,6 +350,14 @@ void BackwardGroupOf(const AttentionShape& s, int64_t g, const void* q, const vo
   Narrow(s.type, dvg, At(s, dv, g * vn), vn);
 }
 
+// Called first in each parallel region: the products (sgemm, matmul) run
+// on the calling thread alone. A region of one thread (one group in the
+// backward) is not nested parallelism, and oneDNN would spread the product
+// over the cores, summing it in another order than on a team's thread: the
+// bits would depend on the thread count. Sets only this thread's implicit
+// task's count, which ends with the region.
+void OneThreadProducts() { omp_set_num_threads(1); }
+
 int Threads(int threads, int64_t tasks) {
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, tasks)));
 }
@@ -366,6 +374,7 @@ void AttentionForward(const AttentionShape& s, const void* q, const void* k, con
   const bool half = IsHalf(s);
 #pragma omp parallel num_threads(Threads(threads, tasks))
   {
+    OneThreadProducts();
     std::vector<float> scores(static_cast<size_t>(kAttentionBlock * s.keys));
     // Half operands: the block's q and output, the group's k and v as
     // floats (k and v kept while the thread's tasks stay in one group).
@@ -412,6 +421,7 @@ void AttentionBackward(const AttentionShape& s, const void* q, const void* k, co
   if (biases.empty()) {
 #pragma omp parallel num_threads(Threads(threads, s.groups))
     {
+      OneThreadProducts();
       BackwardScratch w(s);
 #pragma omp for schedule(dynamic, 1)
       for (int64_t g = 0; g < s.groups; ++g)
@@ -446,6 +456,7 @@ void AttentionBackward(const AttentionShape& s, const void* q, const void* k, co
     }
 #pragma omp parallel num_threads(Threads(threads, chunks))
   {
+    OneThreadProducts();
     BackwardScratch w(s);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t c = 0; c < chunks; ++c)

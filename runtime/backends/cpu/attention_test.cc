@@ -118,3 +118,40 @@ TEST(CpuAttention, Bf16ProductsAreAsAccurateAsWidenedOnes) {
 
 }  // namespace
 }  // namespace graphc::runtime
+
+namespace graphc::runtime {
+namespace {
+
+// The same bits on any thread count, even where a region gets one thread
+// (one group in the backward; one block in the forward): its products must
+// not spread over the cores themselves, summing in another order.
+TEST(CpuAttention, SameBitsOnAnyThreadCount) {
+  for (int64_t groups : {1, 3}) {
+    AttentionShape s;
+    s.groups = groups, s.queries = 64, s.keys = 197, s.depth = 64, s.values = 64;
+    std::mt19937 rng(11);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    auto random = [&](int64_t n) {
+      std::vector<float> v(static_cast<size_t>(n));
+      for (float& x : v) x = normal(rng);
+      return v;
+    };
+    const auto q = random(groups * s.queries * s.depth), k = random(groups * s.keys * s.depth),
+               v = random(groups * s.keys * s.values), dout = random(groups * s.queries * s.values);
+    std::vector<float> results[2];
+    for (int threads : {1, 2}) {
+      std::vector<float> o(dout.size()), lse(groups * s.queries), dq(q.size()), dk(k.size()),
+          dv(v.size());
+      AttentionForward(s, q.data(), k.data(), v.data(), {}, o.data(), lse.data(), threads);
+      AttentionBackward(s, q.data(), k.data(), v.data(), o.data(), lse.data(), dout.data(), {},
+                        dq.data(), dk.data(), dv.data(), {}, threads);
+      auto& all = results[threads - 1];
+      for (const auto* part : {&o, &lse, &dq, &dk, &dv}) all.insert(all.end(), part->begin(), part->end());
+    }
+    EXPECT_EQ(std::memcmp(results[0].data(), results[1].data(), results[0].size() * sizeof(float)), 0)
+        << "groups " << groups;
+  }
+}
+
+}  // namespace
+}  // namespace graphc::runtime
