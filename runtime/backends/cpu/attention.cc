@@ -58,112 +58,6 @@ GRAPHC_ROW_CLONES float SoftmaxRow(float* row, int64_t n) {
   return max + static_cast<float>(std::log(sum));
 }
 
-// A product's operand: as floats, and where the products run in bf16 (shape
-// .bf16_products) as the bf16 values those floats hold. A product takes
-// the bf16 form when both operands have one.
-struct Operand {
-  const float* f = nullptr;
-  const uint16_t* h = nullptr;
-};
-
-void Widen(AttentionType type, const void* in, float* out, int64_t n);
-
-std::atomic<int64_t> bf16_fallbacks{0};
-
-// c = op(a) op(b) + beta c in bf16 on oneDNN's matmul (AMX or AVX512-BF16:
-// the bf16 products exact, summed in f32), row-major with leading
-// dimensions as sgemm's. Primitives are kept per thread and shape, each
-// with its own stream and scratchpad, so threads never share one. Where
-// oneDNN refuses one (it throws, inside the threads' parallel region), the
-// product runs as sgemm on widened copies instead, as without bf16
-// products.
-void HalfGemm(char ta, char tb, int64_t m, int64_t n, int64_t k, const uint16_t* a,
-              int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  using dnnl::memory;
-  struct Cached {
-    dnnl::matmul primitive;  // empty: oneDNN refused this product
-    memory::desc a, b, c, scratchpad;
-  };
-  struct Products {
-    dnnl::engine engine{dnnl::engine::kind::cpu, 0};
-    dnnl::stream stream{engine};
-    std::map<std::tuple<char, char, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool>,
-             Cached>
-        cache;
-    std::vector<uint8_t> scratchpad;
-  };
-  thread_local Products products;
-  const bool accumulate = beta != 0.0f;
-  const auto key = std::make_tuple(ta, tb, m, n, k, lda, ldb, ldc, accumulate);
-  auto widened = [&] {
-    // op(a)'s stored rows: m (or k, transposed) of lda; op(b)'s likewise.
-    thread_local std::vector<float> af, bf;
-    const int64_t an = ((ta == 'N' ? m : k) - 1) * lda + (ta == 'N' ? k : m);
-    const int64_t bn = ((tb == 'N' ? k : n) - 1) * ldb + (tb == 'N' ? n : k);
-    af.resize(static_cast<size_t>(an));
-    bf.resize(static_cast<size_t>(bn));
-    Widen(AttentionType::kBf16, a, af.data(), an);
-    Widen(AttentionType::kBf16, b, bf.data(), bn);
-    dnnl_sgemm(ta, tb, m, n, k, 1.0f, af.data(), lda, bf.data(), ldb, beta, c, ldc);
-    bf16_fallbacks.fetch_add(1, std::memory_order_relaxed);
-  };
-  auto it = products.cache.find(key);
-  if (it == products.cache.end()) try {
-    // op(a) is [m, k], op(b) [k, n]: a transposed operand by its strides.
-    const memory::desc ad({m, k}, memory::data_type::bf16,
-                          ta == 'N' ? memory::dims{lda, 1} : memory::dims{1, lda});
-    const memory::desc bd({k, n}, memory::data_type::bf16,
-                          tb == 'N' ? memory::dims{ldb, 1} : memory::dims{1, ldb});
-    const memory::desc cd({m, n}, memory::data_type::f32, memory::dims{ldc, 1});
-    dnnl::primitive_attr attr;
-    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    if (accumulate) {
-      dnnl::post_ops sum;
-      sum.append_sum(beta);
-      attr.set_post_ops(sum);
-    }
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(ad, bd, cd), attr, products.engine);
-    it = products.cache.emplace(key, Cached{dnnl::matmul(pd), ad, bd, cd, pd.scratchpad_desc()})
-             .first;
-  } catch (const dnnl::error&) {
-    it = products.cache.emplace(key, Cached{}).first;
-  }
-  const Cached& mm = it->second;
-  if (!mm.primitive) return widened();
-  if (products.scratchpad.size() < mm.scratchpad.get_size())
-    products.scratchpad.resize(mm.scratchpad.get_size());
-  dnnl::engine& engine = products.engine;
-  try {
-    mm.primitive.execute(
-        products.stream,
-        {{DNNL_ARG_SRC, memory(mm.a, engine, const_cast<uint16_t*>(a))},
-         {DNNL_ARG_WEIGHTS, memory(mm.b, engine, const_cast<uint16_t*>(b))},
-         {DNNL_ARG_DST, memory(mm.c, engine, c)},
-         {DNNL_ARG_SCRATCHPAD, memory(mm.scratchpad, engine, products.scratchpad.data())}});
-    products.stream.wait();
-  } catch (const dnnl::error&) {
-    widened();  // c untouched: oneDNN checks its arguments before it writes
-  }
-}
-
-// C = op(A) op(B) + beta C, row-major: oneDNN's sgemm on the floats, or
-// HalfGemm on the bf16 values when both operands have them.
-void Gemm(char ta, char tb, int64_t m, int64_t n, int64_t k, Operand a, int64_t lda, Operand b,
-          int64_t ldb, float beta, float* c, int64_t ldc) {
-  if (a.h != nullptr && b.h != nullptr)
-    HalfGemm(ta, tb, m, n, k, a.h, lda, b.h, ldb, beta, c, ldc);
-  else
-    dnnl_sgemm(ta, tb, m, n, k, 1.0f, a.f, lda, b.f, ldb, beta, c, ldc);
-}
-
-// s = q_block k^T: [rows, Lk].
-void Scores(const AttentionShape& s, Operand q_block, int64_t rows, Operand kg, float* scores) {
-  if (s.transpose_k)
-    Gemm('N', 'N', rows, s.keys, s.depth, q_block, s.depth, kg, s.keys, 0.0f, scores, s.keys);
-  else
-    Gemm('N', 'T', rows, s.keys, s.depth, q_block, s.depth, kg, s.depth, 0.0f, scores, s.keys);
-}
-
 // s += the biases' rows i0 .. i0 + rows of group g.
 void AddBiases(const AttentionShape& s, const std::vector<AttentionBias>& biases, int64_t g,
                int64_t i0, int64_t rows, float* scores) {
@@ -222,10 +116,123 @@ const float* Floats(const AttentionShape& s, const void* base, int64_t first, in
   return copy.data();
 }
 
+// A product's operand: as floats, and where the products run in bf16 (shape
+// .bf16_products) as the bf16 values those floats hold. A product takes
+// the bf16 form when both operands have one.
+struct Operand {
+  const float* f = nullptr;
+  const uint16_t* h = nullptr;
+};
+
+std::atomic<int64_t> bf16_fallbacks{0};
+
+// c = op(a) op(b) + beta c in bf16 on oneDNN's matmul (AMX or AVX512-BF16:
+// the bf16 products exact, summed in f32), row-major with leading
+// dimensions as sgemm's. Primitives are kept per thread and shape, each
+// with its own stream and scratchpad, so threads never share one. Where
+// oneDNN refuses one (it throws, inside the threads' parallel region), the
+// product runs as sgemm on widened copies instead, as without bf16
+// products.
+void HalfGemm(char ta, char tb, int64_t m, int64_t n, int64_t k, const uint16_t* a,
+              int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  using dnnl::memory;
+  struct Cached {
+    dnnl::matmul primitive;  // empty: oneDNN refused this product
+    memory::desc a, b, c, scratchpad;
+  };
+  struct Products {
+    dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+    dnnl::stream stream{engine};
+    std::map<std::tuple<char, char, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float>,
+             Cached>
+        cache;
+    std::vector<uint8_t> scratchpad;
+  };
+  thread_local Products products;
+  // beta is the sum post-op's scale, part of the primitive.
+  const auto key = std::make_tuple(ta, tb, m, n, k, lda, ldb, ldc, beta);
+  auto widened = [&] {
+    // op(a)'s stored rows: m (or k, transposed) of lda; op(b)'s likewise.
+    thread_local std::vector<float> af, bf;
+    const int64_t an = ((ta == 'N' ? m : k) - 1) * lda + (ta == 'N' ? k : m);
+    const int64_t bn = ((tb == 'N' ? k : n) - 1) * ldb + (tb == 'N' ? n : k);
+    af.resize(static_cast<size_t>(an));
+    bf.resize(static_cast<size_t>(bn));
+    Widen(AttentionType::kBf16, a, af.data(), an);
+    Widen(AttentionType::kBf16, b, bf.data(), bn);
+    dnnl_sgemm(ta, tb, m, n, k, 1.0f, af.data(), lda, bf.data(), ldb, beta, c, ldc);
+    bf16_fallbacks.fetch_add(1, std::memory_order_relaxed);
+  };
+  auto it = products.cache.find(key);
+  if (it == products.cache.end()) try {
+    // op(a) is [m, k], op(b) [k, n]: a transposed operand by its strides.
+    const memory::desc ad({m, k}, memory::data_type::bf16,
+                          ta == 'N' ? memory::dims{lda, 1} : memory::dims{1, lda});
+    const memory::desc bd({k, n}, memory::data_type::bf16,
+                          tb == 'N' ? memory::dims{ldb, 1} : memory::dims{1, ldb});
+    const memory::desc cd({m, n}, memory::data_type::f32, memory::dims{ldc, 1});
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    if (beta != 0.0f) {
+      dnnl::post_ops sum;
+      sum.append_sum(beta);
+      attr.set_post_ops(sum);
+    }
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(ad, bd, cd), attr, products.engine);
+    it = products.cache.emplace(key, Cached{dnnl::matmul(pd), ad, bd, cd, pd.scratchpad_desc()})
+             .first;
+  } catch (const dnnl::error&) {
+    it = products.cache.emplace(key, Cached{}).first;
+  }
+  const Cached& mm = it->second;
+  if (!mm.primitive) return widened();
+  if (products.scratchpad.size() < mm.scratchpad.get_size())
+    products.scratchpad.resize(mm.scratchpad.get_size());
+  dnnl::engine& engine = products.engine;
+  try {
+    mm.primitive.execute(
+        products.stream,
+        {{DNNL_ARG_SRC, memory(mm.a, engine, const_cast<uint16_t*>(a))},
+         {DNNL_ARG_WEIGHTS, memory(mm.b, engine, const_cast<uint16_t*>(b))},
+         {DNNL_ARG_DST, memory(mm.c, engine, c)},
+         {DNNL_ARG_SCRATCHPAD, memory(mm.scratchpad, engine, products.scratchpad.data())}});
+    products.stream.wait();
+  } catch (const dnnl::error&) {
+    widened();  // c untouched: oneDNN checks its arguments before it writes
+  }
+}
+
+// C = op(A) op(B) + beta C, row-major: oneDNN's sgemm on the floats, or
+// HalfGemm on the bf16 values when both operands have them.
+void Gemm(char ta, char tb, int64_t m, int64_t n, int64_t k, Operand a, int64_t lda, Operand b,
+          int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (a.h != nullptr && b.h != nullptr)
+    HalfGemm(ta, tb, m, n, k, a.h, lda, b.h, ldb, beta, c, ldc);
+  else
+    dnnl_sgemm(ta, tb, m, n, k, 1.0f, a.f, lda, b.f, ldb, beta, c, ldc);
+}
+
+// s = q_block k^T: [rows, Lk].
+void Scores(const AttentionShape& s, Operand q_block, int64_t rows, Operand kg, float* scores) {
+  if (s.transpose_k)
+    Gemm('N', 'N', rows, s.keys, s.depth, q_block, s.depth, kg, s.keys, 0.0f, scores, s.keys);
+  else
+    Gemm('N', 'T', rows, s.keys, s.depth, q_block, s.depth, kg, s.depth, 0.0f, scores, s.keys);
+}
+
 // The bf16 values at element `first` of an operand of shape.type, where
 // the products run in bf16 (else none: the products take the floats).
 const uint16_t* Bf16At(const AttentionShape& s, const void* base, int64_t first) {
   return s.bf16_products ? static_cast<const uint16_t*>(base) + first : nullptr;
+}
+
+// `n` elements of an operand from element `first`, as the products take
+// them: its bf16 values where the products run in bf16, else its floats
+// (widened into `copy` for a half type).
+Operand ForProducts(const AttentionShape& s, const void* base, int64_t first, int64_t n,
+                    std::vector<float>& copy) {
+  if (s.bf16_products) return {nullptr, Bf16At(s, base, first)};
+  return {Floats(s, base, first, n, copy), nullptr};
 }
 
 // `n` floats narrowed to bf16 into `to` where the products run in bf16, or
@@ -332,10 +339,11 @@ void BackwardGroupOf(const AttentionShape& s, int64_t g, const void* q, const vo
                      float* const* dbias, BackwardScratch& w) {
   const int64_t qn = s.queries * s.depth, kn = s.keys * s.depth, vn = s.keys * s.values,
                 on = s.queries * s.values;
-  const Operand qg{s.bf16_products ? nullptr : Floats(s, q, g * qn, qn, w.q), Bf16At(s, q, g * qn)};
-  const Operand kg{s.bf16_products ? nullptr : Floats(s, k, g * kn, kn, w.k), Bf16At(s, k, g * kn)};
-  const Operand vg{s.bf16_products ? nullptr : Floats(s, v, g * vn, vn, w.v), Bf16At(s, v, g * vn)};
+  const Operand qg = ForProducts(s, q, g * qn, qn, w.q);
+  const Operand kg = ForProducts(s, k, g * kn, kn, w.k);
+  const Operand vg = ForProducts(s, v, g * vn, vn, w.v);
   const float* og = Floats(s, o, g * on, on, w.o);
+  // do as floats for the row dots, as bf16 for the products too.
   const Operand dog{Floats(s, dout, g * on, on, w.dout), Bf16At(s, dout, g * on)};
   const bool half = IsHalf(s);
   float* dqg = half ? w.dq.data() : static_cast<float*>(dq) + g * qn;
@@ -388,17 +396,11 @@ void AttentionForward(const AttentionShape& s, const void* q, const void* k, con
       const int64_t g = task / blocks, i0 = (task % blocks) * kAttentionBlock;
       const int64_t rows = std::min(kAttentionBlock, s.queries - i0);
       const int64_t first = g * s.queries + i0;
-      Operand qb{nullptr, Bf16At(s, q, first * s.depth)};
-      if (s.bf16_products) {
-        kg = {nullptr, Bf16At(s, k, g * s.keys * s.depth)};
-        vg = {nullptr, Bf16At(s, v, g * s.keys * s.values)};
-      } else {
-        qb.f = Floats(s, q, first * s.depth, rows * s.depth, qf);
-        if (!half || widened != g) {
-          kg.f = Floats(s, k, g * s.keys * s.depth, s.keys * s.depth, kf);
-          vg.f = Floats(s, v, g * s.keys * s.values, s.keys * s.values, vf);
-          widened = g;
-        }
+      const Operand qb = ForProducts(s, q, first * s.depth, rows * s.depth, qf);
+      if (!half || s.bf16_products || widened != g) {
+        kg = ForProducts(s, k, g * s.keys * s.depth, s.keys * s.depth, kf);
+        vg = ForProducts(s, v, g * s.keys * s.values, s.keys * s.values, vf);
+        widened = g;
       }
       Scores(s, qb, rows, kg, scores.data());
       AddBiases(s, biases, g, i0, rows, scores.data());
