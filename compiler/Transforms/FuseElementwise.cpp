@@ -147,6 +147,7 @@ public:
       if (!func.getBody().hasOneBlock())
         continue;
       launchesSaved = bytesSaved = 0;
+      dropIdentityViews(func.getBody().front());
       sinkReshapes(func.getBody().front());
       splitBroadcasts(func.getBody().front());
       fuseBlock(func.getBody().front());
@@ -166,6 +167,7 @@ public:
   }
 
 private:
+  void dropIdentityViews(Block &block);
   void sinkReshapes(Block &block);
   void splitBroadcasts(Block &block);
   void fuseBlock(Block &block);
@@ -716,6 +718,62 @@ Value viewChain(Value v, SmallVectorImpl<Operation *> &chain) {
   return v;
 }
 
+/// Views that put every element back where it was (ConvNeXt's permute to
+/// channels-first and back, on a tensor the layout pass made channels-last)
+/// are no copy: their readers read the chain's start, reshaped when the
+/// shape differs, when it does not change before they read it. Each copying
+/// view left unread is one copy fewer.
+void FuseElementwisePass::dropIdentityViews(Block &block) {
+  ProgramOrder order(block);
+  Hazards hazards(order);
+  // The last position where `v` is read, through further views.
+  std::function<unsigned(Value)> lastRead = [&](Value v) {
+    unsigned last = 0;
+    for (Operation *user : v.getUsers()) {
+      Operation *at = block.findAncestorOpInBlock(*user);
+      last = std::max(last, at ? order.position.lookup(at) : ~0u);
+      if (nn::isViewOp(user))
+        last = std::max(last, lastRead(user->getResult(0)));
+    }
+    return last;
+  };
+  llvm::SmallPtrSet<Operation *, 8> bypassed;
+  for (Operation &op : llvm::make_early_inc_range(block)) {
+    if (!nn::isViewOp(&op) || op.use_empty())
+      continue;
+    SmallVector<Operation *> chain;
+    Value v = op.getResult(0);
+    Value root = viewChain(v, chain);
+    auto from = llvm::dyn_cast<RankedTensorType>(root.getType());
+    auto to = llvm::cast<RankedTensorType>(v.getType());
+    if (llvm::none_of(chain, nn::isCopyingViewOp) || !from || !from.hasStaticShape() ||
+        !to.hasStaticShape() || from.getNumElements() != to.getNumElements())
+      continue;
+    FailureOr<nn::StridedView> view = nn::viewOfChain(chain, from.getShape());
+    // The copy holds the values of its position: what it starts from must
+    // not change (an nn.assign, an in-place allreduce) before the last read.
+    if (failed(view) || !view->isIdentity() ||
+        hazards.next(root, order.position.lookup(chain.front())) <= lastRead(v))
+      continue;
+    Value same = root;
+    if (from.getShape() != to.getShape()) {
+      OpBuilder b(&op);
+      b.setInsertionPointAfter(&op);
+      same = b.create<nn::ReshapeOp>(op.getLoc(), to, root, b.getDenseI64ArrayAttr(to.getShape()));
+    }
+    v.replaceAllUsesWith(same);
+    bypassed.insert(chain.begin(), chain.end());
+  }
+  for (Operation &op : llvm::make_early_inc_range(llvm::reverse(block.getOperations())))
+    if (bypassed.contains(&op) && op.use_empty()) {
+      if (nn::isCopyingViewOp(&op)) {
+        launchesSaved += 1;
+        bytesSaved += unfusedBytes(&op);
+      }
+      op.erase();
+    }
+}
+
 /// An elementwise op reading reshapes moves before them: op(reshape(x), ...)
 /// becomes reshape(op(x, ...)) when every operand is a reshape (or flatten)
 /// of a value of one shape, or a scalar broadcast. The op then joins the
@@ -925,9 +983,16 @@ void FuseElementwisePass::absorbViews(Block &block) {
     // copy is all that reads the result and only non-views read the copy
     // (two readers through different views would each get a kernel of their
     // own, computing the same values twice).
+    // So does one copy of a buffer that a fusion also reads, which
+    // mergeSiblings can then make one kernel with it (a packed q/k/v
+    // gradient, transposed for the projection's GEMM and summed into its
+    // bias gradient).
     const auto copies = llvm::count_if(chain, nn::isCopyingViewOp);
-    bool soleCopy = copies == 1 && isa_and_nonnull<nn::FusionOp>(root.getDefiningOp()) &&
-                    root.hasOneUse() && llvm::none_of(op.getUsers(), nn::isViewOp) &&
+    bool soleCopy = copies == 1 &&
+                    ((isa_and_nonnull<nn::FusionOp>(root.getDefiningOp()) && root.hasOneUse()) ||
+                     llvm::any_of(root.getUsers(),
+                                  [](Operation *u) { return isa<nn::FusionOp>(u); })) &&
+                    llvm::none_of(op.getUsers(), nn::isViewOp) &&
                     llvm::all_of(ArrayRef(chain).drop_back(),
                                  [](Operation *link) { return link->hasOneUse(); });
     if (copies < 2 && !soleCopy)
@@ -1154,19 +1219,20 @@ SmallVector<Value> sharedReads(nn::FusionOp a, nn::FusionOp b) {
   return shared;
 }
 
-/// Two fusions reading one buffer over the same iteration space, the later
-/// computing no reduction, become one kernel at the earlier one's position
-/// when nothing but views, constants, loads, broadcasts and collectives lies
-/// between them (at most 64 ops) and what the later one reads is there and
-/// unchanged: the buffer is read once (a gradient summed into its bias
-/// gradient and cast to half for the next GEMM, both through one transpose).
+/// Two fusions reading one buffer over the same iteration space, at most one
+/// of them computing a reduction, become one kernel at the earlier one's
+/// position when nothing but views, constants, loads, broadcasts and
+/// collectives lies between them (at most 64 ops) and what the later one
+/// reads is there and unchanged: the buffer is read once (a gradient summed
+/// into its bias gradient and cast to half for the next GEMM, or copied for
+/// it, both through one transpose).
 void FuseElementwisePass::mergeSiblings(Block &block) {
   ProgramOrder order(block);
   Hazards hazards(order);
   SmallVector<Operation *> &ops = order.ops; // slots of merged fusions updated
   for (unsigned at = 0; at < ops.size(); ++at) {
     auto second = dyn_cast_or_null<nn::FusionOp>(ops[at]);
-    if (!second || !second.getReducedDims().empty())
+    if (!second)
       continue;
     nn::FusionOp first;
     unsigned from = at;
@@ -1185,22 +1251,25 @@ void FuseElementwisePass::mergeSiblings(Block &block) {
           op->getName().getDialectNamespace() != "dist")
         break;
     }
-    if (!first)
+    if (!first || (!first.getReducedDims().empty() && !second.getReducedDims().empty()))
       continue;
-    // The later one at the earlier one's iteration shape: the same elements
-    // in the same order, when it computes elementwise on views only (its
-    // views end in a reshape more, its results are reshaped back).
-    ArrayRef<int64_t> shape = first.getIterationShape();
-    bool reshaped = second.getIterationShape() != shape;
+    // One of them (the follower) at the other's iteration shape (the one
+    // reducing, else the earlier one): the same elements in the same order, when it
+    // computes elementwise on views only (its views end in a reshape more,
+    // its results are reshaped back).
+    const bool secondBase = first.getReducedDims().empty() && !second.getReducedDims().empty();
+    nn::FusionOp base = secondBase ? second : first, follower = secondBase ? first : second;
+    ArrayRef<int64_t> shape = base.getIterationShape();
+    bool reshaped = follower.getIterationShape() != shape;
     if (reshaped &&
-        (ShapedType::getNumElements(second.getIterationShape()) !=
+        (ShapedType::getNumElements(follower.getIterationShape()) !=
              ShapedType::getNumElements(shape) ||
-         llvm::any_of(second.getBody().front().getArguments(),
+         llvm::any_of(follower.getBody().front().getArguments(),
                       [](BlockArgument arg) {
                         return llvm::any_of(arg.getUsers(),
                                             [](Operation *u) { return !nn::isViewOp(u); });
                       }) ||
-         llvm::any_of(second.getBody().front().without_terminator(), [](Operation &op) {
+         llvm::any_of(follower.getBody().front().without_terminator(), [](Operation &op) {
            return !nn::isViewOp(&op) && !nn::isFusibleElementwise(&op);
          })))
       continue;
@@ -1229,9 +1298,12 @@ void FuseElementwisePass::mergeSiblings(Block &block) {
         maxOperands)
       continue;
     OpBuilder b(first);
-    SmallVector<Type> types(first.getResultTypes());
-    for (Type type : second.getResultTypes())
-      types.push_back(llvm::cast<RankedTensorType>(type).clone(shape));
+    SmallVector<Type> types;
+    for (nn::FusionOp part : {first, second})
+      for (Type type : part.getResultTypes())
+        types.push_back(part == follower && reshaped
+                            ? llvm::cast<RankedTensorType>(type).clone(shape)
+                            : type);
     auto merged = b.create<nn::FusionOp>(b.getFusedLoc({first.getLoc(), second.getLoc()}),
                                          types, inputs.getArrayRef());
     Block *body = b.createBlock(&merged.getBody());
@@ -1244,7 +1316,7 @@ void FuseElementwisePass::mergeSiblings(Block &block) {
       for (auto [arg, input] : llvm::zip(part.getBody().front().getArguments(), part.getInputs()))
         mapping.map(arg, argOf.lookup(input));
       for (Operation &inner : part.getBody().front().without_terminator()) {
-        if (part == first || !reshaped) {
+        if (part == base || !reshaped) {
           b.clone(inner, mapping);
           continue;
         }
@@ -1285,14 +1357,14 @@ void FuseElementwisePass::mergeSiblings(Block &block) {
       shared += bytesOf(input);
     launchesSaved += 1;
     bytesSaved += shared;
-    for (auto [r, m] : llvm::zip(first.getResults(), merged.getResults()))
-      r.replaceAllUsesWith(m);
     b.setInsertionPointAfter(merged);
-    for (auto [r, m] : llvm::zip(second.getResults(),
-                                 merged.getResults().drop_front(first.getNumResults()))) {
-      Value v = m;
-      if (reshaped)
-        v = b.create<nn::ReshapeOp>(r.getLoc(), r.getType(), m,
+    SmallVector<Value> results(first.getResults());
+    llvm::append_range(results, second.getResults());
+    for (auto [i, r] : llvm::enumerate(results)) {
+      Value v = merged.getResult(i);
+      bool ofOther = (i < first.getNumResults()) == (follower == first);
+      if (ofOther && reshaped)
+        v = b.create<nn::ReshapeOp>(r.getLoc(), r.getType(), v,
                                     b.getDenseI64ArrayAttr(
                                         llvm::cast<RankedTensorType>(r.getType()).getShape()));
       r.replaceAllUsesWith(v);

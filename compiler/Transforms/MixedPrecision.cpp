@@ -209,6 +209,7 @@ struct MixedPrecisionPass : impl::MixedPrecisionBase<MixedPrecisionPass> {
   void runOnOperation() override;
   LogicalResult checkOptions(ModuleOp module);
   LogicalResult convert(func::FuncOp func);
+  LogicalResult sinkNarrowings(func::FuncOp func);
   /// Per function: activations stored in half, and their bytes.
   SmallVector<NamedAttribute> storage;
   LogicalResult scaleLoss(ModuleOp module, func::FuncOp step);
@@ -471,9 +472,73 @@ LogicalResult MixedPrecisionPass::convert(func::FuncOp func) {
     ++stored;
     storedBytes += llvm::cast<RankedTensorType>(copy.getType()).getNumElements() * 2;
   }
+  if (failed(sinkNarrowings(func)))
+    return failure();
   func->setAttr("graphc.precision", StringAttr::get(&getContext(), precision));
   storage.push_back(NamedAttribute(func.getSymNameAttr(),
                                    DenseI64ArrayAttr::get(&getContext(), {stored, storedBytes})));
+  return success();
+}
+
+/// Rounds before a concat that leads to a rounding: `cast(concat(a, b), half)`
+/// becomes `concat(cast(a, half), cast(b, half))`, through the reshapes,
+/// flattens and transposes between the concat and the cast, and then up
+/// each piece's chain of such views to the op that computes it. Every view
+/// and the concat must have no other reader, and a piece that was widened
+/// from half is read as that half value again. Copies move elements without
+/// computing, so every value keeps its bits; the concat's buffer, which
+/// fusion fills in place, then holds half the bytes. ViT's packed q/k/v
+/// gradient, three pieces put into one [3, L, N, E] buffer that the
+/// projection's backward reads in half, was written and read in f32. (Other
+/// views stay after the rounding: fusion reads a view of a kernel's input in
+/// place, but would copy a view of a value it computes.)
+LogicalResult MixedPrecisionPass::sinkNarrowings(func::FuncOp func) {
+  auto isView = [](Operation *op) {
+    return op && isa<nn::ReshapeOp, nn::FlattenOp, nn::TransposeOp>(op);
+  };
+  auto widenedFrom = [&](Value v) -> Value {
+    auto wide = v.getDefiningOp<nn::CastOp>();
+    return wide && isFloatTensor(wide.getInput(), half) ? wide.getInput() : Value();
+  };
+  // The narrowings to move, each with whether it is past a concat already.
+  SmallVector<std::pair<nn::CastOp, bool>> work;
+  func.walk([&](nn::CastOp cast) {
+    if (!isFloatTensor(cast.getInput(), f32) || !isFloatTensor(cast.getResult(), half))
+      return;
+    Operation *op = cast.getInput().getDefiningOp();
+    while (isView(op) && op->getResult(0).hasOneUse())
+      op = op->getOperand(0).getDefiningOp();
+    if (op && isa<nn::ConcatOp>(op) && op->getResult(0).hasOneUse())
+      work.push_back({cast, false});
+  });
+  OpBuilder b(&getContext());
+  while (!work.empty()) {
+    auto [cast, pastConcat] = work.pop_back_val();
+    Operation *copy = cast.getInput().getDefiningOp();
+    const bool concat = copy && isa<nn::ConcatOp>(copy);
+    if (!(isView(copy) || (concat && !pastConcat)) || !copy->getResult(0).hasOneUse() ||
+        !llvm::all_of(copy->getOperands(), [&](Value v) {
+          return isFloatTensor(v, f32) && (v.hasOneUse() || widenedFrom(v));
+        }))
+      continue;
+    b.setInsertionPoint(copy);
+    for (OpOperand &operand : copy->getOpOperands()) {
+      Value v = operand.get();
+      if (Value narrow = widenedFrom(v)) {
+        operand.set(narrow);
+        if (v.use_empty())
+          v.getDefiningOp()->erase();
+        continue;
+      }
+      auto narrow = b.create<nn::CastOp>(cast.getLoc(), v, TypeAttr::get(half));
+      operand.set(narrow);
+      work.push_back({narrow, pastConcat || concat});
+    }
+    if (failed(reinfer(copy)))
+      return failure();
+    cast.getResult().replaceAllUsesWith(copy->getResult(0));
+    cast.erase();
+  }
   return success();
 }
 

@@ -70,9 +70,13 @@ func.func @transpose_cast(%x: tensor<3x4xf32>) -> tensor<4x3xf16> {
 // -----
 
 // Tests a transpose also read by a library call: the fusion reads through it
-// all the same, and the transpose stays for the matmul.
+// all the same, and the matmul reads a copy, a fusion of its own (a kernel
+// either way; the matmul between them keeps the two apart).
 // CHECK-LABEL: func.func @shared_transpose
-// CHECK: %[[T:.*]] = nn.transpose %[[X:.*]] permutation [1, 0]
+// CHECK: %[[T:.*]] = nn.fusion %[[X:.*]] : tensor<4x4xf32> -> tensor<4x4xf32> {
+// CHECK-NEXT: ^bb0(%[[A:.*]]: tensor<4x4xf32>):
+// CHECK-NEXT: %[[V:.*]] = nn.transpose %[[A]] permutation [1, 0]
+// CHECK-NEXT: nn.yield %[[V]]
 // CHECK: nn.matmul %[[T]]
 // CHECK: nn.fusion %[[X]] :
 // CHECK: nn.transpose
@@ -354,4 +358,85 @@ func.func @copy_read_twice(%x: tensor<4x4x6xf32>, %p: tensor<6xf32>, %w: tensor<
   %l = nn.linear %tr, %w : tensor<4x24xf32>, tensor<10x24xf32>
   %m = nn.matmul %x, %t : tensor<4x4x6xf32>, tensor<4x6x4xf32>
   return %l, %m : tensor<4x10xf32>, tensor<4x4x4xf32>
+}
+
+// -----
+
+// Tests a packed gradient (a concat of half pieces, the attention's q, k
+// and v gradients) transposed for a GEMM and summed into its bias gradient
+// through the same transpose: the copy for the GEMM becomes a fusion, and
+// then one kernel with the bias gradient's (the copy first here, the sum
+// first in ViT's backward), so the packed buffer is read once.
+// CHECK-LABEL: func.func @packed_gradient
+// CHECK: %[[P:.*]] = nn.concat
+// CHECK: %[[F:.*]]:2 = nn.fusion %[[P]] : tensor<3x2x4xbf16> -> tensor<2x12xbf16>, tensor<1x12xf32> {
+// CHECK: nn.transpose
+// CHECK: nn.reduce_sum
+// CHECK: nn.yield
+// CHECK-NOT: nn.fusion
+// CHECK: nn.matmul %[[F]]#0
+func.func @packed_gradient(%q: tensor<1x2x4xbf16>, %k: tensor<1x2x4xbf16>, %v: tensor<1x2x4xbf16>, %w: tensor<12x5xbf16>) -> (tensor<1x12xf32>, tensor<2x5xbf16>) {
+  %p = nn.concat %q, %k, %v dim 0 : tensor<1x2x4xbf16>, tensor<1x2x4xbf16>, tensor<1x2x4xbf16>
+  %pt = nn.transpose %p permutation [1, 0, 2] : tensor<3x2x4xbf16>
+  %pr = nn.reshape %pt shape [2, 12] : tensor<2x3x4xbf16>
+  %pw = nn.cast %pr : tensor<2x12xbf16> to f32
+  %b = nn.reduce_sum %pw dims [0] keep_dims : tensor<2x12xf32>
+  %m = nn.matmul %pr, %w : tensor<2x12xbf16>, tensor<12x5xbf16>
+  return %b, %m : tensor<1x12xf32>, tensor<2x5xbf16>
+}
+
+// -----
+
+// Tests views that put every element back (ConvNeXt's permute to channels
+// first and back, in a channels-last plan): no copy, their readers read the
+// start of the chain (reshaped where the shape differs: the view of a
+// transpose and its inverse with a reshape between).
+// CHECK-LABEL: func.func @identity_views
+// CHECK-SAME: (%[[X:.*]]: tensor<2x3x4x5xf32>, %[[W:.*]]: tensor<5x6xf32>)
+// CHECK-NOT: nn.transpose
+// CHECK: %[[R:.*]] = nn.reshape %[[X]] shape [24, 5]
+// CHECK-NOT: nn.transpose
+// CHECK: nn.matmul %[[R]], %[[W]]
+// CHECK-NOT: nn.transpose
+// CHECK: nn.relu %[[X]]
+func.func @identity_views(%x: tensor<2x3x4x5xf32>, %w: tensor<5x6xf32>) -> (tensor<24x6xf32>, tensor<2x3x4x5xf32>) {
+  %a = nn.transpose %x permutation [0, 3, 1, 2] : tensor<2x3x4x5xf32>
+  %b = nn.transpose %a permutation [0, 2, 3, 1] : tensor<2x5x3x4xf32>
+  %r = nn.reshape %b shape [24, 5] : tensor<2x3x4x5xf32>
+  %m = nn.matmul %r, %w : tensor<24x5xf32>, tensor<5x6xf32>
+  %y = nn.relu %b : tensor<2x3x4x5xf32>
+  return %m, %y : tensor<24x6xf32>, tensor<2x3x4x5xf32>
+}
+
+// Tests a transpose and its inverse with a slice between: a view that
+// leaves elements out stays (here the first rows, in order).
+// CHECK-LABEL: func.func @sliced_identity
+// CHECK: nn.transpose
+// CHECK: nn.slice
+// CHECK: nn.transpose
+func.func @sliced_identity(%x: tensor<3x4xf32>, %w: tensor<4x6xf32>) -> tensor<2x6xf32> {
+  %a = nn.transpose %x permutation [1, 0] : tensor<3x4xf32>
+  %s = nn.slice %a dim 1 start 0 size 2 : tensor<4x3xf32>
+  %b = nn.transpose %s permutation [1, 0] : tensor<4x2xf32>
+  %m = nn.matmul %b, %w : tensor<2x4xf32>, tensor<4x6xf32>
+  return %m : tensor<2x6xf32>
+}
+
+// -----
+
+// Tests views that put every element back, of a state assigned before the
+// copy is read: the copy holds the value from before the assign, so it stays.
+// CHECK-LABEL: func.func @identity_views_assigned
+// CHECK: nn.load @s
+// CHECK: nn.transpose
+// CHECK: nn.assign @s
+// CHECK: nn.matmul
+nn.state @s : tensor<2x3xf32> = zeros
+func.func @identity_views_assigned(%x: tensor<2x3xf32>, %w: tensor<3x4xf32>) -> tensor<2x4xf32> {
+  %p = nn.load @s : tensor<2x3xf32>
+  %a = nn.transpose %p permutation [1, 0] : tensor<2x3xf32>
+  %b = nn.transpose %a permutation [1, 0] : tensor<3x2xf32>
+  nn.assign @s, %x : tensor<2x3xf32>
+  %m = nn.matmul %b, %w : tensor<2x3xf32>, tensor<3x4xf32>
+  return %m : tensor<2x4xf32>
 }
