@@ -89,6 +89,8 @@ KernelSignature emitMultiTensor(nn::MultiTensorOp op, mlir::ModuleOp kernels,
                                 llvm::StringRef name);
 KernelSignature emitNonfiniteFlags(nn::NonfiniteFlagsOp op, mlir::ModuleOp kernels,
                                    llvm::StringRef name);
+KernelSignature emitSumSquares(nn::SumSquaresOp op, mlir::ModuleOp kernels,
+                                   llvm::StringRef name);
 KernelSignature emitTopkSelect(nn::TopkSelectOp op, mlir::ModuleOp kernels,
                                llvm::StringRef name);
 KernelSignature emitZeroAt(nn::ZeroAtOp op, mlir::ModuleOp kernels, llvm::StringRef name);

@@ -95,7 +95,7 @@ bool isKernelOp(Operation *op) {
                    nn::ReduceMaxOp, nn::GlobalAvgPoolOp, nn::ArgmaxOp,
                    nn::SoftmaxCrossEntropyOp, nn::SoftmaxCrossEntropyBackwardOp,
                    nn::LrScheduleOp, nn::SgdOp, nn::SgdMomentumOp, nn::LarsOp, nn::AdamOp,
-                   nn::DropoutMaskOp, nn::NonfiniteFlagsOp, nn::FusionOp,
+                   nn::DropoutMaskOp, nn::NonfiniteFlagsOp, nn::SumSquaresOp, nn::FusionOp,
                    nn::MultiTensorOp, nn::TransposeOp, nn::ConcatOp, nn::SliceOp,
                    nn::GatherOp, nn::ScatterAddOp, nn::OrthonormalizeOp, nn::TopkSelectOp,
                    nn::ZeroAtOp>(op);
@@ -124,6 +124,7 @@ FailureOr<KernelSignature> emitKernel(Operation *op, ModuleOp kernels, StringRef
       .Case([&](nn::LrScheduleOp o) { return emitLrSchedule(o, kernels, name); })
       .Case([&](nn::DropoutMaskOp o) { return emitDropoutMask(o, kernels, name); })
       .Case([&](nn::NonfiniteFlagsOp o) { return emitNonfiniteFlags(o, kernels, name); })
+      .Case([&](nn::SumSquaresOp o) { return emitSumSquares(o, kernels, name); })
       .Case([&](nn::OrthonormalizeOp o) { return emitOrthonormalize(o, kernels, name); })
       .Case([&](nn::TopkSelectOp o) { return emitTopkSelect(o, kernels, name); })
       .Case([&](nn::ZeroAtOp o) { return emitZeroAt(o, kernels, name); })

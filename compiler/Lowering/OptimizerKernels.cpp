@@ -408,30 +408,34 @@ KernelSignature emitMultiTensor(nn::MultiTensorOp op, ModuleOp kernels, StringRe
   return signature;
 }
 
-/// nn.nonfinite_flags: one 2-D parallel loop over (chunk, lane), the chunks
-/// of all operands in a row (a binary search on the chunk index picks the
-/// operand, as nn.multi_tensor does); lane l of a chunk strides over its
-/// elements l, l + kLanes, ... and writes its own flag, so no two iterations
-/// write one element and the result is the same on any thread count. On
-/// CUDA the lanes of a chunk are consecutive threads reading consecutive
-/// addresses.
-KernelSignature emitNonfiniteFlags(nn::NonfiniteFlagsOp op, ModuleOp kernels,
-                                   StringRef name) {
+/// A multi-tensor pass of `op` (nn.nonfinite_flags, nn.sum_squares): one 2-D
+/// parallel loop over (chunk, lane), the chunks of all operands in a row (a
+/// binary search on the chunk index picks the operand, as nn.multi_tensor
+/// does); lane l of a chunk folds `step` over its elements l, l + kLanes, ...
+/// (each read as f32) from `init`, in order, and writes `finish` of the result
+/// to its own slot, so no two iterations write one element and the result is
+/// the same on any thread count. On CUDA the lanes of a chunk are consecutive
+/// threads reading consecutive addresses.
+static KernelSignature emitLaneScan(
+    Operation *op, ValueRange inputs, Type resultType, ModuleOp kernels, StringRef name,
+    llvm::function_ref<Value(OpBuilder &, Location)> init,
+    llvm::function_ref<Value(OpBuilder &, Location, Value acc, Value x)> step,
+    llvm::function_ref<Value(OpBuilder &, Location, Value acc)> finish) {
   using Flags = nn::NonfiniteFlagsOp;
   OpBuilder b(op->getContext());
-  Location loc = op.getLoc();
+  Location loc = op->getLoc();
   SmallVector<Type> types;
-  for (Value v : op.getInputs())
+  for (Value v : inputs)
     types.push_back(flatType(v.getType()));
-  types.push_back(flatType(op.getType()));
+  types.push_back(flatType(resultType));
   func::FuncOp func = createKernelFunc(b, kernels, name, loc, types);
   auto args = func.getArguments();
-  Value flags = args.back();
+  Value out = args.back();
   Type f32 = b.getF32Type();
 
   SmallVector<int64_t> firstChunk = {0}; // per operand, then the total
   SmallVector<int64_t> sizes;
-  for (Value v : op.getInputs()) {
+  for (Value v : inputs) {
     sizes.push_back(llvm::cast<RankedTensorType>(v.getType()).getNumElements());
     firstChunk.push_back(firstChunk.back() + Flags::chunksOf(sizes.back()));
   }
@@ -445,27 +449,53 @@ KernelSignature emitNonfiniteFlags(nn::NonfiniteFlagsOp op, ModuleOp kernels,
             l, nb.create<arith::AddIOp>(l, local, constIndex(nb, l, 1)),
             constIndex(nb, l, Flags::kChunk)),
         constIndex(nb, l, sizes[j]));
-    Value none = nb.create<arith::ConstantIntOp>(l, 0, 1);
     auto scan = nb.create<scf::ForOp>(
-        l, start, end, constIndex(nb, l, Flags::kLanes), ValueRange{none},
+        l, start, end, constIndex(nb, l, Flags::kLanes), ValueRange{init(nb, l)},
         [&](OpBuilder &fb, Location fl, Value i, ValueRange acc) {
           Value x = castScalar(fb, fl, fb.create<memref::LoadOp>(fl, args[j], ValueRange{i}),
                                f32);
-          // Unordered or >= inf: NaN and +-inf.
-          Value bad = fb.create<arith::CmpFOp>(
-              fl, arith::CmpFPredicate::UGE, fb.create<math::AbsFOp>(fl, x),
-              constFloat(fb, fl, f32, std::numeric_limits<double>::infinity()));
-          fb.create<scf::YieldOp>(fl, ValueRange{fb.create<arith::OrIOp>(fl, acc[0], bad)});
+          fb.create<scf::YieldOp>(fl, ValueRange{step(fb, fl, acc[0], x)});
         });
-    Value flag = nb.create<arith::SelectOp>(l, scan.getResult(0), constFloat(nb, l, f32, 1.0),
-                                            constFloat(nb, l, f32, 0.0));
     Value at = nb.create<arith::AddIOp>(
         l, nb.create<arith::MulIOp>(l, chunk, constIndex(nb, l, Flags::kLanes)), lane);
-    nb.create<memref::StoreOp>(l, flag, flags, ValueRange{at});
+    nb.create<memref::StoreOp>(l, finish(nb, l, scan.getResult(0)), out, ValueRange{at});
   };
   buildMultiTensorLoop(b, loc, firstChunk, Flags::kLanes, leaf);
   b.create<func::ReturnOp>(loc);
-  return {llvm::to_vector(op.getInputs()), /*elementwise=*/false};
+  return {llvm::to_vector(inputs), /*elementwise=*/false};
+}
+
+/// nn.nonfinite_flags: each lane's flag, 1.0 when one of its elements is an
+/// inf or NaN, else 0.0.
+KernelSignature emitNonfiniteFlags(nn::NonfiniteFlagsOp op, ModuleOp kernels,
+                                   StringRef name) {
+  Type f32 = Float32Type::get(op->getContext());
+  return emitLaneScan(
+      op, op.getInputs(), op.getType(), kernels, name,
+      [](OpBuilder &b, Location l) -> Value { return b.create<arith::ConstantIntOp>(l, 0, 1); },
+      [&](OpBuilder &b, Location l, Value acc, Value x) -> Value {
+        // Unordered or >= inf: NaN and +-inf.
+        Value bad = b.create<arith::CmpFOp>(
+            l, arith::CmpFPredicate::UGE, b.create<math::AbsFOp>(l, x),
+            constFloat(b, l, f32, std::numeric_limits<double>::infinity()));
+        return b.create<arith::OrIOp>(l, acc, bad);
+      },
+      [&](OpBuilder &b, Location l, Value found) -> Value {
+        return b.create<arith::SelectOp>(l, found, constFloat(b, l, f32, 1.0),
+                                         constFloat(b, l, f32, 0.0));
+      });
+}
+
+/// nn.sum_squares: each lane's sum of the squares of its elements, in f32.
+KernelSignature emitSumSquares(nn::SumSquaresOp op, ModuleOp kernels, StringRef name) {
+  Type f32 = Float32Type::get(op->getContext());
+  return emitLaneScan(
+      op, op.getInputs(), op.getType(), kernels, name,
+      [&](OpBuilder &b, Location l) { return constFloat(b, l, f32, 0.0); },
+      [](OpBuilder &b, Location l, Value acc, Value x) -> Value {
+        return b.create<arith::AddFOp>(l, acc, b.create<arith::MulFOp>(l, x, x));
+      },
+      [](OpBuilder &, Location, Value sum) { return sum; });
 }
 
 /// nn.orthonormalize: modified Gram-Schmidt over the rows, serially (r rows

@@ -126,6 +126,9 @@ std::string CompileOptions::validate() const {
              "correction), as --optimizer=momentum (or sgd) does; it does not combine with "
              "--optimizer=" +
              optimizer;
+    if (compression.kind == GradCompression::Kind::TopK && clipGradNorm != 0.0)
+      return "--clip-grad-norm does not combine with --grad-compression=topk (the update "
+             "it sends is the selected momentum, not the gradient)";
   }
   if (noDataParallel)
     for (const llvm::cl::Option *option :
@@ -249,6 +252,7 @@ PipelineOptions CompileOptions::resolve(std::string *lrChoice) const {
   opt.finalLr = finalLr;
   opt.decayStepSize = decayStepSize;
   opt.decayGamma = decayGamma;
+  opt.clipGradNorm = clipGradNorm;
   options.fuse = !noFuse;
   options.forward = forward;
   options.remat = remat != "off";

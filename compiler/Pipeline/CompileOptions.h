@@ -227,6 +227,13 @@ struct CompileOptions : public mlir::PassPipelineOptions<CompileOptions> {
                                 llvm::cl::cat(trainingCategory())};
   Option<double> decayGamma{*this, "decay-gamma", llvm::cl::desc("Factor of each step decay"),
                             llvm::cl::init(0.1), llvm::cl::cat(trainingCategory())};
+  Option<double> clipGradNorm{
+      *this, "clip-grad-norm",
+      llvm::cl::desc("Scale every gradient by min(1, X / (norm + 1e-6)), norm being the L2 "
+                     "norm of all gradients together, before the update (PyTorch's "
+                     "clip_grad_norm_, after loss scaling's unscale and the allreduce); "
+                     "0: no clipping (default)"),
+      llvm::cl::init(0.0), llvm::cl::cat(trainingCategory())};
 
   /// Whether the user gave `option` (on graphc's command line or in the
   /// pipeline's option string), as opposed to its default.

@@ -13,6 +13,7 @@
 #include "compiler/Transforms/GradCompression.h"
 #include "dialects/nn/IR/NNOps.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/MapVector.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
 
@@ -82,7 +83,8 @@ struct OptimizerPass : impl::OptimizerBase<OptimizerPass> {
                                {"momentum", momentum},
                                {"adam-beta1", beta1},
                                {"adam-beta2", beta2},
-                               {"decay-gamma", decayGamma}})
+                               {"decay-gamma", decayGamma},
+                               {"clip-grad-norm", clipGradNorm}})
       if (!std::isnan(value) && !f32(value))
         return bad(std::string(name) + " must be 0 or a normal, finite f32 (magnitude in [" +
                    num(std::numeric_limits<float>::min()) + ", " +
@@ -103,6 +105,8 @@ struct OptimizerPass : impl::OptimizerBase<OptimizerPass> {
       return bad("adam-eps must be > 0, got " + num(epsilon));
     if (kind == Kind::Lars && !(larsEta > 0.0))
       return bad("lars-eta must be > 0, got " + num(larsEta));
+    if (!(clipGradNorm >= 0.0))
+      return bad("clip-grad-norm must be >= 0 (0: no clipping), got " + num(clipGradNorm));
     if (warmupSteps < 0)
       return bad(llvm::formatv("warmup-steps must be >= 0, got {0}", int64_t(warmupSteps))
                      .str());
@@ -195,6 +199,25 @@ struct OptimizerPass : impl::OptimizerBase<OptimizerPass> {
       corrections[1] = b.create<nn::RsqrtOp>(stepLoc, complement(beta2));
     }
 
+    // Gradient clipping: one factor for every gradient, computed where the
+    // last one is ready; every update moves after it. Each factor of an
+    // update's `scaled_by` (loss scaling's unscale) is multiplied once.
+    DenseMap<Value, Value> clipped;
+    if (clipGradNorm > 0.0) {
+      Value clip = clipFactor(b, stepLoc, updates);
+      if (!clip)
+        return signalPassFailure();
+      for (nn::ApplyGradientOp update : updates) {
+        Value &scale = clipped[update.getGradScale()];
+        if (!scale)
+          scale = update.getGradScale()
+                      ? b.create<nn::MulOp>(stepLoc, update.getGradScale(), clip).getResult()
+                      : clip;
+      }
+      for (nn::ApplyGradientOp update : ArrayRef(updates).drop_back())
+        update->moveBefore(updates.back());
+    }
+
     for (nn::ApplyGradientOp update : updates) {
       b.setInsertionPoint(update);
       Location loc = update.getLoc();
@@ -206,6 +229,8 @@ struct OptimizerPass : impl::OptimizerBase<OptimizerPass> {
       Value g = update.getGradient();
       // Loss scaling's unscale factor and overflow flag (graphc-mixed-precision).
       Value gs = update.getGradScale(), skip = update.getSkip();
+      if (Value scale = clipped.lookup(gs))
+        gs = scale;
       // Deep gradient compression applied momentum and weight decay before
       // it sparsified the gradient: what is left is a plain SGD step.
       if (update->hasAttr(kMomentumAppliedAttr)) {
@@ -266,6 +291,44 @@ struct OptimizerPass : impl::OptimizerBase<OptimizerPass> {
           TypeAttr::get(b.getI64Type()));
     Value next = b.create<nn::AddOp>(stepLoc, counter, increment);
     b.create<nn::AssignOp>(stepLoc, kStepCounter, next);
+  }
+
+  /// min(1, clip-grad-norm / (norm + 1e-6)), the norm being the L2 norm of
+  /// every update's gradient times its `scaled_by` (the gradients loss scaling
+  /// unscales), built at `b`'s point before the last update: one
+  /// nn.sum_squares pass over the gradients that share a scale (all of them:
+  /// mixed precision gives every update the same one), its lanes summed, times
+  /// the scale squared. The sums have a fixed order, so every run and every
+  /// rank (whose gradients the allreduce made equal) gets the same factor.
+  /// Null, with an error, for an update that cannot be clipped.
+  Value clipFactor(OpBuilder &b, Location loc, ArrayRef<nn::ApplyGradientOp> updates) {
+    b.setInsertionPoint(updates.back());
+    Type f32 = b.getF32Type();
+    llvm::MapVector<Value, SmallVector<Value>> byScale;
+    for (nn::ApplyGradientOp update : updates) {
+      if (update->hasAttr(kMomentumAppliedAttr)) {
+        update.emitError("graphc-optimizer: clip-grad-norm does not combine with "
+                         "grad-compression=topk, whose update is no longer the gradient");
+        return {};
+      }
+      byScale[update.getGradScale()].push_back(update.getGradient());
+    }
+    Value total;
+    for (auto &[scale, gradients] : byScale) {
+      Value sums = b.create<nn::SumSquaresOp>(loc, gradients);
+      Value sum = b.create<nn::ReduceSumOp>(loc, sums, b.getDenseI64ArrayAttr({0}), UnitAttr());
+      if (scale)
+        sum = b.create<nn::MulOp>(loc, sum, b.create<nn::MulOp>(loc, scale, scale));
+      total = total ? b.create<nn::AddOp>(loc, total, sum).getResult() : sum;
+    }
+    // sqrt(total) as 1 / rsqrt(total): 0 for 0, infinity for infinity.
+    Value one = scalarConstant(b, loc, f32, 1.0);
+    Value norm = b.create<nn::DivOp>(loc, one, b.create<nn::RsqrtOp>(loc, total));
+    Value factor = b.create<nn::DivOp>(
+        loc, scalarConstant(b, loc, f32, clipGradNorm),
+        b.create<nn::AddOp>(loc, norm, scalarConstant(b, loc, f32, 1e-6)));
+    Value below = b.create<nn::CmpOp>(loc, nn::CmpPredicate::lt, factor, one);
+    return b.create<nn::SelectOp>(loc, below, factor, one);
   }
 
   Kind kind = Kind::Sgd;

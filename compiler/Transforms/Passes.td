@@ -384,7 +384,11 @@ def Optimizer : Pass<"graphc-optimizer", "::mlir::ModuleOp"> {
     scales and shifts, biases) unless `exclude-bn-bias=false`; LARS updates
     them with plain momentum (You et al. 2017). The learning rate is an
     `nn.lr_schedule` of the step counter `@graphc.step`, which the step
-    increments.
+    increments. With `clip-grad-norm=X`, every gradient is scaled by
+    `min(1, X / (norm + 1e-6))`, the norm being the L2 norm of all of them
+    together (after loss scaling's unscale, as PyTorch's `clip_grad_norm_`
+    after `GradScaler.unscale_`): the factor joins each update's
+    `scaled_by`, and every update moves after the last gradient.
 
     ```mlir
     // before
@@ -427,7 +431,9 @@ def Optimizer : Pass<"graphc-optimizer", "::mlir::ModuleOp"> {
     Option<"decayStepSize", "decay-step-size", "int64_t", /*default=*/"1",
            "Steps between step decays">,
     Option<"decayGamma", "decay-gamma", "double", /*default=*/"0.1",
-           "Factor of each step decay">
+           "Factor of each step decay">,
+    Option<"clipGradNorm", "clip-grad-norm", "double", /*default=*/"0.0",
+           "Largest L2 norm of all gradients together (0: no clipping)">
   ];
   let dependentDialects = ["::graphc::nn::NNDialect"];
 }

@@ -1558,6 +1558,25 @@ LogicalResult NonfiniteFlagsOp::verify() {
   return success();
 }
 
+LogicalResult SumSquaresOp::inferReturnTypes(MLIRContext *context, std::optional<Location> loc,
+                                             Adaptor adaptor, SmallVectorImpl<Type> &types) {
+  int64_t sums = 0;
+  for (Value input : adaptor.getInputs()) {
+    auto type = rankedOf(input);
+    if (!type || !type.hasStaticShape())
+      return inferError<SumSquaresOp>(loc, "expects operands of static shapes");
+    sums += NonfiniteFlagsOp::chunksOf(type.getNumElements()) * NonfiniteFlagsOp::kLanes;
+  }
+  types.push_back(RankedTensorType::get({sums}, Float32Type::get(context)));
+  return success();
+}
+
+LogicalResult SumSquaresOp::verify() {
+  if (getInputs().empty())
+    return emitOpError("needs at least one operand");
+  return success();
+}
+
 //===----------------------------------------------------------------------===//
 // Fusion
 //===----------------------------------------------------------------------===//

@@ -1175,6 +1175,29 @@ def NN_NonfiniteFlagsOp : NN_Op<"nonfinite_flags", [Pure, InferTypeOpAdaptor]> {
   }];
 }
 
+def NN_SumSquaresOp : NN_Op<"sum_squares", [Pure, InferTypeOpAdaptor]> {
+  let summary = "partial sums of squares of many tensors: one multi-tensor pass";
+  let description = [{
+    The gradient norm of clipping, over every gradient of a step in one kernel,
+    laid out as `nn.nonfinite_flags`: each operand's elements are cut into
+    chunks of `kChunk`, lane `l` of a chunk sums the squares (in f32, in
+    order) of its elements `l`, `l + kLanes`, ..., and the result holds one
+    sum per lane of every chunk, operand after operand. `nn.reduce_sum` of the
+    result is the sum of the squares of every element; each lane writes its
+    own sum, so it is the same on any thread count. Operands may be of any
+    float type and shape.
+
+    ```mlir
+    %parts = nn.sum_squares %g0, %g1 : tensor<64x3x7x7xf16>, tensor<64xf32>
+    %total = nn.reduce_sum %parts dims [0] : tensor<2048xf32>
+    ```
+  }];
+  let arguments = (ins Variadic<NN_FloatTensor>:$inputs);
+  let results = (outs RankedTensorOf<[F32]>:$sums);
+  let assemblyFormat = "$inputs attr-dict `:` type($inputs)";
+  let hasVerifier = 1;
+}
+
 //===----------------------------------------------------------------------===//
 // Fusion
 //===----------------------------------------------------------------------===//

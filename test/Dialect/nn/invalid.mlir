@@ -1081,6 +1081,15 @@ func.func @f() {
 
 // -----
 
+// Tests that the clipping norm's pass takes at least one tensor.
+func.func @f() {
+  // expected-error@+1 {{'nn.sum_squares' op needs at least one operand}}
+  %0 = "nn.sum_squares"() : () -> tensor<0xf32>
+  return
+}
+
+// -----
+
 // Tests that a gradient handed to the optimizer has its parameter's shape.
 module {
   nn.parameter @w : tensor<4xf32> = zeros

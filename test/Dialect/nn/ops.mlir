@@ -263,3 +263,14 @@ func.func @orthonormalize(%p: tensor<4x5xf32>) -> tensor<4x5xf32> {
   %0 = nn.orthonormalize %p : tensor<4x5xf32>
   return %0 : tensor<4x5xf32>
 }
+
+// Tests the lanes of the multi-tensor passes: one chunk of 1024 lanes for
+// each of the small tensors, two for 40000 elements (chunks of 32768).
+// CHECK-LABEL: func.func @multi_tensor_lanes
+func.func @multi_tensor_lanes(%a: tensor<3xf32>, %b: tensor<200x200xf16>) -> (tensor<3072xf32>, tensor<3072xf32>) {
+  // CHECK: nn.sum_squares %{{.+}}, %{{.+}} : tensor<3xf32>, tensor<200x200xf16>
+  %s = nn.sum_squares %a, %b : tensor<3xf32>, tensor<200x200xf16>
+  // CHECK: nn.nonfinite_flags %{{.+}}, %{{.+}} : tensor<3xf32>, tensor<200x200xf16>
+  %f = nn.nonfinite_flags %a, %b : tensor<3xf32>, tensor<200x200xf16>
+  return %s, %f : tensor<3072xf32>, tensor<3072xf32>
+}

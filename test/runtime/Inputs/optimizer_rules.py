@@ -28,6 +28,7 @@ from gradcheck_ops import load_safetensors, save_npy, save_safetensors
 N = 16
 LR, WD, MU = 0.05, 0.01, 0.8
 BETA1, BETA2, EPS = 0.85, 0.995, 1e-6
+CLIP = 0.05
 
 CASES = {
     "sgd": ["--optimizer", "sgd"],
@@ -37,11 +38,19 @@ CASES = {
              "--adam-eps", str(EPS)],
     "adamw": ["--optimizer", "adamw", "--adam-beta1", str(BETA1), "--adam-beta2",
               str(BETA2), "--adam-eps", str(EPS)],
+    # With the gradients clipped to a global norm of CLIP (smaller than the
+    # norm: every gradient is scaled).
+    "momentum+clip": ["--optimizer", "momentum", "--momentum", str(MU),
+                      "--clip-grad-norm", str(CLIP)],
+    "adamw+clip": ["--optimizer", "adamw", "--adam-beta1", str(BETA1), "--adam-beta2",
+                   str(BETA2), "--adam-eps", str(EPS), "--clip-grad-norm", str(CLIP)],
 }
 
 
 def expected(kind, p, g, state, name, t):
-    """PyTorch's rule (torch.optim.SGD / Adam / AdamW) in float64."""
+    """PyTorch's rule (torch.optim.SGD / Adam / AdamW) in float64, `kind`
+    without its "+clip" (the caller clips `g`)."""
+    kind = kind.split("+")[0]
     wd = WD if p.ndim > 1 else 0.0  # graphc's default: no decay for rank-1
     if kind in ("sgd", "momentum", "nesterov"):
         d = g + wd * p
@@ -85,8 +94,16 @@ def check(kind, work, model, extra):
 
     state = {k: v.astype(np.float64) for k, v in s2.items() if k != "graphc.step"}
     failures, worst = [], 0.0
+    grads = {name: state[name] - probe[name].astype(np.float64) for name in params}
+    if kind.endswith("+clip"):
+        # torch.nn.utils.clip_grad_norm_(params, CLIP): one factor for all.
+        norm = np.sqrt(sum(float((g * g).sum()) for g in grads.values()))
+        factor = min(1.0, CLIP / (norm + 1e-6))
+        if factor > 0.9:
+            failures.append(f"the gradients' norm {norm:.4g} is not clipped by {CLIP}")
+        grads = {name: g * factor for name, g in grads.items()}
     for name in params:
-        g = state[name] - probe[name].astype(np.float64)
+        g = grads[name]
         for key, want in expected(kind, state[name], g, state, name, 3).items():
             got = s3[key].astype(np.float64)
             # float32: the probe's `p - g` rounds at p's last bit, the step's
