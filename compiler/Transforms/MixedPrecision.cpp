@@ -480,18 +480,19 @@ LogicalResult MixedPrecisionPass::convert(func::FuncOp func) {
   return success();
 }
 
-/// Rounds before a concat that leads to a rounding: `cast(concat(a, b), half)`
-/// becomes `concat(cast(a, half), cast(b, half))`, through the reshapes,
-/// flattens and transposes between the concat and the cast, and then up
-/// each piece's chain of such views to the op that computes it. Every view
-/// and the concat must have no other reader, and a piece that was widened
-/// from half is read as that half value again. Copies move elements without
-/// computing, so every value keeps its bits; the concat's buffer, which
-/// fusion fills in place, then holds half the bytes. ViT's packed q/k/v
-/// gradient, three pieces put into one [3, L, N, E] buffer that the
-/// projection's backward reads in half, was written and read in f32. (Other
-/// views stay after the rounding: fusion reads a view of a kernel's input in
-/// place, but would copy a view of a value it computes.)
+/// Rounds before a concat that leads to a rounding and is computed in place:
+/// `cast(concat(a, b), half)` becomes `concat(cast(a, half), cast(b, half))`,
+/// through the reshapes, flattens and transposes between the concat and the
+/// cast, and then up each piece's chain of such views to the op that
+/// computes it. Every view and the concat must have no other reader, and a
+/// piece that was widened from half is read as that half value again.
+/// Copies move elements without computing, so every value keeps its bits;
+/// the concat's buffer, which the pieces' kernels fill in place, then holds
+/// half the bytes. ViT's packed q/k/v gradient, three pieces put into one
+/// [3, L, N, E] buffer that the projection's backward reads in half, was
+/// written and read in f32. (Other views stay after the rounding: fusion
+/// reads a view of a kernel's input in place, but would copy a view of a
+/// value it computes.)
 LogicalResult MixedPrecisionPass::sinkNarrowings(func::FuncOp func) {
   auto isView = [](Operation *op) {
     return op && isa<nn::ReshapeOp, nn::FlattenOp, nn::TransposeOp>(op);
@@ -499,6 +500,15 @@ LogicalResult MixedPrecisionPass::sinkNarrowings(func::FuncOp func) {
   auto widenedFrom = [&](Value v) -> Value {
     auto wide = v.getDefiningOp<nn::CastOp>();
     return wide && isFloatTensor(wide.getInput(), half) ? wide.getInput() : Value();
+  };
+  // Whether its pieces are consecutive ranges of its result (every dim
+  // before its dim of extent 1), which memory planning then computes in
+  // place: a concat that copies its pieces would copy half ones as well, but
+  // a piece that is only a view would become a kernel of its own to round.
+  auto inPlace = [](nn::ConcatOp concat) {
+    auto type = llvm::cast<RankedTensorType>(concat.getType());
+    return llvm::all_of(type.getShape().take_front(concat.getDim()),
+                        [](int64_t d) { return d == 1; });
   };
   // The narrowings to move, each with whether it is past a concat already.
   SmallVector<std::pair<nn::CastOp, bool>> work;
@@ -508,7 +518,8 @@ LogicalResult MixedPrecisionPass::sinkNarrowings(func::FuncOp func) {
     Operation *op = cast.getInput().getDefiningOp();
     while (isView(op) && op->getResult(0).hasOneUse())
       op = op->getOperand(0).getDefiningOp();
-    if (op && isa<nn::ConcatOp>(op) && op->getResult(0).hasOneUse())
+    if (op && isa<nn::ConcatOp>(op) && op->getResult(0).hasOneUse() &&
+        inPlace(llvm::cast<nn::ConcatOp>(op)))
       work.push_back({cast, false});
   });
   OpBuilder b(&getContext());

@@ -51,8 +51,10 @@ func.func @train_step(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> (tensor<12xf32>
 // after it, where the fused kernel computing the value writes it (moving
 // the rounding before it would make the transpose a copy of its own). A
 // concat whose piece is read elsewhere too stays f32: the piece is in
-// memory in f32 anyway.
-func.func @eval_step(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> (tensor<4xf32>, tensor<4x4xf32>, tensor<2x5xf32>, tensor<2x4xf32>) {
+// memory in f32 anyway. So does a concat that copies its pieces (along a
+// dim after one of extent > 1): it would copy half pieces as well, but a
+// piece that is only a view would become a kernel of its own to round.
+func.func @eval_step(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> (tensor<4xf32>, tensor<4x4xf32>, tensor<2x5xf32>, tensor<2x4xf32>, tensor<2x5xf32>) {
   %k = nn.relu %x : tensor<2x4xf32>
   %kt = nn.transpose %k permutation [1, 0] : tensor<2x4xf32>
   %s = nn.reduce_sum %kt dims [1] : tensor<4x2xf32>
@@ -63,7 +65,11 @@ func.func @eval_step(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> (tensor<4xf32>, 
   %u8 = nn.slice %u dim 0 start 0 size 8 : tensor<12x5xf32>
   %n = nn.matmul %c, %u8 : tensor<2x8xf32>, tensor<8x5xf32>
   %e = nn.exp %q : tensor<2x4xf32>
-  return %s, %m, %n, %e : tensor<4xf32>, tensor<4x4xf32>, tensor<2x5xf32>, tensor<2x4xf32>
+  %a = nn.relu %x : tensor<2x4xf32>
+  %n2 = nn.neg %x : tensor<2x4xf32>
+  %c2 = nn.concat %a, %n2 dim 1 : tensor<2x4xf32>, tensor<2x4xf32>
+  %o = nn.matmul %c2, %u8 : tensor<2x8xf32>, tensor<8x5xf32>
+  return %s, %m, %n, %e, %o : tensor<4xf32>, tensor<4x4xf32>, tensor<2x5xf32>, tensor<2x4xf32>, tensor<2x5xf32>
 }
 
 // CHECK-LABEL: func.func @eval_step
@@ -73,3 +79,8 @@ func.func @eval_step(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> (tensor<4xf32>, 
 // CHECK: %[[C:.+]] = nn.concat %arg0, %{{.+}} dim 1 : tensor<2x4xf32>, tensor<2x4xf32>
 // CHECK: %[[CH:.+]] = nn.cast %[[C]] : tensor<2x8xf32> to bf16
 // CHECK: nn.matmul %[[CH]]
+// CHECK: %[[A:.+]] = nn.relu
+// CHECK: %[[N:.+]] = nn.neg
+// CHECK: %[[C2:.+]] = nn.concat %[[A]], %[[N]] dim 1 : tensor<2x4xf32>, tensor<2x4xf32>
+// CHECK: %[[C2H:.+]] = nn.cast %[[C2]] : tensor<2x8xf32> to bf16
+// CHECK: nn.matmul %[[C2H]]
