@@ -90,7 +90,7 @@ KernelSignature emitMultiTensor(nn::MultiTensorOp op, mlir::ModuleOp kernels,
 KernelSignature emitNonfiniteFlags(nn::NonfiniteFlagsOp op, mlir::ModuleOp kernels,
                                    llvm::StringRef name);
 KernelSignature emitSumSquares(nn::SumSquaresOp op, mlir::ModuleOp kernels,
-                                   llvm::StringRef name);
+                               llvm::StringRef name);
 KernelSignature emitTopkSelect(nn::TopkSelectOp op, mlir::ModuleOp kernels,
                                llvm::StringRef name);
 KernelSignature emitZeroAt(nn::ZeroAtOp op, mlir::ModuleOp kernels, llvm::StringRef name);

@@ -27,6 +27,11 @@ inline constexpr llvm::StringLiteral kLossScaleState = "graphc.loss_scale";
 inline constexpr llvm::StringLiteral kSkippedStepsState = "graphc.skipped_steps";
 inline constexpr llvm::StringLiteral kGoodStepsState = "graphc.loss_scale_good_steps";
 
+/// Gradient clipping's f32 record of the last applied step's gradient norm
+/// (before clipping; a skipped step leaves it as it was). graphrun reports it
+/// by this name.
+inline constexpr llvm::StringLiteral kGradNormState = "graphc.grad_norm";
+
 /// The f32 scalar state holding the number of ranks of a data-parallel job,
 /// which graphrun writes before the first step (synchronized batch norm's
 /// Bessel correction counts the global batch with it).

@@ -204,7 +204,7 @@ struct OptimizerPass : impl::OptimizerBase<OptimizerPass> {
     // update's `scaled_by` (loss scaling's unscale) is multiplied once.
     DenseMap<Value, Value> clipped;
     if (clipGradNorm > 0.0) {
-      Value clip = clipFactor(b, stepLoc, updates);
+      Value clip = clipFactor(b, stepLoc, module, updates);
       if (!clip)
         return signalPassFailure();
       for (nn::ApplyGradientOp update : updates) {
@@ -301,7 +301,8 @@ struct OptimizerPass : impl::OptimizerBase<OptimizerPass> {
   /// the scale squared. The sums have a fixed order, so every run and every
   /// rank (whose gradients the allreduce made equal) gets the same factor.
   /// Null, with an error, for an update that cannot be clipped.
-  Value clipFactor(OpBuilder &b, Location loc, ArrayRef<nn::ApplyGradientOp> updates) {
+  Value clipFactor(OpBuilder &b, Location loc, ModuleOp module,
+                   ArrayRef<nn::ApplyGradientOp> updates) {
     b.setInsertionPoint(updates.back());
     Type f32 = b.getF32Type();
     llvm::MapVector<Value, SmallVector<Value>> byScale;
@@ -324,6 +325,23 @@ struct OptimizerPass : impl::OptimizerBase<OptimizerPass> {
     // sqrt(total) as 1 / rsqrt(total): 0 for 0, infinity for infinity.
     Value one = scalarConstant(b, loc, f32, 1.0);
     Value norm = b.create<nn::DivOp>(loc, one, b.create<nn::RsqrtOp>(loc, total));
+    // The norm, for graphrun to report: a step skipped on overflow (whose
+    // norm is not finite) leaves the last applied step's.
+    auto scalar = RankedTensorType::get({}, f32);
+    if (!module.lookupSymbol(kGradNormState)) {
+      // Last: the states before it keep their places, and with them their
+      // seeded initial values.
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToEnd(module.getBody());
+      b.create<nn::StateOp>(module.getLoc(), kGradNormState, scalar, nn::Initializer::zeros,
+                            /*init_value=*/nullptr);
+    }
+    Value recorded = norm;
+    if (Value skip = nn::ApplyGradientOp(updates.front()).getSkip())
+      recorded = b.create<nn::SelectOp>(
+          loc, b.create<nn::CmpOp>(loc, nn::CmpPredicate::ne, skip, scalarConstant(b, loc, f32, 0.0)),
+          b.create<nn::LoadOp>(loc, scalar, kGradNormState), norm);
+    b.create<nn::AssignOp>(loc, kGradNormState, recorded);
     Value factor = b.create<nn::DivOp>(
         loc, scalarConstant(b, loc, f32, clipGradNorm),
         b.create<nn::AddOp>(loc, norm, scalarConstant(b, loc, f32, 1e-6)));

@@ -352,6 +352,9 @@ Status LoadStates(Executor& exec, const std::string& path, LoadKind kind,
         ++started_fresh;
         continue;
       }
+      // A record, not training state: a checkpoint saved without clipping
+      // resumes with clipping on.
+      if (!initial && name == "graphc.grad_norm" && !header.contains(name)) continue;
       wanted.insert(name);
       auto it = header.find(name);
       if (it == header.end())
@@ -386,13 +389,27 @@ Status LoadStates(Executor& exec, const std::string& path, LoadKind kind,
   // PyTorch's batch norm counts its batches; graphc's momentum does not.
   // For inference, also what graphc's training keeps beside the weights (a
   // checkpoint of --save): optimizer slots of the model's tensors, graphc.*.
+  // Clipping's record of the gradient norm, to a plan that does not clip.
   auto ignored = [&](const std::string& name) {
+    if (name == "graphc.grad_norm") return true;
     const std::string suffix = ".num_batches_tracked";
     if (initial && name.size() > suffix.size() &&
         name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
       return true;
     return inference && (name.rfind("graphc.", 0) == 0 || IsOptimizerSlot(name, wanted));
   };
+  // A checkpoint's record that the plan does not keep still tiles the data.
+  if (!initial && !wanted.count("graphc.grad_norm") && header.contains("graphc.grad_norm")) {
+    const nlohmann::json& t = header["graphc.grad_norm"];
+    if (!t.is_object() || !t.contains("data_offsets") || !t["data_offsets"].is_array() ||
+        t["data_offsets"].size() != 2 || !t["data_offsets"][0].is_number_unsigned() ||
+        !t["data_offsets"][1].is_number_unsigned() ||
+        t["data_offsets"][0].get<uint64_t>() > t["data_offsets"][1].get<uint64_t>() ||
+        t["data_offsets"][1].get<uint64_t>() > data_size)
+      return Io(path, "tensor 'graphc.grad_norm': needs two data_offsets within the data");
+    loads.push_back({-1, t["data_offsets"][0].get<uint64_t>(),
+                     t["data_offsets"][1].get<uint64_t>()});
+  }
   for (const auto& [name, value] : header.items())
     if (name != "__metadata__" && !wanted.count(name) && !ignored(name))
       return Io(path, "has tensor '" + Printable(name) + "', which the model does not" +
@@ -415,7 +432,10 @@ Status LoadStates(Executor& exec, const std::string& path, LoadKind kind,
   uint64_t covered = 0;
   for (const Load& load : sorted) {
     if (initial ? load.begin < covered : load.begin != covered)
-      return Io(path, "tensor '" + PrintableOf(exec.buffer(load.buffer).name()) + "' starts at " +
+      return Io(path, "tensor '" +
+                          (load.buffer < 0 ? std::string("graphc.grad_norm")
+                                           : PrintableOf(exec.buffer(load.buffer).name())) +
+                          "' starts at " +
                           std::to_string(load.begin) + " of the data, not at " +
                           std::to_string(covered) +
                           (load.begin < covered ? ": tensors overlap" : ": a gap"));
@@ -433,6 +453,7 @@ Status LoadStates(Executor& exec, const std::string& path, LoadKind kind,
   std::vector<char> data;
   for (bool write : {false, true})
     for (const Load& load : loads) {
+      if (load.buffer < 0) continue;  // a record the plan does not keep
       const fb::Buffer& b = exec.buffer(load.buffer);
       data.resize(b.size());
       if (!ReadAt(fd, 8 + header_size + load.begin, data.data(), data.size()))

@@ -23,6 +23,8 @@ StatusOr<Programs> FindPrograms(const Executor& exec) {
         p.world_size = state->buffer();
       else if (name == "graphc.rank" && b.dtype() == fb::DType::I64 && b.size() == 8)
         p.rank_state = state->buffer();
+      else if (name == "graphc.grad_norm" && b.dtype() == fb::DType::F32 && b.size() == 4)
+        p.grad_norm = state->buffer();
     }
   if ((p.loss_scale < 0) != (p.skipped_steps < 0))
     return Status(ErrorCode::kUnsupported,

@@ -26,6 +26,9 @@ struct Programs {
   // The f32 number of ranks (graphc compile --sync-bn) and the i64 rank of
   // this process (dropout under data-parallel); -1 without.
   int32_t world_size = -1, rank_state = -1;
+  // The f32 gradient norm of the last applied step (graphc compile
+  // --clip-grad-norm); -1 without.
+  int32_t grad_norm = -1;
   std::vector<int64_t> image_shape;
   // The images are 8-bit pixels, normalized by the plan (graphc compile
   // --input-normalize); else float32, normalized by the data source.

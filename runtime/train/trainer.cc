@@ -148,6 +148,7 @@ class Trainer {
   float loss_ = 0;
   bool scaled_ = false;
   float loss_scale_ = 0;
+  float grad_norm_ = 0;  // the last read of graphc.grad_norm (clipping plans)
   int64_t skipped_ = 0;
   int64_t last_read_done_ = 0, last_read_skipped_ = 0, last_applied_done_ = 0;
   std::vector<std::pair<double, double>> traced_steps_;  // start, end (us)
@@ -408,6 +409,8 @@ Status Trainer::ReadAndCheck(int64_t done) {
     GRAPHC_RETURN_IF_ERROR(exec_->Read(p().loss_scale, &loss_scale_, sizeof(loss_scale_)));
     GRAPHC_RETURN_IF_ERROR(exec_->Read(p().skipped_steps, &skipped_, sizeof(skipped_)));
   }
+  if (p().grad_norm >= 0)
+    GRAPHC_RETURN_IF_ERROR(exec_->Read(p().grad_norm, &grad_norm_, sizeof(grad_norm_)));
   // With loss scaling a non-finite loss is an overflowed step, skipped on
   // the device; the state check below still stops a real divergence, and a
   // scale down at its floor, or no update applied for kStalledSteps steps,
@@ -454,6 +457,7 @@ void Trainer::Display(int64_t done) {
   out_ << "\t" << std::setprecision(3) << loss_ << std::defaultfloat;
   // The scale in full (a power of two under dynamic scaling).
   if (scaled_) out_ << "\t" << std::setprecision(9) << loss_scale_ << "\t" << skipped_;
+  if (p().grad_norm >= 0) out_ << "\t" << std::setprecision(4) << grad_norm_;
   out_ << "\n";
 }
 
@@ -466,7 +470,8 @@ Status Trainer::Loop() {
   BatchSource& source = *data_->train;
   source.Seek(start_step_);
   Prefetcher prefetch(source, o_.prefetch);
-  out_ << "Step\tImg/sec\ttotal_loss" << (scaled_ ? "\tloss_scale\tskipped" : "") << "\n";
+  out_ << "Step\tImg/sec\ttotal_loss" << (scaled_ ? "\tloss_scale\tskipped" : "")
+       << (p().grad_norm >= 0 ? "\tgrad_norm" : "") << "\n";
   GRAPHC_RETURN_IF_ERROR(clock_->Start());
   for (int64_t step = 0; step < steps_; ++step) {
     const auto wait_from = std::chrono::steady_clock::now();
@@ -671,6 +676,7 @@ Status Trainer::WriteReport(double total_rate, double median_ms, double p90_ms,
     j["loss_scale"] = loss_scale_;
     j["skipped_steps"] = skipped_;
   }
+  if (p().grad_norm >= 0) j["grad_norm"] = grad_norm_;
   j["load_ms"] = load_ms_;
   if (!load_summary_.empty()) j["load_summary"] = load_summary_;
   if (!library_math_.empty()) j["library_math"] = library_math_;

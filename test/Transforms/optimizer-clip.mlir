@@ -6,7 +6,9 @@
 // unscale_): the squares of every gradient (a weight gradient in half too)
 // summed in one multi-tensor pass and its lanes, times the unscale factor
 // squared; the factor min(2.5 / (norm + 1e-6), 1) multiplies the updates'
-// unscale factor once. The bias's update, which came before the
+// unscale factor once. The norm is recorded in the state graphc.grad_norm,
+// declared last (the other states keep their places and seeded values),
+// unless the step is skipped. The bias's update, which came before the
 // weight's gradient was computed, moves after it.
 nn.parameter @fc.weight : tensor<3x4xf32> = zeros
 nn.parameter @fc.bias : tensor<3xf32> = zeros
@@ -38,6 +40,10 @@ func.func @train_step(%x: tensor<2x4xf32>, %y: tensor<2xi32>, %s: tensor<f32>, %
 // CHECK: %[[ONE:.+]] = nn.constant dense<1.000000e+00> : tensor<f32>
 // CHECK: %[[R:.+]] = nn.rsqrt %[[TOTAL]]
 // CHECK: %[[NORM:.+]] = nn.div %[[ONE]], %[[R]]
+// CHECK: %[[LAST:.+]] = nn.load @graphc.grad_norm : tensor<f32>
+// CHECK: %[[SKIPPED:.+]] = nn.cmp ne, %[[K]], %{{.+}} : tensor<f32>
+// CHECK: %[[RECORD:.+]] = nn.select %[[SKIPPED]], %[[LAST]], %[[NORM]]
+// CHECK: nn.assign @graphc.grad_norm, %[[RECORD]]
 // CHECK: %[[EPS:.+]] = nn.constant dense<9.99999997E-7> : tensor<f32>
 // CHECK: %[[D:.+]] = nn.add %[[NORM]], %[[EPS]]
 // CHECK: %[[MAX:.+]] = nn.constant dense<2.500000e+00> : tensor<f32>
@@ -50,3 +56,4 @@ func.func @train_step(%x: tensor<2x4xf32>, %y: tensor<2xi32>, %s: tensor<f32>, %
 
 // NEGATIVE: error: graphc-optimizer: clip-grad-norm must be >= 0 (0: no clipping), got -1
 // HUGE: error: graphc-optimizer: clip-grad-norm must be 0 or a normal, finite f32 {{.*}}, got 1e+39
+// CHECK: nn.state @graphc.grad_norm : tensor<f32> = zeros

@@ -1,14 +1,15 @@
 """Gradient clipping through the real path, in every precision: with plain
 SGD (lr 1, no weight decay) a clipped step moves the parameters by exactly
 -g * C / |g|, so the update's L2 norm over all parameters is C, in the
-direction of the unclipped step. In mixed precision the norm is of the
-unscaled gradients (fp16's loss scale is 65536 at the first step: a norm of
+direction of the unclipped step, and graphrun's report gives the norm
+before clipping. In mixed precision the norm is of the unscaled gradients (fp16's loss scale is 65536 at the first step: a norm of
 the scaled ones would make the step 65536 times smaller).
 
   clip_check.py WORKDIR MODEL.mlir
 
 Prints one line per case and exits 1 on any mismatch.
 """
+import json
 import os
 import re
 import subprocess
@@ -33,12 +34,14 @@ def step(work, model, name, extra, params):
     plan = os.path.join(work, name + ".plan")
     run(["graphc", "compile", model, "-o", plan, "--batch-size", str(N), "--optimizer", "sgd",
          "--lr", "1", "--weight-decay", "0"] + extra)
-    before, after = plan + ".0.st", plan + ".1.st"
+    before, after, report = plan + ".0.st", plan + ".1.st", plan + ".json"
     run(["graphrun", plan, "--steps", "0", "--save", before])
     run(["graphrun", plan, "--steps", "1", "--warmup", "0", "--resume", before, "--save", after,
-         "--data", f"npy:{work}/x.npy,{work}/y.npy"])
+         "--data", f"npy:{work}/x.npy,{work}/y.npy", "--report", report])
     p0, p1 = load_safetensors(before), load_safetensors(after)
-    return np.concatenate([(p1[k].astype(np.float64) - p0[k]).ravel() for k in params])
+    with open(report) as f:
+        recorded = json.load(f).get("grad_norm")
+    return np.concatenate([(p1[k].astype(np.float64) - p0[k]).ravel() for k in params]), recorded
 
 
 def main():
@@ -52,15 +55,19 @@ def main():
     ok = True
     for case, extra in CASES.items():
         tag = case.replace(" ", "-")
-        free = step(work, model, tag + "-free", extra, params)
-        clipped = step(work, model, tag + "-clipped", extra + ["--clip-grad-norm", str(CLIP)],
-                       params)
+        free, none = step(work, model, tag + "-free", extra, params)
+        clipped, recorded = step(work, model, tag + "-clipped",
+                                 extra + ["--clip-grad-norm", str(CLIP)], params)
         norm, free_norm = np.linalg.norm(clipped), np.linalg.norm(free)
         cosine = float(clipped @ free) / max(norm * free_norm, 1e-300)
-        good = abs(norm / CLIP - 1) < 1e-4 and free_norm > 1.5 * CLIP and cosine > 1 - 1e-6
+        # The report's grad_norm: the gradients' norm before clipping, which
+        # the unclipped step moved by (none without clipping).
+        good = (abs(norm / CLIP - 1) < 1e-4 and free_norm > 1.5 * CLIP and cosine > 1 - 1e-6
+                and none is None and recorded is not None
+                and abs(recorded / free_norm - 1) < 1e-4)
         ok &= good
         print(f"{'ok' if good else 'FAIL'}: {case}: step norm {norm:.7g} (clip {CLIP}), "
-              f"unclipped {free_norm:.4g}, cosine {cosine:.8f}")
+              f"unclipped {free_norm:.4g} (reported {recorded}), cosine {cosine:.8f}")
     sys.exit(0 if ok else 1)
 
 
