@@ -97,7 +97,10 @@ if [[ $status -ne 0 ]]; then exit "$status"; fi
 
 # The step profile: a real report of the PowerSGD plan (its collectives are
 # P and Q buckets) and of fused attention's, as seeds.
-mkdir -p "$out/profile-corpus"
+mkdir -p "$out/profile-corpus" "$out/tmp"
+# The fuzzer writes each input to a file of its own (its reader takes a path):
+# under the build directory, not left behind in /tmp.
+export TMPDIR=$out/tmp
 export GRAPHC_FUZZ_PLAN=$out/corpus/fmnist_cnn_powersgd.plan
 "$build/bin/graphrun" "$GRAPHC_FUZZ_PLAN" --steps 4 --warmup 1 --profile \
   --report "$out/profile-corpus/report.json" > /dev/null

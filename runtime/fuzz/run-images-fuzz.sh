@@ -24,7 +24,10 @@ if ! /usr/bin/python3 -c 'import PIL' 2> /dev/null; then
   exit 77
 fi
 out=$build/images-fuzz
-mkdir -p "$out/corpus" "$out/artifacts"
+mkdir -p "$out/corpus" "$out/artifacts" "$out/tmp"
+# The fuzzer writes each input to a file (the readers take paths): under the
+# build directory, not left behind in /tmp.
+export TMPDIR=$out/tmp
 "$cxx" -std=c++17 -O1 -g -fno-omit-frame-pointer \
   -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
   -I"$src" -I"$build" \
