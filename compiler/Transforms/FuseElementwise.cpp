@@ -721,7 +721,8 @@ Value viewChain(Value v, SmallVectorImpl<Operation *> &chain) {
 /// Views that put every element back where it was (ConvNeXt's permute to
 /// channels-first and back, on a tensor the layout pass made channels-last)
 /// are no copy: their readers read the chain's start, reshaped when the
-/// shape differs, when it does not change before they read it. Each copying
+/// shape differs, when it does not change before they read it and, where a
+/// collective reduces the copy in place, nothing else reads it. Each copying
 /// view left unread is one copy fewer.
 void FuseElementwisePass::dropIdentityViews(Block &block) {
   ProgramOrder order(block);
@@ -736,6 +737,14 @@ void FuseElementwisePass::dropIdentityViews(Block &block) {
         last = std::max(last, lastRead(user->getResult(0)));
     }
     return last;
+  };
+  // Whether a collective reads `v` (through further views): it reduces its
+  // operand's buffer in place, which must stay the copy's own.
+  std::function<bool(Value)> reducedInPlace = [&](Value v) {
+    return llvm::any_of(v.getUsers(), [&](Operation *user) {
+      return user->getName().getDialectNamespace() == "dist" ||
+             (nn::isViewOp(user) && reducedInPlace(user->getResult(0)));
+    });
   };
   llvm::SmallPtrSet<Operation *, 8> bypassed;
   for (Operation &op : llvm::make_early_inc_range(block)) {
@@ -752,8 +761,15 @@ void FuseElementwisePass::dropIdentityViews(Block &block) {
     FailureOr<nn::StridedView> view = nn::viewOfChain(chain, from.getShape());
     // The copy holds the values of its position: what it starts from must
     // not change (an nn.assign, an in-place allreduce) before the last read.
+    // A copy a collective reduces in place (a 1x1 filter's gradient put back
+    // from OHWI to OIHW) may be its start only when nothing else reads that,
+    // and it is a value of the step's own, not a state or an input.
+    const bool sole = isa<OpResult>(root) && stateOf(root).empty() && root.hasOneUse() &&
+                      llvm::all_of(ArrayRef(chain).drop_back(),
+                                   [](Operation *link) { return link->hasOneUse(); });
     if (failed(view) || !view->isIdentity() ||
-        hazards.next(root, order.position.lookup(chain.front())) <= lastRead(v))
+        hazards.next(root, order.position.lookup(chain.front())) <= lastRead(v) ||
+        (!sole && reducedInPlace(v)))
       continue;
     Value same = root;
     if (from.getShape() != to.getShape()) {

@@ -480,7 +480,8 @@ LogicalResult MixedPrecisionPass::convert(func::FuncOp func) {
   return success();
 }
 
-/// Rounds before a concat that leads to a rounding and is computed in place:
+/// Rounds before a concat that leads to a rounding and is computed in place
+/// (or copies pieces computed by ops of their own):
 /// `cast(concat(a, b), half)` becomes `concat(cast(a, half), cast(b, half))`,
 /// through the reshapes, flattens and transposes between the concat and the
 /// cast, and then up each piece's chain of such views to the op that
@@ -503,12 +504,20 @@ LogicalResult MixedPrecisionPass::sinkNarrowings(func::FuncOp func) {
   };
   // Whether its pieces are consecutive ranges of its result (every dim
   // before its dim of extent 1), which memory planning then computes in
-  // place: a concat that copies its pieces would copy half ones as well, but
-  // a piece that is only a view would become a kernel of its own to round.
-  auto inPlace = [](nn::ConcatOp concat) {
+  // place; or, for a concat that copies its pieces (and would copy half ones
+  // as well), whether each is computed by an op of its own (or was half): a
+  // piece that is only a view would become a kernel of its own to round
+  // (ShuffleNet's channel split), where SqueezeNet's ReLUs round in the
+  // kernels that compute them.
+  auto worthIt = [&](nn::ConcatOp concat) {
     auto type = llvm::cast<RankedTensorType>(concat.getType());
-    return llvm::all_of(type.getShape().take_front(concat.getDim()),
-                        [](int64_t d) { return d == 1; });
+    if (llvm::all_of(type.getShape().take_front(concat.getDim()),
+                     [](int64_t d) { return d == 1; }))
+      return true;
+    return llvm::all_of(concat.getInputs(), [&](Value piece) {
+      Operation *def = piece.getDefiningOp();
+      return widenedFrom(piece) || (def && !nn::isViewOp(def) && !isa<nn::ConcatOp>(def));
+    });
   };
   // The narrowings to move, each with whether it is past a concat already.
   SmallVector<std::pair<nn::CastOp, bool>> work;
@@ -519,7 +528,7 @@ LogicalResult MixedPrecisionPass::sinkNarrowings(func::FuncOp func) {
     while (isView(op) && op->getResult(0).hasOneUse())
       op = op->getOperand(0).getDefiningOp();
     if (op && isa<nn::ConcatOp>(op) && op->getResult(0).hasOneUse() &&
-        inPlace(llvm::cast<nn::ConcatOp>(op)))
+        worthIt(llvm::cast<nn::ConcatOp>(op)))
       work.push_back({cast, false});
   });
   OpBuilder b(&getContext());

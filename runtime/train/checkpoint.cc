@@ -401,12 +401,17 @@ Status LoadStates(Executor& exec, const std::string& path, LoadKind kind,
   // A checkpoint's record that the plan does not keep still tiles the data.
   if (!initial && !wanted.count("graphc.grad_norm") && header.contains("graphc.grad_norm")) {
     const nlohmann::json& t = header["graphc.grad_norm"];
-    if (!t.is_object() || !t.contains("data_offsets") || !t["data_offsets"].is_array() ||
+    if (!t.is_object() || !t.contains("dtype") || t["dtype"] != "F32" || !t.contains("shape") ||
+        t["shape"] != nlohmann::json::array())
+      return Io(path, "tensor 'graphc.grad_norm': must be an F32 scalar (shape [])");
+    if (!t.contains("data_offsets") || !t["data_offsets"].is_array() ||
         t["data_offsets"].size() != 2 || !t["data_offsets"][0].is_number_unsigned() ||
         !t["data_offsets"][1].is_number_unsigned() ||
         t["data_offsets"][0].get<uint64_t>() > t["data_offsets"][1].get<uint64_t>() ||
-        t["data_offsets"][1].get<uint64_t>() > data_size)
-      return Io(path, "tensor 'graphc.grad_norm': needs two data_offsets within the data");
+        t["data_offsets"][1].get<uint64_t>() > data_size ||
+        t["data_offsets"][1].get<uint64_t>() - t["data_offsets"][0].get<uint64_t>() != 4)
+      return Io(path, "tensor 'graphc.grad_norm': needs data_offsets holding its 4 bytes "
+                      "within the data");
     loads.push_back({-1, t["data_offsets"][0].get<uint64_t>(),
                      t["data_offsets"][1].get<uint64_t>()});
   }

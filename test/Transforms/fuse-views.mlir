@@ -440,3 +440,42 @@ func.func @identity_views_assigned(%x: tensor<2x3xf32>, %w: tensor<3x4xf32>) -> 
   %m = nn.matmul %b, %w : tensor<2x3xf32>, tensor<3x4xf32>
   return %m : tensor<2x4xf32>
 }
+
+// -----
+
+// Tests views that put every element back, of a value also read elsewhere,
+// where the copy is reduced in place by an allreduce: the copy stays (the
+// allreduce would otherwise reduce the value the matmul reads).
+// CHECK-LABEL: func.func @identity_views_reduced
+// CHECK: %[[G:.+]] = nn.relu
+// CHECK: %[[C:.+]] = nn.fusion %[[G]]
+// CHECK: nn.transpose
+// CHECK: dist.allreduce_start mean %[[C]] bucket 0
+// CHECK: nn.matmul %[[G]]
+func.func @identity_views_reduced(%x: tensor<2x3xf32>, %v: tensor<3x4xf32>) -> (tensor<2x4xf32>, tensor<2x3xf32>) {
+  %g = nn.relu %x : tensor<2x3xf32>
+  %a = nn.transpose %g permutation [1, 0] : tensor<2x3xf32>
+  %b = nn.transpose %a permutation [1, 0] : tensor<3x2xf32>
+  %s = dist.allreduce_start mean %b bucket 0 : tensor<2x3xf32>
+  %m = nn.matmul %g, %v : tensor<2x3xf32>, tensor<3x4xf32>
+  %r = dist.allreduce_wait %s : tensor<2x3xf32>
+  return %m, %r : tensor<2x4xf32>, tensor<2x3xf32>
+}
+
+// -----
+
+// Tests the same copy when nothing else reads its start (a 1x1 filter's
+// gradient, put back from OHWI to OIHW, then reduced): no copy, the
+// allreduce reduces the start in place.
+// CHECK-LABEL: func.func @identity_views_reduced_alone
+// CHECK: %[[G:.+]] = nn.relu
+// CHECK-NOT: nn.transpose
+// CHECK: dist.allreduce_start mean %[[G]] bucket 0
+func.func @identity_views_reduced_alone(%x: tensor<2x3xf32>) -> tensor<2x3xf32> {
+  %g = nn.relu %x : tensor<2x3xf32>
+  %a = nn.transpose %g permutation [1, 0] : tensor<2x3xf32>
+  %b = nn.transpose %a permutation [1, 0] : tensor<3x2xf32>
+  %s = dist.allreduce_start mean %b bucket 0 : tensor<2x3xf32>
+  %r = dist.allreduce_wait %s : tensor<2x3xf32>
+  return %r : tensor<2x3xf32>
+}

@@ -10,7 +10,7 @@
 // the bias gradient.
 nn.parameter @w : tensor<6x4xf32> = zeros
 nn.parameter @u : tensor<12x5xf32> = zeros
-func.func @train_step(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> (tensor<12xf32>, tensor<2x5xf32>) {
+func.func @train_step(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> (tensor<12xf32>, tensor<2x5xf32>, tensor<2x5xf32>) {
   %w = nn.load @w : tensor<6x4xf32>
   %l = nn.linear %x, %w : tensor<2x4xf32>, tensor<6x4xf32>
   %v = nn.slice %l dim 1 start 0 size 4 : tensor<2x6xf32>
@@ -26,7 +26,12 @@ func.func @train_step(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> (tensor<12xf32>
   %b = nn.reduce_sum %pr dims [0] : tensor<2x12xf32>
   %u = nn.load @u : tensor<12x5xf32>
   %m = nn.matmul %pr, %u : tensor<2x12xf32>, tensor<12x5xf32>
-  return %b, %m : tensor<12xf32>, tensor<2x5xf32>
+  %r = nn.relu %x : tensor<2x4xf32>
+  %ng = nn.neg %x : tensor<2x4xf32>
+  %c = nn.concat %r, %ng dim 1 : tensor<2x4xf32>, tensor<2x4xf32>
+  %u8 = nn.slice %u dim 0 start 0 size 8 : tensor<12x5xf32>
+  %o = nn.matmul %c, %u8 : tensor<2x8xf32>, tensor<8x5xf32>
+  return %b, %m, %o : tensor<12xf32>, tensor<2x5xf32>, tensor<2x5xf32>
 }
 
 // CHECK-LABEL: func.func @train_step
@@ -46,14 +51,22 @@ func.func @train_step(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> (tensor<12xf32>
 // CHECK: %[[PW:.+]] = nn.cast %[[PR]] : tensor<2x12xbf16> to f32
 // CHECK: nn.reduce_sum %[[PW]] dims [0]
 // CHECK: nn.matmul %[[PR]], %{{.+}} : tensor<2x12xbf16>, tensor<12x5xbf16>
+// A concat that copies its pieces, each computed by an op of its own (the
+// ReLUs of SqueezeNet's fire modules): they round where they are computed.
+// CHECK: %[[R:.+]] = nn.relu
+// CHECK: %[[NG:.+]] = nn.neg
+// CHECK: %[[RH:.+]] = nn.cast %[[R]] : tensor<2x4xf32> to bf16
+// CHECK: %[[NH:.+]] = nn.cast %[[NG]] : tensor<2x4xf32> to bf16
+// CHECK: %[[C:.+]] = nn.concat %[[RH]], %[[NH]] dim 1 : tensor<2x4xbf16>, tensor<2x4xbf16>
+// CHECK: nn.matmul %[[C]]
 
 // No concat, no move: a transpose of a value computed in f32 is rounded
 // after it, where the fused kernel computing the value writes it (moving
 // the rounding before it would make the transpose a copy of its own). A
 // concat whose piece is read elsewhere too stays f32: the piece is in
 // memory in f32 anyway. So does a concat that copies its pieces (along a
-// dim after one of extent > 1): it would copy half pieces as well, but a
-// piece that is only a view would become a kernel of its own to round.
+// dim after one of extent > 1) when a piece is only a view: it would become
+// a kernel of its own to round.
 func.func @eval_step(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> (tensor<4xf32>, tensor<4x4xf32>, tensor<2x5xf32>, tensor<2x4xf32>, tensor<2x5xf32>) {
   %k = nn.relu %x : tensor<2x4xf32>
   %kt = nn.transpose %k permutation [1, 0] : tensor<2x4xf32>
@@ -66,7 +79,9 @@ func.func @eval_step(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> (tensor<4xf32>, 
   %n = nn.matmul %c, %u8 : tensor<2x8xf32>, tensor<8x5xf32>
   %e = nn.exp %q : tensor<2x4xf32>
   %a = nn.relu %x : tensor<2x4xf32>
-  %n2 = nn.neg %x : tensor<2x4xf32>
+  %ng = nn.neg %x : tensor<2x4xf32>
+  %nr = nn.reshape %ng shape [4, 2] : tensor<2x4xf32>
+  %n2 = nn.transpose %nr permutation [1, 0] : tensor<4x2xf32>
   %c2 = nn.concat %a, %n2 dim 1 : tensor<2x4xf32>, tensor<2x4xf32>
   %o = nn.matmul %c2, %u8 : tensor<2x8xf32>, tensor<8x5xf32>
   return %s, %m, %n, %e, %o : tensor<4xf32>, tensor<4x4xf32>, tensor<2x5xf32>, tensor<2x4xf32>, tensor<2x5xf32>
@@ -80,7 +95,8 @@ func.func @eval_step(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> (tensor<4xf32>, 
 // CHECK: %[[CH:.+]] = nn.cast %[[C]] : tensor<2x8xf32> to bf16
 // CHECK: nn.matmul %[[CH]]
 // CHECK: %[[A:.+]] = nn.relu
-// CHECK: %[[N:.+]] = nn.neg
+// CHECK: nn.neg
+// CHECK: %[[N:.+]] = nn.transpose
 // CHECK: %[[C2:.+]] = nn.concat %[[A]], %[[N]] dim 1 : tensor<2x4xf32>, tensor<2x4xf32>
 // CHECK: %[[C2H:.+]] = nn.cast %[[C2]] : tensor<2x8xf32> to bf16
 // CHECK: nn.matmul %[[C2H]]
