@@ -1537,19 +1537,27 @@ LogicalResult AdamOp::verify() {
   return success();
 }
 
+/// The f32 result of a multi-tensor pass over `inputs` (nn.nonfinite_flags,
+/// nn.sum_squares): one value per lane of every chunk of every input.
+template <typename OpT>
+static LogicalResult inferLanes(MLIRContext *context, std::optional<Location> loc,
+                                ValueRange inputs, SmallVectorImpl<Type> &types) {
+  int64_t lanes = 0;
+  for (Value input : inputs) {
+    auto type = rankedOf(input);
+    if (!type || !type.hasStaticShape())
+      return inferError<OpT>(loc, "expects operands of static shapes");
+    lanes += NonfiniteFlagsOp::chunksOf(type.getNumElements()) * NonfiniteFlagsOp::kLanes;
+  }
+  types.push_back(RankedTensorType::get({lanes}, Float32Type::get(context)));
+  return success();
+}
+
 LogicalResult NonfiniteFlagsOp::inferReturnTypes(MLIRContext *context,
                                                  std::optional<Location> loc,
                                                  Adaptor adaptor,
                                                  SmallVectorImpl<Type> &types) {
-  int64_t flags = 0;
-  for (Value input : adaptor.getInputs()) {
-    auto type = rankedOf(input);
-    if (!type || !type.hasStaticShape())
-      return inferError<NonfiniteFlagsOp>(loc, "expects operands of static shapes");
-    flags += chunksOf(type.getNumElements()) * kLanes;
-  }
-  types.push_back(RankedTensorType::get({flags}, Float32Type::get(context)));
-  return success();
+  return inferLanes<NonfiniteFlagsOp>(context, loc, adaptor.getInputs(), types);
 }
 
 LogicalResult NonfiniteFlagsOp::verify() {
@@ -1560,15 +1568,7 @@ LogicalResult NonfiniteFlagsOp::verify() {
 
 LogicalResult SumSquaresOp::inferReturnTypes(MLIRContext *context, std::optional<Location> loc,
                                              Adaptor adaptor, SmallVectorImpl<Type> &types) {
-  int64_t sums = 0;
-  for (Value input : adaptor.getInputs()) {
-    auto type = rankedOf(input);
-    if (!type || !type.hasStaticShape())
-      return inferError<SumSquaresOp>(loc, "expects operands of static shapes");
-    sums += NonfiniteFlagsOp::chunksOf(type.getNumElements()) * NonfiniteFlagsOp::kLanes;
-  }
-  types.push_back(RankedTensorType::get({sums}, Float32Type::get(context)));
-  return success();
+  return inferLanes<SumSquaresOp>(context, loc, adaptor.getInputs(), types);
 }
 
 LogicalResult SumSquaresOp::verify() {
