@@ -168,6 +168,7 @@ public:
 
 private:
   void dropIdentityViews(Block &block);
+  void eraseDeadViews(Block &block, llvm::function_ref<bool(Operation *)> eligible);
   void sinkReshapes(Block &block);
   void splitBroadcasts(Block &block);
   void fuseBlock(Block &block);
@@ -780,8 +781,15 @@ void FuseElementwisePass::dropIdentityViews(Block &block) {
     v.replaceAllUsesWith(same);
     bypassed.insert(chain.begin(), chain.end());
   }
+  eraseDeadViews(block, [&](Operation *op) { return bypassed.contains(op); });
+}
+
+/// Erases the views of `block` that nothing reads any more (and `eligible`
+/// admits), last first; each copying one is a copy kernel saved.
+void FuseElementwisePass::eraseDeadViews(Block &block,
+                                         llvm::function_ref<bool(Operation *)> eligible) {
   for (Operation &op : llvm::make_early_inc_range(llvm::reverse(block.getOperations())))
-    if (bypassed.contains(&op) && op.use_empty()) {
+    if (nn::isViewOp(&op) && op.use_empty() && eligible(&op)) {
       if (nn::isCopyingViewOp(&op)) {
         launchesSaved += 1;
         bytesSaved += unfusedBytes(&op);
@@ -973,17 +981,8 @@ void FuseElementwisePass::absorbViews(Block &block) {
           break;
         }
   }
-  auto eraseDeadViews = [&] {
-    for (Operation &op : llvm::make_early_inc_range(llvm::reverse(block.getOperations())))
-      if (nn::isViewOp(&op) && op.use_empty()) {
-        if (nn::isCopyingViewOp(&op)) {
-          launchesSaved += 1;
-          bytesSaved += unfusedBytes(&op);
-        }
-        op.erase();
-      }
-  };
-  eraseDeadViews();
+  auto anyView = [](Operation *) { return true; };
+  eraseDeadViews(block, anyView);
 
   // Chains of two or more copies read by something else: one copy.
   for (Operation &op : llvm::make_early_inc_range(block)) {
@@ -1032,7 +1031,7 @@ void FuseElementwisePass::absorbViews(Block &block) {
     launchesSaved -= 1;
     bytesSaved -= bytesOf(root) + bytesOf(v);
   }
-  eraseDeadViews();
+  eraseDeadViews(block, anyView);
 }
 
 /// A fusion whose result another fusion reads only through views, computing
@@ -1378,8 +1377,8 @@ void FuseElementwisePass::mergeSiblings(Block &block) {
     llvm::append_range(results, second.getResults());
     for (auto [i, r] : llvm::enumerate(results)) {
       Value v = merged.getResult(i);
-      bool ofOther = (i < first.getNumResults()) == (follower == first);
-      if (ofOther && reshaped)
+      bool ofFollower = (i < first.getNumResults()) == (follower == first);
+      if (ofFollower && reshaped)
         v = b.create<nn::ReshapeOp>(r.getLoc(), r.getType(), v,
                                     b.getDenseI64ArrayAttr(
                                         llvm::cast<RankedTensorType>(r.getType()).getShape()));

@@ -204,7 +204,7 @@ struct OptimizerPass : impl::OptimizerBase<OptimizerPass> {
     // update's `scaled_by` (loss scaling's unscale) is multiplied once.
     DenseMap<Value, Value> clipped;
     if (clipGradNorm > 0.0) {
-      Value clip = clipFactor(b, stepLoc, module, updates);
+      Value clip = clipFactor(b, stepLoc, module, updates, stepSkip);
       if (!clip)
         return signalPassFailure();
       for (nn::ApplyGradientOp update : updates) {
@@ -300,9 +300,10 @@ struct OptimizerPass : impl::OptimizerBase<OptimizerPass> {
   /// mixed precision gives every update the same one), its lanes summed, times
   /// the scale squared. The sums have a fixed order, so every run and every
   /// rank (whose gradients the allreduce made equal) gets the same factor.
-  /// Null, with an error, for an update that cannot be clipped.
+  /// `skip` is the step's overflow flag (loss scaling), or null. Null, with
+  /// an error, for an update that cannot be clipped.
   Value clipFactor(OpBuilder &b, Location loc, ModuleOp module,
-                   ArrayRef<nn::ApplyGradientOp> updates) {
+                   ArrayRef<nn::ApplyGradientOp> updates, Value skip) {
     b.setInsertionPoint(updates.back());
     Type f32 = b.getF32Type();
     llvm::MapVector<Value, SmallVector<Value>> byScale;
@@ -337,7 +338,7 @@ struct OptimizerPass : impl::OptimizerBase<OptimizerPass> {
                             /*init_value=*/nullptr);
     }
     Value recorded = norm;
-    if (Value skip = nn::ApplyGradientOp(updates.front()).getSkip())
+    if (skip)
       recorded = b.create<nn::SelectOp>(
           loc, b.create<nn::CmpOp>(loc, nn::CmpPredicate::ne, skip, scalarConstant(b, loc, f32, 0.0)),
           b.create<nn::LoadOp>(loc, scalar, kGradNormState), norm);
