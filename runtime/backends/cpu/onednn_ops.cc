@@ -232,7 +232,7 @@ void Convert(Conversion kind, void* half, float* wide, int64_t count) {
 // Where the memory of a step's argument is.
 enum class Where {
   kOperand,     // the command's operand `operand`, bound at every Run
-  kOwned,       // a buffer of the command's own (Prepared::owned)
+  kOwned,       // the command's own part of the shared owned area (Prepared::owned)
   kScratchpad,  // the shared scratchpad
   kConversion,  // `offset` bytes into the shared conversion area
   kPartials,    // a chunk's part of the shared partial-sums area (chunk_bytes apart)
@@ -286,12 +286,14 @@ struct Step {
 
 struct Prepared {
   std::vector<Step> steps;
-  std::vector<void*> owned;  // workspaces and scratch outputs, freed at the end
+  // Workspaces, recomputed outputs and reordered filters: memory the
+  // command's steps pass among themselves within one run, placed at these
+  // offsets into the owned area that every command shares (commands run one
+  // at a time), which is as large as the largest command's.
+  std::vector<std::pair<memory, size_t>> owned;
+  size_t owned_bytes = 0;
 
-  void Release() {
-    for (void* buffer : owned) std::free(buffer);
-    *this = Prepared();
-  }
+  void Release() { *this = Prepared(); }
 };
 
 struct ConvGeometry {
@@ -436,12 +438,16 @@ struct OneDnnOps::Impl {
   // command's copies lie at offsets from its start.
   void* conversion = nullptr;
   size_t conversion_bytes = 0;
+  // The commands' owned memory (Prepared::owned), likewise shared.
+  void* owned = nullptr;
+  size_t owned_bytes = 0;
 
   ~Impl() {
     for (auto& [command, p] : prepared) p.Release();
     std::free(scratchpad);
     std::free(conversion);
     std::free(partials);
+    std::free(owned);
   }
 
   const fb::Buffer& Buffer(int32_t index) const { return *plan->buffers()->Get(index); }
@@ -498,9 +504,11 @@ struct OneDnnOps::Impl {
   // A buffer the command owns (workspace, recomputed forward output, weights
   // in the layout a primitive chose).
   memory Owned(Prepared& p, const memory::desc& desc) {
-    void* buffer = std::aligned_alloc(64, Aligned(desc.get_size()));
-    p.owned.push_back(buffer);
-    return memory(desc, engine, buffer);
+    memory buffer(desc, engine, DNNL_MEMORY_NONE);  // placed once all are prepared
+    p.owned.push_back({buffer, p.owned_bytes});
+    p.owned_bytes += Aligned(desc.get_size());
+    owned_bytes = std::max(owned_bytes, p.owned_bytes);
+    return buffer;
   }
 
   // Adds a reorder step between operand `operand` (described by `desc`, the
@@ -913,7 +921,7 @@ Status OneDnnOps::Prepare(const Plan& plan, int threads) {
   for (auto& [command, p] : impl.prepared) p.Release();
   impl.prepared.clear();
   impl.scratchpad_bytes = impl.chunk_scratchpad_bytes = impl.conversion_bytes =
-      impl.partials_bytes = 0;
+      impl.partials_bytes = impl.owned_bytes = 0;
   impl.bf16_widened = impl.bf16_widened_to_accumulate = 0;
   impl.threads = std::max(1, threads);
   impl.chunks_per_thread = kChunksPerThread;
@@ -968,7 +976,8 @@ Status OneDnnOps::Prepare(const Plan& plan, int threads) {
       impl.chunk_scratchpad_bytes > 0 ? scratch_part * impl.threads : size_t{0});
   for (auto [area, bytes] : {std::pair{&impl.scratchpad, scratch_bytes},
                              std::pair{&impl.conversion, impl.conversion_bytes},
-                             std::pair{&impl.partials, impl.partials_bytes}}) {
+                             std::pair{&impl.partials, impl.partials_bytes},
+                             std::pair{&impl.owned, impl.owned_bytes}}) {
     std::free(*area);
     *area = std::aligned_alloc(64, Aligned(bytes));
     if (*area == nullptr)
@@ -976,8 +985,12 @@ Status OneDnnOps::Prepare(const Plan& plan, int threads) {
                     "cannot allocate " + std::to_string(bytes) + " bytes for oneDNN's " +
                         (area == &impl.scratchpad   ? "scratchpad"
                          : area == &impl.conversion ? "fp32 conversions"
+                         : area == &impl.owned      ? "workspaces and reordered filters"
                                                     : "filter-gradient partial sums"));
   }
+  for (auto& [command, p] : impl.prepared)
+    for (auto& [buffer, offset] : p.owned)
+      buffer.set_data_handle(static_cast<char*>(impl.owned) + offset);
   for (auto& [command, p] : impl.prepared)
     for (Step& step : p.steps)
       for (Step::Arg& arg : step.args) {
