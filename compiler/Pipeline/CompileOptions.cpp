@@ -93,6 +93,15 @@ std::string CompileOptions::validate() const {
     return ("--batch-size must be in [1, " + llvm::Twine(kMaxBatchSize) + "], got " +
             llvm::Twine(int64_t(batchSize)))
         .str();
+  if (gradAccumulation < 1 || gradAccumulation > kMaxGradAccumulation)
+    return ("--grad-accumulation must be in [1, " + llvm::Twine(kMaxGradAccumulation) +
+            "], got " + llvm::Twine(int64_t(gradAccumulation)))
+        .str();
+  if (batchSize * gradAccumulation > kMaxBatchSize)
+    return ("--batch-size " + llvm::Twine(int64_t(batchSize)) + " x --grad-accumulation " +
+            llvm::Twine(int64_t(gradAccumulation)) + " is over the largest step batch, " +
+            llvm::Twine(kMaxBatchSize))
+        .str();
   if (!(bucketMb > 0.0) || bucketMb > 1024.0 * 1024.0)
     return llvm::formatv("--bucket-mb must be in (0, 1048576], got {0}", double(bucketMb)).str();
   if (allreduceDtype != "fp32" && allreduceDtype != "fp16")
@@ -183,7 +192,8 @@ std::string CompileOptions::validate() const {
           static_cast<const llvm::cl::Option *>(&allreduceDtype),
           static_cast<const llvm::cl::Option *>(&gradCompression),
           static_cast<const llvm::cl::Option *>(&noAllreduceOverlap),
-          static_cast<const llvm::cl::Option *>(&noDataParallel)})
+          static_cast<const llvm::cl::Option *>(&noDataParallel),
+          static_cast<const llvm::cl::Option *>(&gradAccumulation)})
       if (given(*option))
         return ("--" + option->ArgStr + " does not apply to --forward (nothing trains)").str();
 
@@ -216,6 +226,7 @@ std::string CompileOptions::validate() const {
 PipelineOptions CompileOptions::resolve(std::string *lrChoice) const {
   PipelineOptions options;
   options.batchSize = batchSize;
+  options.microBatches = gradAccumulation;
   options.stopAfter = compileTo;
   OptimizerOptions &opt = options.optimizer;
   opt.optimizer = optimizer;
@@ -231,9 +242,11 @@ PipelineOptions CompileOptions::resolve(std::string *lrChoice) const {
       opt.lr = 0.001;
       choice = "Adam's default";
     } else {
-      opt.lr = 0.1 * static_cast<double>(options.batchSize) / 256.0;
+      // The batch each update averages over: every micro-batch's.
+      const int64_t batch = options.batchSize * options.microBatches;
+      opt.lr = 0.1 * static_cast<double>(batch) / 256.0;
       choice = llvm::formatv("0.1 x batch {0} / 256, the linear scaling rule; --lr sets it",
-                             options.batchSize)
+                             batch)
                    .str();
     }
   }

@@ -37,6 +37,10 @@ llvm::cl::OptionCategory &trainingCategory();
 /// far inside int64.
 constexpr int64_t kMaxBatchSize = int64_t(1) << 20;
 
+/// The most micro-batches --grad-accumulation takes: each is a copy of the
+/// forward and backward in the step.
+constexpr int64_t kMaxGradAccumulation = 1024;
+
 struct CompileOptions : public mlir::PassPipelineOptions<CompileOptions> {
   Option<int64_t> batchSize{*this, "batch-size",
                             llvm::cl::desc("Batch size to infer every shape with "
@@ -227,6 +231,12 @@ struct CompileOptions : public mlir::PassPipelineOptions<CompileOptions> {
                                 llvm::cl::cat(trainingCategory())};
   Option<double> decayGamma{*this, "decay-gamma", llvm::cl::desc("Factor of each step decay"),
                             llvm::cl::init(0.1), llvm::cl::cat(trainingCategory())};
+  Option<int64_t> gradAccumulation{
+      *this, "grad-accumulation",
+      llvm::cl::desc("Sum the gradients of N micro-batches of --batch-size images in each "
+                     "step before the update (gradient accumulation): the step trains on N x "
+                     "--batch-size images in the memory of one micro-batch (default 1)"),
+      llvm::cl::init(1), llvm::cl::cat(trainingCategory())};
   Option<double> clipGradNorm{
       *this, "clip-grad-norm",
       llvm::cl::desc("Scale every gradient by min(1, X / (norm + 1e-6)), norm being the L2 "

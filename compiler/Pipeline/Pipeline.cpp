@@ -106,11 +106,11 @@ void buildCompilePipeline(mlir::OpPassManager &pm, const PipelineOptions &option
 
   if (fuseAttention)
     pm.addPass(createFuseAttention());
-  pm.addPass(createBuildEvalStep());
+  pm.addPass(createBuildEvalStep(BuildEvalStepOptions{options.microBatches}));
   pm.addPass(createDecomposeTrainingOps(DecomposeTrainingOpsOptions{options.syncBn}));
   if (options.layout != "nchw")
     pm.addPass(createLayout(LayoutOptions{options.layout, options.filters}));
-  pm.addPass(createAutodiff());
+  pm.addPass(createAutodiff(AutodiffOptions{options.microBatches}));
   pm.addPass(createSimplifyReductions());
   if (!options.mixedPrecision.precision.empty())
     pm.addPass(createMixedPrecision(options.mixedPrecision));

@@ -45,6 +45,9 @@ struct PipelineOptions {
   /// a static batch.
   int64_t batchSize = 0;
   Phase stopAfter = kLastPhase;
+  /// Micro-batches of `batchSize` rows each step accumulates gradients over
+  /// (graphc-autodiff's micro-batches): the step's batch is their product.
+  int64_t microBatches = 1;
   /// The optimizer and its learning-rate schedule (graphc-optimizer's options).
   OptimizerOptions optimizer;
   /// Kernel code generation (graphc-codegen-kernels' options).

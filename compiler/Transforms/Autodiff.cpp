@@ -63,8 +63,9 @@ public:
     }
   }
 
-  void seed(Value loss, Location loc) {
-    adjoints[loss] = scalarConstant(b, loc, b.getF32Type(), 1.0);
+  /// d(step loss)/d(loss) = `value` (1, or 1/N for one of N micro-batches).
+  void seed(Value loss, Location loc, double value) {
+    adjoints[loss] = scalarConstant(b, loc, b.getF32Type(), value);
     adjoints[loss].getDefiningOp()->setAttr(kLossSeedAttr, b.getUnitAttr());
   }
 
@@ -559,12 +560,18 @@ LogicalResult Differentiator::backprop(Operation *op) {
       });
 }
 
-/// Algorithm: 1) check that shapes are static; 2) mark the values that depend
-/// on a parameter; 3) seed d(loss) = 1 and walk @forward backwards, applying
-/// each op's rule and summing adjoints at fan-out; 4) when the walk reaches a
-/// parameter's nn.load its gradient is complete: emit nn.apply_gradient; 5) a
-/// parameter with no gradient is an error naming it; 6) rename to @train_step.
+/// Algorithm: 1) check that shapes are static; 2) with N micro-batches, run
+/// @forward's body on N slices of an N times larger batch (splitMicroBatches)
+/// and return the mean of their losses; 3) mark the values that depend on a
+/// parameter; 4) per micro-batch, right after its forward: seed d(loss) = 1/N
+/// and walk it backwards, applying each op's rule and summing adjoints at
+/// fan-out (and each parameter's gradient over the micro-batches); 5) when the
+/// last micro-batch's walk reaches a parameter's first nn.load, its gradient
+/// is complete: emit nn.apply_gradient; 6) a parameter with no gradient is an
+/// error naming it; 7) rename to @train_step.
 struct AutodiffPass : impl::AutodiffBase<AutodiffPass> {
+  using AutodiffBase::AutodiffBase;
+
   void runOnOperation() override {
     ModuleOp module = getOperation();
     FailureOr<func::FuncOp> found = lookupModelFunction(module, "forward");
@@ -578,37 +585,83 @@ struct AutodiffPass : impl::AutodiffBase<AutodiffPass> {
           op.emitError("autodiff needs static shapes; run graphc-set-batch-size first");
           return signalPassFailure();
         }
+    if (microBatches < 1) {
+      module.emitError("graphc-autodiff: micro-batches must be positive, got ")
+          << static_cast<int64_t>(microBatches);
+      return signalPassFailure();
+    }
 
+    // The forward ops of each micro-batch, and its loss.
     Operation *terminator = body.getTerminator();
-    SmallVector<Operation *> forwardOps;
-    for (Operation &op : body.without_terminator())
-      forwardOps.push_back(&op);
+    SmallVector<SmallVector<Operation *>> segments;
+    SmallVector<Value> losses;
+    if (microBatches == 1) {
+      SmallVector<Operation *> &ops = segments.emplace_back();
+      for (Operation &op : body.without_terminator())
+        ops.push_back(&op);
+      losses.push_back(terminator->getOperand(0));
+    } else {
+      FailureOr<MicroBatches> split = splitMicroBatches(forward, microBatches);
+      if (failed(split))
+        return signalPassFailure();
+      segments = std::move(split->ops);
+      OpBuilder b(terminator);
+      Location loc = terminator->getLoc();
+      Value total;
+      for (ArrayRef<Value> results : split->results) {
+        losses.push_back(results[0]);
+        if (Operation *loss = results[0].getDefiningOp())
+          loss->setAttr(kMicroBatchLossAttr, b.getUnitAttr());
+        total = total ? b.create<nn::AddOp>(loc, total, results[0]).getResult() : results[0];
+      }
+      Type element = typeOf(total).getElementType();
+      total = b.create<nn::MulOp>(
+          loc, total, scalarConstant(b, loc, element, 1.0 / static_cast<double>(microBatches)));
+      terminator->setOperand(0, total);
+      module->setAttr(kMicroBatchesAttr, b.getI64IntegerAttr(microBatches));
+    }
 
-    // A parameter's gradient is complete when the backward walk reaches its
-    // first load in program order.
+    // A parameter's gradient is complete when the backward walk of the last
+    // micro-batch reaches its first load there in program order.
     llvm::StringMap<Operation *> firstLoad;
-    for (auto load : forward.getOps<nn::LoadOp>())
-      firstLoad.try_emplace(load.getVariable(), load);
+    for (Operation *op : segments.back())
+      if (auto load = llvm::dyn_cast<nn::LoadOp>(op))
+        firstLoad.try_emplace(load.getVariable(), op);
 
     OpBuilder b(terminator);
     Differentiator diff(b);
     diff.markActive(forward);
-    diff.seed(terminator->getOperand(0), terminator->getLoc());
-
+    const double seed = 1.0 / static_cast<double>(microBatches);
     llvm::StringMap<Value> gradients;
-    for (Operation *op : llvm::reverse(forwardOps)) {
-      if (failed(diff.backprop(op)))
-        return signalPassFailure();
-      auto load = llvm::dyn_cast<nn::LoadOp>(op);
-      if (!load || !diff.adjointOf(load.getResult()))
-        continue;
-      Value &sum = gradients[load.getVariable()];
-      sum = sum ? b.create<nn::AddOp>(load.getLoc(), sum, diff.adjointOf(load))
-                      .getResult()
-                : diff.adjointOf(load.getResult());
-      if (firstLoad.lookup(load.getVariable()) == op)
-        b.create<nn::ApplyGradientOp>(load.getLoc(), load.getVariable(), sum,
-                                      /*grad_scale=*/Value(), /*skip=*/Value());
+    llvm::StringMap<size_t> summedIn; // the micro-batch gradients[name] was summed in
+    for (auto [index, segment] : llvm::enumerate(segments)) {
+      const bool last = index + 1 == segments.size();
+      // Backward right after this micro-batch's forward, before the next one's.
+      if (!last)
+        b.setInsertionPoint(segments[index + 1].front());
+      else
+        b.setInsertionPoint(terminator);
+      diff.seed(losses[index], terminator->getLoc(), seed);
+      for (Operation *op : llvm::reverse(segment)) {
+        if (failed(diff.backprop(op)))
+          return signalPassFailure();
+        auto load = llvm::dyn_cast<nn::LoadOp>(op);
+        if (!load || !diff.adjointOf(load.getResult()))
+          continue;
+        Value &sum = gradients[load.getVariable()];
+        if (!sum) {
+          sum = diff.adjointOf(load.getResult());
+        } else {
+          auto add = b.create<nn::AddOp>(load.getLoc(), sum, diff.adjointOf(load));
+          if (summedIn.lookup(load.getVariable()) != index)
+            add->setAttr(kGradientSumAttr, b.getUnitAttr());
+          sum = add.getResult();
+        }
+        summedIn[load.getVariable()] = index;
+        if (last && firstLoad.lookup(load.getVariable()) == op)
+          b.create<nn::ApplyGradientOp>(load.getLoc(), load.getVariable(), sum,
+                                        /*grad_scale=*/Value(), /*skip=*/Value());
+      }
     }
 
     // What no gradient reads (the concats sum merged into others).

@@ -64,6 +64,8 @@ void useInferenceForms(func::FuncOp func) {
 /// its running-statistics form and each dropout by its input; 3) replace the
 /// loss by the logits and the count of rows whose argmax equals the label.
 struct BuildEvalStepPass : impl::BuildEvalStepBase<BuildEvalStepPass> {
+  using BuildEvalStepBase::BuildEvalStepBase;
+
   void runOnOperation() override {
     ModuleOp module = getOperation();
     FailureOr<func::FuncOp> found = lookupModelFunction(module, "forward");
@@ -99,6 +101,35 @@ struct BuildEvalStepPass : impl::BuildEvalStepBase<BuildEvalStepPass> {
     loss.erase();
     eval.setFunctionType(b.getFunctionType(
         eval.getArgumentTypes(), {logits.getType(), correct.getType()}));
+    if (microBatches < 1) {
+      module.emitError("graphc-build-eval-step: micro-batches must be positive, got ")
+          << static_cast<int64_t>(microBatches);
+      return signalPassFailure();
+    }
+    if (microBatches > 1 && failed(evaluateInSlices(eval)))
+      return signalPassFailure();
+  }
+
+  /// The step's batch in micro-batches: their logits concatenated in order,
+  /// their hits summed.
+  LogicalResult evaluateInSlices(func::FuncOp eval) {
+    FailureOr<MicroBatches> split = splitMicroBatches(eval, microBatches);
+    if (failed(split))
+      return failure();
+    Operation *terminator = eval.getBody().front().getTerminator();
+    OpBuilder b(terminator);
+    Location loc = terminator->getLoc();
+    SmallVector<Value> logits;
+    Value correct;
+    for (ArrayRef<Value> results : split->results) {
+      logits.push_back(results[0]);
+      correct = correct ? b.create<nn::AddOp>(loc, correct, results[1]).getResult() : results[1];
+    }
+    Value all = b.create<nn::ConcatOp>(loc, logits, /*dim=*/0);
+    terminator->setOperands({all, correct});
+    eval.setFunctionType(
+        b.getFunctionType(eval.getArgumentTypes(), {all.getType(), correct.getType()}));
+    return success();
   }
 };
 

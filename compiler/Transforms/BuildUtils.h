@@ -46,6 +46,39 @@ inline constexpr llvm::StringLiteral kRankState = "graphc.rank";
 /// backward; loss scaling replaces it with the scale.
 inline constexpr llvm::StringLiteral kLossSeedAttr = "graphc.loss_seed";
 
+/// Module attribute graphc-autodiff sets to the number of micro-batches each
+/// step accumulates gradients over (absent: one). graphc-data-parallel reads
+/// it to place a rank's dropout masks in the global batch.
+inline constexpr llvm::StringLiteral kMicroBatchesAttr = "graphc.micro_batches";
+
+/// Unit attribute graphc-autodiff puts on each micro-batch's loss op (with
+/// more than one): where that micro-batch's forward ends and its backward
+/// begins, for graphc-rematerialize.
+inline constexpr llvm::StringLiteral kMicroBatchLossAttr = "graphc.micro_batch_loss";
+
+/// Unit attribute graphc-autodiff puts on each nn.add that adds a
+/// micro-batch's gradient to the sum of the micro-batches before it:
+/// graphc-fuse-elementwise does not join it to the kernel computing that
+/// sum, which would put off every earlier sum to the last micro-batch and
+/// keep each micro-batch's gradients alive until then.
+inline constexpr llvm::StringLiteral kGradientSumAttr = "graphc.gradient_sum";
+
+/// What splitMicroBatches made: per micro-batch, its ops in order (the slices
+/// of the arguments first) and the values it returns.
+struct MicroBatches {
+  llvm::SmallVector<llvm::SmallVector<mlir::Operation *>> ops;
+  llvm::SmallVector<llvm::SmallVector<mlir::Value>> results;
+};
+
+/// Rewrites `func`, whose every argument has the batch as its leading dim,
+/// to take `count` times that batch: its body runs `count` times in a row,
+/// each copy on consecutive rows of every argument (nn.slice of dim 0).
+/// Dropout masks are offset by the copy's place in the step's batch, so the
+/// copies draw what one batch of `count` times the rows would. The old
+/// terminator stays, reading copy 0's results, for the caller to replace.
+/// Errors (an argument without the batch dim) are reported on `func`.
+mlir::FailureOr<MicroBatches> splitMicroBatches(mlir::func::FuncOp func, int64_t count);
+
 /// The function `name` of `module` with its body, or a failure reported on
 /// the module ("the model has no func.func @name with a body").
 mlir::FailureOr<mlir::func::FuncOp> lookupModelFunction(mlir::ModuleOp module,

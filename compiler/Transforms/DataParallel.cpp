@@ -247,7 +247,12 @@ struct DataParallelPass : impl::DataParallelBase<DataParallelPass> {
     }
 
     // 6) Dropout masks of the step draw from this rank's place in the global
-    // batch: element i of rank r is element r * size + i of the global mask.
+    // batch: element i of rank r is element r * size + i of the global mask,
+    // size being the rank's whole mask (a micro-batch's times the number of
+    // micro-batches, whose masks graphc-autodiff already offset within it).
+    int64_t microBatches = 1;
+    if (auto count = module->getAttrOfType<IntegerAttr>(kMicroBatchesAttr))
+      microBatches = count.getInt();
     SmallVector<nn::DropoutMaskOp> masks(body.getOps<nn::DropoutMaskOp>());
     if (!masks.empty()) {
       auto scalar = RankedTensorType::get({}, b.getI64Type());
@@ -259,13 +264,14 @@ struct DataParallelPass : impl::DataParallelBase<DataParallelPass> {
       b.setInsertionPointToStart(&body);
       Value rank = b.create<nn::LoadOp>(step.getLoc(), scalar, kRankState);
       for (nn::DropoutMaskOp mask : masks) {
-        if (mask.getOffset())
-          continue;
         b.setInsertionPoint(mask);
-        int64_t size = llvm::cast<RankedTensorType>(mask.getType()).getNumElements();
+        int64_t size =
+            llvm::cast<RankedTensorType>(mask.getType()).getNumElements() * microBatches;
         Value offset = b.create<nn::MulOp>(mask.getLoc(), rank,
                                            scalarConstant(b, mask.getLoc(), b.getI64Type(),
                                                           static_cast<double>(size)));
+        if (Value within = mask.getOffset())
+          offset = b.create<nn::AddOp>(mask.getLoc(), offset, within);
         mask.getOffsetMutable().assign(offset);
       }
     }

@@ -12,6 +12,8 @@
 //===----------------------------------------------------------------------===//
 
 #include "compiler/Transforms/Passes.h"
+
+#include "compiler/Transforms/BuildUtils.h"
 #include "dialects/nn/IR/NNOps.h"
 #include "dialects/nn/IR/Views.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -404,6 +406,10 @@ void FuseElementwisePass::fuseBlock(Block &block) {
     SmallVector<int> candidates;
     if (!isa<nn::BroadcastOp>(op))
       for (Value operand : op.getOperands()) {
+        // A micro-batch's gradient added to the earlier ones' sum: that sum
+        // is computed (and its operands freed) in its own micro-batch.
+        if (op.hasAttr(kGradientSumAttr) && operand == op.getOperand(0))
+          continue;
         int g = rootOf(operand.getDefiningOp());
         if (g >= 0 && groups[g].shape == shape && !llvm::is_contained(candidates, g))
           candidates.push_back(g);

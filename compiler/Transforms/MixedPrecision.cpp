@@ -568,12 +568,14 @@ LogicalResult MixedPrecisionPass::sinkNarrowings(func::FuncOp func) {
 /// GradScaler's rule (dynamic) or stays (static).
 LogicalResult MixedPrecisionPass::scaleLoss(ModuleOp module, func::FuncOp step) {
   Block &body = step.getBody().front();
-  Operation *seed = nullptr;
+  // One seed per micro-batch (graphc-autodiff's micro-batches), each 1/N.
+  SmallVector<nn::ConstantOp> seeds;
   for (Operation &op : body)
     if (op.hasAttr(kLossSeedAttr))
-      seed = &op;
+      if (auto constant = dyn_cast<nn::ConstantOp>(op))
+        seeds.push_back(constant);
   SmallVector<nn::ApplyGradientOp> updates(step.getOps<nn::ApplyGradientOp>());
-  if (!seed || updates.empty())
+  if (seeds.empty() || updates.empty())
     return step.emitError("graphc-mixed-precision: loss scaling needs @train_step as "
                           "graphc-autodiff writes it (the loss seed and nn.apply_gradient)");
 
@@ -598,11 +600,23 @@ LogicalResult MixedPrecisionPass::scaleLoss(ModuleOp module, func::FuncOp step) 
   if (dynamic)
     declare(kGoodStepsState, scalarI64, nn::Initializer::zeros, std::nullopt);
 
-  // d(loss) = S.
-  b.setInsertionPoint(seed);
+  // d(loss) = S (S/N for each of N micro-batches, as PyTorch's
+  // scaler.scale(loss / N)).
+  b.setInsertionPoint(seeds.front());
   Value lossScale = b.create<nn::LoadOp>(loc, scalarF32, kLossScaleState);
-  seed->getResult(0).replaceAllUsesWith(lossScale);
-  seed->erase();
+  for (nn::ConstantOp seed : seeds) {
+    auto value = llvm::dyn_cast<DenseElementsAttr>(seed.getValue());
+    if (!value || !value.isSplat() || !value.getElementType().isF32())
+      return seed.emitError("graphc-mixed-precision: the loss seed must be an f32 constant");
+    const double fraction = value.getSplatValue<APFloat>().convertToDouble();
+    Value scaled = lossScale;
+    if (fraction != 1.0) {
+      b.setInsertionPoint(seed);
+      scaled = b.create<nn::MulOp>(loc, lossScale, scalarConstant(b, loc, f32, fraction));
+    }
+    seed.getResult().replaceAllUsesWith(scaled);
+    seed.erase();
+  }
 
   // One overflow check of every gradient, after the last of them.
   Operation *terminator = body.getTerminator();

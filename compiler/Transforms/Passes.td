@@ -36,7 +36,22 @@ def Autodiff : Pass<"graphc-autodiff", "::mlir::ModuleOp"> {
       nn.apply_gradient @fc.weight, %dw : tensor<3x4xf32>
       return %1 : tensor<f32>
     ```
+
+    With `micro-batches=N` (gradient accumulation) @train_step takes N times
+    @forward's batch and runs @forward on each of N consecutive slices of it
+    in turn, each followed by its own backward, seeded with d(loss_i) = 1/N:
+    the gradients summed over the micro-batches are those of the mean loss
+    over the step's batch, and only one micro-batch's activations are alive
+    at a time. Each `nn.apply_gradient` follows the last micro-batch's
+    contribution; the step returns the mean of the micro-batches' losses.
+    Batch norm normalizes each micro-batch by its own statistics and updates
+    the running ones once per micro-batch, as PyTorch does when it
+    accumulates.
   }];
+  let options = [
+    Option<"microBatches", "micro-batches", "int64_t", /*default=*/"1",
+           "Micro-batches whose gradients each step sums (gradient accumulation)">
+  ];
   let dependentDialects = ["::graphc::nn::NNDialect"];
 }
 
@@ -52,7 +67,15 @@ def BuildEvalStep : Pass<"graphc-build-eval-step", "::mlir::ModuleOp"> {
     func.func @eval_step(%images: tensor<8x784xf32>, %labels: tensor<8xi32>)
         -> (tensor<8x10xf32>, tensor<i64>)
     ```
+
+    With `micro-batches=N`, @eval_step takes the training step's batch (N
+    times @forward's) and evaluates it in N slices: the logits concatenated,
+    the hits summed.
   }];
+  let options = [
+    Option<"microBatches", "micro-batches", "int64_t", /*default=*/"1",
+           "Micro-batches of @forward's batch in each step">
+  ];
   let dependentDialects = ["::graphc::nn::NNDialect"];
 }
 

@@ -11,6 +11,7 @@
 
 #include "compiler/Transforms/Passes.h"
 
+#include "compiler/Transforms/BuildUtils.h"
 #include "dialects/nn/IR/NNOps.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/IRMapping.h"
@@ -69,6 +70,16 @@ struct RematerializePass : impl::RematerializeBase<RematerializePass> {
   }
 
   void rematerialize(func::FuncOp step);
+
+  /// Values recomputed, and the bytes forward kept for backward before and
+  /// after.
+  struct Counts {
+    int64_t recomputed, keptBefore, keptAfter;
+  };
+  Counts rematerializeSegment(Block &body, ArrayRef<Operation *> order,
+                              const DenseMap<Operation *, int64_t> &position,
+                              const llvm::StringMap<SmallVector<int64_t>> &assigns,
+                              int64_t begin, int64_t boundary);
 };
 
 /// One recomputed value: the ops to clone (operands first) and the values the
@@ -78,8 +89,10 @@ struct Recompute {
   llvm::SetVector<Value> leaves;
 };
 
-/// Algorithm:
-///  1) Forward is everything up to the op that computes the returned loss;
+/// Algorithm, for each micro-batch (one, or those graphc-autodiff split the
+/// step into, each a forward and then its backward):
+///  1) Forward is everything up to the op that computes the micro-batch's
+///     loss (without micro-batches, the returned loss);
 ///     the values forward computes and backward reads (other than to measure
 ///     them) are what the step keeps across the loss: `kept`.
 ///  2) In forward order, for each kept value of at least min-bytes computed
@@ -103,15 +116,52 @@ void RematerializePass::rematerialize(func::FuncOp step) {
   if (!loss || loss->getBlock() != &body)
     return;
 
+  // The step's ops as they are now (clones are added as it goes).
+  SmallVector<Operation *> order;
   DenseMap<Operation *, int64_t> position;
-  for (auto [i, op] : llvm::enumerate(body))
+  for (auto [i, op] : llvm::enumerate(body)) {
     position[&op] = static_cast<int64_t>(i);
-  const int64_t boundary = position.lookup(loss);
+    order.push_back(&op);
+  }
   llvm::StringMap<SmallVector<int64_t>> assigns;
   for (Operation &op : body)
     if (auto assign = dyn_cast<nn::AssignOp>(op))
       assigns[assign.getVariable()].push_back(position.lookup(&op));
 
+  // Each micro-batch: where its forward begins (its slices of the step's
+  // arguments) and its loss.
+  SmallVector<std::pair<int64_t, int64_t>> segments;
+  for (Operation *op : order)
+    if (op->hasAttr(kMicroBatchLossAttr)) {
+      int64_t begin = segments.empty() ? 0 : segments.back().second + 1;
+      while (begin < position.lookup(op) &&
+             llvm::none_of(order[begin]->getOperands(),
+                           [](Value v) { return isa<BlockArgument>(v); }))
+        ++begin;
+      segments.push_back({segments.empty() ? 0 : begin, position.lookup(op)});
+    }
+  if (segments.empty())
+    segments.push_back({0, position.lookup(loss)});
+
+  int64_t recomputed = 0, keptBefore = 0, keptAfter = 0;
+  for (auto [begin, boundary] : segments) {
+    Counts counts = rematerializeSegment(body, order, position, assigns, begin, boundary);
+    recomputed += counts.recomputed;
+    keptBefore += counts.keptBefore;
+    keptAfter += counts.keptAfter;
+  }
+  if (recomputed == 0)
+    return;
+  Builder b(step.getContext());
+  step->getParentOfType<ModuleOp>()->setAttr(
+      kRematerializedAttr, b.getDenseI64ArrayAttr({recomputed, keptBefore, keptAfter}));
+}
+
+/// Steps 1-3 for the forward ops order[begin..boundary] (the last computes
+/// the loss) and the backward after them.
+RematerializePass::Counts RematerializePass::rematerializeSegment(
+    Block &body, ArrayRef<Operation *> order, const DenseMap<Operation *, int64_t> &position,
+    const llvm::StringMap<SmallVector<int64_t>> &assigns, int64_t begin, int64_t boundary) {
   // The first backward op that uses `v` (for any reason); -1 if none.
   auto firstBackwardUse = [&](Value v) -> int64_t {
     int64_t first = -1;
@@ -128,27 +178,25 @@ void RematerializePass::rematerialize(func::FuncOp step) {
     });
   };
 
-  // 1) What forward keeps for backward.
+  // 1) What forward keeps for backward (the step's arguments: counted with
+  // the first micro-batch).
   llvm::DenseSet<Value> kept;
-  for (BlockArgument arg : body.getArguments())
-    if (readInBackward(arg))
-      kept.insert(arg);
-  for (Operation &op : body) {
-    if (position.lookup(&op) > boundary)
-      break;
-    for (Value result : op.getResults())
+  if (begin == 0)
+    for (BlockArgument arg : body.getArguments())
+      if (readInBackward(arg))
+        kept.insert(arg);
+  for (Operation *op : order.slice(begin, boundary - begin + 1))
+    for (Value result : op->getResults())
       if (!isFree(result) && bytesOf(result) > 0 && readInBackward(result))
         kept.insert(result);
-  }
   int64_t keptBefore = 0;
   for (Value v : kept)
     keptBefore += bytesOf(v);
 
   // 2) Choose, in forward order.
   llvm::MapVector<Value, Recompute> chosen;
-  for (Operation &op : body) {
-    if (position.lookup(&op) >= boundary)
-      break;
+  for (Operation *forwardOp : order.slice(begin, boundary - begin)) {
+    Operation &op = *forwardOp;
     if (!isCheap(&op) || !kept.contains(op.getResult(0)))
       continue;
     Value value = op.getResult(0);
@@ -229,13 +277,13 @@ void RematerializePass::rematerialize(func::FuncOp step) {
       kept.insert(leaf);
     chosen[value] = std::move(cone);
   }
-  if (chosen.empty())
-    return;
-
-  // 3) Clone each cone before backward's first use of its value.
   int64_t keptAfter = 0;
   for (Value v : kept)
     keptAfter += bytesOf(v);
+  if (chosen.empty())
+    return {0, keptBefore, keptAfter};
+
+  // 3) Clone each cone before backward's first use of its value.
   for (auto &[value, cone] : chosen) {
     Operation *first = nullptr;
     for (Operation *user : value.getUsers())
@@ -287,10 +335,7 @@ void RematerializePass::rematerialize(func::FuncOp step) {
       return it != position.end() && it->second > boundary;
     });
   }
-  Builder b(step.getContext());
-  step->getParentOfType<ModuleOp>()->setAttr(kRematerializedAttr,
-                b.getDenseI64ArrayAttr({static_cast<int64_t>(chosen.size()),
-                                        keptBefore, keptAfter}));
+  return {static_cast<int64_t>(chosen.size()), keptBefore, keptAfter};
 }
 
 } // namespace

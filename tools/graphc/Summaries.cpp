@@ -230,6 +230,11 @@ void printTrainingSummary(ModuleOp module, const CompileOptions &options,
                           const PipelineOptions &pipeline, llvm::StringRef lrChoice) {
   llvm::raw_ostream &os = llvm::outs();
   const std::string precision = options.amp.empty() ? "fp32" : options.amp.getValue();
+  if (pipeline.microBatches > 1)
+    os << "gradient accumulation: each step sums the gradients of " << pipeline.microBatches
+       << " micro-batches of " << pipeline.batchSize << " (a step trains on "
+       << pipeline.microBatches * pipeline.batchSize
+       << " images; activations are kept for one micro-batch at a time)\n";
   os << "learning rate: " << llvm::format("%g", pipeline.optimizer.lr) << " (" << lrChoice
      << ")\n";
   os << "precision: " << precision;

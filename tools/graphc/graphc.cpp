@@ -418,7 +418,8 @@ int writePlanFile(ModuleOp module, const graphc::PipelineOptions &pipeline,
   graphc::PlanMetadata metadata;
   metadata.signingKey = signingKey;
   metadata.model = llvm::sys::path::stem(modelPath).str();
-  metadata.batchSize = pipeline.batchSize;
+  // The batch graphrun feeds each step: every micro-batch's.
+  metadata.batchSize = pipeline.batchSize * (pipeline.forward ? 1 : pipeline.microBatches);
   metadata.fused = pipeline.fuse;
   if (!options.amp.empty())
     metadata.precision = options.amp;
