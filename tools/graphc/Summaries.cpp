@@ -4,6 +4,7 @@
 
 #include "compiler/Export/PlanExport.h"
 #include "compiler/Lowering/Passes.h"
+#include "compiler/Transforms/BuildUtils.h"
 #include "compiler/Transforms/GradCompression.h"
 #include "dialects/plan/IR/PlanDialect.h"
 #include "llvm/Support/Format.h"
@@ -190,17 +191,21 @@ void printMemoryReport(ModuleOp module) {
     int64_t arena = program.getArenaSize().value_or(0);
     int64_t peak = profile[graphc::kPeakLiveBytes], at = profile[graphc::kPeakCommand];
     int64_t loss = profile[graphc::kLossCommand];
+    // With micro-batches, forward and backward alternate: the loss is the
+    // first micro-batch's.
+    const bool microBatches = module->hasAttr(graphc::kMicroBatchesAttr);
     os << llvm::formatv("  {0}: arena {1}; live peak {2} at command {3} of {4}", program.getSymName(),
                         mebibytes(arena), mebibytes(peak), at, profile[graphc::kCommands]);
-    if (loss >= 0 && program.getSymName() == "train_step")
+    if (loss >= 0 && program.getSymName() == "train_step" && !microBatches)
       os << (at <= loss ? " (forward)" : " (backward)");
     if (peak > 0)
       os << llvm::formatv(", placement {0:f1}% over it", 100.0 * (arena - peak) / peak);
     os << "\n";
     if (loss >= 0 && program.getSymName() == "train_step")
-      os << llvm::formatv("    kept from forward for backward (live across the loss, command "
-                          "{0}): {1} in {2} tensors\n",
-                          loss, mebibytes(profile[graphc::kKeptBytes]),
+      os << llvm::formatv("    kept from forward for backward (live across the {0}loss, command "
+                          "{1}): {2} in {3} tensors\n",
+                          microBatches ? "first micro-batch's " : "", loss,
+                          mebibytes(profile[graphc::kKeptBytes]),
                           profile[graphc::kKeptBuffers]);
   }
 }
