@@ -47,7 +47,7 @@ private:
   FlatSymbolRefAttr newBuffer(Location loc, StringRef name, MemRefType type,
                               plan::Region region, FlatSymbolRefAttr alias = {});
   FlatSymbolRefAttr outputBuffer(Value result, const KernelSignature *signature);
-  bool canWriteStateInPlace(Value result, StringRef state, const KernelSignature *signature);
+  bool canWriteStateInPlace(Value result, nn::AssignOp assign, const KernelSignature *signature);
   FlatSymbolRefAttr rootOf(FlatSymbolRefAttr buffer) {
     auto it = aliasRoot.find(buffer.getValue());
     return it == aliasRoot.end() ? buffer : it->second;
@@ -70,8 +70,10 @@ private:
   DenseMap<Value, FlatSymbolRefAttr> bufferOf;
   DenseMap<Operation *, unsigned> position;
   /// Per state: the last op position that reads it, and how often it is assigned.
-  llvm::StringMap<unsigned> lastRead;
-  llvm::StringMap<unsigned> assignCount;
+  /// Per state: each load's position and its last read (through views).
+  llvm::StringMap<SmallVector<std::pair<unsigned, unsigned>>> reads;
+  /// Per state: the positions of its nn.assigns.
+  llvm::StringMap<SmallVector<unsigned>> assignsAt;
   /// Loads read after their state is overwritten: copies, not views.
   llvm::SmallPtrSet<Operation *, 4> snapshots;
   /// The bucket number of the next blocking allreduce: after every gradient
@@ -93,19 +95,27 @@ FlatSymbolRefAttr LowerToPlanPass::newBuffer(Location loc, StringRef name,
 }
 
 /// A value assigned to state `s` may be computed directly into s's buffer when
-/// nothing reads the old s after the op computing it. The op itself may read s
-/// only when it is elementwise over s (element i is read before element i is
-/// written and never again), and only through an operand the size of s.
-bool LowerToPlanPass::canWriteStateInPlace(Value result, StringRef state,
+/// nothing reads the old s after the op computing it (the reads through
+/// loads before the assign: a load after it reads the new value) and no
+/// other assign to s lies in between (micro-batches update batch norm's
+/// running statistics once each). The op itself may read s only when it is
+/// elementwise over s (element i is read before element i is written and
+/// never again), and only through an operand the size of s.
+bool LowerToPlanPass::canWriteStateInPlace(Value result, nn::AssignOp assign,
                                            const KernelSignature *signature) {
-  if (assignCount.lookup(state) != 1)
-    return false;
+  StringRef state = assign.getVariable();
   Operation *producer = result.getDefiningOp();
-  unsigned pos = position.lookup(producer);
-  auto it = lastRead.find(state);
-  if (it == lastRead.end() || it->second < pos)
+  const unsigned pos = position.lookup(producer), at = position.lookup(assign);
+  if (llvm::any_of(assignsAt.lookup(state),
+                   [&](unsigned other) { return other >= pos && other < at; }))
+    return false;
+  std::optional<unsigned> last;
+  for (auto [load, read] : reads.lookup(state))
+    if (load < at)
+      last = std::max(last.value_or(0), read);
+  if (!last || *last < pos)
     return true;
-  if (it->second > pos)
+  if (*last > pos)
     return false;
   // The producer is the last reader: it must be elementwise over s, and each
   // input that views s the same size as the result (and, in a kernel of
@@ -135,7 +145,7 @@ FlatSymbolRefAttr LowerToPlanPass::outputBuffer(Value result,
   for (Operation *user : result.getUsers()) {
     auto assign = llvm::dyn_cast<nn::AssignOp>(user);
     if (assign && assign.getValue() == result &&
-        canWriteStateInPlace(result, assign.getVariable(), signature))
+        canWriteStateInPlace(result, assign, signature))
       return FlatSymbolRefAttr::get(assign.getVariableAttr().getAttr());
   }
   // One step further: `result` is last read by an nn.zero_at (in place over
@@ -158,7 +168,7 @@ FlatSymbolRefAttr LowerToPlanPass::outputBuffer(Value result,
     for (Operation *maskUser : mask.getResult().getUsers()) {
       auto assign = llvm::dyn_cast<nn::AssignOp>(maskUser);
       if (assign && assign.getValue() == mask.getResult() &&
-          canWriteStateInPlace(result, assign.getVariable(), signature))
+          canWriteStateInPlace(result, assign, signature))
         return FlatSymbolRefAttr::get(assign.getVariableAttr().getAttr());
     }
   }
@@ -465,8 +475,8 @@ LogicalResult LowerToPlanPass::lowerFunction(func::FuncOp func) {
   valueCounter = 0;
   bufferOf.clear();
   position.clear();
-  lastRead.clear();
-  assignCount.clear();
+  reads.clear();
+  assignsAt.clear();
   snapshots.clear();
   nextBucket = 0;
   func.walk([&](dist::AllreduceStartOp start) {
@@ -484,7 +494,7 @@ LogicalResult LowerToPlanPass::lowerFunction(func::FuncOp func) {
   SmallVector<nn::AssignOp> assigns;
   for (Operation &op : body) {
     if (auto assign = llvm::dyn_cast<nn::AssignOp>(op)) {
-      ++assignCount[assign.getVariable()];
+      assignsAt[assign.getVariable()].push_back(position[&op]);
       assigns.push_back(assign);
     }
     auto load = llvm::dyn_cast<nn::LoadOp>(op);
@@ -517,8 +527,7 @@ LogicalResult LowerToPlanPass::lowerFunction(func::FuncOp func) {
         last = position[load];
         break;
       }
-    unsigned &stateLast = lastRead[load.getVariable()];
-    stateLast = std::max(stateLast, last);
+    reads[load.getVariable()].push_back({position[load], last});
   }
 
   moduleBuilder.setInsertionPoint(kernels);

@@ -93,6 +93,38 @@ func.func @train_step(%x: tensor<4xf32>) -> tensor<2x2xf32> {
 
 // -----
 
+// Tests a state assigned twice, as micro-batches update batch norm's running
+// statistics: each update is computed straight into the state, the second
+// reading what the first wrote (its load comes after the first assign). A
+// state read between the op computing its new value and the assign is
+// written there by a copy instead: @r's second update is computed while the
+// old @r is still read.
+// CHECK-LABEL: plan.buffer @m : memref<4xf32> in state
+// CHECK: plan.program @train_step
+// CHECK-NEXT: plan.launch @[[K:k[0-9]+]] [@m, @{{.*}}] -> [@m]
+// CHECK-NEXT: plan.launch @[[K]] [@m, @{{.*}}] -> [@m]
+// CHECK-NEXT: plan.launch @{{k[0-9]+}} [@r, @{{.*}}] -> [@[[NEW:train_step.v[0-9]+]]]
+// CHECK-NEXT: plan.launch @{{k[0-9]+}} [@r] -> [@{{.*}}]
+// CHECK-NEXT: plan.copy [@[[NEW]]] -> [@r]
+// CHECK-NOT: plan.copy
+nn.state @m : tensor<4xf32> = zeros
+nn.state @r : tensor<4xf32> = zeros
+func.func @train_step(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %m0 = nn.load @m : tensor<4xf32>
+  %m1 = nn.add %m0, %x : tensor<4xf32>
+  nn.assign @m, %m1 : tensor<4xf32>
+  %m2 = nn.load @m : tensor<4xf32>
+  %m3 = nn.add %m2, %x : tensor<4xf32>
+  nn.assign @m, %m3 : tensor<4xf32>
+  %r0 = nn.load @r : tensor<4xf32>
+  %r1 = nn.add %r0, %x : tensor<4xf32>
+  %e = nn.exp %r0 : tensor<4xf32>
+  nn.assign @r, %r1 : tensor<4xf32>
+  return %e : tensor<4xf32>
+}
+
+// -----
+
 // Tests that a module without a step function is refused.
 // expected-error@+1 {{nothing to lower: the module has no step function}}
 module {
