@@ -1,10 +1,13 @@
 #!/usr/bin/python3
 """graphrun beside PyTorch on the CPU: throughput, peak memory, and contention.
 
-  benchmarks/pytorch_cpu.py [--rounds 3] [--cases resnet50:8,resnet50:32,vgg16:8]
+  benchmarks/pytorch_cpu.py [--rounds 3] [--cases resnet50:8,resnet50:32,resnet50:8x4,vgg16:8]
                             [--torch-python PY] [--out benchmarks/results] [--name NAME]
 
-For each case (model, batch) it trains ResNet-50 v1.5 or VGG16 from graphc's
+For each case (model, batch; MODEL:BxN for N micro-batches of B a step,
+gradient accumulation: `graphc compile --grad-accumulation N`, and in PyTorch
+N `(loss / N).backward()` calls before the optimizer's step) it trains
+ResNet-50 v1.5 or VGG16 from graphc's
 zoo, or any torchvision classifier graphc import takes (mobilenet_v2,
 densenet121, ...: exported to ONNX by --torch-python in training form at
 224 px with its stochastic depth, which both sides draw, then imported), at 224 px, FP32,
@@ -112,11 +115,13 @@ def export(name, path):
                       dynamo=False, input_names=["input"], output_names=["logits"])
 
 
-def worker(model_name, batch, mode, threads):
+def worker(model_name, batch, mode, threads, micro_batches=1):
     """One PyTorch variant: builds it, answers `run STEPS` lines on stdin with
     a JSON line of step times and the peak RSS since the timed steps began.
     Modes: eager, compile (torch.compile), bf16 (eager under
-    torch.autocast("cpu", dtype=torch.bfloat16)); all channels_last."""
+    torch.autocast("cpu", dtype=torch.bfloat16)); all channels_last. A step
+    is `micro_batches` forward and backward passes of `batch` images, the
+    gradients accumulating, then the optimizer's step."""
     import torch
     torch.set_num_threads(threads)
     torch.manual_seed(0)
@@ -133,11 +138,14 @@ def worker(model_name, batch, mode, threads):
 
     def step():
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=mode == "bf16"):
-            loss = loss_fn(run_model(images), labels)
-        loss.backward()
+        total = 0.0
+        for _ in range(micro_batches):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=mode == "bf16"):
+                loss = loss_fn(run_model(images), labels) / micro_batches
+            loss.backward()
+            total += loss.item()
         opt.step()
-        return loss.item()
+        return total
 
     started = time.perf_counter()
     step()  # torch.compile compiles here
@@ -162,10 +170,10 @@ def worker(model_name, batch, mode, threads):
 
 
 class Worker:
-    def __init__(self, python, model, batch, mode, threads):
+    def __init__(self, python, model, batch, mode, threads, micro_batches=1):
         self.proc = subprocess.Popen(
             [python, os.path.abspath(__file__), "--worker", model, str(batch), mode,
-             str(threads)],
+             str(threads), str(micro_batches)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.ready = self._read(timeout=3600)
         self.peak = 0
@@ -216,8 +224,8 @@ def competitor():
 
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
-        model, batch, mode, threads = sys.argv[2:6]
-        return worker(model, int(batch), mode, int(threads))
+        model, batch, mode, threads, micro_batches = sys.argv[2:7]
+        return worker(model, int(batch), mode, int(threads), int(micro_batches))
     if len(sys.argv) > 1 and sys.argv[1] == "--export":
         return export(sys.argv[2], sys.argv[3])
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -225,8 +233,9 @@ def main():
     parser.add_argument("--contended-rounds", type=int, default=1,
                         help="rounds with one competing CPU-bound process")
     parser.add_argument("--cases", default="resnet50:8,resnet50:32,vgg16:8",
-                        help="MODEL:BATCH,... (models: resnet50, vgg16, or a torchvision "
-                             "classifier graphc import takes)")
+                        help="MODEL:BATCH[xN],... (models: resnet50, vgg16, or a torchvision "
+                             "classifier graphc import takes; xN: N micro-batches of BATCH "
+                             "a step)")
     parser.add_argument("--name", default="pytorch_cpu", help="the output files' name")
     parser.add_argument("--steps", type=int, default=0,
                         help="timed steps per run (default: 4 at batch 8, 3 above)")
@@ -245,11 +254,13 @@ def main():
         sys.exit(f"pytorch_cpu.py: --systems must name some of {SYSTEMS}")
     cases = []
     for item in args.cases.split(","):
-        model, _, batch = item.partition(":")
-        if not re.fullmatch(r"[a-z0-9_]+", model) or not batch.isdigit() or int(batch) < 1:
-            sys.exit(f"pytorch_cpu.py: bad case '{item}' (MODEL:BATCH, MODEL one of "
-                     f"{sorted(MODELS)} or a torchvision classifier)")
-        cases.append((model, int(batch)))
+        model, _, size = item.partition(":")
+        batch, _, micro = size.partition("x")
+        if (not re.fullmatch(r"[a-z0-9_]+", model) or not batch.isdigit() or int(batch) < 1
+                or not (micro == "" or (micro.isdigit() and int(micro) >= 1))):
+            sys.exit(f"pytorch_cpu.py: bad case '{item}' (MODEL:BATCH or MODEL:BATCHxN, MODEL "
+                     f"one of {sorted(MODELS)} or a torchvision classifier)")
+        cases.append((model, int(batch), int(micro or 1)))
     graphc = os.path.join(args.build, "bin", "graphc")
     graphrun_bin = os.path.join(args.build, "bin", "graphrun")
     for path in (graphc, graphrun_bin):
@@ -260,7 +271,7 @@ def main():
 
     # torchvision models: exported by --torch-python, imported by graphc.
     sources = dict((m, os.path.join(ROOT, f)) for m, f in MODELS.items())
-    for model, _ in cases:
+    for model, _, _ in cases:
         if model in sources:
             continue
         onnx_path = os.path.join(plans, f"{model}.onnx")
@@ -276,27 +287,29 @@ def main():
                        stdout=subprocess.DEVNULL)
 
     results = {}
-    for model, batch in cases:
-        steps = args.steps or (4 if batch <= 8 else 3)
-        key = f"{model}:{batch}"
-        entry = results[key] = {"model": model, "batch_size": batch, "steps": steps,
+    for model, batch, micro in cases:
+        steps = args.steps or (4 if batch * micro <= 8 else 3)
+        key = f"{model}:{batch}" + (f"x{micro}" if micro > 1 else "")
+        accumulate = ["--grad-accumulation", str(micro)] if micro > 1 else []
+        entry = results[key] = {"model": model, "batch_size": batch * micro,
+                                "micro_batch": batch, "micro_batches": micro, "steps": steps,
                                 "systems": {s: {"quiet": [], "contended": [], "peak_rss_mib": 0}
                                             for s in systems}}
         # graphc's memory plan at each recomputation setting (compile only).
         entry["arena_mib"] = {}
         for remat in ("all", "fused", "off"):
-            plan = os.path.join(plans, f"{model}-b{batch}-remat-{remat}.plan")
+            plan = os.path.join(plans, f"{model}-b{batch}x{micro}-remat-{remat}.plan")
             out = subprocess.run([graphc, "compile", sources[model],
                                   "--batch-size", str(batch), "--remat", remat,
-                                  "--memory-report", "-o", plan],
+                                  "--memory-report", "-o", plan] + accumulate,
                                  check=True, capture_output=True, text=True).stdout
             arena = re.search(r"train_step: arena ([\d.]+) MiB", out).group(1)
             entry["arena_mib"][remat] = float(arena)
         for s, flags in GRAPHRUN.items():
             if s in systems:
-                plan = os.path.join(plans, f"{model}-b{batch}-{s}.plan")
+                plan = os.path.join(plans, f"{model}-b{batch}x{micro}-{s}.plan")
                 subprocess.run([graphc, "compile", sources[model],
-                                "--batch-size", str(batch), "-o", plan] + flags,
+                                "--batch-size", str(batch), "-o", plan] + flags + accumulate,
                                check=True, stdout=subprocess.DEVNULL)
                 entry["systems"][s]["plan"] = plan
         print(f"compiled {key}: arena {entry['arena_mib']} MiB (recompute all / fused / off)",
@@ -318,7 +331,8 @@ def main():
             else:
                 if (key, system) not in workers:
                     workers[(key, system)] = Worker(args.torch_python, entry["model"],
-                                                    entry["batch_size"], system, args.threads)
+                                                    entry["micro_batch"], system, args.threads,
+                                                    entry["micro_batches"])
                 w = workers[(key, system)]
                 w.peak = 0
                 rate = w.run(entry["steps"], entry["batch_size"])
@@ -337,8 +351,8 @@ def main():
             for system in ("eager", "compile"):
                 if system in systems:
                     workers[(key, system)] = Worker(args.torch_python, results[key]["model"],
-                                                    results[key]["batch_size"], system,
-                                                    args.threads)
+                                                    results[key]["micro_batch"], system,
+                                                    args.threads, results[key]["micro_batches"])
             # Contended rounds between the quiet ones, so that a slowdown
             # compares rounds close in time (a shared host's speed drifts).
             order = []
@@ -366,6 +380,7 @@ def main():
     table = []
     for key, entry in results.items():
         row = {"model": entry["model"], "batch_size": entry["batch_size"],
+               "micro_batches": entry["micro_batches"],
                "steps": entry["steps"], "arena_mib": entry["arena_mib"], "systems": {}}
         for s, runs in entry["systems"].items():
             quiet = statistics.median(runs["quiet"])
@@ -395,7 +410,8 @@ def main():
     print(f"machine: {summary['machine']}; FP32 training, {args.threads} threads, "
           f"PyTorch {summary['pytorch']}; median of {args.rounds} rounds [min, max]")
     for row in table:
-        print(f"{row['model']} batch {row['batch_size']} (graphc arena: recompute all "
+        split = (f" in {row['micro_batches']} micro-batches" if row["micro_batches"] > 1 else "")
+        print(f"{row['model']} batch {row['batch_size']}{split} (graphc arena: recompute all "
               f"{row['arena_mib']['all']:.0f} MiB, fused {row['arena_mib']['fused']:.0f}, "
               f"off {row['arena_mib']['off']:.0f}):")
         base = row["systems"].get("eager")
@@ -420,9 +436,10 @@ def main():
     except ImportError:
         sys.exit("pytorch_cpu.py: matplotlib is missing (apt-get install python3-matplotlib); "
                  "the JSON is written")
-    panels = [("images_per_sec", "images/sec (median)"), ("peak_rss_mib", "peak RSS (MiB)"),
-              ("slowdown", "slowdown beside a busy process")]
-    fig, axes = plt.subplots(len(panels), len(table), figsize=(4 * len(table), 8.5),
+    panels = [("images_per_sec", "images/sec (median)"), ("peak_rss_mib", "peak RSS (MiB)")]
+    if args.contended_rounds:
+        panels.append(("slowdown", "slowdown beside a busy process"))
+    fig, axes = plt.subplots(len(panels), len(table), figsize=(4 * len(table), 2.9 * len(panels)),
                              squeeze=False)
     for c, row in enumerate(table):
         for r, (field, label) in enumerate(panels):
@@ -438,7 +455,9 @@ def main():
                 for i, s in enumerate(names):
                     lo, hi = row["systems"][s]["spread"]
                     ax.plot([i, i], [lo, hi], color="black", linewidth=1)
-                ax.set_title(f"{row['model']}, batch {row['batch_size']}")
+                ax.set_title(f"{row['model']}, batch {row['batch_size']}" +
+                             (f" ({row['micro_batches']} x {row['batch_size'] // row['micro_batches']})"
+                              if row["micro_batches"] > 1 else ""))
             ax.set_ylabel(label, fontsize=8)
             if values:
                 ax.set_ylim(0, max(values) * 1.2)
