@@ -102,6 +102,10 @@ std::string CompileOptions::validate() const {
             llvm::Twine(int64_t(gradAccumulation)) + " is over the largest step batch, " +
             llvm::Twine(kMaxBatchSize))
         .str();
+  if (!(emaDecay >= 0.0 && emaDecay < 1.0))
+    return llvm::formatv("--ema-decay must be in [0, 1) (0: no average), got {0}",
+                         double(emaDecay))
+        .str();
   if (!(bucketMb > 0.0) || bucketMb > 1024.0 * 1024.0)
     return llvm::formatv("--bucket-mb must be in (0, 1048576], got {0}", double(bucketMb)).str();
   if (allreduceDtype != "fp32" && allreduceDtype != "fp16")
@@ -193,7 +197,8 @@ std::string CompileOptions::validate() const {
           static_cast<const llvm::cl::Option *>(&gradCompression),
           static_cast<const llvm::cl::Option *>(&noAllreduceOverlap),
           static_cast<const llvm::cl::Option *>(&noDataParallel),
-          static_cast<const llvm::cl::Option *>(&gradAccumulation)})
+          static_cast<const llvm::cl::Option *>(&gradAccumulation),
+          static_cast<const llvm::cl::Option *>(&emaDecay)})
       if (given(*option))
         return ("--" + option->ArgStr + " does not apply to --forward (nothing trains)").str();
 
@@ -266,6 +271,7 @@ PipelineOptions CompileOptions::resolve(std::string *lrChoice) const {
   opt.decayStepSize = decayStepSize;
   opt.decayGamma = decayGamma;
   opt.clipGradNorm = clipGradNorm;
+  opt.emaDecay = emaDecay;
   options.fuse = !noFuse;
   options.forward = forward;
   options.remat = remat != "off";

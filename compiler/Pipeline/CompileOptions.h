@@ -231,6 +231,14 @@ struct CompileOptions : public mlir::PassPipelineOptions<CompileOptions> {
                                 llvm::cl::cat(trainingCategory())};
   Option<double> decayGamma{*this, "decay-gamma", llvm::cl::desc("Factor of each step decay"),
                             llvm::cl::init(0.1), llvm::cl::cat(trainingCategory())};
+  Option<double> emaDecay{
+      *this, "ema-decay",
+      llvm::cl::desc("Keep an exponential moving average of the weights and batch-norm "
+                     "statistics, moved after every step: ema += (1 - X) (w - ema), the "
+                     "first step copying w (PyTorch's AveragedModel with "
+                     "get_ema_multi_avg_fn(X), use_buffers=True); graphrun --eval "
+                     "evaluates it too; 0: none (default)"),
+      llvm::cl::init(0.0), llvm::cl::cat(trainingCategory())};
   Option<int64_t> gradAccumulation{
       *this, "grad-accumulation",
       llvm::cl::desc("Sum the gradients of N micro-batches of --batch-size images in each "

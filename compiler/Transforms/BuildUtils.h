@@ -32,6 +32,12 @@ inline constexpr llvm::StringLiteral kGoodStepsState = "graphc.loss_scale_good_s
 /// by this name.
 inline constexpr llvm::StringLiteral kGradNormState = "graphc.grad_norm";
 
+/// The weights' exponential moving average (graphc-optimizer's ema-decay):
+/// `graphc.ema.X` averages X, and the i64 `graphc.ema_updates` counts the
+/// updates (the first copies). graphrun evaluates @eval_ema_step on them.
+inline constexpr llvm::StringLiteral kEmaPrefix = "graphc.ema.";
+inline constexpr llvm::StringLiteral kEmaUpdatesState = "graphc.ema_updates";
+
 /// The f32 scalar state holding the number of ranks of a data-parallel job,
 /// which graphrun writes before the first step (synchronized batch norm's
 /// Bessel correction counts the global batch with it).

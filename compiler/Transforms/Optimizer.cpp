@@ -14,6 +14,7 @@
 #include "dialects/nn/IR/NNOps.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/MapVector.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
 
@@ -107,6 +108,8 @@ struct OptimizerPass : impl::OptimizerBase<OptimizerPass> {
       return bad("lars-eta must be > 0, got " + num(larsEta));
     if (!(clipGradNorm >= 0.0))
       return bad("clip-grad-norm must be >= 0 (0: no clipping), got " + num(clipGradNorm));
+    if (!(emaDecay >= 0.0 && emaDecay < 1.0))
+      return bad("ema-decay must be in [0, 1) (0: no average), got " + num(emaDecay));
     if (warmupSteps < 0)
       return bad(llvm::formatv("warmup-steps must be >= 0, got {0}", int64_t(warmupSteps))
                      .str());
@@ -279,6 +282,9 @@ struct OptimizerPass : impl::OptimizerBase<OptimizerPass> {
       update.erase();
     }
 
+    if (emaDecay > 0.0 && failed(averageWeights(b, module, step)))
+      return signalPassFailure();
+
     // A step skipped on overflow (loss scaling) is not counted: the schedule
     // and Adam's bias correction see applied updates only.
     b.setInsertionPoint(step.getBody().front().getTerminator());
@@ -348,6 +354,94 @@ struct OptimizerPass : impl::OptimizerBase<OptimizerPass> {
         b.create<nn::AddOp>(loc, norm, scalarConstant(b, loc, f32, 1e-6)));
     Value below = b.create<nn::CmpOp>(loc, nn::CmpPredicate::lt, factor, one);
     return b.create<nn::SelectOp>(loc, below, factor, one);
+  }
+
+  /// The weights' exponential moving average, at the end of the step: for
+  /// every parameter and every float state of the model's own (not graphc.*,
+  /// not an optimizer's slot), `ema += w (x - ema)` with w = 1 - ema-decay,
+  /// or 1 at the first update, which makes it a copy of x (the averages start
+  /// at zero). A step skipped on overflow moves the averages towards
+  /// unchanged weights, as PyTorch's does after a skipped `scaler.step`.
+  /// Then @eval_ema_step: @eval_step reading the averages.
+  LogicalResult averageWeights(OpBuilder &b, ModuleOp module, func::FuncOp step) {
+    llvm::StringSet<> parameters;
+    for (auto param : module.getOps<nn::ParameterOp>())
+      parameters.insert(param.getSymName());
+    auto slotOfParameter = [&](StringRef name) {
+      auto [owner, slot] = name.rsplit('.');
+      return !slot.empty() && parameters.contains(owner) &&
+             llvm::is_contained({"momentum_buffer", "exp_avg", "exp_avg_sq"}, slot);
+    };
+    SmallVector<std::pair<StringRef, RankedTensorType>> averaged;
+    for (Operation &op : *module.getBody()) {
+      auto name = op.getAttrOfType<StringAttr>(SymbolTable::getSymbolAttrName());
+      auto typeAttr = op.getAttrOfType<TypeAttr>("type");
+      if (!isa<nn::ParameterOp, nn::StateOp>(op) || !name || !typeAttr)
+        continue;
+      auto type = llvm::dyn_cast<RankedTensorType>(typeAttr.getValue());
+      if (!type || !isa<FloatType>(type.getElementType()) ||
+          name.getValue().starts_with("graphc.") || slotOfParameter(name.getValue()))
+        continue;
+      averaged.push_back({name.getValue(), type});
+    }
+    // Last in the module: the other variables keep their places and seeded
+    // initial values, so a plan with the average trains the same weights.
+    auto declare = [&](StringRef name, RankedTensorType type) {
+      if (module.lookupSymbol(name))
+        return;
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToEnd(module.getBody());
+      b.create<nn::StateOp>(module.getLoc(), name, type, nn::Initializer::zeros,
+                            /*init_value=*/nullptr);
+    };
+    Location loc = step.getLoc();
+    Type f32 = b.getF32Type(), i64 = b.getI64Type();
+    auto scalarI64 = RankedTensorType::get({}, i64);
+    declare(kEmaUpdatesState, scalarI64);
+    llvm::StringMap<std::string> averageOf;
+    for (auto [name, type] : averaged) {
+      averageOf[name] = (kEmaPrefix + name).str();
+      declare(averageOf[name], type);
+    }
+
+    b.setInsertionPoint(step.getBody().front().getTerminator());
+    Value updates = b.create<nn::LoadOp>(loc, scalarI64, kEmaUpdatesState);
+    Value first = b.create<nn::CmpOp>(loc, nn::CmpPredicate::eq, updates,
+                                      scalarConstant(b, loc, i64, 0.0));
+    Value weight = b.create<nn::SelectOp>(loc, first, scalarConstant(b, loc, f32, 1.0),
+                                          scalarConstant(b, loc, f32, 1.0 - emaDecay));
+    for (auto [name, type] : averaged) {
+      // After the update's nn.assign: the new value.
+      Value x = b.create<nn::LoadOp>(loc, type, name);
+      Value ema = b.create<nn::LoadOp>(loc, type, averageOf[name]);
+      Value w = weight;
+      if (type.getElementType() != f32)
+        w = b.create<nn::CastOp>(loc, w, TypeAttr::get(type.getElementType()));
+      if (type.getRank() > 0)
+        w = b.create<nn::BroadcastOp>(loc, w, x, b.getDenseI64ArrayAttr({}));
+      Value next = b.create<nn::AddOp>(
+          loc, ema, b.create<nn::MulOp>(loc, w, b.create<nn::SubOp>(loc, x, ema)));
+      b.create<nn::AssignOp>(loc, averageOf[name], next);
+    }
+    b.create<nn::AssignOp>(
+        loc, kEmaUpdatesState,
+        b.create<nn::AddOp>(loc, updates, scalarConstant(b, loc, i64, 1.0)));
+
+    // @eval_ema_step: @eval_step on the averages.
+    auto eval = module.lookupSymbol<func::FuncOp>("eval_step");
+    if (!eval || eval.isExternal())
+      return success();
+    if (module.lookupSymbol("eval_ema_step"))
+      return module.emitError("graphc-optimizer: the module has an @eval_ema_step already");
+    b.setInsertionPointAfter(eval);
+    auto averagedEval = cast<func::FuncOp>(b.clone(*eval));
+    averagedEval.setSymName("eval_ema_step");
+    averagedEval.walk([&](nn::LoadOp load) {
+      auto it = averageOf.find(load.getVariable());
+      if (it != averageOf.end())
+        load.setVariableAttr(FlatSymbolRefAttr::get(b.getContext(), it->second));
+    });
+    return success();
   }
 
   Kind kind = Kind::Sgd;

@@ -413,6 +413,14 @@ def Optimizer : Pass<"graphc-optimizer", "::mlir::ModuleOp"> {
     after `GradScaler.unscale_`): the factor joins each update's
     `scaled_by`, and every update moves after the last gradient.
 
+    With `ema-decay=D`, the step ends by moving an exponential moving average
+    of every parameter and of the model's own float states (batch norm's
+    running statistics) towards their new values: `@graphc.ema.X += w (X -
+    @graphc.ema.X)`, w = 1 - D, or 1 at the first update (a copy), counted by
+    `@graphc.ema_updates` (PyTorch's `AveragedModel` with
+    `get_ema_multi_avg_fn(D)` and `use_buffers=True`). `@eval_ema_step` is
+    `@eval_step` on the averages.
+
     ```mlir
     // before
     nn.apply_gradient @fc.weight, %dw : tensor<10x784xf32>
@@ -456,7 +464,9 @@ def Optimizer : Pass<"graphc-optimizer", "::mlir::ModuleOp"> {
     Option<"decayGamma", "decay-gamma", "double", /*default=*/"0.1",
            "Factor of each step decay">,
     Option<"clipGradNorm", "clip-grad-norm", "double", /*default=*/"0.0",
-           "Largest L2 norm of all gradients together (0: no clipping)">
+           "Largest L2 norm of all gradients together (0: no clipping)">,
+    Option<"emaDecay", "ema-decay", "double", /*default=*/"0.0",
+           "Decay of the weights' exponential moving average (0: none)">
   ];
   let dependentDialects = ["::graphc::nn::NNDialect"];
 }

@@ -251,6 +251,10 @@ Status LoadStates(Executor& exec, const std::string& path, LoadKind kind,
 
 }  // namespace
 
+bool IsWeightAverageState(const std::string& name) {
+  return name.rfind("graphc.ema.", 0) == 0 || name == "graphc.ema_updates";
+}
+
 bool IsCompressionState(const std::string& name) {
   return name.rfind("graphc.powersgd.", 0) == 0 || name.rfind("graphc.dgc.", 0) == 0;
 }
@@ -324,8 +328,9 @@ Status LoadStates(Executor& exec, const std::string& path, LoadKind kind,
 
   // Check everything before writing anything.
   struct Load {
-    int32_t buffer;
+    int32_t buffer;  // -1: a record the plan does not keep, named `record`
     uint64_t begin, end;
+    std::string record;
   };
   std::vector<Load> loads;
   std::set<std::string> wanted;
@@ -343,6 +348,10 @@ Status LoadStates(Executor& exec, const std::string& path, LoadKind kind,
     return Io(path, "was saved with gradient compression's states (its __metadata__ says "
                     "so) but holds none of them");
   size_t started_fresh = 0;
+  // A checkpoint of a plan without the weights' average: the average starts
+  // here (the first update copies the weights).
+  bool average_saved = false;
+  for (const auto& [name, value] : header.items()) average_saved |= IsWeightAverageState(name);
   if (root.states() != nullptr)
     for (const fb::State* state : *root.states()) {
       const fb::Buffer& b = exec.buffer(state->buffer());
@@ -355,6 +364,7 @@ Status LoadStates(Executor& exec, const std::string& path, LoadKind kind,
       // A record, not training state: a checkpoint saved without clipping
       // resumes with clipping on.
       if (!initial && name == "graphc.grad_norm" && !header.contains(name)) continue;
+      if (!initial && !average_saved && IsWeightAverageState(name)) continue;
       wanted.insert(name);
       auto it = header.find(name);
       if (it == header.end())
@@ -392,29 +402,38 @@ Status LoadStates(Executor& exec, const std::string& path, LoadKind kind,
   // Clipping's record of the gradient norm, to a plan that does not clip.
   auto ignored = [&](const std::string& name) {
     if (name == "graphc.grad_norm") return true;
+    if (IsWeightAverageState(name) && (initial || inference || !wanted.count(name)))
+      return true;
     const std::string suffix = ".num_batches_tracked";
     if (initial && name.size() > suffix.size() &&
         name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
       return true;
     return inference && (name.rfind("graphc.", 0) == 0 || IsOptimizerSlot(name, wanted));
   };
-  // A checkpoint's record that the plan does not keep still tiles the data.
-  if (!initial && !wanted.count("graphc.grad_norm") && header.contains("graphc.grad_norm")) {
-    const nlohmann::json& t = header["graphc.grad_norm"];
-    if (!t.is_object() || !t.contains("dtype") || t["dtype"] != "F32" || !t.contains("shape") ||
-        t["shape"] != nlohmann::json::array())
-      return Io(path, "tensor 'graphc.grad_norm': must be an F32 scalar (shape [])");
-    if (!t.contains("data_offsets") || !t["data_offsets"].is_array() ||
-        t["data_offsets"].size() != 2 || !t["data_offsets"][0].is_number_unsigned() ||
-        !t["data_offsets"][1].is_number_unsigned() ||
-        t["data_offsets"][0].get<uint64_t>() > t["data_offsets"][1].get<uint64_t>() ||
-        t["data_offsets"][1].get<uint64_t>() > data_size ||
-        t["data_offsets"][1].get<uint64_t>() - t["data_offsets"][0].get<uint64_t>() != 4)
-      return Io(path, "tensor 'graphc.grad_norm': needs data_offsets holding its 4 bytes "
-                      "within the data");
-    loads.push_back({-1, t["data_offsets"][0].get<uint64_t>(),
-                     t["data_offsets"][1].get<uint64_t>()});
-  }
+  // A checkpoint's records that the plan does not keep (clipping's norm, the
+  // weights' average) still tile the data.
+  if (!initial)
+    for (const auto& [name, t] : header.items()) {
+      if (wanted.count(name) || !(name == "graphc.grad_norm" || IsWeightAverageState(name)))
+        continue;
+      const std::string at = "tensor '" + Printable(name) + "'";
+      if (name == "graphc.grad_norm" &&
+          (!t.is_object() || !t.contains("dtype") || t["dtype"] != "F32" ||
+           !t.contains("shape") || t["shape"] != nlohmann::json::array()))
+        return Io(path, at + ": must be an F32 scalar (shape [])");
+      if (!t.is_object() || !t.contains("data_offsets") || !t["data_offsets"].is_array() ||
+          t["data_offsets"].size() != 2 || !t["data_offsets"][0].is_number_unsigned() ||
+          !t["data_offsets"][1].is_number_unsigned() ||
+          t["data_offsets"][0].get<uint64_t>() > t["data_offsets"][1].get<uint64_t>() ||
+          t["data_offsets"][1].get<uint64_t>() > data_size ||
+          (name == "graphc.grad_norm" &&
+           t["data_offsets"][1].get<uint64_t>() - t["data_offsets"][0].get<uint64_t>() != 4))
+        return Io(path, at + ": needs data_offsets holding its " +
+                            (name == "graphc.grad_norm" ? std::string("4 bytes") : "bytes") +
+                            " within the data");
+      loads.push_back({-1, t["data_offsets"][0].get<uint64_t>(),
+                       t["data_offsets"][1].get<uint64_t>(), name});
+    }
   for (const auto& [name, value] : header.items())
     if (name != "__metadata__" && !wanted.count(name) && !ignored(name))
       return Io(path, "has tensor '" + Printable(name) + "', which the model does not" +
@@ -438,7 +457,7 @@ Status LoadStates(Executor& exec, const std::string& path, LoadKind kind,
   for (const Load& load : sorted) {
     if (initial ? load.begin < covered : load.begin != covered)
       return Io(path, "tensor '" +
-                          (load.buffer < 0 ? std::string("graphc.grad_norm")
+                          (load.buffer < 0 ? Printable(load.record)
                                            : PrintableOf(exec.buffer(load.buffer).name())) +
                           "' starts at " +
                           std::to_string(load.begin) + " of the data, not at " +

@@ -49,7 +49,10 @@ Status SaveCheckpoint(const Executor& exec, const std::string& path,
 // checkpoint without any gradient compression state (IsCompressionState,
 // saved by a plan without compression) leaves them as they started, so that
 // PowerSGD or top-k can take over from plain allreduces (a warm-up); `fresh`
-// then counts them. A file with some of them must have all.
+// then counts them. A file with some of them must have all. The same for the
+// weights' average (IsWeightAverageState): a checkpoint without it starts the
+// average, and a plan without it passes over a checkpoint's (as over
+// clipping's graphc.grad_norm).
 Status LoadCheckpoint(Executor& exec, const std::string& path,
                       std::map<std::string, std::string>* metadata = nullptr,
                       size_t* fresh = nullptr);
@@ -59,6 +62,9 @@ Status LoadCheckpoint(Executor& exec, const std::string& path,
 // .q) or deep gradient compression's (graphc.dgc.<param>.accumulation; its
 // momentum is the parameter's momentum_buffer, as momentum SGD's).
 bool IsCompressionState(const std::string& name);
+// Whether `name` is one of the weights' average's states (graphc compile
+// --ema-decay): graphc.ema.<tensor> and the count graphc.ema_updates.
+bool IsWeightAverageState(const std::string& name);
 // The rank's own part of those states (PowerSGD's error, DGC's
 // accumulation), as opposed to what every rank holds alike (PowerSGD's Q).
 bool IsPerRankCompressionState(const std::string& name);

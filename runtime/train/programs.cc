@@ -78,6 +78,24 @@ StatusOr<Programs> FindPrograms(const Executor& exec) {
                     "eval_step's logits must be f32 [batch " + std::to_string(p.batch) +
                         ", classes], got " + ShapeString(logits));
     p.classes = logits[1];
+    // The same on the weights' average: the same buffers' shapes.
+    StatusOr<int> average = exec.FindProgram("eval_ema_step");
+    if (average.ok()) {
+      const fb::Program& a = exec.program(*average);
+      auto same = [&](int32_t x, int32_t y) {
+        return exec.buffer(x).size() == exec.buffer(y).size() &&
+               exec.buffer(x).dtype() == exec.buffer(y).dtype();
+      };
+      if (a.inputs()->size() != 2 || a.outputs()->size() != 2 ||
+          !same(a.inputs()->Get(0), e.inputs()->Get(0)) ||
+          !same(a.inputs()->Get(1), e.inputs()->Get(1)) ||
+          !same(a.outputs()->Get(0), e.outputs()->Get(0)) ||
+          !same(a.outputs()->Get(1), e.outputs()->Get(1)))
+        return Status(ErrorCode::kUnsupported,
+                      "eval_ema_step must take and return what eval_step does");
+      p.eval_average = *average;
+      p.correct_average = a.outputs()->Get(1);
+    }
   }
   if (p.classes <= 0)
     return Status(ErrorCode::kUnsupported,
@@ -87,8 +105,12 @@ StatusOr<Programs> FindPrograms(const Executor& exec) {
 }
 
 StatusOr<double> Evaluate(Executor& exec, const Programs& p, BatchSource& test,
-                          Communicator& comm, int64_t* evaluated) {
-  const fb::Program& e = exec.program(p.eval);
+                          Communicator& comm, int64_t* evaluated, bool average) {
+  if (average && p.eval_average < 0)
+    return Status(ErrorCode::kInvalidArgument, "the plan has no program 'eval_ema_step'");
+  const int program = average ? p.eval_average : p.eval;
+  const int32_t correct_buffer = average ? p.correct_average : p.correct;
+  const fb::Program& e = exec.program(program);
   int64_t correct_total = 0;
   *evaluated = 0;
   Batch b;
@@ -98,8 +120,8 @@ StatusOr<double> Evaluate(Executor& exec, const Programs& p, BatchSource& test,
     int64_t correct = 0;
     Status status = exec.Write(e.inputs()->Get(0), ImageData(b), ImageBytes(b));
     if (status.ok()) status = exec.Write(e.inputs()->Get(1), b.labels.data(), b.labels.size() * 4);
-    if (status.ok()) status = exec.Run(p.eval);
-    if (status.ok()) status = exec.Read(p.correct, &correct, sizeof(correct));
+    if (status.ok()) status = exec.Run(program);
+    if (status.ok()) status = exec.Read(correct_buffer, &correct, sizeof(correct));
     if (!status.ok()) return status;
     correct_total += correct;
     *evaluated += p.batch;

@@ -18,6 +18,9 @@ namespace graphc::runtime {
 // Checks that `plan` has what training needs; fills the buffers it uses.
 struct Programs {
   int train = -1, eval = -1;  // eval: -1 when the plan has none
+  // eval_step on the weights' average (graphc compile --ema-decay), or -1.
+  int eval_average = -1;
+  int32_t correct_average = -1;
   int32_t images = -1, labels = -1, loss = -1, correct = -1;
   int32_t step_counter = -1;  // graphc.step, where a resumed run continues
   // FP16 loss scaling (graphc compile --amp=fp16): the f32 scale and the i64
@@ -40,10 +43,10 @@ struct Programs {
 StatusOr<Programs> FindPrograms(const Executor& exec);
 
 // Whole batches of the test split (the remainder is dropped): the fraction
-// eval_step counts correct. With several ranks each evaluates its shard of
+// eval_step (or, with `average`, eval_ema_step) counts correct. With several ranks each evaluates its shard of
 // every batch and the counts are summed; `evaluated` gets the examples.
 StatusOr<double> Evaluate(Executor& exec, const Programs& p, BatchSource& test,
-                          Communicator& comm, int64_t* evaluated);
+                          Communicator& comm, int64_t* evaluated, bool average = false);
 
 }  // namespace graphc::runtime
 

@@ -108,7 +108,8 @@ Status BroadcastPlainState(Executor& exec, Communicator& comm) {
   const fb::Plan& root = exec.plan().root();
   if (root.states() == nullptr) return Status::Ok();
   // A model's own plain states (batch-norm statistics): not graphc's
-  // (graphc.*) and not an optimizer's (named after their parameter).
+  // (graphc.*) and not an optimizer's (named after their parameter); and
+  // the weights' average (graphc.ema.*).
   std::set<std::string> parameters;
   for (const fb::State* state : *root.states())
     if (state->trainable()) parameters.insert(StringOf(exec.buffer(state->buffer()).name()));
@@ -119,7 +120,11 @@ Status BroadcastPlainState(Executor& exec, Communicator& comm) {
   std::vector<uint8_t> bytes;
   for (const fb::State* state : *root.states()) {
     const std::string name = StringOf(exec.buffer(state->buffer()).name());
-    if (state->trainable() || name.rfind("graphc.", 0) == 0 || optimizer_state(name)) continue;
+    // And the weights' average, whose batch-norm statistics are each rank's.
+    const bool average = name.rfind("graphc.ema.", 0) == 0;
+    if (!average &&
+        (state->trainable() || name.rfind("graphc.", 0) == 0 || optimizer_state(name)))
+      continue;
     const fb::Buffer& b = exec.buffer(state->buffer());
     bytes.resize(b.size());
     Status status = exec.Read(state->buffer(), bytes.data(), bytes.size());

@@ -110,7 +110,7 @@ class Trainer {
                      const std::vector<double>& rank_rates,
                      const std::vector<double>& rank_median_rates,
                      const std::vector<double>& rank_waits, const nlohmann::json& profile,
-                     double accuracy, int64_t evaluated);
+                     double accuracy, int64_t evaluated, double average_accuracy);
   const Programs& p() const { return programs_; }
 
   const Plan& plan_;
@@ -605,7 +605,7 @@ Status Trainer::Finish() {
     }
   }
 
-  double accuracy = -1;
+  double accuracy = -1, average_accuracy = -1;
   int64_t evaluated = 0;
   if (o_.eval) {
     if (p().eval < 0)
@@ -621,6 +621,17 @@ Status Trainer::Finish() {
     if (const int64_t skipped = data_->test->skipped(); skipped > 0)
       out_ << "; " << skipped << " undecodable, each replaced by the next image";
     out_ << ")\n";
+    if (p().eval_average >= 0) {
+      // The same test batches again, on the weights' average.
+      int64_t averaged = 0;
+      StatusOr<double> on_average =
+          Evaluate(*exec_, p(), *data_->test, comm_, &averaged, /*average=*/true);
+      if (!on_average.ok()) return on_average.status();
+      average_accuracy = *on_average;
+      out_ << "test accuracy of the weights' average: " << std::setprecision(4) << std::fixed
+           << average_accuracy << std::defaultfloat << " (" << averaged << " of "
+           << data_->test->examples() << " test examples)\n";
+    }
   }
   const int64_t skipped = data_->train->skipped() + (data_->test ? data_->test->skipped() : 0);
   if (skipped > 0)
@@ -628,14 +639,15 @@ Status Trainer::Finish() {
   out_ << "----------------------------------------------------------------\n";
   if (o_.report.empty() || rank_ != 0) return Status::Ok();
   return WriteReport(total_rate, median_ms, p90_ms, rank_rates, rank_median_rates, rank_waits,
-                     profile, accuracy, evaluated);
+                     profile, accuracy, evaluated, average_accuracy);
 }
 
 Status Trainer::WriteReport(double total_rate, double median_ms, double p90_ms,
                             const std::vector<double>& rank_rates,
                             const std::vector<double>& rank_median_rates,
                             const std::vector<double>& rank_waits,
-                            const nlohmann::json& profile, double accuracy, int64_t evaluated) {
+                            const nlohmann::json& profile, double accuracy, int64_t evaluated,
+                            double average_accuracy) {
   const fb::Program& step_program = exec_->program(p().train);
   nlohmann::json j = {
       {"model", StringOf(root_.model())},
@@ -686,6 +698,7 @@ Status Trainer::WriteReport(double total_rate, double median_ms, double p90_ms,
   if (o_.eval) {
     j["test_accuracy"] = accuracy;
     j["test_examples"] = evaluated;
+    if (p().eval_average >= 0) j["test_accuracy_ema"] = average_accuracy;
   }
   // Names from the plan may not be UTF-8: replaced, not fatal.
   return WriteFileAtomically(

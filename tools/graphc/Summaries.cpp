@@ -242,6 +242,15 @@ void printTrainingSummary(ModuleOp module, const CompileOptions &options,
        << " images; activations are kept for one micro-batch at a time)\n";
   os << "learning rate: " << llvm::format("%g", pipeline.optimizer.lr) << " (" << lrChoice
      << ")\n";
+  if (pipeline.optimizer.emaDecay > 0.0) {
+    int64_t averaged = 0;
+    for (auto state : module.getOps<graphc::plan::StateOp>())
+      if (state.getBuffer().starts_with(graphc::kEmaPrefix))
+        ++averaged;
+    os << "weight average: " << averaged << " tensors (parameters and batch-norm statistics) "
+       << "averaged after every step, decay " << llvm::format("%g", pipeline.optimizer.emaDecay)
+       << "; graphrun --eval evaluates it too (eval_ema_step)\n";
+  }
   os << "precision: " << precision;
   if (options.amp == "fp16") {
     if (options.lossScale.empty() || options.lossScale == "dynamic")
