@@ -75,6 +75,7 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Process.h"
+#include "llvm/Support/Signals.h"
 #include "llvm/Support/Program.h"
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/Support/ThreadPool.h"
@@ -330,9 +331,14 @@ constexpr std::pair<llvm::StringLiteral, plan::Target> kCudaChips[] = {
 /// Removes a temporary file when it goes out of scope.
 struct TempFile {
   llvm::SmallString<128> path;
+  /// Removed on SIGINT or SIGTERM too (graphc interrupted mid-codegen), not
+  /// only when the compile ends.
+  void removeOnSignal() { llvm::sys::RemoveFileOnSignal(path); }
   ~TempFile() {
-    if (!path.empty())
-      llvm::sys::fs::remove(path);
+    if (path.empty())
+      return;
+    llvm::sys::fs::remove(path);
+    llvm::sys::DontRemoveFileOnSignal(path);
   }
 };
 
@@ -801,6 +807,7 @@ CodegenKernelsPass::compileCpu(ModuleOp kernels, ArrayRef<std::string> names,
       job.part = p;
       if (llvm::sys::fs::createTemporaryFile("graphc-kernels", "o", job.fd, job.object.path))
         return emitError(loc, "cannot create a temporary object file");
+      job.object.removeOnSignal();
     }
   {
     llvm::DefaultThreadPool pool(llvm::optimal_concurrency(jobs.size()));
@@ -849,6 +856,7 @@ CodegenKernelsPass::compileCpu(ModuleOp kernels, ArrayRef<std::string> names,
     TempFile shared;
     if (llvm::sys::fs::createTemporaryFile("graphc-kernels", "so", shared.path))
       return emitError(loc, "cannot create a temporary shared object");
+    shared.removeOnSignal();
     SmallVector<StringRef> argv = {*lld, "-shared", "--hash-style=gnu", "-O2",
                                    "-z", "now", "-o", shared.path};
     for (const Job &job : jobs)
