@@ -397,6 +397,15 @@ struct OptimizerPass : impl::OptimizerBase<OptimizerPass> {
     Location loc = step.getLoc();
     Type f32 = b.getF32Type(), i64 = b.getI64Type();
     auto scalarI64 = RankedTensorType::get({}, i64);
+    // The averages are this pass's own: a module that declares one already
+    // (graphc-opt input; graphc's verifier refuses graphc.* names) is refused.
+    for (StringRef taken : {StringRef(kEmaUpdatesState), StringRef(kEmaPrefix)})
+      for (Operation &op : *module.getBody())
+        if (auto symbol = op.getAttrOfType<StringAttr>(SymbolTable::getSymbolAttrName());
+            symbol && (symbol.getValue() == taken ||
+                       (taken.ends_with(".") && symbol.getValue().starts_with(taken))))
+          return op.emitError("graphc-optimizer: @")
+                 << symbol.getValue() << " is the weights' average's own name";
     declare(kEmaUpdatesState, scalarI64);
     llvm::StringMap<std::string> averageOf;
     for (auto [name, type] : averaged) {

@@ -350,8 +350,11 @@ Status LoadStates(Executor& exec, const std::string& path, LoadKind kind,
   size_t started_fresh = 0;
   // A checkpoint of a plan without the weights' average: the average starts
   // here (the first update copies the weights).
-  bool average_saved = false;
+  bool average_saved = false, average_kept = false;
   for (const auto& [name, value] : header.items()) average_saved |= IsWeightAverageState(name);
+  if (root.states() != nullptr)
+    for (const fb::State* state : *root.states())
+      average_kept |= StringOf(exec.buffer(state->buffer()).name()) == "graphc.ema_updates";
   if (root.states() != nullptr)
     for (const fb::State* state : *root.states()) {
       const fb::Buffer& b = exec.buffer(state->buffer());
@@ -402,8 +405,7 @@ Status LoadStates(Executor& exec, const std::string& path, LoadKind kind,
   // Clipping's record of the gradient norm, to a plan that does not clip.
   auto ignored = [&](const std::string& name) {
     if (name == "graphc.grad_norm") return true;
-    if (IsWeightAverageState(name) && (initial || inference || !wanted.count(name)))
-      return true;
+    if (IsWeightAverageState(name) && (initial || inference || !average_kept)) return true;
     const std::string suffix = ".num_batches_tracked";
     if (initial && name.size() > suffix.size() &&
         name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
@@ -414,13 +416,43 @@ Status LoadStates(Executor& exec, const std::string& path, LoadKind kind,
   // weights' average) still tile the data.
   if (!initial)
     for (const auto& [name, t] : header.items()) {
-      if (wanted.count(name) || !(name == "graphc.grad_norm" || IsWeightAverageState(name)))
-        continue;
+      const bool record = name == "graphc.grad_norm" ||
+                          (IsWeightAverageState(name) && !average_kept && !inference);
+      if (wanted.count(name) || !record) continue;
       const std::string at = "tensor '" + Printable(name) + "'";
       if (name == "graphc.grad_norm" &&
           (!t.is_object() || !t.contains("dtype") || t["dtype"] != "F32" ||
            !t.contains("shape") || t["shape"] != nlohmann::json::array()))
         return Io(path, at + ": must be an F32 scalar (shape [])");
+      // The average's tensors, as the plan that saved them has them: F32
+      // tensors, and the i64 count.
+      if (name != "graphc.grad_norm") {
+        const bool count = name == "graphc.ema_updates";
+        bool good = t.is_object() && t.contains("dtype") &&
+                    t["dtype"] == (count ? "I64" : "F32") && t.contains("shape") &&
+                    t["shape"].is_array() && (!count || t["shape"].empty());
+        uint64_t elements = 1;
+        constexpr uint64_t kMost = uint64_t(1) << 40;
+        if (good)
+          for (const auto& d : t["shape"]) {
+            const uint64_t extent = d.is_number_unsigned() ? d.get<uint64_t>() : kMost + 1;
+            if (extent > kMost || (extent != 0 && elements > kMost / extent)) {
+              good = false;
+              break;
+            }
+            elements *= extent;
+          }
+        if (good && t.contains("data_offsets") && t["data_offsets"].is_array() &&
+            t["data_offsets"].size() == 2 && t["data_offsets"][0].is_number_unsigned() &&
+            t["data_offsets"][1].is_number_unsigned() &&
+            t["data_offsets"][0].get<uint64_t>() <= t["data_offsets"][1].get<uint64_t>())
+          good = t["data_offsets"][1].get<uint64_t>() - t["data_offsets"][0].get<uint64_t>() ==
+                 elements * (count ? 8 : 4);
+        if (!good)
+          return Io(path, at + ": must be " +
+                              (count ? std::string("an I64 scalar (shape [])")
+                                     : "an F32 tensor whose data_offsets hold its shape's bytes"));
+      }
       if (!t.is_object() || !t.contains("data_offsets") || !t["data_offsets"].is_array() ||
           t["data_offsets"].size() != 2 || !t["data_offsets"][0].is_number_unsigned() ||
           !t["data_offsets"][1].is_number_unsigned() ||

@@ -25,6 +25,8 @@ StatusOr<Programs> FindPrograms(const Executor& exec) {
         p.rank_state = state->buffer();
       else if (name == "graphc.grad_norm" && b.dtype() == fb::DType::F32 && b.size() == 4)
         p.grad_norm = state->buffer();
+      else if (name == "graphc.ema_updates" && b.dtype() == fb::DType::I64 && b.size() == 8)
+        p.average_updates = state->buffer();
     }
   if ((p.loss_scale < 0) != (p.skipped_steps < 0))
     return Status(ErrorCode::kUnsupported,
@@ -80,6 +82,9 @@ StatusOr<Programs> FindPrograms(const Executor& exec) {
     p.classes = logits[1];
     // The same on the weights' average: the same buffers' shapes.
     StatusOr<int> average = exec.FindProgram("eval_ema_step");
+    if (average.ok() && p.average_updates < 0)
+      return Status(ErrorCode::kUnsupported,
+                    "the plan has eval_ema_step but no i64 state graphc.ema_updates");
     if (average.ok()) {
       const fb::Program& a = exec.program(*average);
       auto same = [&](int32_t x, int32_t y) {

@@ -23,6 +23,7 @@ struct Programs {
   int32_t correct_average = -1;
   int32_t images = -1, labels = -1, loss = -1, correct = -1;
   int32_t step_counter = -1;  // graphc.step, where a resumed run continues
+  int32_t average_updates = -1;  // graphc.ema_updates: the weights' average's count
   // FP16 loss scaling (graphc compile --amp=fp16): the f32 scale and the i64
   // count of steps skipped on overflow; -1 without.
   int32_t loss_scale = -1, skipped_steps = -1;

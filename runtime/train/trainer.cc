@@ -213,6 +213,13 @@ Status Trainer::Resume() {
                       std::to_string(start_step_) + ", outside [0, " + std::to_string(kMaxSteps) +
                       "]");
   out_ << "resumed from " << Printable(o_.resume) << " at step " << start_step_ << "\n";
+  if (p().average_updates >= 0 && start_step_ > 0) {
+    int64_t updates = 0;
+    GRAPHC_RETURN_IF_ERROR(exec_->Read(p().average_updates, &updates, sizeof(updates)));
+    if (updates == 0)
+      out_ << "the weights' average starts here: the checkpoint has none (saved without "
+              "--ema-decay), so the first step copies the weights\n";
+  }
   if (fresh > 0) {
     bool topk = false;
     for (const fb::State* state : *root_.states())
@@ -622,15 +629,23 @@ Status Trainer::Finish() {
       out_ << "; " << skipped << " undecodable, each replaced by the next image";
     out_ << ")\n";
     if (p().eval_average >= 0) {
-      // The same test batches again, on the weights' average.
-      int64_t averaged = 0;
-      StatusOr<double> on_average =
-          Evaluate(*exec_, p(), *data_->test, comm_, &averaged, /*average=*/true);
-      if (!on_average.ok()) return on_average.status();
-      average_accuracy = *on_average;
+      // The same test batches again, on the weights' average; before its
+      // first update the average is the weights themselves (PyTorch's
+      // AveragedModel starts as a copy), whose accuracy is the line above.
+      int64_t updates = 0, averaged = evaluated;
+      GRAPHC_RETURN_IF_ERROR(exec_->Read(p().average_updates, &updates, sizeof(updates)));
+      average_accuracy = accuracy;
+      if (updates > 0) {
+        StatusOr<double> on_average =
+            Evaluate(*exec_, p(), *data_->test, comm_, &averaged, /*average=*/true);
+        if (!on_average.ok()) return on_average.status();
+        average_accuracy = *on_average;
+      }
       out_ << "test accuracy of the weights' average: " << std::setprecision(4) << std::fixed
            << average_accuracy << std::defaultfloat << " (" << averaged << " of "
-           << data_->test->examples() << " test examples)\n";
+           << data_->test->examples() << " test examples"
+           << (updates > 0 ? ")" : "; no step has updated it yet: the weights themselves)")
+           << "\n";
     }
   }
   const int64_t skipped = data_->train->skipped() + (data_->test ? data_->test->skipped() : 0);

@@ -248,7 +248,7 @@ void printTrainingSummary(ModuleOp module, const CompileOptions &options,
       if (state.getBuffer().starts_with(graphc::kEmaPrefix))
         ++averaged;
     os << "weight average: " << averaged << " tensors (parameters and batch-norm statistics) "
-       << "averaged after every step, decay " << llvm::format("%g", pipeline.optimizer.emaDecay)
+       << "averaged after every step, decay " << llvm::format("%.12g", pipeline.optimizer.emaDecay)
        << "; graphrun --eval evaluates it too (eval_ema_step)\n";
   }
   os << "precision: " << precision;
