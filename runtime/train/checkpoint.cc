@@ -17,6 +17,7 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
+#include <optional>
 #include <set>
 #include <vector>
 
@@ -413,58 +414,49 @@ Status LoadStates(Executor& exec, const std::string& path, LoadKind kind,
     return inference && (name.rfind("graphc.", 0) == 0 || IsOptimizerSlot(name, wanted));
   };
   // A checkpoint's records that the plan does not keep (clipping's norm, the
-  // weights' average) still tile the data.
+  // weights' average) still tile the data, and are what the plan that saved
+  // them wrote: F32 (the norm a scalar), the average's count an I64 scalar.
   if (!initial)
     for (const auto& [name, t] : header.items()) {
-      const bool record = name == "graphc.grad_norm" ||
-                          (IsWeightAverageState(name) && !average_kept && !inference);
-      if (wanted.count(name) || !record) continue;
-      const std::string at = "tensor '" + Printable(name) + "'";
-      if (name == "graphc.grad_norm" &&
-          (!t.is_object() || !t.contains("dtype") || t["dtype"] != "F32" ||
-           !t.contains("shape") || t["shape"] != nlohmann::json::array()))
-        return Io(path, at + ": must be an F32 scalar (shape [])");
-      // The average's tensors, as the plan that saved them has them: F32
-      // tensors, and the i64 count.
-      if (name != "graphc.grad_norm") {
-        const bool count = name == "graphc.ema_updates";
-        bool good = t.is_object() && t.contains("dtype") &&
-                    t["dtype"] == (count ? "I64" : "F32") && t.contains("shape") &&
-                    t["shape"].is_array() && (!count || t["shape"].empty());
-        uint64_t elements = 1;
+      const bool norm = name == "graphc.grad_norm", count = name == "graphc.ema_updates";
+      if (wanted.count(name) ||
+          !(norm || (IsWeightAverageState(name) && !average_kept && !inference)))
+        continue;
+      const std::string at = "tensor '" + Printable(name) + "'", dtype = count ? "I64" : "F32";
+      // Its elements, when its dtype is `dtype` and its shape well-formed.
+      std::optional<uint64_t> elements;
+      if (t.is_object() && t.contains("dtype") && t["dtype"] == dtype && t.contains("shape") &&
+          t["shape"].is_array()) {
         constexpr uint64_t kMost = uint64_t(1) << 40;
-        if (good)
-          for (const auto& d : t["shape"]) {
-            const uint64_t extent = d.is_number_unsigned() ? d.get<uint64_t>() : kMost + 1;
-            if (extent > kMost || (extent != 0 && elements > kMost / extent)) {
-              good = false;
-              break;
-            }
-            elements *= extent;
+        elements = 1;
+        for (const auto& d : t["shape"]) {
+          const uint64_t extent = d.is_number_unsigned() ? d.get<uint64_t>() : kMost + 1;
+          if (extent > kMost || (extent != 0 && *elements > kMost / extent)) {
+            elements.reset();
+            break;
           }
-        if (good && t.contains("data_offsets") && t["data_offsets"].is_array() &&
-            t["data_offsets"].size() == 2 && t["data_offsets"][0].is_number_unsigned() &&
-            t["data_offsets"][1].is_number_unsigned() &&
-            t["data_offsets"][0].get<uint64_t>() <= t["data_offsets"][1].get<uint64_t>())
-          good = t["data_offsets"][1].get<uint64_t>() - t["data_offsets"][0].get<uint64_t>() ==
-                 elements * (count ? 8 : 4);
-        if (!good)
-          return Io(path, at + ": must be " +
-                              (count ? std::string("an I64 scalar (shape [])")
-                                     : "an F32 tensor whose data_offsets hold its shape's bytes"));
+          *elements *= extent;
+        }
       }
-      if (!t.is_object() || !t.contains("data_offsets") || !t["data_offsets"].is_array() ||
-          t["data_offsets"].size() != 2 || !t["data_offsets"][0].is_number_unsigned() ||
-          !t["data_offsets"][1].is_number_unsigned() ||
-          t["data_offsets"][0].get<uint64_t>() > t["data_offsets"][1].get<uint64_t>() ||
-          t["data_offsets"][1].get<uint64_t>() > data_size ||
-          (name == "graphc.grad_norm" &&
-           t["data_offsets"][1].get<uint64_t>() - t["data_offsets"][0].get<uint64_t>() != 4))
-        return Io(path, at + ": needs data_offsets holding its " +
-                            (name == "graphc.grad_norm" ? std::string("4 bytes") : "bytes") +
-                            " within the data");
-      loads.push_back({-1, t["data_offsets"][0].get<uint64_t>(),
-                       t["data_offsets"][1].get<uint64_t>(), name});
+      // Its [begin, end) of the data, when they lie within it.
+      std::optional<std::pair<uint64_t, uint64_t>> range;
+      if (t.is_object() && t.contains("data_offsets") && t["data_offsets"].is_array() &&
+          t["data_offsets"].size() == 2 && t["data_offsets"][0].is_number_unsigned() &&
+          t["data_offsets"][1].is_number_unsigned() &&
+          t["data_offsets"][0].get<uint64_t>() <= t["data_offsets"][1].get<uint64_t>() &&
+          t["data_offsets"][1].get<uint64_t>() <= data_size)
+        range = {t["data_offsets"][0].get<uint64_t>(), t["data_offsets"][1].get<uint64_t>()};
+      const uint64_t bytes = elements.value_or(0) * (count ? 8 : 4);
+      if (norm || count) {
+        if (!elements || !t["shape"].empty())
+          return Io(path, at + ": must be an " + dtype + " scalar (shape [])");
+      } else if (!elements || (range && range->second - range->first != bytes)) {
+        return Io(path, at + ": must be an F32 tensor whose data_offsets hold its shape's bytes");
+      }
+      if (!range || range->second - range->first != bytes)
+        return Io(path, at + ": needs data_offsets holding its " + std::to_string(bytes) +
+                            " bytes within the data");
+      loads.push_back({-1, range->first, range->second, name});
     }
   for (const auto& [name, value] : header.items())
     if (name != "__metadata__" && !wanted.count(name) && !ignored(name))
