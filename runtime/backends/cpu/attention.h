@@ -5,6 +5,9 @@
 // oneDNN's sgemm (single-threaded inside the parallel region); the softmax
 // and its gradient are loops here. Forward saves each row's log-sum-exp, from
 // which the backward recomputes the probabilities (FlashAttention's scheme).
+// A probability below the least normal float (1.2e-38) is computed as +0:
+// subnormal operands cost x86 a microcode assist per operation, and masks
+// such as Swin's (-100 on the scores of another region) make many.
 //
 // In mixed precision q, k, v, o, do, dq, dk and dv are F16 or BF16 (lse and
 // the biases stay F32). A group's operands are widened into per-thread F32

@@ -155,3 +155,70 @@ TEST(CpuAttention, SameBitsOnAnyThreadCount) {
 
 }  // namespace
 }  // namespace graphc::runtime
+
+namespace graphc::runtime {
+namespace {
+
+// A key a mask pushes 100 below the others (Swin's shift mask) has a
+// probability of e^-100, a subnormal float: it is computed as +0, so the
+// masked keys contribute exactly nothing (their v and k gradients and the
+// mask's gradient are +0, no subnormal anywhere), and the rest is as
+// float64 computes it.
+TEST(CpuAttention, MaskedKeysGetExactlyZeroProbability) {
+  AttentionShape s;
+  s.groups = 2, s.queries = 49, s.keys = 49, s.depth = 32, s.values = 32;
+  constexpr int64_t kMasked = 20;  // keys 0 .. 19, for every query
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 0.3f);
+  auto random = [&](int64_t n) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& x : v) x = normal(rng);
+    return v;
+  };
+  const auto q = random(s.groups * s.queries * s.depth), k = random(s.groups * s.keys * s.depth),
+             v = random(s.groups * s.keys * s.values), dout = random(s.groups * s.queries * s.values);
+  std::vector<float> mask(s.queries * s.keys);
+  for (int64_t i = 0; i < s.queries; ++i)
+    for (int64_t j = 0; j < s.keys; ++j) mask[i * s.keys + j] = j < kMasked ? -100.0f : 0.0f;
+  const std::vector<AttentionBias> biases = {{mask.data(), 1, 1}};
+  std::vector<float> o(dout.size()), lse(s.groups * s.queries), dq(q.size()), dk(k.size()),
+      dv(v.size()), dmask(mask.size());
+  AttentionForward(s, q.data(), k.data(), v.data(), biases, o.data(), lse.data(), 2);
+  AttentionBackward(s, q.data(), k.data(), v.data(), o.data(), lse.data(), dout.data(), biases,
+                    dq.data(), dk.data(), dv.data(), {dmask.data()}, 2);
+  for (const auto* part : {&o, &lse, &dq, &dk, &dv, &dmask})
+    for (float x : *part) ASSERT_NE(std::fpclassify(x), FP_SUBNORMAL);
+  for (int64_t g = 0; g < s.groups; ++g)
+    for (int64_t j = 0; j < kMasked; ++j)
+      for (int64_t d = 0; d < s.depth; ++d) {
+        ASSERT_EQ(dk[(g * s.keys + j) * s.depth + d], 0.0f) << "key " << j;
+        ASSERT_EQ(dv[(g * s.keys + j) * s.values + d], 0.0f) << "key " << j;
+      }
+  for (int64_t i = 0; i < s.queries; ++i)
+    for (int64_t j = 0; j < kMasked; ++j) ASSERT_EQ(dmask[i * s.keys + j], 0.0f);
+  // The output against float64 over every key (the masked ones' share is
+  // below 1e-40 there too).
+  double worst = 0;
+  for (int64_t g = 0; g < s.groups; ++g)
+    for (int64_t i = 0; i < s.queries; ++i) {
+      std::vector<double> p(s.keys);
+      double max = -INFINITY, sum = 0;
+      for (int64_t j = 0; j < s.keys; ++j) {
+        double dot = mask[i * s.keys + j];
+        for (int64_t d = 0; d < s.depth; ++d)
+          dot += double{q[(g * s.queries + i) * s.depth + d]} * k[(g * s.keys + j) * s.depth + d];
+        max = std::max(max, p[j] = dot);
+      }
+      for (double& x : p) sum += (x = std::exp(x - max));
+      EXPECT_NEAR(lse[g * s.queries + i], max + std::log(sum), 1e-5);
+      for (int64_t c = 0; c < s.values; ++c) {
+        double want = 0;
+        for (int64_t j = 0; j < s.keys; ++j) want += p[j] / sum * v[(g * s.keys + j) * s.values + c];
+        worst = std::max(worst, std::fabs(o[(g * s.queries + i) * s.values + c] - want));
+      }
+    }
+  EXPECT_LT(worst, 1e-6);
+}
+
+}  // namespace
+}  // namespace graphc::runtime
