@@ -326,7 +326,8 @@ LogicalResult graphc::exportPlan(ModuleOp module, const PlanMetadata &metadata,
       sizeAttr(kArenaSizeAttr), sizeAttr(kStateSizeAttr), sizeAttr(kConstantSizeAttr),
       sizeAttr(kTensorBytesAttr), fbb.CreateVector(buffers), fbb.CreateVector(states),
       fbb.CreateVector(constants), fbb.CreateVector(kernels), fbb.CreateVector(binaries),
-      fbb.CreateVector(programs), digest, signature, signer);
+      fbb.CreateVector(programs), digest, signature, signer,
+      metadata.microBatches > 1 ? metadata.microBatches : 0);
   fb::FinishPlanBuffer(fbb, plan);
   graphc::Status sealed = graphc::SealPlan(
       fbb.GetBufferPointer(), fbb.GetSize(),

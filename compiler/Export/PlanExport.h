@@ -24,6 +24,9 @@ struct PlanMetadata {
   int64_t batchSize = 0;
   std::string precision = "fp32";
   bool fused = false;
+  /// The micro-batches each training step accumulates gradients over
+  /// (batchSize is the step's: their rows together); 1 for none.
+  int64_t microBatches = 1;
   /// Signs the plan (Ed25519) when set; every plan gets a SHA-256 digest.
   std::optional<graphc::SecretKey> signingKey;
 };

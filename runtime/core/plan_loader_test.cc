@@ -65,6 +65,7 @@ struct PlanSpec {
   std::string identifier = "GPLN";
   uint64_t arena_size = 4096, state_size = 1024, constant_size = 64;
   int64_t batch = 2;
+  int64_t micro_batches = 0;
   std::vector<BufferSpec> buffers = {
       {"x", {2, 3, 4, 4}, fb::Region::Arena, 0},        // 0: 384 bytes
       {"w", {5, 3, 3, 3}, fb::Region::State, 0},        // 1: 540 bytes
@@ -252,7 +253,7 @@ struct PlanSpec {
         fbb.CreateVector(programs),
         with_digest ? fbb.CreateVector(std::vector<uint8_t>(32, 0)) : 0,
         key ? fbb.CreateVector(std::vector<uint8_t>(kSignatureBytes, 0)) : 0,
-        key ? fbb.CreateVector(PublicKeyOf(*key).data(), 32) : 0);
+        key ? fbb.CreateVector(PublicKeyOf(*key).data(), 32) : 0, micro_batches);
     fbb.Finish(plan, identifier.c_str());
     std::vector<uint8_t> bytes(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize());
     if (seal && with_digest && identifier == "GPLN")
@@ -392,6 +393,23 @@ TEST(PlanLoaderTest, BatchSizeIsInGraphcsRange) {
   PlanSpec largest;
   largest.batch = int64_t{1} << 20;
   EXPECT_EQ(LoadError(largest), ErrorCode::kOk);
+}
+
+// The micro-batches a step accumulates over (graphc's --grad-accumulation):
+// at most 1024, whole rows each; 0 (absent) and 1 both mean one.
+TEST(PlanLoaderTest, MicroBatchesDivideTheBatch) {
+  for (int64_t micro : {int64_t{-1}, int64_t{3}, int64_t{1025}}) {
+    PlanSpec spec;
+    spec.batch = 8;
+    spec.micro_batches = micro;
+    EXPECT_EQ(LoadError(spec), ErrorCode::kPlanBadValue) << micro;
+  }
+  for (int64_t micro : {int64_t{0}, int64_t{1}, int64_t{4}, int64_t{8}}) {
+    PlanSpec spec;
+    spec.batch = 8;
+    spec.micro_batches = micro;
+    EXPECT_EQ(LoadError(spec), ErrorCode::kOk) << micro;
+  }
 }
 
 // A kernel of independent parts (nn.multi_tensor) writes in place only over an
@@ -689,7 +707,10 @@ TEST(PlanLoaderTest, InspectNamesNhwcCommandsOnly) {
               std::string::npos)
         << text;
     EXPECT_EQ(text.find("layout nhwc") != std::string::npos, nhwc) << text;
-    if (nhwc) EXPECT_NE(text.find("1 MaxPool2d layout nhwc [y] -> [p]"), std::string::npos);
+    if (nhwc)
+      EXPECT_NE(text.find("1 MaxPool2d layout nhwc window 2x2 stride 2x2 [y] -> [p]"),
+                std::string::npos)
+          << text;
   }
 }
 

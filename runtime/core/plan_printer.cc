@@ -55,6 +55,57 @@ fb::Layout LayoutOf(const fb::Command& c) {
   }
 }
 
+// A vector attribute's values joined by `sep` ("" for an absent one).
+std::string Joined(const flatbuffers::Vector<int64_t>* v, const char* sep) {
+  std::string s;
+  if (v == nullptr) return s;
+  for (uint32_t i = 0; i < v->size(); ++i) s += (i ? sep : "") + std::to_string(v->Get(i));
+  return s;
+}
+
+bool AllEqual(const flatbuffers::Vector<int64_t>* v, int64_t value) {
+  if (v == nullptr) return true;
+  for (uint32_t i = 0; i < v->size(); ++i)
+    if (v->Get(i) != value) return false;
+  return true;
+}
+
+// A library command's attributes that differ from their defaults (a 1x1
+// stride, no padding, no dilation, one group, no transposes), as
+// ` name value` pairs: what decides which computation the library runs.
+std::string AttributesOf(const fb::Command& c) {
+  std::ostringstream os;
+  const fb::Opcode op = c.op();
+  const bool conv_op = op == fb::Opcode::Conv2d || op == fb::Opcode::Conv2dBackwardData ||
+                       op == fb::Opcode::Conv2dBackwardFilter;
+  const bool pool_op = op == fb::Opcode::MaxPool2d || op == fb::Opcode::AvgPool2d ||
+                       op == fb::Opcode::MaxPool2dBackward || op == fb::Opcode::AvgPool2dBackward;
+  if (const fb::ConvAttrs* conv = c.conv(); conv != nullptr && conv_op) {
+    if (!AllEqual(conv->strides(), 1)) os << " stride " << Joined(conv->strides(), "x");
+    if (!AllEqual(conv->padding(), 0)) os << " padding " << Joined(conv->padding(), ",");
+    if (!AllEqual(conv->dilations(), 1)) os << " dilation " << Joined(conv->dilations(), "x");
+    if (conv->groups() != 1) os << " groups " << conv->groups();
+  }
+  if (const fb::PoolAttrs* pool = c.pool(); pool != nullptr && pool_op) {
+    os << " window " << Joined(pool->window(), "x");
+    if (!AllEqual(pool->strides(), 1)) os << " stride " << Joined(pool->strides(), "x");
+    if (!AllEqual(pool->padding(), 0)) os << " padding " << Joined(pool->padding(), ",");
+    if (pool->exclude_padding()) os << " exclude_padding";
+  }
+  if (const fb::GemmAttrs* gemm = c.gemm(); gemm != nullptr && op == fb::Opcode::Gemm) {
+    if (gemm->transpose_a()) os << " transpose_a";
+    if (gemm->transpose_b()) os << " transpose_b";
+  }
+  if (const fb::AttentionAttrs* attention = c.attention();
+      attention != nullptr &&
+      (op == fb::Opcode::Attention || op == fb::Opcode::AttentionBackward)) {
+    if (attention->transpose_k()) os << " transpose_k";
+    if (attention->bias_strides() && attention->bias_strides()->size())
+      os << " bias_strides " << Joined(attention->bias_strides(), ",");
+  }
+  return os.str();
+}
+
 // ", N launches, M of one thread" for a PTX binary (one-thread launches run
 // what the GPU mapping could not parallelize, such as full reductions).
 std::string LaunchSummary(const fb::KernelBinary& binary) {
@@ -89,8 +140,11 @@ std::string KernelOpsString(const fb::Kernel& kernel, const char* separator) {
 
 void PrintPlan(const Plan& loaded, const PrintOptions& options, std::ostream& os) {
   const fb::Plan& plan = loaded.root();
-  os << "plan: model " << PrintableOf(plan.model()) << ", batch " << plan.batch_size()
-     << ", precision " << PrintableOf(plan.precision()) << ", "
+  os << "plan: model " << PrintableOf(plan.model()) << ", batch " << plan.batch_size();
+  if (plan.micro_batches() > 1)
+    os << " (" << plan.micro_batches() << " micro-batches of "
+       << plan.batch_size() / plan.micro_batches() << ")";
+  os << ", precision " << PrintableOf(plan.precision()) << ", "
      << (plan.fused() ? "fused" : "unfused") << ", schema v" << plan.version() << ", "
      << loaded.file_size() << " bytes\n";
   os << "targets:";
@@ -264,6 +318,7 @@ void PrintPlan(const Plan& loaded, const PrintOptions& options, std::ostream& os
         // NCHW, the default, goes unsaid: plans before layouts print as they did.
         if (LayoutOf(*c) == fb::Layout::NHWC) os << " layout nhwc";
         if (c->conv() && c->conv()->filter_layout() == fb::Layout::NHWC) os << " filters ohwi";
+        os << AttributesOf(*c);
         os << " [" << List(plan, *c->inputs()) << "] -> [" << List(plan, *c->outputs())
            << "]";
         if (c->in_place() && c->in_place()->size()) os << " in place";

@@ -120,6 +120,13 @@ Status CheckPlanSemantics(const fb::Plan& plan, const LoaderLimits& limits) {
   if (plan.batch_size() < 1 || plan.batch_size() > (int64_t{1} << 20))
     return Fail(ErrorCode::kPlanBadValue,
                 "batch_size " + Str(plan.batch_size()) + " is outside [1, 1048576]");
+  // graphc's --grad-accumulation range; each micro-batch has whole rows.
+  if (plan.micro_batches() < 0 || plan.micro_batches() > 1024 ||
+      (plan.micro_batches() > 1 && plan.batch_size() % plan.micro_batches() != 0))
+    return Fail(ErrorCode::kPlanBadValue,
+                "micro_batches " + Str(plan.micro_batches()) +
+                    " is outside [0, 1024] or does not divide batch_size " +
+                    Str(plan.batch_size()));
   for (uint64_t size : {plan.arena_size(), plan.state_size(), plan.constant_size()})
     if (size > limits.max_region_bytes)
       return Fail(ErrorCode::kPlanBufferOutOfRange,

@@ -309,6 +309,9 @@ Status Trainer::OpenData() {
                       std::to_string(steps_) + " more steps passes " + std::to_string(kMaxSteps));
   warmup_ = std::min<int64_t>(o_.warmup, std::max<int64_t>(steps_ - 1, 0));
   out_ << "model: " << PrintableOf(root_.model()) << ", batch " << p().batch;
+  if (root_.micro_batches() > 1)
+    out_ << " (" << root_.micro_batches() << " micro-batches of "
+         << p().batch / root_.micro_batches() << ")";
   if (ranks_ > 1) out_ << " per rank x " << ranks_ << " ranks = " << p().batch * ranks_;
   out_ << ", " << (root_.fused() ? "fused" : "unfused") << ", " << PrintableOf(root_.precision())
        << "; data: " << data_->name << " (" << source.examples() << " examples); " << steps_
@@ -699,6 +702,7 @@ Status Trainer::WriteReport(double total_rate, double median_ms, double p90_ms,
   j["per_rank_total_images_per_sec"] = rank_rates;
   j["per_rank_collective_wait_seconds"] = rank_waits;
   j["global_batch_size"] = p().batch * ranks_;
+  j["micro_batches"] = std::max<int64_t>(1, root_.micro_batches());
   if (scaled_) {
     j["loss_scale"] = loss_scale_;
     j["skipped_steps"] = skipped_;

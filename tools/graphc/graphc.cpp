@@ -421,6 +421,7 @@ int writePlanFile(ModuleOp module, const graphc::PipelineOptions &pipeline,
   // The batch graphrun feeds each step: every micro-batch's.
   metadata.batchSize = pipeline.batchSize * (pipeline.forward ? 1 : pipeline.microBatches);
   metadata.fused = pipeline.fuse;
+  metadata.microBatches = pipeline.forward ? 1 : pipeline.microBatches;
   if (!options.amp.empty())
     metadata.precision = options.amp;
   std::string plan;
