@@ -396,6 +396,11 @@ int Threads(int threads, int64_t tasks) {
 
 int64_t AttentionBf16ProductFallbacks() { return bf16_fallbacks.load(); }
 
+bool Bf16ProductsPay(const AttentionShape& s) {
+  return std::min(s.queries, kAttentionBlock) * s.keys * std::max(s.depth, s.values) >=
+         kAttentionBf16MinProduct;
+}
+
 void AttentionForward(const AttentionShape& s, const void* q, const void* k, const void* v,
                       const std::vector<AttentionBias>& biases, void* o, float* lse,
                       int threads) {

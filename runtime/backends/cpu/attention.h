@@ -16,8 +16,9 @@
 // dv), the scores' gradient before it multiplies k and q, each result once
 // from its F32 sum. The bias gradients take the unrounded scores' gradient.
 // On a CPU with bf16 instructions (AMX, AVX512-BF16) BF16 products run on
-// oneDNN's bf16 matmul from the stored (or rounded) bf16 values instead:
-// the same values multiplied, summed in F32 in oneDNN's order.
+// oneDNN's bf16 matmul from the stored (or rounded) bf16 values instead,
+// where the products are large enough to gain (Bf16ProductsPay): the same
+// values multiplied, summed in F32 in oneDNN's order.
 
 #ifndef GRAPHC_RUNTIME_BACKENDS_CPU_ATTENTION_H_
 #define GRAPHC_RUNTIME_BACKENDS_CPU_ATTENTION_H_
@@ -46,6 +47,17 @@ struct AttentionShape {
   // points, the f32 sums in another order.
   bool bf16_products = false;
 };
+
+// Whether a kBf16 attention of this shape runs its products in bf16 on a
+// CPU with bf16 instructions: only where a block's products are large
+// enough (kAttentionBlock x Lk x D multiply-adds, at least
+// kAttentionBf16MinProduct). Each oneDNN matmul call costs a few
+// microseconds of its own, more than the bf16 instructions save on a small
+// product: Swin's 7x7 windows (49 tokens, 32 per head) trained 30-40%
+// slower than on widened copies (sgemm), ViT-B's 197 tokens of 64 per head
+// 10-20% faster; 64 tokens of 64 break even (Intel Xeon with AMX, 2 cores).
+inline constexpr int64_t kAttentionBf16MinProduct = int64_t{1} << 18;
+bool Bf16ProductsPay(const AttentionShape& shape);
 
 // A bias added to the scores: `count` slices of [Lq, Lk]; group g adds
 // slice (g / stride) % count.

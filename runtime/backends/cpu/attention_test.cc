@@ -222,3 +222,24 @@ TEST(CpuAttention, MaskedKeysGetExactlyZeroProbability) {
 
 }  // namespace
 }  // namespace graphc::runtime
+
+namespace graphc::runtime {
+namespace {
+
+// bf16 products only where they gain: not for Swin's 7x7 windows (49 tokens,
+// 32 per head), for ViT-B's 197 tokens of 64 per head.
+TEST(CpuAttention, Bf16ProductsOnlyForLargeEnoughProducts) {
+  AttentionShape swin;
+  swin.groups = 1536, swin.queries = swin.keys = 49, swin.depth = swin.values = 32;
+  EXPECT_FALSE(Bf16ProductsPay(swin));
+  AttentionShape vit;
+  vit.groups = 96, vit.queries = vit.keys = 197, vit.depth = vit.values = 64;
+  EXPECT_TRUE(Bf16ProductsPay(vit));
+  // A block's products: 64 queries at most, however long the sequence.
+  AttentionShape one_query = vit;
+  one_query.queries = 1;
+  EXPECT_FALSE(Bf16ProductsPay(one_query));
+}
+
+}  // namespace
+}  // namespace graphc::runtime

@@ -1037,7 +1037,8 @@ Status OneDnnOps::Run(const fb::Command& command, const DeviceMemory* operands) 
     shape.type = dtype == fb::DType::F16    ? AttentionType::kF16
                  : dtype == fb::DType::BF16 ? AttentionType::kBf16
                                             : AttentionType::kF32;
-    shape.bf16_products = shape.type == AttentionType::kBf16 && impl.native_bf16;
+    shape.bf16_products =
+        shape.type == AttentionType::kBf16 && impl.native_bf16 && Bf16ProductsPay(shape);
     auto f = [&](uint32_t i) { return static_cast<float*>(operands[i].address); };
     auto a = [&](uint32_t i) { return operands[i].address; };
     // Operands in the plan's order: the inputs (biases last), then the
