@@ -410,6 +410,13 @@ TEST(PlanLoaderTest, MicroBatchesDivideTheBatch) {
     spec.micro_batches = micro;
     EXPECT_EQ(LoadError(spec), ErrorCode::kOk) << micro;
   }
+  // The bound itself (graphc's --grad-accumulation limit), where it divides.
+  PlanSpec most;
+  most.batch = 1024;
+  most.micro_batches = 1024;
+  EXPECT_EQ(LoadError(most), ErrorCode::kOk);
+  most.batch = most.micro_batches = 2048;
+  EXPECT_EQ(LoadError(most), ErrorCode::kPlanBadValue);
 }
 
 // A kernel of independent parts (nn.multi_tensor) writes in place only over an

@@ -29,10 +29,15 @@ namespace {
 
 constexpr int kLanes = 8;  // independent partial maxima and sums per row
 
-// Below this, e^x is under the least normal float (e^-87 is 1.6e-38).
+// Below this, e^x is flushed to +0: e^-87 (1.6e-38) is just above the least
+// normal float (1.2e-38, e^-87.34), so the exponential never forms a
+// subnormal; kProbabilityMin is e^-87 as a float, the same cut for the
+// forward's scaled probabilities as the backward's recomputed ones.
 constexpr float kExpNormalLow = -87.0f;
+constexpr float kProbabilityMin = 1.64581143e-38f;
 
-// e^x, or +0 where e^x would be subnormal. A probability that small is
+// e^x, or +0 below e^-87 (where e^x nears the subnormals). A probability
+// that small is
 // nothing to a row whose largest is 1, but subnormal operands make x86's
 // products an order of magnitude slower (a microcode assist per operation),
 // in the exponential itself, the products with v, and the whole backward:
@@ -45,13 +50,13 @@ inline float ExpNormal(float x) {
   return x < kExpNormalLow ? 0.0f : y;
 }
 
-// row[j] = e^(row[j] - shift), j < n (+0 where subnormal, as in SoftmaxRow).
+// row[j] = e^(row[j] - shift), j < n (+0 below e^-87, as in SoftmaxRow).
 GRAPHC_ROW_CLONES void ExpShifted(float* row, int64_t n, float shift) {
   for (int64_t j = 0; j < n; ++j) row[j] = ExpNormal(row[j] - shift);
 }
 
 // The row's softmax, in place (max-subtracted; the sum in double; a
-// probability below the least normal float is +0, see ExpNormal); returns
+// probability below e^-87 is +0, see ExpNormal); returns
 // its log-sum-exp. A NaN score makes the row NaN.
 GRAPHC_ROW_CLONES float SoftmaxRow(float* row, int64_t n) {
   float lane_max[kLanes];
@@ -70,12 +75,13 @@ GRAPHC_ROW_CLONES float SoftmaxRow(float* row, int64_t n) {
   double sum = 0;
   for (int l = 0; l < kLanes; ++l) sum += lane_sum[l];
   for (; j < n; ++j) sum += row[j];
-  // The scaled probabilities flushed as the exponentials were (a value at
-  // most the sum times the least normal may scale below it).
+  // The scaled probabilities flushed as the backward's e^(s - lse) is
+  // (scaling may take a kept exponential below e^-87, even below the least
+  // normal float).
   const float inverse = static_cast<float>(1.0 / sum);
   for (j = 0; j < n; ++j) {
     const float p = row[j] * inverse;
-    row[j] = p < std::numeric_limits<float>::min() ? 0.0f : p;
+    row[j] = p < kProbabilityMin ? 0.0f : p;
   }
   return max + static_cast<float>(std::log(sum));
 }

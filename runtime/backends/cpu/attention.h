@@ -5,9 +5,10 @@
 // oneDNN's sgemm (single-threaded inside the parallel region); the softmax
 // and its gradient are loops here. Forward saves each row's log-sum-exp, from
 // which the backward recomputes the probabilities (FlashAttention's scheme).
-// A probability below the least normal float (1.2e-38) is computed as +0:
-// subnormal operands cost x86 a microcode assist per operation, and masks
-// such as Swin's (-100 on the scores of another region) make many.
+// A probability below e^-87 (1.6e-38, just above the least normal float)
+// is computed as +0: subnormal operands cost x86 a microcode assist per
+// operation, and masks such as Swin's (-100 on the scores of another
+// region) make many.
 //
 // In mixed precision q, k, v, o, do, dq, dk and dv are F16 or BF16 (lse and
 // the biases stay F32). A group's operands are widened into per-thread F32
@@ -50,8 +51,8 @@ struct AttentionShape {
 
 // Whether a kBf16 attention of this shape runs its products in bf16 on a
 // CPU with bf16 instructions: only where a block's products are large
-// enough (kAttentionBlock x Lk x D multiply-adds, at least
-// kAttentionBf16MinProduct). Each oneDNN matmul call costs a few
+// enough (min(Lq, kAttentionBlock) x Lk x max(D, Dv) multiply-adds, at
+// least kAttentionBf16MinProduct). Each oneDNN matmul call costs a few
 // microseconds of its own, more than the bf16 instructions save on a small
 // product: Swin's 7x7 windows (49 tokens, 32 per head) trained 30-40%
 // slower than on widened copies (sgemm), ViT-B's 197 tokens of 64 per head

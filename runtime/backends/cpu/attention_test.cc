@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -236,9 +237,49 @@ TEST(CpuAttention, Bf16ProductsOnlyForLargeEnoughProducts) {
   vit.groups = 96, vit.queries = vit.keys = 197, vit.depth = vit.values = 64;
   EXPECT_TRUE(Bf16ProductsPay(vit));
   // A block's products: 64 queries at most, however long the sequence.
-  AttentionShape one_query = vit;
-  one_query.queries = 1;
-  EXPECT_FALSE(Bf16ProductsPay(one_query));
+  AttentionShape long_windows = swin;
+  long_windows.queries = 4096;
+  EXPECT_FALSE(Bf16ProductsPay(long_windows));
+  // 2^18 multiply-adds exactly, the larger of q's and v's depths.
+  AttentionShape even;
+  even.groups = 8, even.queries = even.keys = 64, even.depth = even.values = 64;
+  EXPECT_TRUE(Bf16ProductsPay(even));
+  even.depth = 16;
+  EXPECT_TRUE(Bf16ProductsPay(even));
+  even.values = 63;
+  EXPECT_FALSE(Bf16ProductsPay(even));
+}
+
+// Scores that make the cut only after the row's scaling (e^-86.9 is kept,
+// half of it is below e^-87), a NaN score, and a row masked to -inf: the
+// scaled probability is +0 too, a NaN still makes its row NaN (a diverged
+// model must not train on), and -inf everywhere is NaN as 0/0 is.
+TEST(CpuAttention, SmallProbabilitiesAndNaNsAfterScaling) {
+  AttentionShape s;
+  s.groups = 1, s.queries = 3, s.keys = 3, s.depth = 1, s.values = 1;
+  const std::vector<float> q(3, 0.0f), k(3, 0.0f), v = {0.0f, 0.0f, 1.0f};
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> bias = {0.0f, 0.0f, -86.9f,  // row 0
+                                   0.0f, nan,  0.0f,    // row 1
+                                   -inf, -inf, -inf};   // row 2
+  std::vector<float> o(3), lse(3);
+  AttentionForward(s, q.data(), k.data(), v.data(), {{bias.data(), 1, 1}}, o.data(), lse.data(),
+                   2);
+  EXPECT_EQ(o[0], 0.0f);  // e^-86.9 / 2, below e^-87: not a subnormal 9.4e-39
+  EXPECT_NEAR(lse[0], std::log(2.0), 1e-6);
+  EXPECT_TRUE(std::isnan(o[1]) && std::isnan(lse[1]));
+  EXPECT_TRUE(std::isnan(o[2]));
+  // The backward recomputes the same cut from lse: key 2 gets nothing.
+  const std::vector<float> dout = {1.0f, 0.0f, 0.0f};
+  std::vector<float> dq(3), dk(3), dv(3), dbias(9);
+  const std::vector<float> bias0 = {0.0f, 0.0f, -86.9f, 0, 0, 0, 0, 0, 0};
+  AttentionShape one = s;
+  one.queries = 1;
+  AttentionBackward(one, q.data(), k.data(), v.data(), o.data(), lse.data(), dout.data(),
+                    {{bias0.data(), 1, 1}}, dq.data(), dk.data(), dv.data(), {dbias.data()}, 2);
+  EXPECT_EQ(dv[2], 0.0f);
+  EXPECT_EQ(dbias[2], 0.0f);
 }
 
 }  // namespace
