@@ -38,21 +38,21 @@ std::string List(const fb::Plan& plan, const flatbuffers::Vector<int32_t>& indic
   return s;
 }
 
+bool IsConvolution(fb::Opcode op) {
+  return op == fb::Opcode::Conv2d || op == fb::Opcode::Conv2dBackwardData ||
+         op == fb::Opcode::Conv2dBackwardFilter;
+}
+
+bool IsPooling(fb::Opcode op) {
+  return op == fb::Opcode::MaxPool2d || op == fb::Opcode::AvgPool2d ||
+         op == fb::Opcode::MaxPool2dBackward || op == fb::Opcode::AvgPool2dBackward;
+}
+
 // The activation layout of a convolution or pooling command; NCHW for others.
 fb::Layout LayoutOf(const fb::Command& c) {
-  switch (c.op()) {
-    case fb::Opcode::Conv2d:
-    case fb::Opcode::Conv2dBackwardData:
-    case fb::Opcode::Conv2dBackwardFilter:
-      return c.conv() ? c.conv()->layout() : fb::Layout::NCHW;
-    case fb::Opcode::MaxPool2d:
-    case fb::Opcode::AvgPool2d:
-    case fb::Opcode::MaxPool2dBackward:
-    case fb::Opcode::AvgPool2dBackward:
-      return c.pool() ? c.pool()->layout() : fb::Layout::NCHW;
-    default:
-      return fb::Layout::NCHW;
-  }
+  if (IsConvolution(c.op()) && c.conv()) return c.conv()->layout();
+  if (IsPooling(c.op()) && c.pool()) return c.pool()->layout();
+  return fb::Layout::NCHW;
 }
 
 // A vector attribute's values joined by `sep` ("" for an absent one).
@@ -76,17 +76,13 @@ bool AllEqual(const flatbuffers::Vector<int64_t>* v, int64_t value) {
 std::string AttributesOf(const fb::Command& c) {
   std::ostringstream os;
   const fb::Opcode op = c.op();
-  const bool conv_op = op == fb::Opcode::Conv2d || op == fb::Opcode::Conv2dBackwardData ||
-                       op == fb::Opcode::Conv2dBackwardFilter;
-  const bool pool_op = op == fb::Opcode::MaxPool2d || op == fb::Opcode::AvgPool2d ||
-                       op == fb::Opcode::MaxPool2dBackward || op == fb::Opcode::AvgPool2dBackward;
-  if (const fb::ConvAttrs* conv = c.conv(); conv != nullptr && conv_op) {
+  if (const fb::ConvAttrs* conv = c.conv(); conv != nullptr && IsConvolution(op)) {
     if (!AllEqual(conv->strides(), 1)) os << " stride " << Joined(conv->strides(), "x");
     if (!AllEqual(conv->padding(), 0)) os << " padding " << Joined(conv->padding(), ",");
     if (!AllEqual(conv->dilations(), 1)) os << " dilation " << Joined(conv->dilations(), "x");
     if (conv->groups() != 1) os << " groups " << conv->groups();
   }
-  if (const fb::PoolAttrs* pool = c.pool(); pool != nullptr && pool_op) {
+  if (const fb::PoolAttrs* pool = c.pool(); pool != nullptr && IsPooling(op)) {
     os << " window " << Joined(pool->window(), "x");
     if (!AllEqual(pool->strides(), 1)) os << " stride " << Joined(pool->strides(), "x");
     if (!AllEqual(pool->padding(), 0)) os << " padding " << Joined(pool->padding(), ",");

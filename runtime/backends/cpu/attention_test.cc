@@ -39,6 +39,14 @@ std::vector<uint16_t> Random(size_t n, float scale, std::mt19937& rng) {
   return v;
 }
 
+// `n` draws of `normal`, in order (one distribution across calls: the
+// same values as drawing them one by one).
+std::vector<float> Floats(int64_t n, std::normal_distribution<float>& normal, std::mt19937& rng) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = normal(rng);
+  return v;
+}
+
 TEST(CpuAttention, Bf16ProductsAreAsAccurateAsWidenedOnes) {
   const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
   if (isa != dnnl::cpu_isa::avx512_core_bf16 && isa != dnnl::cpu_isa::avx512_core_amx)
@@ -132,11 +140,7 @@ TEST(CpuAttention, SameBitsOnAnyThreadCount) {
     s.groups = groups, s.queries = 64, s.keys = 197, s.depth = 64, s.values = 64;
     std::mt19937 rng(11);
     std::normal_distribution<float> normal(0.0f, 1.0f);
-    auto random = [&](int64_t n) {
-      std::vector<float> v(static_cast<size_t>(n));
-      for (float& x : v) x = normal(rng);
-      return v;
-    };
+    auto random = [&](int64_t n) { return Floats(n, normal, rng); };
     const auto q = random(groups * s.queries * s.depth), k = random(groups * s.keys * s.depth),
                v = random(groups * s.keys * s.values), dout = random(groups * s.queries * s.values);
     std::vector<float> results[2];
@@ -171,11 +175,7 @@ TEST(CpuAttention, MaskedKeysGetExactlyZeroProbability) {
   constexpr int64_t kMasked = 20;  // keys 0 .. 19, for every query
   std::mt19937 rng(5);
   std::normal_distribution<float> normal(0.0f, 0.3f);
-  auto random = [&](int64_t n) {
-    std::vector<float> v(static_cast<size_t>(n));
-    for (float& x : v) x = normal(rng);
-    return v;
-  };
+  auto random = [&](int64_t n) { return Floats(n, normal, rng); };
   const auto q = random(s.groups * s.queries * s.depth), k = random(s.groups * s.keys * s.depth),
              v = random(s.groups * s.keys * s.values), dout = random(s.groups * s.queries * s.values);
   std::vector<float> mask(s.queries * s.keys);
