@@ -87,8 +87,17 @@ def no_randomness(model):
 
 
 def build(name, size):
-    """torchvision's `name`; vit_tiny: ViT's structure at a size whose parity
-    check takes seconds (2 layers, 4 heads, width 64, 8x8 patches)."""
+    """torchvision's `name`, or timm's for timm:NAME (pip install timm; its
+    stochastic depth and dropout off); vit_tiny: ViT's structure at a size
+    whose parity check takes seconds (2 layers, 4 heads, width 64, 8x8
+    patches)."""
+    if name.startswith("timm:"):
+        import timm
+        try:
+            return timm.create_model(name[5:], pretrained=False, num_classes=1000,
+                                     drop_rate=0.0, drop_path_rate=0.0)
+        except TypeError:  # a model without those options
+            return timm.create_model(name[5:], pretrained=False, num_classes=1000)
     if name == "vit_tiny":
         from torchvision.models.vision_transformer import VisionTransformer
         return VisionTransformer(image_size=size, patch_size=size // 8, num_layers=2,
@@ -101,13 +110,15 @@ def build(name, size):
 def one_model(name, args, work):
     os.makedirs(work, exist_ok=True)
     torch.manual_seed(0)
-    transformer = name.startswith(("vit_", "swin_"))
+    # timm's models: a fixed batch for all (many merge it with other dims).
+    transformer = name.startswith(("vit_", "swin_", "timm:"))
     model = build(name, args.size)
     no_randomness(model)
     model.train()
     x = torch.randn(args.batch, 3, args.size, args.size)
     y = torch.randint(0, 1000, (args.batch,))
-    onnx_path = os.path.join(work, f"{name}.onnx")
+    name_file = name.replace(":", "_")
+    onnx_path = os.path.join(work, f"{name_file}.onnx")
     started = time.time()
     # Attention merges the batch with its heads: a batch axis the exporter
     # keeps symbolic, and graphc import fixes it (--batch).
@@ -116,13 +127,18 @@ def one_model(name, args, work):
                       training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
                       dynamo=False, input_names=["input"], output_names=["logits"], **dynamic)
     export_s = time.time() - started
-    mlir = os.path.join(work, f"{name}.mlir")
-    weights = os.path.join(work, f"{name}.safetensors")
+    mlir = os.path.join(work, f"{name_file}.mlir")
+    weights = os.path.join(work, f"{name_file}.safetensors")
     started = time.time()
+    # PyTorch's float buffers (Swin V2's relative coordinates) are constants
+    # to it; the ONNX file makes them initializers like the parameters.
+    buffers = [k for k, v in model.named_buffers() if v.is_floating_point()
+               and not k.endswith(("running_mean", "running_var"))]
     run([os.path.join(BIN, "graphc"), "import", onnx_path, "-o", mlir] +
-        (["--batch", str(args.batch)] if transformer else []))
+        (["--batch", str(args.batch)] if transformer else []) +
+        (["--freeze", ",".join(buffers)] if buffers else []))
     import_s = time.time() - started
-    plan = os.path.join(work, f"{name}.plan")
+    plan = os.path.join(work, f"{name_file}.plan")
     started = time.time()
     run([os.path.join(BIN, "graphc"), "compile", mlir, "--batch-size", str(args.batch),
          "--optimizer", "momentum", "--lr", str(args.lr), "--momentum", "0.9",
@@ -134,7 +150,7 @@ def one_model(name, args, work):
 
     # graphrun: the loss of step k is the final loss of a run of k steps.
     losses = []
-    final = os.path.join(work, f"{name}.final.safetensors")
+    final = os.path.join(work, f"{name_file}.final.safetensors")
     for steps in range(1, args.steps + 1):
         report = os.path.join(work, f"report{steps}.json")
         cmd = [os.path.join(BIN, "graphrun"), plan, "--init", weights, "--data",
@@ -158,10 +174,11 @@ def one_model(name, args, work):
         no_randomness(m)
         missing, unexpected = m.load_state_dict(start, strict=False)
         assert not unexpected, unexpected
-        # Integer buffers (batch norm's counter, Swin's relative position
-        # index) are constants to graphc, not state: the fresh model's own.
-        assert all(k.endswith(("num_batches_tracked", "relative_position_index"))
-                   for k in missing), missing
+        # Buffers graphc folds (batch norm's counter, Swin's relative position
+        # index, attention bias indices) are constants to graphc, not state:
+        # the fresh model's own. Every parameter comes from the file.
+        parameters = {k for k, _ in m.named_parameters()}
+        assert not parameters & set(missing), parameters & set(missing)
         m.to(dtype).train()
         optimizer = torch.optim.SGD(m.parameters(), lr=args.lr, momentum=0.9, weight_decay=0)
         step_losses = []
@@ -172,7 +189,7 @@ def one_model(name, args, work):
             loss.backward()
             optimizer.step()
         return step_losses, {k: v.detach().double().numpy() for k, v in m.state_dict().items()
-                             if not k.endswith(("num_batches_tracked", "relative_position_index"))}
+                             if k in start}
 
     reference_losses, state = train_torch(torch.float64)
     float32_losses, float32_state = train_torch(torch.float32)

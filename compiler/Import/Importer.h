@@ -101,6 +101,22 @@ private:
   bool clip(const Node &n);
   bool clipByInputs(const Node &n, Value x);
   bool hardSigmoid(const Node &n, bool swish);
+  bool leakyRelu(const Node &n);
+  bool power(const Node &n);
+  // BatchNormalization of rank 2 or 3, or without running statistics (a
+  // weight standardized); InstanceNormalization.
+  bool batchNormOtherRank(const Node &n, Value x, double epsilon, double momentum);
+  bool instanceNorm(const Node &n);
+  // The node's 'epsilon' (default 1e-5), positive and finite; nullopt
+  // after an error.
+  std::optional<double> positiveEpsilon(const Node &n);
+  // x normalized over `dims` (biased variance), times scale plus bias
+  // (either may be null), both broadcast along dim 1.
+  Value normalized(Value x, ArrayRef<int64_t> dims, double epsilon, Value scale, Value bias);
+  // A float input read as a per-channel vector: an activation, a parameter
+  // (`init`) or a constant.
+  Value channelVector(const std::string &name, nn::Initializer init);
+  bool resize(const Node &n);
   // OnnxShapes.cpp: shape arithmetic folded at import, and the data movers.
   bool foldsToInts(const Node &n);
   bool foldInts(const Node &n);
@@ -111,7 +127,7 @@ private:
   bool split(const Node &n);
   bool transpose(const Node &n);
   bool reshape(const Node &n);
-  bool reduceMean(const Node &n);
+  bool reduce(const Node &n, bool sum);
   // OnnxTransformer.cpp: the ops vision transformers add.
   bool foldsToScalar(const Node &n);
   bool foldScalar(const Node &n);
@@ -135,6 +151,12 @@ private:
   // OnnxConstants.cpp: nodes of constants alone, evaluated at import.
   bool foldsToTensor(const Node &n);
   bool foldTensor(const Node &n);
+  // ScatterND's rows: each row's flat offset into `dims` and the elements it
+  // replaces (`slice`); nullopt after an error.
+  std::optional<std::vector<int64_t>> scatterOffsets(const std::vector<int64_t> &dims,
+                                                     const Folded &indices,
+                                                     const Folded &updates, int64_t &slice);
+  bool scatterInto(const Node &n);
   // `name`'s value if it is a constant: a Constant node, an integer or
   // boolean initializer, a folded tensor, vector (without the batch) or
   // float scalar; null otherwise.

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 
@@ -178,7 +179,7 @@ bool Importer::foldsToTensor(const Node &n) {
       "Concat",   "Slice", "Gather",    "Expand",  "Range",   "ConstantOfShape",
       "ScatterND", "Where", "Not",      "And",     "Or",      "Equal",   "Less",
       "Greater",  "LessOrEqual", "GreaterOrEqual", "Add", "Sub", "Mul", "Div", "Mod", "Pow",
-      "Neg",      "Sqrt",  "Reciprocal", "Abs",    "Floor",   "Ceil"};
+      "Neg",      "Sqrt",  "Reciprocal", "Abs",    "Floor",   "Ceil",    "Clip",  "CumSum", "Sin",  "Cos",     "Exp",     "Log"};
   if (std::none_of(std::begin(ops), std::end(ops), [&](const char *op) { return n.opType == op; }))
     return false;
   bool any = false;
@@ -190,6 +191,95 @@ bool Importer::foldsToTensor(const Node &n) {
     any = true;
   }
   return any;
+}
+
+std::optional<std::vector<int64_t>> Importer::scatterOffsets(const std::vector<int64_t> &dims,
+                                                             const Folded &indices,
+                                                             const Folded &updates,
+                                                             int64_t &slice) {
+  auto reduction = stringAttr(*node, "reduction", "none");
+  if (!reduction)
+    return std::nullopt;
+  if (*reduction != "none") {
+    fail("reduction '" + onnx_model::shown(*reduction) + "' (only none)");
+    return std::nullopt;
+  }
+  const auto rank = static_cast<int64_t>(dims.size());
+  if (indices.dims.empty() || indices.dims.back() > rank || indices.dims.back() < 1) {
+    fail("indices of shape whose last dim is not in [1, the data's rank]");
+    return std::nullopt;
+  }
+  const int64_t k = indices.dims.back();
+  slice = countOf(std::vector<int64_t>(dims.begin() + k, dims.end()));
+  const int64_t rows = static_cast<int64_t>(indices.values.size()) / k;
+  std::vector<int64_t> wanted(indices.dims.begin(), indices.dims.end() - 1);
+  wanted.insert(wanted.end(), dims.begin() + k, dims.end());
+  if (updates.dims != wanted) {
+    fail("updates are not of the shape the indices and data give");
+    return std::nullopt;
+  }
+  const std::vector<int64_t> strides = stridesOf(dims);
+  std::vector<int64_t> offsets;
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t at = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      int64_t i = asIndex(indices.values[r * k + j]);
+      if (i < -dims[j] || i >= dims[j]) {
+        fail("index " + std::to_string(i) + " is outside dim " + std::to_string(j) +
+             " of size " + std::to_string(dims[j]));
+        return std::nullopt;
+      }
+      at += (i < 0 ? i + dims[j] : i) * strides[j];
+    }
+    offsets.push_back(at);
+  }
+  return offsets;
+}
+
+// ScatterND into an activation or a parameter (Swin V2's qkv bias with its
+// key part zeroed, PyTorch's clone and zero_ of a slice) of constant updates
+// at constant indices: x * keep + placed, where keep is 0 at the scattered
+// elements and placed holds the updates there, so those elements get no
+// gradient and the rest all of it.
+bool Importer::scatterInto(const Node &n) {
+  if (!knownAttributes(n, {"reduction"}))
+    return false;
+  if (n.inputs.size() != 3)
+    return fail("expected data, indices and updates");
+  Value x = activation(n.inputs[0]);
+  if (!x)
+    return false;
+  const Folded *indices = constantTensor(n.inputs[1]);
+  const Folded *updates = constantTensor(n.inputs[2]);
+  if (!indices || !updates || isInteger(updates->type))
+    return fail("its indices and updates must be constants (float updates)");
+  auto type = llvm::cast<RankedTensorType>(x.getType());
+  if (!type.hasStaticShape() || type.getNumElements() > kMaxFoldedIndices)
+    return failBatch("the data's shape must be fixed, of at most 2^20 elements");
+  std::vector<int64_t> dims(type.getShape().begin(), type.getShape().end());
+  int64_t slice = 0;
+  std::optional<std::vector<int64_t>> at = scatterOffsets(dims, *indices, *updates, slice);
+  if (!at)
+    return false;
+  std::vector<float> keep(static_cast<size_t>(type.getNumElements()), 1.0f);
+  std::vector<float> placed(keep.size(), 0.0f);
+  for (size_t r = 0; r < at->size(); ++r)
+    for (int64_t e = 0; e < slice; ++e) {
+      keep[(*at)[r] + e] = 0.0f;
+      placed[(*at)[r] + e] =
+          static_cast<float>(updates->values[static_cast<int64_t>(r) * slice + e]);
+    }
+  auto constant = [&](const std::vector<float> &v) {
+    return tryCreate<nn::ConstantOp>(
+        llvm::cast<ElementsAttr>(DenseElementsAttr::get(type, ArrayRef<float>(v))));
+  };
+  Value mask = constant(keep);
+  Value y = mask ? tryCreate<nn::MulOp>(x, mask) : Value();
+  if (y && llvm::any_of(placed, [](float v) { return v != 0.0f; })) {
+    Value p = constant(placed);
+    y = p ? tryCreate<nn::AddOp>(y, p) : Value();
+  }
+  return define(n, y);
 }
 
 bool Importer::foldTensor(const Node &n) {
@@ -506,42 +596,69 @@ bool Importer::foldTensor(const Node &n) {
       return fail("a constant of a type graphc does not fold");
     result.dims = shape;
     result.values.assign(countOf(shape), stored(value, result.type));
+  } else if (op == "Clip") {
+    // TensorFlow-style "same" padding computes its pads in floats (timm's
+    // tf_ models): max(..., 0) as a Clip with no upper bound.
+    if (!knownAttributes(n, {}))
+      return false;
+    double lo = -INFINITY, hi = INFINITY;
+    for (size_t i = 1; i < 3; ++i) {
+      if (!input(i))
+        continue;
+      if (input(i)->values.size() != 1)
+        return fail("its bounds must be scalars");
+      (i == 1 ? lo : hi) = input(i)->values.front();
+    }
+    result = x;
+    for (double &v : result.values)
+      v = stored(std::min(std::max(v, lo), hi), x.type);
+  } else if (op == "CumSum") {
+    // Position encodings from a mask (EdgeNeXt's): sums along an axis.
+    if (!knownAttributes(n, {"exclusive", "reverse"}) || !input(1) ||
+        input(1)->values.size() != 1)
+      return input(1) && input(1)->values.size() == 1 ? false : fail("expected a scalar axis");
+    auto exclusive = intAttr(n, "exclusive", 0), reverse = intAttr(n, "reverse", 0);
+    if (!exclusive || !reverse)
+      return false;
+    auto axis = normalizedAxis(asIndex(input(1)->values.front()), rank);
+    if (!axis)
+      return fail("axis outside rank " + std::to_string(rank));
+    result = x;
+    const std::vector<int64_t> strides = stridesOf(x.dims);
+    const int64_t extent = x.dims[*axis], stride = strides[*axis];
+    for (int64_t start = 0; start < static_cast<int64_t>(x.values.size()); ++start) {
+      if ((start / stride) % extent != 0)
+        continue;  // not the first element of its line along the axis
+      double sum = 0;
+      for (int64_t k = 0; k < extent; ++k) {
+        const int64_t j = *reverse ? extent - 1 - k : k;
+        const size_t at = static_cast<size_t>(start + j * stride);
+        const double v = x.values[at];
+        if (*exclusive) {
+          result.values[at] = stored(sum, x.type);
+          sum += v;
+        } else {
+          sum += v;
+          result.values[at] = stored(sum, x.type);
+        }
+      }
+    }
   } else if (op == "ScatterND") {
     if (!knownAttributes(n, {"reduction"}) || !input(1) || !input(2))
       return input(1) && input(2) ? false : fail("expected data, indices and updates");
-    auto reduction = stringAttr(n, "reduction", "none");
-    if (!reduction)
+    int64_t slice = 0;
+    std::optional<std::vector<int64_t>> at = scatterOffsets(x.dims, *input(1), *input(2), slice);
+    if (!at)
       return false;
-    if (*reduction != "none")
-      return fail("reduction '" + onnx_model::shown(*reduction) + "' (folded: none)");
-    const Folded &indices = *input(1), &updates = *input(2);
-    if (indices.dims.empty() || indices.dims.back() > rank || indices.dims.back() < 1)
-      return fail("indices of shape whose last dim is not in [1, the data's rank]");
-    const int64_t k = indices.dims.back();
-    const int64_t slice = countOf(std::vector<int64_t>(x.dims.begin() + k, x.dims.end()));
-    const int64_t rows = static_cast<int64_t>(indices.values.size()) / k;
-    std::vector<int64_t> wanted(indices.dims.begin(), indices.dims.end() - 1);
-    wanted.insert(wanted.end(), x.dims.begin() + k, x.dims.end());
-    if (updates.dims != wanted)
-      return fail("updates are not of the shape the indices and data give");
-    const std::vector<int64_t> strides = stridesOf(x.dims);
     result = x;
-    for (int64_t r = 0; r < rows; ++r) {
-      int64_t at = 0;
-      for (int64_t j = 0; j < k; ++j) {
-        int64_t i = asIndex(indices.values[r * k + j]);
-        if (i < -x.dims[j] || i >= x.dims[j])
-          return fail("index " + std::to_string(i) + " is outside dim " + std::to_string(j) +
-                      " of size " + std::to_string(x.dims[j]));
-        at += (i < 0 ? i + x.dims[j] : i) * strides[j];
-      }
+    for (size_t r = 0; r < at->size(); ++r)
       for (int64_t e = 0; e < slice; ++e)
-        result.values[at + e] = stored(updates.values[r * slice + e], x.type);
-    }
+        result.values[(*at)[r] + e] =
+            stored(input(2)->values[static_cast<int64_t>(r) * slice + e], x.type);
   } else {
     // Elementwise, numpy broadcasting.
     static const char *const unary[] = {"Not", "Neg", "Sqrt", "Reciprocal", "Abs", "Floor",
-                                        "Ceil"};
+                                        "Ceil", "Sin", "Cos", "Exp", "Log"};
     const bool isUnary =
         std::any_of(std::begin(unary), std::end(unary), [&](const char *u) { return op == u; });
     const size_t arity = op == "Where" ? 3 : isUnary ? 1 : 2;
@@ -605,6 +722,10 @@ bool Importer::foldTensor(const Node &n) {
             : op == "Reciprocal" ? 1 / a
             : op == "Abs"        ? std::fabs(a)
             : op == "Floor"      ? std::floor(a)
+            : op == "Sin"        ? std::sin(a)
+            : op == "Cos"        ? std::cos(a)
+            : op == "Exp"        ? std::exp(a)
+            : op == "Log"        ? std::log(a)
                                  : std::ceil(a);
       }
       result.values.push_back(stored(v, result.type));
@@ -634,7 +755,21 @@ bool Importer::foldTensor(const Node &n) {
 
 Value Importer::constantValue(const std::string &name) {
   const Folded *t = constantTensor(name);
-  if (!t || isInteger(t->type) || t->values.empty())
+  if (!t) {
+    // A Constant node too large to fold (timm's Swin attention mask): its
+    // float32 bytes as they are.
+    auto it = constants.find(name);
+    const Tensor *c = it == constants.end() ? nullptr : it->second;
+    if (!c || c->type != ElementType::Float || c->dims.empty() ||
+        countOf(c->dims) > kMaxFoldedIndices ||
+        c->float32Bytes.size() != static_cast<size_t>(countOf(c->dims)) * 4)
+      return nullptr;
+    auto type = RankedTensorType::get(c->dims, b.getF32Type());
+    std::vector<float> data(static_cast<size_t>(countOf(c->dims)));
+    std::memcpy(data.data(), c->float32Bytes.data(), c->float32Bytes.size());
+    return tryCreate<nn::ConstantOp>(DenseElementsAttr::get(type, ArrayRef<float>(data)));
+  }
+  if (isInteger(t->type) || t->values.empty())
     return nullptr;
   auto type = RankedTensorType::get(t->dims, b.getF32Type());
   std::vector<float> data(t->values.begin(), t->values.end());

@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 
 using namespace mlir;
 
@@ -253,6 +254,23 @@ Value Importer::variable(const std::string &name, bool trained, nn::Initializer 
     return nullptr;
   }
   auto type = RankedTensorType::get(t.dims, b.getF32Type());
+  // A frozen initializer (a float buffer PyTorch does not train, as Swin V2's
+  // relative coordinates table): its values, a constant.
+  if (trained && llvm::any_of(options.frozen, [&](const llvm::GlobPattern &pattern) {
+        return pattern.match(name);
+      })) {
+    if (t.float32Bytes.size() != static_cast<size_t>(type.getNumElements()) * 4) {
+      fail("frozen initializer '" + onnx_model::shown(name) + "' has no float32 values");
+      return nullptr;
+    }
+    std::vector<float> data(static_cast<size_t>(type.getNumElements()));
+    std::memcpy(data.data(), t.float32Bytes.data(), t.float32Bytes.size());
+    Value constant =
+        tryCreate<nn::ConstantOp>(DenseElementsAttr::get(type, ArrayRef<float>(data)));
+    if (constant)
+      variables[name] = {constant, trained};
+    return constant;
+  }
   {
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPoint(module.getBody(), std::prev(module.getBody()->end()));
@@ -331,7 +349,8 @@ bool Importer::importNode(const Node &n) {
     return gemm(n);
   if (op == "Dropout")
     return dropout(n);
-  if (op == "Relu" || op == "Sigmoid" || op == "Identity") {
+  if (op == "Relu" || op == "Sigmoid" || op == "Identity" || op == "Exp" || op == "Log" ||
+      op == "Neg") {
     if (!knownAttributes(n, {}))
       return false;
     Value x = n.inputs.size() == 1 ? activation(n.inputs[0]) : Value();
@@ -339,6 +358,9 @@ bool Importer::importNode(const Node &n) {
       return n.inputs.size() == 1 ? false : fail("expected one input");
     return define(n, op == "Relu"      ? tryCreate<nn::ReluOp>(x)
                      : op == "Sigmoid" ? tryCreate<nn::SigmoidOp>(x)
+                     : op == "Exp"     ? tryCreate<nn::ExpOp>(x)
+                     : op == "Log"     ? tryCreate<nn::LogOp>(x)
+                     : op == "Neg"     ? tryCreate<nn::NegOp>(x)
                                        : x);
   }
   if (op == "MatMul")
@@ -375,8 +397,18 @@ bool Importer::importNode(const Node &n) {
     return transpose(n);
   if (op == "Reshape")
     return reshape(n);
-  if (op == "ReduceMean")
-    return reduceMean(n);
+  if (op == "ReduceMean" || op == "ReduceSum" || op == "ReduceL2")
+    return reduce(n, op != "ReduceMean");
+  if (op == "LeakyRelu")
+    return leakyRelu(n);
+  if (op == "Pow")
+    return power(n);
+  if (op == "ScatterND")
+    return scatterInto(n);
+  if (op == "InstanceNormalization")
+    return instanceNorm(n);
+  if (op == "Resize")
+    return resize(n);
   if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div")
     return binary(n);
   if (op == "Clip")
@@ -418,7 +450,9 @@ bool Importer::importNode(const Node &n) {
                            x, b.getDenseI64ArrayAttr({outer, type.getNumElements() / outer})));
     }
     if (*axis != 1)
-      return fail("only axis 1 is supported (the batch stays the first dim)");
+      return failBatch("axis " + std::to_string(*axis) +
+                       " merges the batch with other dims, which graphc leaves open until "
+                       "compile");
     return define(n, tryCreate<nn::FlattenOp>(x, b.getI64IntegerAttr(1)));
   }
   if (op == "RandomUniformLike" || op == "RandomUniform" || op == "RandomNormalLike" ||
@@ -466,10 +500,42 @@ OwningOpRef<ModuleOp> Importer::run() {
             " inputs besides its initializers; graphc imports classifiers of one image input";
     return nullptr;
   }
-  if (model.outputs.size() != 1) {
-    error = "the graph has " + std::to_string(model.outputs.size()) +
-            " outputs; graphc imports classifiers of one output (the logits)";
+  // The logits: the one output, or the one named.
+  const onnx_model::Value *logitsOutput = model.outputs.size() == 1 && options.logits.empty()
+                                              ? &model.outputs.front()
+                                              : nullptr;
+  for (const onnx_model::Value &output : model.outputs)
+    if (!options.logits.empty() && output.name == options.logits)
+      logitsOutput = &output;
+  if (!logitsOutput) {
+    std::string names;
+    for (const onnx_model::Value &output : model.outputs)
+      names += (names.empty() ? "'" : ", '") + onnx_model::shown(output.name) + "'";
+    error = options.logits.empty()
+                ? "the graph has " + std::to_string(model.outputs.size()) + " outputs (" + names +
+                      "); graphc trains one as the logits: name it with --logits"
+                : "--logits '" + onnx_model::shown(options.logits) +
+                      "' is not an output of the graph (" + names + ")";
     return nullptr;
+  }
+  // Only the nodes the logits need: an auxiliary classifier's are left out.
+  std::vector<bool> needed(model.nodes.size(), false);
+  {
+    std::map<std::string, size_t> producer;
+    for (size_t i = 0; i < model.nodes.size(); ++i)
+      for (const std::string &output : model.nodes[i].outputs)
+        producer.emplace(output, i);
+    std::vector<std::string> pending{logitsOutput->name};
+    while (!pending.empty()) {
+      auto it = producer.find(pending.back());
+      pending.pop_back();
+      if (it == producer.end() || needed[it->second])
+        continue;
+      needed[it->second] = true;
+      for (const std::string &input : model.nodes[it->second].inputs)
+        if (!input.empty())
+          pending.push_back(input);
+    }
   }
   const onnx_model::Value &images = model.inputs.front();
   if (images.type != ElementType::Float || !images.hasShape || images.dims.size() != 4 ||
@@ -495,18 +561,18 @@ OwningOpRef<ModuleOp> Importer::run() {
   b.setInsertionPointToEnd(body);
 
   for (const Node &n : model.nodes)
-    if (!importNode(n))
+    if (needed[static_cast<size_t>(&n - model.nodes.data())] && !importNode(n))
       return nullptr;
   node = nullptr;
   loc = fileLoc;
-  auto logits = values.find(model.outputs.front().name);
+  auto logits = values.find(logitsOutput->name);
   if (logits == values.end()) {
-    error = "output '" + onnx_model::shown(model.outputs.front().name) + "' is not an activation graphc computes";
+    error = "output '" + onnx_model::shown(logitsOutput->name) + "' is not an activation graphc computes";
     return nullptr;
   }
   auto logitsType = llvm::cast<RankedTensorType>(logits->second.getType());
   if (logitsType.getRank() != 2) {
-    error = "output '" + onnx_model::shown(model.outputs.front().name) +
+    error = "output '" + onnx_model::shown(logitsOutput->name) +
             "' must be logits [N, classes] (it has rank " +
             std::to_string(logitsType.getRank()) + ")";
     return nullptr;

@@ -21,7 +21,12 @@
 //     max pooling or an average that excludes padding) -> max_pool2d,
 //     avg_pool2d;
 //   GlobalAveragePool -> global_avg_pool, reshaped to [N, C, 1, 1];
-//   ReduceMean (non-batch axes) -> reduce_mean;
+//   ReduceMean, ReduceSum (non-batch axes) -> reduce_mean, reduce_sum;
+//     ReduceL2 -> the sum of squares s, then s * rsqrt(max(s, FLT_MIN));
+//   LeakyRelu -> cmp + select; Pow by a constant 1 to 4 -> muls;
+//   InstanceNormalization, and BatchNormalization of rank 2 or 3 or without
+//     running statistics (weight standardization), Resize (a constant
+//     matrix per resized dim) -> OnnxNormResize.cpp;
 //   Concat -> concat; Slice (step 1), Split -> slice each;
 //   Transpose (batch kept first) -> transpose; Reshape (batch kept first) ->
 //     reshape;
@@ -51,6 +56,7 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
 #include "llvm/ADT/StringRef.h"
+#include "llvm/Support/GlobPattern.h"
 
 #include <string>
 #include <utility>
@@ -72,6 +78,14 @@ struct OnnxImportOptions {
   /// The module then records it (graphc.fixed_batch), and compiling it at
   /// another batch size is an error.
   int64_t batch = 0;
+  /// The graph output trained as the logits, by name ("": the graph's one
+  /// output). The other outputs (GoogLeNet's and Inception's auxiliary
+  /// classifiers) are dropped with every node only they need, so their
+  /// parameters are not part of the model.
+  std::string logits;
+  /// Float initializers imported as constants, not trained (PyTorch's float
+  /// buffers, or layers to freeze), by name pattern (llvm::GlobPattern).
+  std::vector<llvm::GlobPattern> frozen;
   /// When the open batch fails and `batch` is 0, import again with this one
   /// (graphc compile MODEL.onnx passes its --batch-size).
   int64_t fallbackBatch = 0;

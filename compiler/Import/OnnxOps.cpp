@@ -38,7 +38,17 @@ bool Importer::conv(const Node &n) {
   Value x = activation(n.inputs[0]);
   if (!x)
     return false;
-  Value w = variable(n.inputs[1], true, nn::Initializer::kaiming_normal_fan_out, 4);
+  // A weight computed in the graph (standardized, as BiT's and NFNet's
+  // convolutions do) is an operand like any other.
+  Value w;
+  if (values.count(n.inputs[1]) && !options.forward) {
+    w = values[n.inputs[1]];
+    auto wt = llvm::cast<RankedTensorType>(w.getType());
+    if (wt.getRank() != 4 || !wt.hasStaticShape())
+      return fail("a computed weight must be of rank 4, its shape fixed");
+  } else {
+    w = variable(n.inputs[1], true, nn::Initializer::kaiming_normal_fan_out, 4);
+  }
   if (!w)
     return false;
   Value bias;
@@ -111,8 +121,11 @@ bool Importer::batchNorm(const Node &n) {
   Value x = activation(n.inputs[0]);
   if (!x)
     return false;
-  if (llvm::cast<RankedTensorType>(x.getType()).getRank() != 4)
-    return fail("graphc's batch norm takes NCHW activations (rank 4)");
+  // BatchNorm1d, and the batch norm a weight is standardized with.
+  const bool statistics = initializers.count(n.inputs[3]) && initializers.count(n.inputs[4]);
+  if (llvm::cast<RankedTensorType>(x.getType()).getRank() != 4 ||
+      (!statistics && !options.forward))
+    return batchNormOtherRank(n, x, *epsilon, complement(*momentum));
   Value scale = variable(n.inputs[1], true, nn::Initializer::ones, 1);
   Value shift = scale ? variable(n.inputs[2], true, nn::Initializer::zeros, 1) : Value();
   Value mean = shift ? variable(n.inputs[3], false, nn::Initializer::zeros, 1) : Value();
@@ -536,9 +549,19 @@ bool Importer::binary(const Node &n) {
     return false;
   if (n.inputs.size() != 2)
     return fail("expected two inputs");
+  // A float initializer of rank 1 or more is a trained parameter, whatever
+  // its size (StarReLU's scale and bias are one-element parameters); a
+  // scalar the export wrote as a Constant node is a constant.
+  auto trainedInitializer = [&](const std::string &name) {
+    auto it = initializers.find(name);
+    return it != initializers.end() && it->second->type == ElementType::Float &&
+           !it->second->dims.empty();
+  };
   auto operand = [&](const std::string &name, Value other) -> Value {
     if (values.count(name))
       return values[name];
+    if (trainedInitializer(name))
+      return activation(name);
     // A one-element constant of no higher rank than the activation (a
     // higher one would raise the result's rank, as numpy broadcasts).
     if (std::optional<double> c =
@@ -549,8 +572,14 @@ bool Importer::binary(const Node &n) {
   };
   Value lhs = values.count(n.inputs[0]) ? values[n.inputs[0]] : Value();
   Value rhs = values.count(n.inputs[1]) ? values[n.inputs[1]] : Value();
+  // Neither computed: a trained initializer (NFNet's gain times a constant
+  // scale) is the activation, if one is.
+  if (!lhs && !rhs && trainedInitializer(n.inputs[0]))
+    lhs = activation(n.inputs[0]);
+  else if (!lhs && !rhs && trainedInitializer(n.inputs[1]))
+    rhs = activation(n.inputs[1]);
   if (!lhs && !rhs)
-    return fail("graphc takes at least one activation operand");
+    return error.empty() ? fail("graphc takes at least one activation operand") : false;
   lhs = lhs ? lhs : operand(n.inputs[0], rhs);
   rhs = rhs ? rhs : operand(n.inputs[1], lhs);
   if (!lhs || !rhs)
@@ -633,6 +662,44 @@ bool Importer::clip(const Node &n) {
   if (lo && hi && *lo > *hi)
     return fail("min is above max");
   return define(n, clamp(x, lo, hi));
+}
+
+// LeakyRelu: x where x > 0, else alpha * x (PyTorch's gradient: alpha at 0).
+bool Importer::leakyRelu(const Node &n) {
+  if (!knownAttributes(n, {"alpha"}))
+    return false;
+  Value x = n.inputs.size() == 1 ? activation(n.inputs[0]) : Value();
+  if (!x)
+    return n.inputs.size() == 1 ? false : fail("expected one input");
+  auto alpha = floatAttr(n, "alpha", 0.01);
+  if (!alpha)
+    return false;
+  if (!std::isfinite(*alpha))
+    return fail("alpha must be finite");
+  Value a = scalarLike(*alpha, x);
+  Value scaled = a ? tryCreate<nn::MulOp>(x, a) : Value();
+  Value zero = scaled ? scalarLike(0.0, x) : Value();
+  Value positive = zero ? tryCreate<nn::CmpOp>(nn::CmpPredicate::gt, x, zero) : Value();
+  return define(n, positive ? tryCreate<nn::SelectOp>(positive, x, scaled) : Value());
+}
+
+// Pow of an activation by a constant whole exponent from 1 to 4 (StarReLU's
+// square): products.
+bool Importer::power(const Node &n) {
+  if (!knownAttributes(n, {}))
+    return false;
+  if (n.inputs.size() != 2)
+    return fail("expected two inputs");
+  Value x = activation(n.inputs[0]);
+  if (!x)
+    return false;
+  std::optional<double> p = scalar(n.inputs[1]);
+  if (!p || !(*p == 1 || *p == 2 || *p == 3 || *p == 4))
+    return fail("the exponent must be a constant 1, 2, 3 or 4");
+  Value y = x;
+  for (int i = 1; y && i < static_cast<int>(*p); ++i)
+    y = tryCreate<nn::MulOp>(y, x);
+  return define(n, y);
 }
 
 // HardSigmoid: clamp(alpha * x + beta, 0, 1); HardSwish: x * HardSigmoid(x)

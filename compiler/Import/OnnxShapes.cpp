@@ -42,7 +42,8 @@ std::optional<std::vector<int64_t>> Importer::knownInts(const std::string &name)
 bool Importer::foldsToInts(const Node &n) {
   const std::string &op = n.opType;
   if (op == "Shape")
-    return n.inputs.size() == 1 && (values.count(n.inputs[0]) || known.count(n.inputs[0]));
+    return n.inputs.size() == 1 && (values.count(n.inputs[0]) || known.count(n.inputs[0]) ||
+                                    initializers.count(n.inputs[0]));
   static const char *const folded[] = {"Gather", "Unsqueeze", "Squeeze", "Concat", "Add",
                                        "Sub",    "Mul",       "Div",     "Cast",   "Slice",
                                        "Identity", "Reshape", "ConstantOfShape", "Equal",
@@ -73,6 +74,9 @@ bool Importer::foldInts(const Node &n) {
     if (auto it = known.find(n.inputs[0]); it != known.end()) {
       // The shape of a shape: its length.
       result.push_back(static_cast<int64_t>(it->second.size()));
+    } else if (!values.count(n.inputs[0])) {
+      // An initializer's (reshape_as of a weight).
+      result = initializers[n.inputs[0]]->dims;
     } else {
       auto type = llvm::cast<RankedTensorType>(values[n.inputs[0]].getType());
       for (int64_t d : type.getShape())
@@ -181,8 +185,13 @@ bool Importer::foldInts(const Node &n) {
     if (auto it = n.attributes.find("value"); it != n.attributes.end()) {
       const Tensor &t = it->second.tensor;
       if (it->second.kind != Attribute::Kind::Tensor || !t.hasValues || t.values.size() != 1 ||
-          (t.type != ElementType::Int64 && t.type != ElementType::Int32))
+          (t.type != ElementType::Int64 && t.type != ElementType::Int32)) {
+        // A float tensor shaped by the open batch (EdgeNeXt's position
+        // mask): constant once the batch is.
+        if (llvm::is_contained(shape, kBatch))
+          return failBatch("a constant tensor shaped by the batch");
         return fail("only an integer 'value' is folded");
+      }
       const double v = t.values.front();
       value = v >= 9.2e18    ? std::numeric_limits<int64_t>::max()
               : v <= -9.2e18 ? std::numeric_limits<int64_t>::min() + 1
@@ -556,7 +565,7 @@ bool Importer::reshape(const Node &n) {
   return define(n, tryCreate<nn::ReshapeOp>(x, b.getDenseI64ArrayAttr(target)));
 }
 
-bool Importer::reduceMean(const Node &n) {
+bool Importer::reduce(const Node &n, bool sum) {
   if (!knownAttributes(n, {"axes", "keepdims", "noop_with_empty_axes"}))
     return false;
   auto keepDims = intAttr(n, "keepdims", 1);
@@ -580,7 +589,7 @@ bool Importer::reduceMean(const Node &n) {
     if (*noop)
       return define(n, x);
     if (type.isDynamicDim(0))
-      return fail("a mean over every dim includes the batch");
+      return fail(std::string(sum ? "a sum" : "a mean") + " over every dim includes the batch");
     for (int64_t d = 0; d < rank; ++d)
       axes.push_back(d);
   }
@@ -593,8 +602,20 @@ bool Importer::reduceMean(const Node &n) {
     dims.push_back(*dim);
   }
   llvm::sort(dims);
-  return define(n, tryCreate<nn::ReduceMeanOp>(x, b.getDenseI64ArrayAttr(dims),
-                                               *keepDims ? b.getUnitAttr() : UnitAttr()));
+  const auto dimsAttr = b.getDenseI64ArrayAttr(dims);
+  const UnitAttr keep = *keepDims ? b.getUnitAttr() : UnitAttr();
+  if (n.opType == "ReduceL2") {
+    // sqrt(s) as s * rsqrt(max(s, the least normal float)): 0 where s is 0
+    // (F.normalize's zero rows), and the gradient 0 there too.
+    Value squares = tryCreate<nn::MulOp>(x, x);
+    Value s = squares ? tryCreate<nn::ReduceSumOp>(squares, dimsAttr, keep) : Value();
+    Value least = s ? scalarLike(1.17549435e-38, s) : Value();
+    Value floored = least ? tryCreate<nn::MaxOp>(s, least) : Value();
+    Value inv = floored ? tryCreate<nn::RsqrtOp>(floored) : Value();
+    return define(n, inv ? tryCreate<nn::MulOp>(s, inv) : Value());
+  }
+  return define(n, sum ? tryCreate<nn::ReduceSumOp>(x, dimsAttr, keep)
+                       : tryCreate<nn::ReduceMeanOp>(x, dimsAttr, keep));
 }
 
 } // namespace onnx_import

@@ -232,14 +232,14 @@ bool Importer::layerNorm(const Node &n) {
   if (!knownAttributes(n, {"axis", "epsilon", "stash_type"}))
     return false;
   auto axisAttr = intAttr(n, "axis", -1);
-  auto epsilon = floatAttr(n, "epsilon", 1e-5);
   auto stash = intAttr(n, "stash_type", 1);
-  if (!axisAttr || !epsilon || !stash)
+  if (!axisAttr || !stash)
     return false;
   if (n.inputs.size() < 2 || n.inputs.size() > 3)
     return fail("expected an input, a scale and an optional bias");
-  if (!(*epsilon > 0) || !std::isfinite(*epsilon))
-    return fail("epsilon must be positive");
+  auto epsilon = positiveEpsilon(n);
+  if (!epsilon)
+    return false;
   Value x = activation(n.inputs[0]);
   if (!x)
     return false;
@@ -257,7 +257,7 @@ bool Importer::layerNorm(const Node &n) {
   // Scale and bias: parameters of the normalized shape (ones and zeros
   // when training starts without the file's values).
   auto parameter = [&](const std::string &name, nn::Initializer init) -> Value {
-    Value v = values.count(name) ? values[name] : variable(name, true, init);
+    Value v = channelVector(name, init);
     if (v && llvm::cast<RankedTensorType>(v.getType()).getShape() != ArrayRef(normalized)) {
       fail("'" + onnx_model::shown(name) + "' is not of the normalized shape " +
            shapeString(normalized));

@@ -5,7 +5,8 @@
 //                        (a plan goes to plan.fb when -o is not given)
 //                        [--optimizer=...] [--lr=...] [...training options]
 //   graphc import MODEL.onnx [-o MODEL.mlir] [--weights-out W.safetensors]
-//                            [--label-smoothing X]
+//                            [--label-smoothing X] [--logits OUTPUT]
+//                            [--freeze PATTERN,...]
 //
 // `info` prints the model's parameter count and forward cost; `compile` runs the
 // pipeline (compiler/Pipeline) up to a phase and writes the IR; `import` writes
@@ -86,6 +87,18 @@ cl::opt<std::string> weightsOut("weights-out",
 cl::opt<double> labelSmoothing("label-smoothing",
                                cl::desc("The appended loss's label smoothing (default 0)"),
                                cl::init(0.0), cl::sub(importCommand));
+cl::opt<std::string> importLogits(
+    "logits",
+    cl::desc("The graph output trained as the logits, for a graph of several (GoogLeNet's and "
+             "Inception's auxiliary classifiers): the others, and the nodes only they need, "
+             "are left out"),
+    cl::value_desc("output"), cl::sub(importCommand));
+cl::list<std::string> importFreeze(
+    "freeze",
+    cl::desc("Initializers imported as constants, not trained: name patterns (glob: * and ?), "
+             "comma-separated: PyTorch's float buffers (Swin V2's relative_coords_table), or "
+             "layers to freeze"),
+    cl::value_desc("pattern,..."), cl::CommaSeparated, cl::sub(importCommand));
 cl::opt<int64_t> importBatch(
     "batch",
     cl::desc("Fix the batch size (default: left open, set by graphc compile --batch-size): "
@@ -264,6 +277,8 @@ int importModel() {
     return fail("--label-smoothing must be in [0, 1)");
   if (importForward && labelSmoothing.getNumOccurrences())
     return fail("--label-smoothing does not apply to --forward (no loss)");
+  if (importForward && importLogits.getNumOccurrences())
+    return fail("--logits does not apply to --forward (every output is kept)");
   MLIRContext context;
   context.printOpOnDiagnostic(false);
   ScopedDiagnosticHandler diagnostics(&context, [](Diagnostic &diagnostic) {
@@ -273,6 +288,13 @@ int importModel() {
   graphc::OnnxImportOptions importOptions;
   importOptions.labelSmoothing = labelSmoothing;
   importOptions.forward = importForward;
+  importOptions.logits = importLogits;
+  for (const std::string &pattern : importFreeze) {
+    llvm::Expected<llvm::GlobPattern> glob = llvm::GlobPattern::create(pattern);
+    if (!glob)
+      return fail("--freeze '" + pattern + "': " + llvm::toString(glob.takeError()));
+    importOptions.frozen.push_back(std::move(*glob));
+  }
   if (importBatch.getNumOccurrences() && importBatch < 1)
     return fail("--batch must be at least 1");
   importOptions.batch = importBatch;

@@ -2,7 +2,7 @@
 # Builds the ONNX importer's fuzzer with clang (libFuzzer + ASan + UBSan: the
 # importer's sources instrumented, the nn dialect and MLIR as built) and runs
 # it for a bounded time, seeded with the models test/tools/onnx-import.test
-# and stochastic-depth.test write (every op the importer takes, and the
+# stochastic-depth.test and timm-ops.test write (every op the importer takes, and the
 # refused ones). Every file in
 # compiler/Import/fuzz/regressions/ (inputs that once crashed it) is replayed
 # first.
@@ -34,7 +34,7 @@ flags=(-std=c++17 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,addre
 # OnnxModel.cpp alone sees ONNX and protobuf, with exceptions and RTTI (as CMake builds it).
 "$cxx" "${flags[@]}" -fexceptions -frtti -DONNX_NAMESPACE=onnx -DONNX_ML=1 \
   -c "$src/compiler/Import/OnnxModel.cpp" -o "$out/obj/OnnxModel.o" &
-for f in OnnxImport OnnxOps OnnxShapes OnnxTransformer OnnxConstants; do
+for f in OnnxImport OnnxOps OnnxShapes OnnxTransformer OnnxConstants OnnxNormResize; do
   "$cxx" "${flags[@]}" -fno-exceptions -fno-rtti -c "$src/compiler/Import/$f.cpp" -o "$out/obj/$f.o" &
 done
 wait
@@ -45,6 +45,9 @@ wait
 
 "$python" "$src/test/tools/Inputs/make_onnx.py" "$out/models" > /dev/null
 "$python" "$src/test/tools/Inputs/stochastic_depth.py" make "$out/models" > /dev/null
+mkdir -p "$out/timm"
+"$python" "$src/test/tools/Inputs/timm_ops_check.py" make "$out/timm" > /dev/null
+cp "$out/timm/model.onnx" "$out/models/timm_ops.onnx"
 cp "$out"/models/*.onnx "$src/test/tools/Inputs/vit_tiny.onnx" "$out/corpus/"
 
 regressions=("$src"/compiler/Import/fuzz/regressions/*)

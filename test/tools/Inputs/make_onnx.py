@@ -182,9 +182,12 @@ def shuffle(fault=None):
     if fault == "batch_arithmetic":  # the batch size doubled: not a shape graphc can keep
         nodes[15] = helper.make_node("Unsqueeze", ["n2", "axis0"], ["n1"], name="/Unsqueeze")
         nodes.insert(15, helper.make_node("Mul", ["n", "two"], ["n2"], name="/Mul"))
-    if fault == "random":  # stochastic depth's mask, as torchvision exports it
+    if fault == "random":  # a random tensor the logits depend on, not a drop-path mask
+        reshape = next(i for i, node in enumerate(nodes) if node.name == "/Reshape")
+        nodes[reshape].input[0] = "noisy"
         nodes.insert(9, helper.make_node("RandomUniformLike", ["joined"], ["noise"],
                                          name="/RandomUniformLike"))
+        nodes.insert(10, helper.make_node("Mul", ["joined", "noise"], ["noisy"], name="/Mul"))
     if fault == "same_stride0":  # SAME padding over a zero stride: no division by it
         nodes[3] = helper.make_node("MaxPool", ["r1"], ["p1"], name="/maxpool/MaxPool",
                                     kernel_shape=[3, 3], strides=[0, 2], auto_pad="SAME_UPPER")
@@ -256,9 +259,13 @@ def attention(fault=None, opset=17):
         inits[2] = numpy_helper.from_array(np.ones(7, np.float32), "ln.weight")
     if fault == "gather_range":  # an index past the tokens
         inits[inits.index(next(t for t in inits if t.name == "zero"))] = i64("zero", 9)
-    if fault == "cast_int":
+    if fault == "cast_int":  # the attention weights through int64 and back
+        for node in nodes[16:]:
+            node.input[:] = ["weights_f" if x == "weights" else x for x in node.input]
         nodes.insert(16, helper.make_node("Cast", ["weights"], ["weights_i"], name="/Cast_1",
                                           to=TensorProto.INT64))
+        nodes.insert(17, helper.make_node("Cast", ["weights_i"], ["weights_f"], name="/Cast_2",
+                                          to=TensorProto.FLOAT))
     graph = helper.make_graph(
         nodes, "attention", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [2, 3, 8, 8])],
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [2, 10])], inits)

@@ -12,7 +12,7 @@ test runner does (numpy's assert_allclose, rtol 1e-3, atol 1e-7; shape and
 NaN places must agree).
 
 graphc compiles static graphs: a test's integer inputs (a reshape's target
-shape, a slice's starts, a split's sizes) are baked into the model as
+shape, a slice's starts, a split's sizes) and a Resize's float scales are baked into the model as
 initializers from its one data set, and a model of an opset before 11 is
 converted to opset 13 with onnx.version_converter first (the line says so).
 An input whose data holds the declared shape's elements in another shape
@@ -40,14 +40,16 @@ from onnx import TensorProto, numpy_helper
 DATA = "/usr/share/libonnx-testdata/data/node"
 # The ops graphc import takes (compiler/Import/OnnxImport.h).
 OPS = ["Add", "AveragePool", "BatchNormalization", "Cast", "Clip", "Concat", "Conv", "Div",
-       "Dropout", "Erf", "Expand", "Flatten", "Gather", "Gemm", "GlobalAveragePool",
-       "HardSigmoid", "HardSwish", "Identity", "LayerNormalization", "MatMul", "MaxPool", "Mul",
-       "ReduceMean", "Relu", "Reshape", "Sigmoid", "Slice", "Softmax", "Split", "Squeeze",
-       "Sub", "Transpose", "Unsqueeze", "Pad"]
+       "Dropout", "Erf", "Exp", "Expand", "Flatten", "Gather", "Gemm", "GlobalAveragePool",
+       "HardSigmoid", "HardSwish", "Identity", "InstanceNormalization", "LayerNormalization",
+       "LeakyRelu", "Log", "MatMul", "MaxPool", "Mul", "Neg", "Pow", "ReduceMean", "ReduceSum", "Relu",
+       "ReduceL2", "Reshape", "Resize", "Sigmoid", "Slice", "Softmax", "Split", "Squeeze", "Sub",
+       "Transpose", "Unsqueeze", "Pad"]
 
 
 # Test-name prefixes that are not the op's name.
-ALIASES = {"BatchNormalization": "batchnorm", "Pad": "constantpad"}
+ALIASES = {"BatchNormalization": "batchnorm", "InstanceNormalization": "instancenorm",
+           "Pad": "constantpad"}
 
 
 def tensor_of(path):
@@ -85,9 +87,17 @@ def prepared(model_path, d):
     initializers = {t.name for t in model.graph.initializer}
     inputs = [i for i in model.graph.input if i.name not in initializers]
     baked, shapes = [], []
+    # A float input read only as a Resize's roi or scales is shape
+    # arithmetic too.
+    resize_args = {}
+    for node in model.graph.node:
+        for position, name in enumerate(node.input):
+            resize_args.setdefault(name, []).append(node.op_type == "Resize" and
+                                                    position in (1, 2))
     for k, value in enumerate(inputs):
-        if value.type.tensor_type.elem_type in (TensorProto.INT64, TensorProto.INT32) and \
-                len(sets) == 1:
+        shape_like = value.type.tensor_type.elem_type in (TensorProto.INT64, TensorProto.INT32) \
+            or all(resize_args.get(value.name, [False]))
+        if shape_like and len(sets) == 1:
             array = tensor_of(numbered(sets[0], "input")[k])
             model.graph.initializer.append(numpy_helper.from_array(array, value.name))
             baked.append(k)
@@ -98,7 +108,7 @@ def prepared(model_path, d):
     for k in reversed(baked):
         del model.graph.input[[i.name for i in model.graph.input].index(inputs[k].name)]
     if baked:
-        notes.append(f"integer input(s) {baked} baked in")
+        notes.append(f"constant input(s) {baked} baked in")
     path = os.path.join(d, "model.onnx")
     onnx.save(model, path)
     return path, baked, shapes, notes
