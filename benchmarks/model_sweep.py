@@ -30,6 +30,7 @@ import sys
 import time
 import warnings
 
+import onnx
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -69,15 +70,17 @@ def one(name, args):
                           training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
                           dynamo=False, input_names=["input"], output_names=["logits"],
                           dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}})
-        import onnx
         row["nodes"] = len(onnx.load(onnx_path, load_external_data=False).graph.node)
     except Exception as e:  # PyTorch's exporter, not graphc
         row["result"] = "export: " + first_line(str(e) or repr(e))
         return row
     # PyTorch's float buffers are constants to it; the ONNX file makes them
     # initializers like the parameters (batch norm's statistics are state).
+    graph = onnx.load(onnx_path, load_external_data=False).graph
+    read = {name for node in graph.node for name in node.input}
     buffers = [k for k, v in model.named_buffers() if v.is_floating_point()
-               and not k.endswith(("running_mean", "running_var"))]
+               and not k.endswith(("running_mean", "running_var")) and k in read
+               and any(t.name == k for t in graph.initializer)]
     mlir, plan = os.path.join(work, "model.mlir"), os.path.join(work, "model.plan")
     started = time.time()
     r = subprocess.run([os.path.join(BIN, "graphc"), "import", onnx_path, "--batch",

@@ -45,6 +45,7 @@ import time
 import warnings
 
 import numpy as np
+import onnx
 import torch
 import torchvision
 
@@ -132,8 +133,11 @@ def one_model(name, args, work):
     started = time.time()
     # PyTorch's float buffers (Swin V2's relative coordinates) are constants
     # to it; the ONNX file makes them initializers like the parameters.
+    graph = onnx.load(onnx_path, load_external_data=False).graph
+    read = {name for node in graph.node for name in node.input}
     buffers = [k for k, v in model.named_buffers() if v.is_floating_point()
-               and not k.endswith(("running_mean", "running_var"))]
+               and not k.endswith(("running_mean", "running_var")) and k in read
+               and any(t.name == k for t in graph.initializer)]
     run([os.path.join(BIN, "graphc"), "import", onnx_path, "-o", mlir] +
         (["--batch", str(args.batch)] if transformer else []) +
         (["--freeze", ",".join(buffers)] if buffers else []))

@@ -205,6 +205,10 @@ std::optional<std::vector<int64_t>> Importer::scatterOffsets(const std::vector<i
     return std::nullopt;
   }
   const auto rank = static_cast<int64_t>(dims.size());
+  if (!isInteger(indices.type)) {
+    fail("indices must be integers");
+    return std::nullopt;
+  }
   if (indices.dims.empty() || indices.dims.back() > rank || indices.dims.back() < 1) {
     fail("indices of shape whose last dim is not in [1, the data's rank]");
     return std::nullopt;
@@ -238,9 +242,9 @@ std::optional<std::vector<int64_t>> Importer::scatterOffsets(const std::vector<i
 
 // ScatterND into an activation or a parameter (Swin V2's qkv bias with its
 // key part zeroed, PyTorch's clone and zero_ of a slice) of constant updates
-// at constant indices: x * keep + placed, where keep is 0 at the scattered
-// elements and placed holds the updates there, so those elements get no
-// gradient and the rest all of it.
+// at constant indices: a select between the updates and x by a constant
+// mask, so those elements get no gradient, the rest all of it, and an inf
+// or NaN that x held there is replaced as ONNX replaces it.
 bool Importer::scatterInto(const Node &n) {
   if (!knownAttributes(n, {"reduction"}))
     return false;
@@ -254,8 +258,10 @@ bool Importer::scatterInto(const Node &n) {
   if (!indices || !updates || isInteger(updates->type))
     return fail("its indices and updates must be constants (float updates)");
   auto type = llvm::cast<RankedTensorType>(x.getType());
-  if (!type.hasStaticShape() || type.getNumElements() > kMaxFoldedIndices)
-    return failBatch("the data's shape must be fixed, of at most 2^20 elements");
+  if (!type.hasStaticShape())
+    return failBatch("the data's shape must be fixed");
+  if (type.getNumElements() > kMaxFoldedIndices)
+    return fail("the data must have at most 2^20 elements");
   std::vector<int64_t> dims(type.getShape().begin(), type.getShape().end());
   int64_t slice = 0;
   std::optional<std::vector<int64_t>> at = scatterOffsets(dims, *indices, *updates, slice);
@@ -274,12 +280,10 @@ bool Importer::scatterInto(const Node &n) {
         llvm::cast<ElementsAttr>(DenseElementsAttr::get(type, ArrayRef<float>(v))));
   };
   Value mask = constant(keep);
-  Value y = mask ? tryCreate<nn::MulOp>(x, mask) : Value();
-  if (y && llvm::any_of(placed, [](float v) { return v != 0.0f; })) {
-    Value p = constant(placed);
-    y = p ? tryCreate<nn::AddOp>(y, p) : Value();
-  }
-  return define(n, y);
+  Value half = mask ? scalarLike(0.5, mask) : Value();
+  Value replaced = half ? tryCreate<nn::CmpOp>(nn::CmpPredicate::lt, mask, half) : Value();
+  Value p = replaced ? constant(placed) : Value();
+  return define(n, p ? tryCreate<nn::SelectOp>(replaced, p, x) : Value());
 }
 
 bool Importer::foldTensor(const Node &n) {
@@ -620,6 +624,8 @@ bool Importer::foldTensor(const Node &n) {
     auto exclusive = intAttr(n, "exclusive", 0), reverse = intAttr(n, "reverse", 0);
     if (!exclusive || !reverse)
       return false;
+    if ((*exclusive != 0 && *exclusive != 1) || (*reverse != 0 && *reverse != 1))
+      return fail("exclusive and reverse must be 0 or 1");
     auto axis = normalizedAxis(asIndex(input(1)->values.front()), rank);
     if (!axis)
       return fail("axis outside rank " + std::to_string(rank));
@@ -667,6 +673,8 @@ bool Importer::foldTensor(const Node &n) {
       return false;
     if (in.size() != arity || std::any_of(in.begin(), in.end(), [](auto *t) { return !t; }))
       return fail("expected " + std::to_string(arity) + " inputs");
+    if ((op == "Sin" || op == "Cos" || op == "Exp" || op == "Log") && isInteger(x.type))
+      return fail("op " + op + " of integers (ONNX takes floats)");
     auto fmod = intAttr(n, "fmod", 0);
     if (!fmod)
       return false;

@@ -25,6 +25,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <numeric>
 
 using namespace mlir;
 
@@ -166,6 +167,23 @@ Value Importer::activation(const std::string &name) {
   // A float constant (Swin's attention mask, folded at import).
   if (Value constant = constantValue(name))
     return constant;
+  if (auto c = constants.find(name); c != constants.end() && !known.count(name) &&
+                                      !tensors.count(name)) {
+    // A Constant node constantValue() could not take: say why.
+    const Tensor &t = *c->second;
+    if (t.type != ElementType::Float)
+      fail("constant '" + onnx_model::shown(name) + "' is " + onnx_model::elementTypeName(t.type) +
+           "; graphc takes float32 constants here");
+    else if (std::any_of(t.dims.begin(), t.dims.end(),
+                         [](int64_t d) { return d > onnx_model::kMaxFoldedIndices; }) ||
+             static_cast<double>(std::accumulate(t.dims.begin(), t.dims.end(), 1.0,
+                                                 std::multiplies<double>())) >
+                 double(onnx_model::kMaxFoldedIndices))
+      fail("constant '" + onnx_model::shown(name) + "' has more than 2^20 elements");
+    else
+      fail("constant '" + onnx_model::shown(name) + "' holds data of another size than its shape");
+    return nullptr;
+  }
   if (initializers.count(name) || constants.count(name) || known.count(name) ||
       tensors.count(name))
     fail("input '" + onnx_model::shown(name) + "' is a constant where graphc takes an activation");
@@ -571,6 +589,12 @@ OwningOpRef<ModuleOp> Importer::run() {
     return nullptr;
   }
   auto logitsType = llvm::cast<RankedTensorType>(logits->second.getType());
+  if (logitsType.getRank() == 2 && options.batch > 0 && logitsType.getDimSize(0) != options.batch) {
+    error = "output '" + onnx_model::shown(logitsOutput->name) + "' has " +
+            std::to_string(logitsType.getDimSize(0)) + " rows, not the batch of " +
+            std::to_string(options.batch) + ": the graph resizes or reduces the batch dim";
+    return nullptr;
+  }
   if (logitsType.getRank() != 2) {
     error = "output '" + onnx_model::shown(logitsOutput->name) +
             "' must be logits [N, classes] (it has rank " +
@@ -583,6 +607,16 @@ OwningOpRef<ModuleOp> Importer::run() {
     return nullptr;
   b.create<func::ReturnOp>(fileLoc, loss);
   eraseUnreadTransposes(body);
+  // A --freeze pattern that froze nothing is a mistake (a typo, a batch-norm
+  // statistic, which is state and never trained).
+  for (const auto &[pattern, text] : llvm::zip(options.frozen, options.frozenText))
+    if (llvm::none_of(variables, [&](const std::pair<const std::string, std::pair<Value, bool>> &entry) {
+          return entry.second.second && !entry.second.first.getDefiningOp<nn::LoadOp>() &&
+                 pattern.match(entry.first);
+        })) {
+      error = "--freeze '" + text + "' matches no trained initializer the logits need";
+      return nullptr;
+    }
   // Every op was verified as it was made; the module's symbols now too.
   if (failed(verify(module))) {
     if (error.empty())

@@ -86,6 +86,8 @@ struct OnnxImportOptions {
   /// Float initializers imported as constants, not trained (PyTorch's float
   /// buffers, or layers to freeze), by name pattern (llvm::GlobPattern).
   std::vector<llvm::GlobPattern> frozen;
+  /// The patterns as given, for errors (one per entry of `frozen`).
+  std::vector<std::string> frozenText;
   /// When the open batch fails and `batch` is 0, import again with this one
   /// (graphc compile MODEL.onnx passes its --batch-size).
   int64_t fallbackBatch = 0;

@@ -215,10 +215,25 @@ bool Importer::resize(const Node &n) {
   const int64_t rank = type.getRank();
   if (rank < 2 || type.isDynamicDim(rank - 1) || type.isDynamicDim(rank - 2))
     return fail("the input must have at least two dims, the last two fixed");
-  auto given = [&](size_t i) { return i < n.inputs.size() && !n.inputs[i].empty(); };
+  // An input is given when named and not empty (opsets 11 and 12 take an
+  // empty scales tensor beside sizes).
+  auto given = [&](size_t i) {
+    if (i >= n.inputs.size() || n.inputs[i].empty())
+      return false;
+    const Folded *t = constantTensor(n.inputs[i]);
+    auto init = initializers.find(n.inputs[i]);
+    const bool empty = (t && t->values.empty()) ||
+                       (init != initializers.end() &&
+                        llvm::is_contained(init->second->dims, int64_t{0}));
+    return !empty;
+  };
   // The scale and output size of every dim.
   std::vector<double> scales(rank, 1.0);
   std::vector<int64_t> sizes(type.getShape().begin(), type.getShape().end());
+  if (given(2) && given(3))
+    return fail("scales and sizes are both given (ONNX takes one)");
+  if (*exclude != 0 && *exclude != 1)
+    return fail("exclude_outside must be 0 or 1");
   if (given(3)) {
     auto known = knownInts(n.inputs[3]);
     if (!known || static_cast<int64_t>(known->size()) != rank)
@@ -327,9 +342,18 @@ bool Importer::resize(const Node &n) {
     }
     return a;
   };
+  // Each resized dim's matrix is built whole: at most 2^24 entries.
+  auto changed = [&](int64_t d) { return sizes[d] != type.getDimSize(d) || scales[d] != 1.0; };
+  for (int64_t d = rank - 2; d < rank; ++d)
+    if (changed(d) && sizes[d] * type.getDimSize(d) > (int64_t{1} << 24))
+      return fail("resizing dim " + std::to_string(d) + " from " +
+                  std::to_string(type.getDimSize(d)) + " to " + std::to_string(sizes[d]) +
+                  " takes a matrix of more than 2^24 entries");
   // y[..., out] = x[..., in] A^T along the last dim, unless A is the identity.
   auto alongLast = [&](Value v, int64_t d) -> Value {
     const int64_t in = type.getDimSize(d), out = sizes[d];
+    if (!changed(d))
+      return v;
     std::vector<double> a = matrix(d);
     bool identity = in == out;
     for (int64_t i = 0; identity && i < out; ++i)
@@ -353,7 +377,7 @@ bool Importer::resize(const Node &n) {
     swap.push_back(d);
   std::swap(swap[rank - 1], swap[rank - 2]);
   Value y = alongLast(x, rank - 1);
-  if (y && (sizes[rank - 2] != type.getDimSize(rank - 2) || scales[rank - 2] != 1.0)) {
+  if (y && changed(rank - 2)) {
     Value t = tryCreate<nn::TransposeOp>(y, b.getDenseI64ArrayAttr(swap));
     Value r = t ? alongLast(t, rank - 2) : Value();
     y = r == t ? y : r ? tryCreate<nn::TransposeOp>(r, b.getDenseI64ArrayAttr(swap)) : Value();

@@ -693,7 +693,12 @@ bool Importer::power(const Node &n) {
   Value x = activation(n.inputs[0]);
   if (!x)
     return false;
-  std::optional<double> p = scalar(n.inputs[1]);
+  // A one-element constant of no higher rank than x (a higher one would
+  // raise the result's rank, as numpy broadcasts); not a trained one.
+  std::optional<double> p =
+      initializers.count(n.inputs[1]) && initializers[n.inputs[1]]->type == ElementType::Float
+          ? std::nullopt
+          : scalar(n.inputs[1], llvm::cast<RankedTensorType>(x.getType()).getRank());
   if (!p || !(*p == 1 || *p == 2 || *p == 3 || *p == 4))
     return fail("the exponent must be a constant 1, 2, 3 or 4");
   Value y = x;

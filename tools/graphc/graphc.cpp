@@ -294,6 +294,7 @@ int importModel() {
     if (!glob)
       return fail("--freeze '" + pattern + "': " + llvm::toString(glob.takeError()));
     importOptions.frozen.push_back(std::move(*glob));
+    importOptions.frozenText.push_back(pattern);
   }
   if (importBatch.getNumOccurrences() && importBatch < 1)
     return fail("--batch must be at least 1");

@@ -28,7 +28,9 @@ timm's layers:
   timm_ops_check.py make DIR [--fault F]  model.onnx, images.npy, labels.npy
                                in DIR; F breaks it: pow-half (an exponent
                                of 0.5), resize-crop (tf_crop_and_resize),
-                               aux (a second output, an auxiliary classifier)
+                               resize-huge (33 columns to 1,023,000: a
+                               matrix past 2^24 entries), aux (a second output, an
+                               auxiliary classifier)
   timm_ops_check.py check DIR  DIR/init.safetensors (graphc import's weights),
                                DIR/final.safetensors (after one step at lr 1)
                                and DIR/report.json against NumPy
@@ -97,7 +99,7 @@ def make(d, fault=None):
                          if fault == "resize-crop" else "half_pixel"),
         const("big", (np.random.default_rng(8).standard_normal(BIG) * 0.1).astype(np.float32)),
         helper.make_node("Add", ["u", "big"], ["k"]),
-        const("scales", f32(1, 1, 0.4, 0.4)),
+        const("scales", f32(1, 1, 0.4, 31000 if fault == "resize-huge" else 0.4)),
         helper.make_node("Resize", ["k", "", "scales"], ["dn"], mode="cubic",
                          coordinate_transformation_mode="half_pixel"),
         const("two", f32(0.5 if fault == "pow-half" else 2)),
