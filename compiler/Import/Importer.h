@@ -241,6 +241,7 @@ private:
   std::map<std::string, double> knownScalars;
   // Constant tensors folded at import, and constants read by the folder.
   std::map<std::string, Folded> tensors;
+  int64_t foldedElements = 0;  // of the tensors folded (kMaxFoldedTotal)
   std::map<std::string, std::pair<Value, bool>> variables;  // loaded, trained
   int64_t parameterCount = 0;
 };

@@ -15,6 +15,8 @@
 
 #include "compiler/Import/Importer.h"
 
+#include "llvm/ADT/bit.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -27,7 +29,10 @@ namespace onnx_import {
 namespace {
 
 using Folded = Importer::Folded;
+using onnx_model::kMaxFoldedElements;
 using onnx_model::kMaxFoldedIndices;
+using onnx_model::kMaxFoldedTensor;
+using onnx_model::kMaxFoldedTotal;
 
 // The element count, saturating at 2^40 (beyond any limit here) so that
 // dims whose product overflows int64 are never taken for a small tensor.
@@ -367,10 +372,11 @@ bool Importer::foldTensor(const Node &n) {
         if (infer >= 0)
           return fail("reshape to a shape with two -1 entries");
         infer = static_cast<int64_t>(i);
-      } else if (shape[i] < 0 || shape[i] > kMaxFoldedIndices) {
+      } else if (shape[i] < 0 || shape[i] > kMaxFoldedTensor) {
         return fail("reshape to dim " + std::to_string(shape[i]));
       } else {
-        known = std::min(known * shape[i], int64_t{1} << 40);  // each factor <= 2^20
+        // Saturates past any constant's size (each factor <= 2^24).
+        known = known > (int64_t{1} << 36) ? known : known * shape[i];
       }
     }
     const auto count = static_cast<int64_t>(x.values.size());
@@ -538,8 +544,8 @@ bool Importer::foldTensor(const Node &n) {
     const int64_t extent = x.dims[*axis];
     const int64_t inner = countOf(std::vector<int64_t>(x.dims.begin() + *axis + 1, x.dims.end()));
     const int64_t outer = countOf(std::vector<int64_t>(x.dims.begin(), x.dims.begin() + *axis));
-    if (outer * static_cast<int64_t>(indices.values.size()) * inner > kMaxFoldedIndices)
-      return fail("a constant of more than 2^20 elements");
+    if (outer * static_cast<int64_t>(indices.values.size()) * inner > kMaxFoldedTensor)
+      return fail("a constant of more than 2^24 elements");
     for (int64_t o = 0; o < outer; ++o)
       for (int64_t index : ints(&indices)) {
         if (index < -extent || index >= extent)
@@ -557,9 +563,9 @@ bool Importer::foldTensor(const Node &n) {
         std::any_of(shape->begin(), shape->end(), [](int64_t d) { return d < 0; }))
       return fail("cannot expand the constant to this shape");
     if (std::any_of(shape->begin(), shape->end(),
-                    [](int64_t d) { return d > kMaxFoldedIndices; }) ||
-        countOf(*shape) > kMaxFoldedIndices)
-      return fail("a constant of more than 2^20 elements");
+                    [](int64_t d) { return d > kMaxFoldedTensor; }) ||
+        countOf(*shape) > kMaxFoldedTensor)
+      return fail("a constant of more than 2^24 elements");
     result.dims = *shape;
     for (int64_t flat = 0; flat < countOf(*shape); ++flat)
       result.values.push_back(x.values[broadcastIndex(x, *shape, flat)]);
@@ -571,8 +577,8 @@ bool Importer::foldTensor(const Node &n) {
     if (delta == 0 || !std::isfinite(start) || !std::isfinite(limit) || !std::isfinite(delta))
       return fail("a range with delta 0 or bounds that are not finite");
     const double count = std::max(std::ceil((limit - start) / delta), 0.0);
-    if (count > double(kMaxFoldedIndices))
-      return fail("a constant of more than 2^20 elements");
+    if (count > double(kMaxFoldedTensor))
+      return fail("a constant of more than 2^24 elements");
     for (int64_t i = 0; i < static_cast<int64_t>(count); ++i)
       result.values.push_back(stored(start + static_cast<double>(i) * delta, x.type));
     result.dims = {static_cast<int64_t>(count)};
@@ -583,9 +589,9 @@ bool Importer::foldTensor(const Node &n) {
     if (x.dims.size() != 1)
       return fail("the shape must be a vector");
     if (shape.size() > 8 || std::any_of(shape.begin(), shape.end(), [](int64_t d) {
-          return d < 0 || d > kMaxFoldedIndices;
-        }) || countOf(shape) > kMaxFoldedIndices)
-      return fail("a constant of more than 2^20 elements, or of rank over 8");
+          return d < 0 || d > kMaxFoldedTensor;
+        }) || countOf(shape) > kMaxFoldedTensor)
+      return fail("a constant of more than 2^24 elements, or of rank over 8");
     double value = 0;
     result.type = ElementType::Float;
     if (auto it = n.attributes.find("value"); it != n.attributes.end()) {
@@ -685,8 +691,8 @@ bool Importer::foldTensor(const Node &n) {
         return fail("constants of shapes that do not broadcast");
       dims = *joined;
     }
-    if (countOf(dims) > kMaxFoldedIndices)
-      return fail("a constant of more than 2^20 elements");
+    if (countOf(dims) > kMaxFoldedTensor)
+      return fail("a constant of more than 2^24 elements");
     const bool comparison = op == "Equal" || op == "Less" || op == "Greater" ||
                             op == "LessOrEqual" || op == "GreaterOrEqual" || op == "Not" ||
                             op == "And" || op == "Or";
@@ -739,8 +745,11 @@ bool Importer::foldTensor(const Node &n) {
       result.values.push_back(stored(v, result.type));
     }
   }
-  if (static_cast<int64_t>(result.values.size()) > kMaxFoldedIndices)
-    return fail("a constant of more than 2^20 elements");
+  if (static_cast<int64_t>(result.values.size()) > kMaxFoldedTensor)
+    return fail("a constant of more than 2^24 elements");
+  foldedElements += static_cast<int64_t>(result.values.size());
+  if (foldedElements > kMaxFoldedTotal)
+    return fail("the constants folded so far hold more than 2^27 elements");
   if (n.outputs.empty() || n.outputs[0].empty())
     return true;
   const std::string &out = n.outputs[0];
@@ -781,7 +790,23 @@ Value Importer::constantValue(const std::string &name) {
     return nullptr;
   auto type = RankedTensorType::get(t->dims, b.getF32Type());
   std::vector<float> data(t->values.begin(), t->values.end());
-  return tryCreate<nn::ConstantOp>(DenseElementsAttr::get(type, ArrayRef<float>(data)));
+  // A constant that repeats along its first dim (a position encoding
+  // computed for every image of the batch): one row of it, broadcast.
+  const int64_t rows = t->dims.empty() ? 1 : t->dims.front();
+  const size_t row = rows > 1 ? data.size() / static_cast<size_t>(rows) : 0;
+  bool repeats = row > 0 && data.size() > static_cast<size_t>(kMaxFoldedElements);
+  for (size_t i = row; repeats && i < data.size(); ++i)
+    repeats = llvm::bit_cast<uint32_t>(data[i]) == llvm::bit_cast<uint32_t>(data[i % row]);
+  if (!repeats)
+    return tryCreate<nn::ConstantOp>(DenseElementsAttr::get(type, ArrayRef<float>(data)));
+  auto rowType = RankedTensorType::get(ArrayRef(t->dims).drop_front(), b.getF32Type());
+  Value one = tryCreate<nn::ConstantOp>(
+      DenseElementsAttr::get(rowType, ArrayRef<float>(data).take_front(row)));
+  // nn.broadcast takes its shape from a tensor: a zero constant of it.
+  Value like = one ? tryCreate<nn::ConstantOp>(DenseElementsAttr::get(type, 0.0f)) : Value();
+  SmallVector<int64_t> dims(rowType.getRank());
+  std::iota(dims.begin(), dims.end(), 1);
+  return like ? tryCreate<nn::BroadcastOp>(one, like, b.getDenseI64ArrayAttr(dims)) : Value();
 }
 
 } // namespace onnx_import

@@ -31,6 +31,11 @@ constexpr int64_t kMinOpset = 11, kMaxOpset = 17;  // libonnx 1.12 knows 17
 /// and shapes the importer folds); larger ones keep only their shapes.
 constexpr int64_t kMaxFoldedElements = 4096;
 constexpr int64_t kMaxFoldedIndices = int64_t{1} << 20;
+/// The most elements a constant the importer computes may have (a position
+/// encoding folded for the whole batch: EdgeNeXt's is 12.8 M at batch 256),
+/// and the most all of them may hold together (8 bytes each).
+constexpr int64_t kMaxFoldedTensor = int64_t{1} << 24;
+constexpr int64_t kMaxFoldedTotal = int64_t{1} << 27;
 
 /// TensorProto's element types the importer names.
 enum class ElementType { Other, Float, Double, Float16, BFloat16, Int64, Int32, Bool };

@@ -17,7 +17,11 @@ timm's layers:
 - LeakyRelu (alpha 0.1); InstanceNormalization (GroupNorm(1));
 - Resize up (linear, half_pixel, by sizes), a constant of 4,356 elements
   added (more than the importer folds: a Constant node taken as it is),
-  Resize down (cubic, half_pixel, by scales 0.4);
+  and a position encoding as EdgeNeXt's computes it from the activation's
+  shape (ConstantOfShape of [N, 33, 33], CumSum along each axis, Sin, Cos,
+  Concat, Transpose: folded to the same values for every image, one
+  image's broadcast over the batch); Resize down (cubic, half_pixel, by
+  scales 0.4);
 - Pow 2; ReduceSum over the last axis; BatchNormalization of rank 3
   (BatchNorm1d, with running statistics); Flatten at axis 2 (the batch
   merged: a fixed batch); LayerNormalization with a constant bias; a
@@ -30,7 +34,9 @@ timm's layers:
                                of 0.5), resize-crop (tf_crop_and_resize),
                                resize-huge (33 columns to 1,023,000: a
                                matrix past 2^24 entries), aux (a second output, an
-                               auxiliary classifier)
+                               auxiliary classifier), fold-huge (the position
+                               encoding of 4097 x 4097 images), no-pe
+                               (without the position encoding)
   timm_ops_check.py check DIR  DIR/init.safetensors (graphc import's weights),
                                DIR/final.safetensors (after one step at lr 1)
                                and DIR/report.json against NumPy
@@ -68,6 +74,35 @@ def make(d, fault=None):
         return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(array, name))
     f32 = lambda *v: np.array(v, dtype=np.float32)
     i64 = lambda *v: np.array(v, dtype=np.int64)
+    position_encoding = [
+        # EdgeNeXt's PositionalEncodingFourier, smaller: a mask of ones the
+        # shape of the activation's batch and pixels, summed along rows and
+        # columns, through Sin and Cos.
+        helper.make_node("Shape", ["u"], ["u_shape"]),
+        const("nhw", i64(0, 2, 3)),
+        helper.make_node("Gather", ["u_shape", "nhw"], ["mask_shape"]) if fault != "fold-huge"
+        else const("mask_shape", i64(N, 4097, 4097)),
+        helper.make_node("ConstantOfShape", ["mask_shape"], ["mask"],
+                         value=numpy_helper.from_array(f32(1), "one")),
+        const("axis1", i64(1)), const("axis2", i64(2)),
+        helper.make_node("CumSum", ["mask", "axis1"], ["pos_y"]),
+        helper.make_node("CumSum", ["mask", "axis2"], ["pos_x"]),
+        const("tenth", f32(0.1).reshape(())),
+        helper.make_node("Mul", ["pos_y", "tenth"], ["pos_y10"]),
+        helper.make_node("Mul", ["pos_x", "tenth"], ["pos_x10"]),
+        helper.make_node("Sin", ["pos_y10"], ["sin_y"]),
+        helper.make_node("Cos", ["pos_x10"], ["cos_x"]),
+        const("last", i64(3)),
+        helper.make_node("Unsqueeze", ["sin_y", "last"], ["sin_y4"]),
+        helper.make_node("Unsqueeze", ["cos_x", "last"], ["cos_x4"]),
+        helper.make_node("Concat", ["sin_y4", "cos_x4"], ["pe2"], axis=3),
+        helper.make_node("Mul", ["pe2", "half"], ["pe2_half"]),
+        helper.make_node("Concat", ["pe2", "pe2_half"], ["pe4"], axis=3),
+        helper.make_node("Transpose", ["pe4"], ["pe_nchw"], perm=[0, 3, 1, 2]),
+        const("pe_scale", f32(0.05).reshape(())),
+        helper.make_node("Mul", ["pe_nchw", "pe_scale"], ["pe"]),
+        helper.make_node("Add", ["ub", "pe"], ["k"]),
+    ]
     nodes = [
         const("padf", f32(0, 0, 0, 0, 0, 0, 2, 2)), const("one", f32(1)),
         const("zero", f32(0)),
@@ -98,7 +133,9 @@ def make(d, fault=None):
                          coordinate_transformation_mode="tf_crop_and_resize"
                          if fault == "resize-crop" else "half_pixel"),
         const("big", (np.random.default_rng(8).standard_normal(BIG) * 0.1).astype(np.float32)),
-        helper.make_node("Add", ["u", "big"], ["k"]),
+        helper.make_node("Add", ["u", "big"], ["ub"]),
+    ] + (position_encoding if fault != "no-pe" else [
+        helper.make_node("Identity", ["ub"], ["k"])]) + [
         const("scales", f32(1, 1, 0.4, 31000 if fault == "resize-huge" else 0.4)),
         helper.make_node("Resize", ["k", "", "scales"], ["dn"], mode="cubic",
                          coordinate_transformation_mode="half_pixel"),
@@ -197,7 +234,10 @@ def forward(p, x, big, stats=None):
     v = a.var(axis=(2, 3), keepdims=True)
     i_ = (a - m) / np.sqrt(v + eps) * p["in_s"][None, :, None, None] + p["in_b"][None, :, None, None]
     up = resize_matrix(h, 33, 33 / h, False)
-    u = np.einsum("ah,nchw,bw->ncab", up, i_, up) + big
+    rows = np.sin(0.1 * np.arange(1, 34))[:, None] * np.ones(33)
+    cols = np.ones(33)[:, None] * np.cos(0.1 * np.arange(1, 34))
+    pe = 0.05 * np.stack([rows, cols, 0.5 * rows, 0.5 * cols])  # [4, 33, 33], every image's
+    u = np.einsum("ah,nchw,bw->ncab", up, i_, up) + big + pe
     down = resize_matrix(33, 13, 0.4, True)
     dn = np.einsum("ah,nchw,bw->ncab", down, u, down)
     r = (dn ** 2).sum(axis=3)                       # [N, 4, 13]
