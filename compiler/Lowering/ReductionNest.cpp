@@ -518,6 +518,40 @@ void buildReductionNest(OpBuilder &b, Location loc, ValueRange inputs, ValueRang
                         ArrayRef<AffineMap> maps, ArrayRef<utils::IteratorType> iterators,
                         ArrayRef<int64_t> extents, ArrayRef<Accumulate> accumulate,
                         ArrayRef<double> scales, BodyFn body) {
+  // Dims of extent 1 loop once whether reduced or kept: without them, a batch
+  // norm of [N, C, 1, 1] (BatchNorm1d, LeViT's every linear layer) keeps its
+  // innermost dim, C, and is read in rows (the column forms below) instead
+  // of a channel at a time, a row apart. A reduction keeps one reduced dim
+  // (a sum over a batch of 1 is still a sum).
+  bool longReduced = false;
+  for (auto [extent, kind] : llvm::zip(extents, iterators))
+    longReduced |= extent != 1 && kind == utils::IteratorType::reduction;
+  auto dropped = [&](size_t d) {
+    return extents[d] == 1 && (longReduced || iterators[d] == utils::IteratorType::parallel);
+  };
+  bool drops = false;
+  for (size_t d = 0; d < extents.size(); ++d)
+    drops |= dropped(d);
+  if (drops && llvm::any_of(extents, [](int64_t e) { return e != 1; })) {
+    SmallVector<AffineExpr> replacements;
+    SmallVector<int64_t> keptExtents;
+    SmallVector<utils::IteratorType> keptIterators;
+    for (auto [d, extent] : llvm::enumerate(extents)) {
+      if (dropped(d)) {
+        replacements.push_back(getAffineConstantExpr(0, b.getContext()));
+        continue;
+      }
+      replacements.push_back(getAffineDimExpr(keptExtents.size(), b.getContext()));
+      keptExtents.push_back(extent);
+      keptIterators.push_back(iterators[d]);
+    }
+    SmallVector<AffineMap> keptMaps;
+    for (AffineMap map : maps)
+      keptMaps.push_back(map.replaceDimsAndSymbols(replacements, {}, keptExtents.size(),
+                                                   map.getNumSymbols()));
+    return buildReductionNest(b, loc, inputs, outputs, keptMaps, keptIterators, keptExtents,
+                              accumulate, scales, body);
+  }
   int64_t outputsCount = 1, count = 1;
   for (auto [extent, kind] : llvm::zip(extents, iterators))
     (kind == utils::IteratorType::parallel ? outputsCount : count) *= extent;

@@ -3,8 +3,8 @@
 // Implements --graphc-fuse-attention (see Passes.td). The match starts at the
 // second product and walks up its left operand through the softmax the
 // importer writes, then through reshapes and additions of broadcast biases
-// (a relative-position bias per head, Swin's mask per window) to the first
-// product; every intermediate must be read only by the next step, so the
+// (a relative-position bias per head, Swin's mask per window) and a scale by
+// a scalar (LeViT's, applied to q instead) to the first product; every intermediate must be read only by the next step, so the
 // chain can go once nn.attention replaces its last value.
 //
 //===----------------------------------------------------------------------===//
@@ -70,6 +70,33 @@ Value throughReshape(Value v, SmallVectorImpl<Operation *> &chain) {
     return reshape.getInput();
   }
   return v;
+}
+
+/// A scale of the scores (LeViT's `q @ k^T * scale`, or `/ sqrt(d)`): a
+/// multiply or divide by a rank-0 f32 tensor broadcast to them, which the
+/// fused attention applies to q instead.
+struct ScoreScale {
+  Operation *op;             // the nn.mul or nn.div
+  nn::BroadcastOp broadcast; // of `factor` to the scores
+  Value factor, scores;
+  bool divides;
+};
+
+std::optional<ScoreScale> scaleOf(Value v) {
+  Operation *op = v.getDefiningOp();
+  const bool divides = isa_and_nonnull<nn::DivOp>(op);
+  if (!isa_and_nonnull<nn::MulOp>(op) && !divides)
+    return std::nullopt;
+  for (unsigned side = 0; side < (divides ? 1u : 2u); ++side) {
+    Value scores = op->getOperand(side), other = op->getOperand(1 - side);
+    auto broadcast = other.getDefiningOp<nn::BroadcastOp>();
+    if (!broadcast || broadcast.getShapeOf() != scores || !broadcast.getDims().empty())
+      continue;
+    auto type = llvm::cast<RankedTensorType>(broadcast.getInput().getType());
+    if (type.getRank() == 0 && type.getElementType().isF32())
+      return ScoreScale{op, broadcast, broadcast.getInput(), scores, divides};
+  }
+  return std::nullopt;
 }
 
 /// A bias nn.attention can add to its scores: a broadcast whose input,
@@ -152,9 +179,10 @@ bool fuse(nn::MatmulOp product) {
       !broadcastsBack(maxBroadcast, max, x) || !llvm::hasNItems(x.getUses(), 3))
     return false;
   chain.append({sub, maxBroadcast, max});
-  // x: q k^T, possibly reshaped, plus biases, possibly between reshapes (x
-  // itself has three readers, everything above it one).
+  // x: q k^T, possibly reshaped and scaled, plus biases, possibly between
+  // reshapes (x itself has three readers, everything above it one).
   SmallVector<nn::AddOp> adds;
+  std::optional<ScoreScale> scale;
   Value scores = x;
   for (Operation *next = nullptr;;) {
     if (next && !onlyFeeds(scores, next))
@@ -163,7 +191,18 @@ bool fuse(nn::MatmulOp product) {
       chain.push_back(reshape);
       next = reshape;
       scores = reshape.getInput();
+    } else if (std::optional<ScoreScale> scaled = scaleOf(scores)) {
+      if (scale)
+        return false;  // scaled twice
+      scale = scaled;
+      chain.push_back(scale->op);
+      if (scale->broadcast->hasOneUse())
+        chain.push_back(scale->broadcast);
+      next = scale->op;
+      scores = scale->scores;
     } else if (auto add = scores.getDefiningOp<nn::AddOp>()) {
+      if (scale)
+        return false;  // a bias the scale scales too: (q k^T + b) * s
       const bool rhsIsBias = add.getRhs().getDefiningOp<nn::BroadcastOp>() != nullptr;
       if (!rhsIsBias && !add.getLhs().getDefiningOp<nn::BroadcastOp>())
         return false;
@@ -205,12 +244,27 @@ bool fuse(nn::MatmulOp product) {
     biasValues.push_back(value);
     strides.push_back(bias.stride);
   }
+  // (q k^T) s is (q s) k^T: q is the smaller.
+  Value q = first.getLhs();
+  SmallVector<Operation *> made;
+  if (scale) {
+    auto factor = b.create<nn::BroadcastOp>(scale->op->getLoc(), scale->factor, q,
+                                            b.getDenseI64ArrayAttr({}));
+    Operation *scaled =
+        scale->divides
+            ? b.create<nn::DivOp>(scale->op->getLoc(), q, factor).getOperation()
+            : b.create<nn::MulOp>(scale->op->getLoc(), q, factor).getOperation();
+    made = {scaled, factor};
+    q = scaled->getResult(0);
+  }
   auto attention = b.create<nn::AttentionOp>(
-      product.getLoc(), first.getLhs(), first.getRhs(), product.getRhs(), biasValues,
+      product.getLoc(), q, first.getRhs(), product.getRhs(), biasValues,
       /*transpose_k=*/!first.getTransposeB(),
       biases.empty() ? DenseI64ArrayAttr() : b.getDenseI64ArrayAttr(strides));
   if (attention.getOutput().getType() != product.getType()) {
     attention.erase();
+    for (Operation *op : made)
+      op->erase();
     return false;
   }
   product.getResult().replaceAllUsesWith(attention.getOutput());

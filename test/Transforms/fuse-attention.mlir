@@ -157,3 +157,128 @@ func.func @scores_read_twice(%q: tensor<12x7x4xf32>, %k: tensor<12x4x7xf32>, %v:
   %o = nn.matmul %sm_p, %v : tensor<12x7x7xf32>, tensor<12x7x4xf32>
   return %o, %a : tensor<12x7x4xf32>, tensor<12x7x7xf32>
 }
+
+// -----
+
+// Tests LeViT's attention: q k^T reshaped, times a scalar, plus a bias per
+// head, then the softmax. The scale moves to q (the smaller: (q k^T) s is
+// (q s) k^T), and the multiply of the scores, its broadcast and the add go.
+// CHECK-LABEL: func.func @scaled_then_bias
+// CHECK-SAME: (%[[Q:.*]]: tensor<6x7x4xf32>, %[[K:.*]]: tensor<6x4x7xf32>, %[[V:.*]]: tensor<6x7x8xf32>, %[[REL:.*]]: tensor<3x7x7xf32>)
+// CHECK: %[[S:.*]] = nn.constant dense<2.500000e-01> : tensor<f32>
+// CHECK: %[[SB:.*]] = nn.broadcast %[[S]] to %[[Q]] dims [] : tensor<f32>, tensor<6x7x4xf32>
+// CHECK-NEXT: %[[QS:.*]] = nn.mul %[[Q]], %[[SB]] : tensor<6x7x4xf32>
+// CHECK-NEXT: %[[O:.*]], %{{.*}} = nn.attention %[[QS]], %[[K]], %[[V]] transpose_k biases(%{{.*}} : tensor<3x7x7xf32>) strides [1]
+// CHECK-NOT: nn.add
+// CHECK-NOT: nn.matmul
+// CHECK: return %[[O]]
+func.func @scaled_then_bias(%q: tensor<6x7x4xf32>, %k: tensor<6x4x7xf32>, %v: tensor<6x7x8xf32>,
+                            %rel: tensor<3x7x7xf32>) -> tensor<6x7x8xf32> {
+  %s = nn.matmul %q, %k : tensor<6x7x4xf32>, tensor<6x4x7xf32>
+  %s4 = nn.reshape %s shape [2, 3, 7, 7] : tensor<6x7x7xf32>
+  %c = nn.constant dense<0.25> : tensor<f32>
+  %cb = nn.broadcast %c to %s4 dims [] : tensor<f32>, tensor<2x3x7x7xf32>
+  %sc = nn.mul %s4, %cb : tensor<2x3x7x7xf32>
+  %rb = nn.broadcast %rel to %sc dims [1, 2, 3] : tensor<3x7x7xf32>, tensor<2x3x7x7xf32>
+  %x = nn.add %sc, %rb : tensor<2x3x7x7xf32>
+  %m = nn.reduce_max %x dims [3] keep_dims : tensor<2x3x7x7xf32>
+  %mb = nn.broadcast %m to %x dims [0, 1, 2, 3] : tensor<2x3x7x1xf32>, tensor<2x3x7x7xf32>
+  %d = nn.sub %x, %mb : tensor<2x3x7x7xf32>
+  %e = nn.exp %d : tensor<2x3x7x7xf32>
+  %z = nn.reduce_sum %e dims [3] keep_dims : tensor<2x3x7x7xf32>
+  %zb = nn.broadcast %z to %e dims [0, 1, 2, 3] : tensor<2x3x7x1xf32>, tensor<2x3x7x7xf32>
+  %p = nn.div %e, %zb : tensor<2x3x7x7xf32>
+  %p3 = nn.reshape %p shape [6, 7, 7] : tensor<2x3x7x7xf32>
+  %o = nn.matmul %p3, %v : tensor<6x7x7xf32>, tensor<6x7x8xf32>
+  return %o : tensor<6x7x8xf32>
+}
+
+// -----
+
+// Tests scores divided by a scalar (`q @ k^T / sqrt(d)`), the divisor a
+// function argument: q is divided by it.
+// CHECK-LABEL: func.func @divided
+// CHECK-SAME: (%[[Q:.*]]: tensor<6x7x4xf32>, %[[K:.*]]: tensor<6x7x4xf32>, %[[V:.*]]: tensor<6x7x5xf32>, %[[T:.*]]: tensor<f32>)
+// CHECK-NEXT: %[[TB:.*]] = nn.broadcast %[[T]] to %[[Q]] dims [] : tensor<f32>, tensor<6x7x4xf32>
+// CHECK-NEXT: %[[QS:.*]] = nn.div %[[Q]], %[[TB]] : tensor<6x7x4xf32>
+// CHECK-NEXT: %[[O:.*]], %{{.*}} = nn.attention %[[QS]], %[[K]], %[[V]] : tensor<6x7x4xf32>, tensor<6x7x4xf32>, tensor<6x7x5xf32>
+// CHECK-NEXT: return %[[O]]
+func.func @divided(%q: tensor<6x7x4xf32>, %k: tensor<6x7x4xf32>, %v: tensor<6x7x5xf32>,
+                   %t: tensor<f32>) -> tensor<6x7x5xf32> {
+  %s = nn.matmul %q, %k transpose_b : tensor<6x7x4xf32>, tensor<6x7x4xf32>
+  %tb = nn.broadcast %t to %s dims [] : tensor<f32>, tensor<6x7x7xf32>
+  %x = nn.div %s, %tb : tensor<6x7x7xf32>
+  %m = nn.reduce_max %x dims [2] keep_dims : tensor<6x7x7xf32>
+  %mb = nn.broadcast %m to %x dims [0, 1, 2] : tensor<6x7x1xf32>, tensor<6x7x7xf32>
+  %d = nn.sub %x, %mb : tensor<6x7x7xf32>
+  %e = nn.exp %d : tensor<6x7x7xf32>
+  %z = nn.reduce_sum %e dims [2] keep_dims : tensor<6x7x7xf32>
+  %zb = nn.broadcast %z to %e dims [0, 1, 2] : tensor<6x7x1xf32>, tensor<6x7x7xf32>
+  %p = nn.div %e, %zb : tensor<6x7x7xf32>
+  %o = nn.matmul %p, %v : tensor<6x7x7xf32>, tensor<6x7x5xf32>
+  return %o : tensor<6x7x5xf32>
+}
+
+// -----
+
+// Tests what stays unfused: a scale applied after the bias (it would scale
+// the bias too), a divisor on the left (s / (q k^T)) and a scale of more
+// than one element.
+// CHECK-LABEL: func.func @bias_then_scaled
+// CHECK-NOT: nn.attention
+// CHECK: return
+func.func @bias_then_scaled(%q: tensor<6x7x4xf32>, %k: tensor<6x4x7xf32>, %v: tensor<6x7x8xf32>,
+                            %rel: tensor<6x7x7xf32>, %t: tensor<f32>) -> tensor<6x7x8xf32> {
+  %s = nn.matmul %q, %k : tensor<6x7x4xf32>, tensor<6x4x7xf32>
+  %rb = nn.broadcast %rel to %s dims [0, 1, 2] : tensor<6x7x7xf32>, tensor<6x7x7xf32>
+  %a = nn.add %s, %rb : tensor<6x7x7xf32>
+  %tb = nn.broadcast %t to %a dims [] : tensor<f32>, tensor<6x7x7xf32>
+  %x = nn.mul %a, %tb : tensor<6x7x7xf32>
+  %m = nn.reduce_max %x dims [2] keep_dims : tensor<6x7x7xf32>
+  %mb = nn.broadcast %m to %x dims [0, 1, 2] : tensor<6x7x1xf32>, tensor<6x7x7xf32>
+  %d = nn.sub %x, %mb : tensor<6x7x7xf32>
+  %e = nn.exp %d : tensor<6x7x7xf32>
+  %z = nn.reduce_sum %e dims [2] keep_dims : tensor<6x7x7xf32>
+  %zb = nn.broadcast %z to %e dims [0, 1, 2] : tensor<6x7x1xf32>, tensor<6x7x7xf32>
+  %p = nn.div %e, %zb : tensor<6x7x7xf32>
+  %o = nn.matmul %p, %v : tensor<6x7x7xf32>, tensor<6x7x8xf32>
+  return %o : tensor<6x7x8xf32>
+}
+
+// CHECK-LABEL: func.func @divisor_left
+// CHECK-NOT: nn.attention
+// CHECK: return
+func.func @divisor_left(%q: tensor<6x7x4xf32>, %k: tensor<6x4x7xf32>, %v: tensor<6x7x8xf32>,
+                        %t: tensor<f32>) -> tensor<6x7x8xf32> {
+  %s = nn.matmul %q, %k : tensor<6x7x4xf32>, tensor<6x4x7xf32>
+  %tb = nn.broadcast %t to %s dims [] : tensor<f32>, tensor<6x7x7xf32>
+  %x = nn.div %tb, %s : tensor<6x7x7xf32>
+  %m = nn.reduce_max %x dims [2] keep_dims : tensor<6x7x7xf32>
+  %mb = nn.broadcast %m to %x dims [0, 1, 2] : tensor<6x7x1xf32>, tensor<6x7x7xf32>
+  %d = nn.sub %x, %mb : tensor<6x7x7xf32>
+  %e = nn.exp %d : tensor<6x7x7xf32>
+  %z = nn.reduce_sum %e dims [2] keep_dims : tensor<6x7x7xf32>
+  %zb = nn.broadcast %z to %e dims [0, 1, 2] : tensor<6x7x1xf32>, tensor<6x7x7xf32>
+  %p = nn.div %e, %zb : tensor<6x7x7xf32>
+  %o = nn.matmul %p, %v : tensor<6x7x7xf32>, tensor<6x7x8xf32>
+  return %o : tensor<6x7x8xf32>
+}
+
+// CHECK-LABEL: func.func @scale_per_key
+// CHECK-NOT: nn.attention
+// CHECK: return
+func.func @scale_per_key(%q: tensor<6x7x4xf32>, %k: tensor<6x4x7xf32>, %v: tensor<6x7x8xf32>,
+                         %t: tensor<7xf32>) -> tensor<6x7x8xf32> {
+  %s = nn.matmul %q, %k : tensor<6x7x4xf32>, tensor<6x4x7xf32>
+  %tb = nn.broadcast %t to %s dims [2] : tensor<7xf32>, tensor<6x7x7xf32>
+  %x = nn.mul %s, %tb : tensor<6x7x7xf32>
+  %m = nn.reduce_max %x dims [2] keep_dims : tensor<6x7x7xf32>
+  %mb = nn.broadcast %m to %x dims [0, 1, 2] : tensor<6x7x1xf32>, tensor<6x7x7xf32>
+  %d = nn.sub %x, %mb : tensor<6x7x7xf32>
+  %e = nn.exp %d : tensor<6x7x7xf32>
+  %z = nn.reduce_sum %e dims [2] keep_dims : tensor<6x7x7xf32>
+  %zb = nn.broadcast %z to %e dims [0, 1, 2] : tensor<6x7x1xf32>, tensor<6x7x7xf32>
+  %p = nn.div %e, %zb : tensor<6x7x7xf32>
+  %o = nn.matmul %p, %v : tensor<6x7x7xf32>, tensor<6x7x8xf32>
+  return %o : tensor<6x7x8xf32>
+}
