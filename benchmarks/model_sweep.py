@@ -2,7 +2,7 @@
 """Which models graphc takes: export, import, compile and train a few steps.
 
   benchmarks/model_sweep.py [--models timm:resnet50,vit_b_16,...] [--size 224]
-                            [--batch 2] [--steps 2] [--work DIR]
+                            [--batch 2] [--steps 2 | 0] [--work DIR]
 
 Runs under a Python with torch, torchvision, onnx and (for timm:NAME) timm:
 ~/torch/bin/python benchmarks/model_sweep.py. For each model, built with
@@ -13,7 +13,9 @@ random weights (timm's stochastic depth and dropout off):
   2. graphc import MODEL.onnx --batch B (the batch fixed: many graphs merge
      it with other dims; PyTorch's float buffers other than batch norm's
      statistics --freeze'd, constants as in PyTorch), graphc compile;
-  3. graphrun PLAN --steps S on synthetic data, one thread;
+  3. graphrun PLAN --steps S on synthetic data, one thread (--steps 0:
+     none, to see what imports and compiles at a batch too large to train
+     quickly);
 
 and prints one row per model: its parameters and ONNX nodes, the import
 and compile time, the loss after the steps, or the first line of the error of the stage
@@ -94,6 +96,9 @@ def one(name, args):
     if r.returncode != 0:
         row["result"] = "graphc: " + first_line(r.stderr)
         return row
+    if args.steps == 0:
+        row["result"] = "compiles"
+        return row
     r = subprocess.run([os.path.join(BIN, "graphrun"), plan, "--steps", str(args.steps),
                         "--warmup", "0", "--threads", "1"], capture_output=True, text=True)
     if r.returncode != 0:
@@ -110,7 +115,8 @@ def main():
     parser.add_argument("--models", default=",".join("timm:" + m for m in TIMM))
     parser.add_argument("--size", type=int, default=224)
     parser.add_argument("--batch", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=2,
+                        help="steps graphrun trains (0: import and compile only)")
     parser.add_argument("--work", default="/tmp/graphc-sweep")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -133,9 +139,10 @@ def main():
             f"trains (loss {row['loss']:.4f} after {args.steps} steps)"
         print(f"| {name} | {params} | {row.get('nodes', '')} | {row.get('compile_s', '')} | "
               f"{result} |", flush=True)
-    trained = sum(r["result"] == "trains" for r in rows)
+    done = "compile" if args.steps == 0 else "train"
+    trained = sum(r["result"] in ("trains", "compiles") for r in rows)
     refused = sum(r["result"].startswith(("graphc", "graphrun")) for r in rows)
-    print(f"\n{trained} of {len(rows)} train; {refused} refused by graphc; "
+    print(f"\n{trained} of {len(rows)} {done}; {refused} refused by graphc; "
           f"{len(rows) - trained - refused} not exportable by torch.onnx")
     with open(os.path.join(args.work, "sweep.json"), "w") as f:
         json.dump(rows, f, indent=1)

@@ -10,7 +10,9 @@ N `(loss / N).backward()` calls before the optimizer's step) it trains
 ResNet-50 v1.5 or VGG16 from graphc's
 zoo, or any torchvision classifier graphc import takes (mobilenet_v2,
 densenet121, ...: exported to ONNX by --torch-python in training form at
-224 px with its stochastic depth, which both sides draw, then imported), at 224 px, FP32,
+224 px with its stochastic depth, which both sides draw, then imported), or
+timm's as timm:NAME (timm installed for --torch-python; imported at each
+case's batch with the float buffers the graph reads frozen), at 224 px, FP32,
 random data, SGD with momentum 0.9 and weight decay 1e-4, four ways:
 
   fused     graphrun on graphc's default plan (fusion, recomputation, NHWC)
@@ -87,12 +89,18 @@ def fmnist_cnn():
 
 
 def is_transformer(name):
-    return name.startswith(("vit_", "swin_"))
+    """Models imported at a fixed batch: attention merges the batch with its
+    heads, and timm's models often merge it with other dims."""
+    return name.startswith(("vit_", "swin_", "timm:"))
 
 
 def torchvision_model(name):
-    """torchvision's `name` as constructed: its dropout and stochastic depth
-    stay (graphc imports both and draws its own masks)."""
+    """torchvision's `name` as constructed, or timm's for timm:NAME (pip
+    install timm): its dropout and stochastic depth stay as the model sets
+    them (graphc imports both and draws its own masks)."""
+    if name.startswith("timm:"):
+        import timm
+        return timm.create_model(name[5:], pretrained=False, num_classes=1000)
     import torchvision
     return getattr(torchvision.models, name)(num_classes=1000)
 
@@ -113,6 +121,18 @@ def export(name, path):
     torch.onnx.export(model, (torch.randn(2, 3, 224, 224),), path, opset_version=17, **dynamic,
                       training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
                       dynamo=False, input_names=["input"], output_names=["logits"])
+    # PyTorch's float buffers that the graph reads (timm's relative position
+    # tables, ...) are constants to it: graphc import --freeze's list, beside
+    # the file.
+    import onnx
+    graph = onnx.load(path, load_external_data=False).graph
+    read = {i for node in graph.node for i in node.input}
+    initializers = {t.name for t in graph.initializer}
+    frozen = [k for k, v in model.named_buffers() if v.is_floating_point()
+              and not k.endswith(("running_mean", "running_var")) and k in read
+              and k in initializers]
+    with open(path + ".freeze", "w") as f:
+        json.dump(frozen, f)
 
 
 def worker(model_name, batch, mode, threads, micro_batches=1):
@@ -254,12 +274,12 @@ def main():
         sys.exit(f"pytorch_cpu.py: --systems must name some of {SYSTEMS}")
     cases = []
     for item in args.cases.split(","):
-        model, _, size = item.partition(":")
+        model, _, size = item.rpartition(":")
         batch, _, micro = size.partition("x")
-        if (not re.fullmatch(r"[a-z0-9_]+", model) or not batch.isdigit() or int(batch) < 1
+        if (not re.fullmatch(r"(timm:)?[a-z0-9_]+", model) or not batch.isdigit() or int(batch) < 1
                 or not (micro == "" or (micro.isdigit() and int(micro) >= 1))):
             sys.exit(f"pytorch_cpu.py: bad case '{item}' (MODEL:BATCH or MODEL:BATCHxN, MODEL "
-                     f"one of {sorted(MODELS)} or a torchvision classifier)")
+                     f"one of {sorted(MODELS)}, a torchvision classifier or timm:NAME)")
         cases.append((model, int(batch), int(micro or 1)))
     graphc = os.path.join(args.build, "bin", "graphc")
     graphrun_bin = os.path.join(args.build, "bin", "graphrun")
@@ -274,12 +294,12 @@ def main():
     for model, _, _ in cases:
         if model in sources:
             continue
-        onnx_path = os.path.join(plans, f"{model}.onnx")
+        onnx_path = os.path.join(plans, f"{model.replace(':', '_')}.onnx")
         if subprocess.run([args.torch_python, os.path.abspath(__file__), "--export", model,
                            onnx_path]).returncode != 0:
-            sys.exit(f"pytorch_cpu.py: exporting torchvision's {model} failed")
+            sys.exit(f"pytorch_cpu.py: exporting {model} failed")
         if is_transformer(model):
-            # graphc compile imports it at each case's batch size.
+            # Imported at each case's batch size (below).
             sources[model] = onnx_path
             continue
         sources[model] = os.path.join(plans, f"{model}.mlir")
@@ -295,11 +315,23 @@ def main():
                                 "micro_batch": batch, "micro_batches": micro, "steps": steps,
                                 "systems": {s: {"quiet": [], "contended": [], "peak_rss_mib": 0}
                                             for s in systems}}
+        file = model.replace(":", "_")
+        source = sources[model]
+        frozen = source + ".freeze"
+        if os.path.exists(frozen):
+            with open(frozen) as f:
+                frozen = json.load(f)
+            if frozen:
+                # graphc compile imports with no --freeze: import here.
+                source = os.path.join(plans, f"{file}-b{batch}.mlir")
+                subprocess.run([graphc, "import", sources[model], "--batch", str(batch),
+                                "--freeze", ",".join(frozen), "-o", source], check=True,
+                               stdout=subprocess.DEVNULL)
         # graphc's memory plan at each recomputation setting (compile only).
         entry["arena_mib"] = {}
         for remat in ("all", "fused", "off"):
-            plan = os.path.join(plans, f"{model}-b{batch}x{micro}-remat-{remat}.plan")
-            out = subprocess.run([graphc, "compile", sources[model],
+            plan = os.path.join(plans, f"{file}-b{batch}x{micro}-remat-{remat}.plan")
+            out = subprocess.run([graphc, "compile", source,
                                   "--batch-size", str(batch), "--remat", remat,
                                   "--memory-report", "-o", plan] + accumulate,
                                  check=True, capture_output=True, text=True).stdout
@@ -307,8 +339,8 @@ def main():
             entry["arena_mib"][remat] = float(arena)
         for s, flags in GRAPHRUN.items():
             if s in systems:
-                plan = os.path.join(plans, f"{model}-b{batch}x{micro}-{s}.plan")
-                subprocess.run([graphc, "compile", sources[model],
+                plan = os.path.join(plans, f"{file}-b{batch}x{micro}-{s}.plan")
+                subprocess.run([graphc, "compile", source,
                                 "--batch-size", str(batch), "-o", plan] + flags + accumulate,
                                check=True, stdout=subprocess.DEVNULL)
                 entry["systems"][s]["plan"] = plan
