@@ -13,8 +13,8 @@ reference), float32, and float64 from the input times (1 + 1e-7 noise),
 which shows how far float32-sized rounding alone can move this model's
 gradient. For each it prints the tensors whose gradient strays most from
 float64's (error over the tensor's scale) and, within each, the output
-channels that stray most. Then, for graphrun's worst channels in
-normalization layers (what the activations read), the value of the layer's
+channels that stray most. Then, for graphrun's worst channels in batch and
+group norms (what the activations read), the value of the layer's
 output nearest zero in float64, against the channel's spread: a value some 1e-5 of it from zero sits where float32 rounding
 decides which side of a ReLU it falls on, and so whether that element
 passes gradient back, which moves the whole channel's gradient and, through
@@ -87,7 +87,11 @@ def main():
     def fresh(dtype):
         m = zoo.build(name, args.size)
         zoo.no_randomness(m)
-        m.load_state_dict(start, strict=False)
+        missing, unexpected = m.load_state_dict(start, strict=False)
+        # Every parameter from the file (buffers graphc folds stay the model's).
+        assert not unexpected, unexpected
+        parameters = {k for k, _ in m.named_parameters()}
+        assert not parameters & set(missing), parameters & set(missing)
         return m.to(dtype).train()
 
     def gradient(dtype, noise=0.0):
@@ -144,12 +148,14 @@ def main():
     modules = dict(m.named_modules())
     outputs = {}
     for module, channel in dict.fromkeys(worst_channels):
-        if module in modules and "Norm" in type(modules[module]).__name__:
+        # Batch and group norms: channels on dim 1 of their output.
+        if module in modules and isinstance(modules[module], (
+                torch.nn.modules.batchnorm._BatchNorm, torch.nn.GroupNorm)):
             modules[module].register_forward_hook(
                 lambda _, __, out, key=(module, channel):
                 outputs.__setitem__(key, out[:, key[1]].detach().clone()))
     m(x.double())
-    print("\ngraphrun's worst channels of normalization layers, their output in float64:")
+    print("\ngraphrun's worst channels of batch and group norms, their output in float64:")
     for (module, channel), v in outputs.items():
         a = v.abs().flatten().sort().values
         print(f"  {module} channel {channel}: {v.numel()} values, nearest zero "

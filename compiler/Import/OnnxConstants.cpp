@@ -49,6 +49,16 @@ int64_t countOf(const std::vector<int64_t> &dims) {
   return std::min(n, kHuge);
 }
 
+// The iterations of a loop nest over `dims`, a dim of 0 counted as 1
+// (saturating as countOf): what bounds a folder's loops and index products
+// even where a tensor has no elements ([2^24, 2^24, 0] has none).
+int64_t spanOf(const std::vector<int64_t> &dims) {
+  std::vector<int64_t> nonzero;
+  for (int64_t d : dims)
+    nonzero.push_back(d == 0 ? 1 : d);
+  return countOf(nonzero);
+}
+
 // Row-major strides.
 std::vector<int64_t> stridesOf(const std::vector<int64_t> &dims) {
   std::vector<int64_t> strides(dims.size(), 1);
@@ -173,7 +183,8 @@ const Folded *Importer::constantTensor(const std::string &name) {
     t.dims = source->dims;
     t.values = source->values;
   }
-  if (static_cast<int64_t>(t.values.size()) != countOf(t.dims))
+  if (static_cast<int64_t>(t.values.size()) != countOf(t.dims) ||
+      spanOf(t.dims) > kMaxFoldedTensor)
     return nullptr;
   return &tensors.emplace(name, std::move(t)).first->second;
 }
@@ -470,6 +481,8 @@ bool Importer::foldTensor(const Node &n) {
       result.dims[*axis] += t->dims[*axis];
       parts.push_back(t);
     }
+    if (spanOf(result.dims) > kMaxFoldedTensor)
+      return fail("a constant of more than 2^24 elements");
     const int64_t outer = countOf(std::vector<int64_t>(x.dims.begin(), x.dims.begin() + *axis));
     for (int64_t o = 0; o < outer; ++o)
       for (const Folded *t : parts) {
@@ -544,7 +557,9 @@ bool Importer::foldTensor(const Node &n) {
     const int64_t extent = x.dims[*axis];
     const int64_t inner = countOf(std::vector<int64_t>(x.dims.begin() + *axis + 1, x.dims.end()));
     const int64_t outer = countOf(std::vector<int64_t>(x.dims.begin(), x.dims.begin() + *axis));
-    if (outer * static_cast<int64_t>(indices.values.size()) * inner > kMaxFoldedTensor)
+    if (double(std::max<int64_t>(outer, 1)) * double(std::max<size_t>(indices.values.size(), 1)) *
+            double(std::max<int64_t>(inner, 1)) >
+        double(kMaxFoldedTensor))
       return fail("a constant of more than 2^24 elements");
     for (int64_t o = 0; o < outer; ++o)
       for (int64_t index : ints(&indices)) {
@@ -564,7 +579,7 @@ bool Importer::foldTensor(const Node &n) {
       return fail("cannot expand the constant to this shape");
     if (std::any_of(shape->begin(), shape->end(),
                     [](int64_t d) { return d > kMaxFoldedTensor; }) ||
-        countOf(*shape) > kMaxFoldedTensor)
+        spanOf(*shape) > kMaxFoldedTensor)
       return fail("a constant of more than 2^24 elements");
     result.dims = *shape;
     for (int64_t flat = 0; flat < countOf(*shape); ++flat)
@@ -590,7 +605,7 @@ bool Importer::foldTensor(const Node &n) {
       return fail("the shape must be a vector");
     if (shape.size() > 8 || std::any_of(shape.begin(), shape.end(), [](int64_t d) {
           return d < 0 || d > kMaxFoldedTensor;
-        }) || countOf(shape) > kMaxFoldedTensor)
+        }) || spanOf(shape) > kMaxFoldedTensor)
       return fail("a constant of more than 2^24 elements, or of rank over 8");
     double value = 0;
     result.type = ElementType::Float;
@@ -691,7 +706,7 @@ bool Importer::foldTensor(const Node &n) {
         return fail("constants of shapes that do not broadcast");
       dims = *joined;
     }
-    if (countOf(dims) > kMaxFoldedTensor)
+    if (spanOf(dims) > kMaxFoldedTensor)
       return fail("a constant of more than 2^24 elements");
     const bool comparison = op == "Equal" || op == "Less" || op == "Greater" ||
                             op == "LessOrEqual" || op == "GreaterOrEqual" || op == "Not" ||
@@ -745,9 +760,11 @@ bool Importer::foldTensor(const Node &n) {
       result.values.push_back(stored(v, result.type));
     }
   }
-  if (static_cast<int64_t>(result.values.size()) > kMaxFoldedTensor)
+  if (spanOf(result.dims) > kMaxFoldedTensor)
     return fail("a constant of more than 2^24 elements");
-  foldedElements += static_cast<int64_t>(result.values.size());
+  // An integer vector is held twice (as a vector of indices too).
+  const bool vector = isInteger(result.type) && result.dims.size() <= 1;
+  foldedElements += static_cast<int64_t>(result.values.size()) * (vector ? 2 : 1);
   if (foldedElements > kMaxFoldedTotal)
     return fail("the constants folded so far hold more than 2^27 elements");
   if (n.outputs.empty() || n.outputs[0].empty())

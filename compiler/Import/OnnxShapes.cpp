@@ -139,6 +139,11 @@ bool Importer::foldInts(const Node &n) {
       return false;
     if (*axis != 0 && *axis != -1)
       return fail("shape vectors are concatenated along axis 0 only");
+    size_t total = 0;
+    for (size_t i = 0; i < n.inputs.size(); ++i)
+      total += n.inputs[i].empty() ? 0 : knownInts(n.inputs[i])->size();
+    if (total > static_cast<size_t>(onnx_model::kMaxFoldedIndices))
+      return fail("a concatenated vector of more than 2^20 entries");
     for (size_t i = 0; i < n.inputs.size(); ++i) {
       if (n.inputs[i].empty())
         continue;

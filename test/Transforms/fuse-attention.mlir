@@ -169,9 +169,7 @@ func.func @scores_read_twice(%q: tensor<12x7x4xf32>, %k: tensor<12x4x7xf32>, %v:
 // CHECK: %[[SB:.*]] = nn.broadcast %[[S]] to %[[Q]] dims [] : tensor<f32>, tensor<6x7x4xf32>
 // CHECK-NEXT: %[[QS:.*]] = nn.mul %[[Q]], %[[SB]] : tensor<6x7x4xf32>
 // CHECK-NEXT: %[[O:.*]], %{{.*}} = nn.attention %[[QS]], %[[K]], %[[V]] transpose_k biases(%{{.*}} : tensor<3x7x7xf32>) strides [1]
-// CHECK-NOT: nn.add
-// CHECK-NOT: nn.matmul
-// CHECK: return %[[O]]
+// CHECK-NEXT: return %[[O]]
 func.func @scaled_then_bias(%q: tensor<6x7x4xf32>, %k: tensor<6x4x7xf32>, %v: tensor<6x7x8xf32>,
                             %rel: tensor<3x7x7xf32>) -> tensor<6x7x8xf32> {
   %s = nn.matmul %q, %k : tensor<6x7x4xf32>, tensor<6x4x7xf32>
@@ -191,6 +189,31 @@ func.func @scaled_then_bias(%q: tensor<6x7x4xf32>, %k: tensor<6x4x7xf32>, %v: te
   %p3 = nn.reshape %p shape [6, 7, 7] : tensor<2x3x7x7xf32>
   %o = nn.matmul %p3, %v : tensor<6x7x7xf32>, tensor<6x7x8xf32>
   return %o : tensor<6x7x8xf32>
+}
+
+// -----
+
+// Tests the scale's broadcast on the multiply's left, and no bias.
+// CHECK-LABEL: func.func @scale_on_left
+// CHECK-SAME: (%[[Q:.*]]: tensor<6x7x4xf32>, %[[K:.*]]: tensor<6x7x4xf32>, %[[V:.*]]: tensor<6x7x5xf32>, %[[T:.*]]: tensor<f32>)
+// CHECK-NEXT: %[[TB:.*]] = nn.broadcast %[[T]] to %[[Q]] dims [] : tensor<f32>, tensor<6x7x4xf32>
+// CHECK-NEXT: %[[QS:.*]] = nn.mul %[[Q]], %[[TB]] : tensor<6x7x4xf32>
+// CHECK-NEXT: %[[O:.*]], %{{.*}} = nn.attention %[[QS]], %[[K]], %[[V]] : tensor<6x7x4xf32>, tensor<6x7x4xf32>, tensor<6x7x5xf32>
+// CHECK-NEXT: return %[[O]]
+func.func @scale_on_left(%q: tensor<6x7x4xf32>, %k: tensor<6x7x4xf32>, %v: tensor<6x7x5xf32>,
+                         %t: tensor<f32>) -> tensor<6x7x5xf32> {
+  %s = nn.matmul %q, %k transpose_b : tensor<6x7x4xf32>, tensor<6x7x4xf32>
+  %tb = nn.broadcast %t to %s dims [] : tensor<f32>, tensor<6x7x7xf32>
+  %x = nn.mul %tb, %s : tensor<6x7x7xf32>
+  %m = nn.reduce_max %x dims [2] keep_dims : tensor<6x7x7xf32>
+  %mb = nn.broadcast %m to %x dims [0, 1, 2] : tensor<6x7x1xf32>, tensor<6x7x7xf32>
+  %d = nn.sub %x, %mb : tensor<6x7x7xf32>
+  %e = nn.exp %d : tensor<6x7x7xf32>
+  %z = nn.reduce_sum %e dims [2] keep_dims : tensor<6x7x7xf32>
+  %zb = nn.broadcast %z to %e dims [0, 1, 2] : tensor<6x7x1xf32>, tensor<6x7x7xf32>
+  %p = nn.div %e, %zb : tensor<6x7x7xf32>
+  %o = nn.matmul %p, %v : tensor<6x7x7xf32>, tensor<6x7x5xf32>
+  return %o : tensor<6x7x5xf32>
 }
 
 // -----
@@ -222,8 +245,8 @@ func.func @divided(%q: tensor<6x7x4xf32>, %k: tensor<6x7x4xf32>, %v: tensor<6x7x
 // -----
 
 // Tests what stays unfused: a scale applied after the bias (it would scale
-// the bias too), a divisor on the left (s / (q k^T)) and a scale of more
-// than one element.
+// the bias too), a divisor on the left (s / (q k^T)), a scale of more
+// than one element, and scaled scores read by something else too.
 // CHECK-LABEL: func.func @bias_then_scaled
 // CHECK-NOT: nn.attention
 // CHECK: return
@@ -281,4 +304,23 @@ func.func @scale_per_key(%q: tensor<6x7x4xf32>, %k: tensor<6x4x7xf32>, %v: tenso
   %p = nn.div %e, %zb : tensor<6x7x7xf32>
   %o = nn.matmul %p, %v : tensor<6x7x7xf32>, tensor<6x7x8xf32>
   return %o : tensor<6x7x8xf32>
+}
+
+// CHECK-LABEL: func.func @scaled_read_twice
+// CHECK-NOT: nn.attention
+// CHECK: return
+func.func @scaled_read_twice(%q: tensor<6x7x4xf32>, %k: tensor<6x4x7xf32>, %v: tensor<6x7x8xf32>,
+                             %t: tensor<f32>) -> (tensor<6x7x8xf32>, tensor<6x7x7xf32>) {
+  %s = nn.matmul %q, %k : tensor<6x7x4xf32>, tensor<6x4x7xf32>
+  %tb = nn.broadcast %t to %s dims [] : tensor<f32>, tensor<6x7x7xf32>
+  %x = nn.mul %s, %tb : tensor<6x7x7xf32>
+  %m = nn.reduce_max %x dims [2] keep_dims : tensor<6x7x7xf32>
+  %mb = nn.broadcast %m to %x dims [0, 1, 2] : tensor<6x7x1xf32>, tensor<6x7x7xf32>
+  %d = nn.sub %x, %mb : tensor<6x7x7xf32>
+  %e = nn.exp %d : tensor<6x7x7xf32>
+  %z = nn.reduce_sum %e dims [2] keep_dims : tensor<6x7x7xf32>
+  %zb = nn.broadcast %z to %e dims [0, 1, 2] : tensor<6x7x1xf32>, tensor<6x7x7xf32>
+  %p = nn.div %e, %zb : tensor<6x7x7xf32>
+  %o = nn.matmul %p, %v : tensor<6x7x7xf32>, tensor<6x7x8xf32>
+  return %o, %s : tensor<6x7x8xf32>, tensor<6x7x7xf32>
 }

@@ -20,8 +20,9 @@ timm's layers:
   and a position encoding as EdgeNeXt's computes it from the activation's
   shape (ConstantOfShape of [N, 33, 33], CumSum along each axis, Sin, Cos,
   Concat, Transpose: folded to the same values for every image, one
-  image's broadcast over the batch); Resize down (cubic, half_pixel, by
-  scales 0.4);
+  image's broadcast over the batch), and then times 1 + 0.01 x that
+  encoding x [1, 2] per image (folded too, and different per image: kept
+  whole); Resize down (cubic, half_pixel, by scales 0.4);
 - Pow 2; ReduceSum over the last axis; BatchNormalization of rank 3
   (BatchNorm1d, with running statistics); Flatten at axis 2 (the batch
   merged: a fixed batch); LayerNormalization with a constant bias; a
@@ -101,7 +102,16 @@ def make(d, fault=None):
         helper.make_node("Transpose", ["pe4"], ["pe_nchw"], perm=[0, 3, 1, 2]),
         const("pe_scale", f32(0.05).reshape(())),
         helper.make_node("Mul", ["pe_nchw", "pe_scale"], ["pe"]),
-        helper.make_node("Add", ["ub", "pe"], ["k"]),
+        helper.make_node("Add", ["ub", "pe"], ["upe"]),
+        # A folded constant of as many elements that differs from image to
+        # image (kept whole): 1 + 0.01 * pe * [1, 2] per image.
+        const("per_image", f32(1, 2).reshape(N, 1, 1, 1)),
+        helper.make_node("Mul", ["pe", "per_image"], ["pe_img"]),
+        const("hundredth", f32(0.01).reshape(())),
+        helper.make_node("Mul", ["pe_img", "hundredth"], ["pe_small"]),
+        const("one_s", f32(1).reshape(())),
+        helper.make_node("Add", ["pe_small", "one_s"], ["gainmap"]),
+        helper.make_node("Mul", ["upe", "gainmap"], ["k"]),
     ]
     nodes = [
         const("padf", f32(0, 0, 0, 0, 0, 0, 2, 2)), const("one", f32(1)),
@@ -237,7 +247,8 @@ def forward(p, x, big, stats=None):
     rows = np.sin(0.1 * np.arange(1, 34))[:, None] * np.ones(33)
     cols = np.ones(33)[:, None] * np.cos(0.1 * np.arange(1, 34))
     pe = 0.05 * np.stack([rows, cols, 0.5 * rows, 0.5 * cols])  # [4, 33, 33], every image's
-    u = np.einsum("ah,nchw,bw->ncab", up, i_, up) + big + pe
+    per_image = np.array([1.0, 2.0])[:, None, None, None]
+    u = (np.einsum("ah,nchw,bw->ncab", up, i_, up) + big + pe) * (1 + 0.01 * pe * per_image)
     down = resize_matrix(33, 13, 0.4, True)
     dn = np.einsum("ah,nchw,bw->ncab", down, u, down)
     r = (dn ** 2).sum(axis=3)                       # [N, 4, 13]
