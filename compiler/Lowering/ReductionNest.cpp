@@ -521,8 +521,8 @@ void buildReductionNest(OpBuilder &b, Location loc, ValueRange inputs, ValueRang
   // Dims of extent 1 loop once whether reduced or kept: without them, a batch
   // norm of [N, C, 1, 1] (BatchNorm1d, LeViT's every linear layer) keeps its
   // innermost dim, C, and is read in rows (the column forms below) instead
-  // of a channel at a time, a row apart. A reduction keeps one reduced dim
-  // (a sum over a batch of 1 is still a sum).
+  // of a channel at a time, a row apart. Reduced dims of extent 1 stay when
+  // no reduced dim is longer (a sum over a batch of 1 still needs one).
   bool longReduced = false;
   for (auto [extent, kind] : llvm::zip(extents, iterators))
     longReduced |= extent != 1 && kind == utils::IteratorType::reduction;
