@@ -36,7 +36,7 @@ import onnx
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from zoo import build  # noqa: E402  (torchvision's or timm's, randomness off)
+from zoo import build, export_training, frozen_buffers  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(os.environ.get("GRAPHC_BUILD_DIR", os.path.join(ROOT, "build")), "bin")
@@ -68,21 +68,12 @@ def one(name, args):
         row["parameters"] = int(sum(p.numel() for p in model.parameters()))
         x = torch.randn(args.batch, 3, args.size, args.size)
         onnx_path = os.path.join(work, "model.onnx")
-        torch.onnx.export(model, (x,), onnx_path, opset_version=17,
-                          training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
-                          dynamo=False, input_names=["input"], output_names=["logits"],
-                          dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}})
+        export_training(model, x, onnx_path)
         row["nodes"] = len(onnx.load(onnx_path, load_external_data=False).graph.node)
     except Exception as e:  # PyTorch's exporter, not graphc
         row["result"] = "export: " + first_line(str(e) or repr(e))
         return row
-    # PyTorch's float buffers are constants to it; the ONNX file makes them
-    # initializers like the parameters (batch norm's statistics are state).
-    graph = onnx.load(onnx_path, load_external_data=False).graph
-    read = {name for node in graph.node for name in node.input}
-    buffers = [k for k, v in model.named_buffers() if v.is_floating_point()
-               and not k.endswith(("running_mean", "running_var")) and k in read
-               and any(t.name == k for t in graph.initializer)]
+    buffers = frozen_buffers(model, onnx_path)
     mlir, plan = os.path.join(work, "model.mlir"), os.path.join(work, "model.plan")
     started = time.time()
     r = subprocess.run([os.path.join(BIN, "graphc"), "import", onnx_path, "--batch",

@@ -56,16 +56,8 @@ def main():
     x = torch.randn(args.batch, 3, args.size, args.size)
     y = torch.randint(0, 1000, (args.batch,))
     onnx_path, mlir = os.path.join(work, "model.onnx"), os.path.join(work, "model.mlir")
-    torch.onnx.export(model, (x,), onnx_path, opset_version=17,
-                      training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
-                      dynamo=False, input_names=["input"], output_names=["logits"],
-                      dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}})
-    graph = zoo.onnx.load(onnx_path, load_external_data=False).graph
-    read = {i for node in graph.node for i in node.input}
-    initializers = {t.name for t in graph.initializer}
-    frozen = [k for k, v in model.named_buffers() if v.is_floating_point()
-              and not k.endswith(("running_mean", "running_var")) and k in read
-              and k in initializers]
+    zoo.export_training(model, x, onnx_path)
+    frozen = zoo.frozen_buffers(model, onnx_path)
     zoo.run([os.path.join(bin_dir, "graphc"), "import", onnx_path, "-o", mlir,
              "--batch", str(args.batch)] + (["--freeze", ",".join(frozen)] if frozen else []))
     plan = os.path.join(work, "model.plan")

@@ -112,27 +112,16 @@ def export(name, path):
     warnings.filterwarnings("ignore")
     torch.manual_seed(0)
     model = torchvision_model(name).train()
+    import zoo  # beside this file: the exporter and --freeze's list
     # Attention merges the batch with its heads: a symbolic batch axis, which
-    # graphc compile fixes at --batch-size.
-    dynamic = ({"dynamic_axes": {"input": {0: "batch"}, "logits": {0: "batch"}}}
-               if is_transformer(name) else {})
-    # Traced at batch 2: at 1, stochastic depth's per-sample noise [1, 1, 1, 1]
-    # could be one draw for the whole batch, and graphc import refuses it.
-    torch.onnx.export(model, (torch.randn(2, 3, 224, 224),), path, opset_version=17, **dynamic,
-                      training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
-                      dynamo=False, input_names=["input"], output_names=["logits"])
-    # PyTorch's float buffers that the graph reads (timm's relative position
-    # tables, ...) are constants to it: graphc import --freeze's list, beside
-    # the file.
-    import onnx
-    graph = onnx.load(path, load_external_data=False).graph
-    read = {i for node in graph.node for i in node.input}
-    initializers = {t.name for t in graph.initializer}
-    frozen = [k for k, v in model.named_buffers() if v.is_floating_point()
-              and not k.endswith(("running_mean", "running_var")) and k in read
-              and k in initializers]
+    # graphc import fixes at each case's batch. Traced at batch 2: at 1,
+    # stochastic depth's per-sample noise [1, 1, 1, 1] could be one draw for
+    # the whole batch, and graphc import refuses it.
+    zoo.export_training(model, torch.randn(2, 3, 224, 224), path,
+                        symbolic_batch=is_transformer(name))
+    # PyTorch's float buffers the graph reads, beside the file.
     with open(path + ".freeze", "w") as f:
-        json.dump(frozen, f)
+        json.dump(zoo.frozen_buffers(model, path), f)
 
 
 def worker(model_name, batch, mode, threads, micro_batches=1):

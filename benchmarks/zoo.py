@@ -87,6 +87,31 @@ def no_randomness(model):
             module.p = 0.0
 
 
+def export_training(model, x, path, symbolic_batch=True):
+    """`model` as ONNX in training form (opset 17, TrainingMode.TRAINING, no
+    constant folding), traced on `x`: input "input", output "logits", the
+    batch axis symbolic if asked (graphc import --batch fixes it)."""
+    dynamic = ({"dynamic_axes": {"input": {0: "batch"}, "logits": {0: "batch"}}}
+               if symbolic_batch else {})
+    torch.onnx.export(model, (x,), path, opset_version=17,
+                      training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
+                      dynamo=False, input_names=["input"], output_names=["logits"], **dynamic)
+
+
+def frozen_buffers(model, onnx_path):
+    """graphc import --freeze's list for `model` exported to `onnx_path`:
+    PyTorch's float buffers (Swin V2's relative coordinates, timm's position
+    tables) are constants to it, but the ONNX file makes those the graph
+    reads initializers like the parameters. Batch norm's statistics are
+    state, not frozen."""
+    graph = onnx.load(onnx_path, load_external_data=False).graph
+    read = {i for node in graph.node for i in node.input}
+    initializers = {t.name for t in graph.initializer}
+    return [k for k, v in model.named_buffers() if v.is_floating_point()
+            and not k.endswith(("running_mean", "running_var")) and k in read
+            and k in initializers]
+
+
 def build(name, size):
     """torchvision's `name`, or timm's for timm:NAME (pip install timm; its
     stochastic depth and dropout off); vit_tiny: ViT's structure at a size
@@ -123,21 +148,12 @@ def one_model(name, args, work):
     started = time.time()
     # Attention merges the batch with its heads: a batch axis the exporter
     # keeps symbolic, and graphc import fixes it (--batch).
-    dynamic = {"dynamic_axes": {"input": {0: "batch"}, "logits": {0: "batch"}}} if transformer else {}
-    torch.onnx.export(model, (x,), onnx_path, opset_version=17,
-                      training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
-                      dynamo=False, input_names=["input"], output_names=["logits"], **dynamic)
+    export_training(model, x, onnx_path, symbolic_batch=transformer)
     export_s = time.time() - started
     mlir = os.path.join(work, f"{name_file}.mlir")
     weights = os.path.join(work, f"{name_file}.safetensors")
     started = time.time()
-    # PyTorch's float buffers (Swin V2's relative coordinates) are constants
-    # to it; the ONNX file makes them initializers like the parameters.
-    graph = onnx.load(onnx_path, load_external_data=False).graph
-    read = {name for node in graph.node for name in node.input}
-    buffers = [k for k, v in model.named_buffers() if v.is_floating_point()
-               and not k.endswith(("running_mean", "running_var")) and k in read
-               and any(t.name == k for t in graph.initializer)]
+    buffers = frozen_buffers(model, onnx_path)
     run([os.path.join(BIN, "graphc"), "import", onnx_path, "-o", mlir] +
         (["--batch", str(args.batch)] if transformer else []) +
         (["--freeze", ",".join(buffers)] if buffers else []))
