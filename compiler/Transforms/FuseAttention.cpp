@@ -234,19 +234,21 @@ bool fuse(nn::MatmulOp product) {
   }
 
   OpBuilder b(product);
+  SmallVector<Operation *> made;  // erased, users first, if the rewrite fails
   SmallVector<Value> biasValues;
   SmallVector<int64_t> strides;
   for (ScoreBias &bias : biases) {
     Value value = bias.broadcast.getInput();
-    if (llvm::cast<RankedTensorType>(value.getType()).getShape() != ArrayRef(bias.shape))
+    if (llvm::cast<RankedTensorType>(value.getType()).getShape() != ArrayRef(bias.shape)) {
       value = b.create<nn::ReshapeOp>(bias.broadcast.getLoc(), value,
                                       b.getDenseI64ArrayAttr(bias.shape));
+      made.push_back(value.getDefiningOp());
+    }
     biasValues.push_back(value);
     strides.push_back(bias.stride);
   }
   // (q k^T) s is (q s) k^T: q is the smaller.
   Value q = first.getLhs();
-  SmallVector<Operation *> made;
   if (scale) {
     auto factor = b.create<nn::BroadcastOp>(scale->op->getLoc(), scale->factor, q,
                                             b.getDenseI64ArrayAttr({}));
@@ -254,7 +256,7 @@ bool fuse(nn::MatmulOp product) {
         scale->divides
             ? b.create<nn::DivOp>(scale->op->getLoc(), q, factor).getOperation()
             : b.create<nn::MulOp>(scale->op->getLoc(), q, factor).getOperation();
-    made = {scaled, factor};
+    made.append({factor, scaled});
     q = scaled->getResult(0);
   }
   auto attention = b.create<nn::AttentionOp>(
@@ -263,7 +265,7 @@ bool fuse(nn::MatmulOp product) {
       biases.empty() ? DenseI64ArrayAttr() : b.getDenseI64ArrayAttr(strides));
   if (attention.getOutput().getType() != product.getType()) {
     attention.erase();
-    for (Operation *op : made)
+    for (Operation *op : llvm::reverse(made))
       op->erase();
     return false;
   }
