@@ -3,13 +3,15 @@
 
   benchmarks/model_sweep.py [--models timm:resnet50,vit_b_16,...] [--size 224]
                             [--batch 2] [--steps 2 | 0] [--work DIR]
+                            [--exporter torchscript|dynamo]
 
 Runs under a Python with torch, torchvision, onnx and (for timm:NAME) timm:
 ~/torch/bin/python benchmarks/model_sweep.py. For each model, built with
 random weights (timm's stochastic depth and dropout off):
 
   1. torch.onnx.export in training form (opset 17, TrainingMode.TRAINING, no
-     constant folding, a symbolic batch axis);
+     constant folding, a symbolic batch axis), or with --exporter dynamo
+     through torch.export (opset 20, external data, its optimizer off);
   2. graphc import MODEL.onnx --batch B (the batch fixed: many graphs merge
      it with other dims; PyTorch's float buffers other than batch norm's
      statistics --freeze'd, constants as in PyTorch), graphc compile;
@@ -68,7 +70,7 @@ def one(name, args):
         row["parameters"] = int(sum(p.numel() for p in model.parameters()))
         x = torch.randn(args.batch, 3, args.size, args.size)
         onnx_path = os.path.join(work, "model.onnx")
-        export_training(model, x, onnx_path)
+        export_training(model, x, onnx_path, exporter=args.exporter)
         row["nodes"] = len(onnx.load(onnx_path, load_external_data=False).graph.node)
     except Exception as e:  # PyTorch's exporter, not graphc
         row["result"] = "export: " + first_line(str(e) or repr(e))
@@ -109,6 +111,9 @@ def main():
     parser.add_argument("--steps", type=int, default=2,
                         help="steps graphrun trains (0: import and compile only)")
     parser.add_argument("--work", default="/tmp/graphc-sweep")
+    parser.add_argument("--exporter", choices=["torchscript", "dynamo"], default="torchscript",
+                        help="zoo.export_training's: the TorchScript exporter (opset 17, "
+                        "training form) or torch.export's (opset 20, external data)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore")
@@ -118,7 +123,8 @@ def main():
         versions += f", timm {timm.__version__}"
     except ImportError:
         pass
-    print(f"{versions}; {args.size} px, batch {args.batch}, {args.steps} steps\n")
+    print(f"{versions}; {args.size} px, batch {args.batch}, {args.steps} steps, "
+          f"{args.exporter} export\n")
     print("| model | params | ONNX nodes | import + compile s | result |")
     print("|---|---:|---:|---:|---|")
     rows = []

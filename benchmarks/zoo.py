@@ -2,13 +2,15 @@
 """torchvision models through graphc import, against PyTorch in float64.
 
   benchmarks/zoo.py [--models resnet18,resnext50_32x4d] [--size 64] [--batch 4]
-                    [--steps 3] [--lr 0.01] [--work DIR]
+                    [--steps 3] [--lr 0.01] [--work DIR] [--exporter torchscript|dynamo]
 
 Runs under a Python with torch, torchvision and onnx (the venv of
 benchmarks/README.md: ~/torch/bin/python benchmarks/zoo.py). For each model:
 
   1. torchvision builds it (seed 0) and torch.onnx exports it in training
-     form (opset 17, TrainingMode.TRAINING, no constant folding);
+     form (opset 17, TrainingMode.TRAINING, no constant folding), or with
+     --exporter dynamo through torch.export (opset 20, the weights in an
+     external data file, the exporter's optimizer off);
   2. graphc import writes the nn model and the file's weights
      (MODEL.safetensors); graphc compile builds the step (SGD with momentum
      0.9, no weight decay, a constant learning rate);
@@ -87,10 +89,20 @@ def no_randomness(model):
             module.p = 0.0
 
 
-def export_training(model, x, path, symbolic_batch=True):
-    """`model` as ONNX in training form (opset 17, TrainingMode.TRAINING, no
-    constant folding), traced on `x`: input "input", output "logits", the
-    batch axis symbolic if asked (graphc import --batch fixes it)."""
+def export_training(model, x, path, symbolic_batch=True, exporter="torchscript"):
+    """`model` as ONNX, traced on `x`: input "input", output "logits", the
+    batch axis symbolic if asked (graphc import --batch fixes it). The
+    TorchScript exporter writes training form (opset 17,
+    TrainingMode.TRAINING, no constant folding); torch.export's ("dynamo",
+    torch.onnx.export's default) writes opset 20 without its optimizer
+    (which folds batch norm into convolutions, for inference), the weights
+    in an external data file beside the model (PATH.data), as by default."""
+    if exporter == "dynamo":
+        shapes = ({"dynamic_shapes": ({0: torch.export.Dim("batch")},)}
+                  if symbolic_batch else {})
+        torch.onnx.export(model, (x,), path, dynamo=True, optimize=False,
+                          input_names=["input"], output_names=["logits"], **shapes)
+        return
     dynamic = ({"dynamic_axes": {"input": {0: "batch"}, "logits": {0: "batch"}}}
                if symbolic_batch else {})
     torch.onnx.export(model, (x,), path, opset_version=17,
@@ -148,14 +160,14 @@ def one_model(name, args, work):
     started = time.time()
     # Attention merges the batch with its heads: a batch axis the exporter
     # keeps symbolic, and graphc import fixes it (--batch).
-    export_training(model, x, onnx_path, symbolic_batch=transformer)
+    export_training(model, x, onnx_path, symbolic_batch=transformer, exporter=args.exporter)
     export_s = time.time() - started
     mlir = os.path.join(work, f"{name_file}.mlir")
     weights = os.path.join(work, f"{name_file}.safetensors")
     started = time.time()
     buffers = frozen_buffers(model, onnx_path)
     run([os.path.join(BIN, "graphc"), "import", onnx_path, "-o", mlir] +
-        (["--batch", str(args.batch)] if transformer else []) +
+        (["--batch", str(args.batch)] if transformer or args.exporter == "dynamo" else []) +
         (["--freeze", ",".join(buffers)] if buffers else []))
     import_s = time.time() - started
     plan = os.path.join(work, f"{name_file}.plan")
@@ -261,6 +273,10 @@ def main():
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--work", default="/tmp/graphc-zoo")
+    parser.add_argument("--exporter", choices=["torchscript", "dynamo"], default="torchscript",
+                        help="torch.onnx.export's TorchScript exporter (dynamo=False, opset 17, "
+                        "training form) or torch.export's (dynamo=True, opset 20, optimize=False, "
+                        "external data)")
     args = parser.parse_args()
     torch.set_num_threads(2)
     warnings.filterwarnings("ignore")  # the legacy exporter's notes on every batch norm
@@ -268,7 +284,8 @@ def main():
                 if line.startswith("model name")), "unknown CPU")
     print(f"torch {torch.__version__}, torchvision {torchvision.__version__}; {cpu}")
     print(f"{args.size} px, batch {args.batch}, {args.steps} steps of SGD (momentum 0.9, "
-          f"lr {args.lr}) from the ONNX file's weights, against PyTorch float64\n")
+          f"lr {args.lr}) from the ONNX file's weights ({args.exporter} export), against "
+          f"PyTorch float64\n")
     print("| model | params | step losses (graphrun) | loss error: graphrun / torch fp32 "
           "| worst tensor error | worst update error | null-gradient tensors: worst absolute "
           "move | import s | compile s | verdict |")

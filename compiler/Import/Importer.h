@@ -90,9 +90,13 @@ private:
   struct StochasticDepth {
     int noise = 0;         // the RandomUniformLike
     int less = 0;          // the Less
-    int shapeOf = -1;      // the ConstantOfShape the noise is shaped like, if any
+    int shapeOf = -1;      // the ConstantOfShape (or Expand of a scalar) shaping the noise, if any
   };
   void findStochasticDepth();
+  // The chains' noises (float32, not imported): a CastLike may take their type.
+  std::set<std::string> drawnFloats;
+  // The node writing each name (the first, if several do).
+  std::map<std::string, int> producerOf;
   bool stochasticDepth(const Node &n, const StochasticDepth &chain);
   // Input `index` of `n`, if given, as a trained bias vector (zeros); false
   // after an error.
@@ -106,6 +110,8 @@ private:
   // BatchNormalization of rank 2 or 3, or without running statistics (a
   // weight standardized); InstanceNormalization.
   bool batchNormOtherRank(const Node &n, Value x, double epsilon, double momentum);
+  // Inference-form batch norm by statistics the graph computes (inputs 3 and 4).
+  Value byGivenStatistics(const Node &n, Value x, double epsilon, int64_t channels);
   bool instanceNorm(const Node &n);
   // The node's 'epsilon' (default 1e-5), positive and finite; nullopt
   // after an error.
@@ -124,7 +130,14 @@ private:
   std::optional<std::vector<int64_t>> knownInts(const std::string &name);
   bool concat(const Node &n);
   bool slice(const Node &n);
+  // `axis` of `x` in its rank, a dim of fixed size (not the open batch);
+  // nullopt after an error.
+  std::optional<int64_t> fixedAxis(Value x, int64_t axis);
   bool split(const Node &n);
+  // SplitToSequence's parts, each read by a SequenceAt (torch.export's chunk).
+  bool splitToSequence(const Node &n);
+  bool sequenceAt(const Node &n);
+  std::map<std::string, std::vector<Value>> sequences;
   bool transpose(const Node &n);
   bool reshape(const Node &n);
   bool reduce(const Node &n, bool sum);
@@ -135,10 +148,17 @@ private:
   bool softmax(const Node &n);
   bool layerNorm(const Node &n);
   bool expand(const Node &n);
-  bool gatherOne(const Node &n);
   bool squeeze(const Node &n, bool unsqueeze);
   bool pad(const Node &n);
   bool castActivation(const Node &n);
+  // Opset 20's Gelu, as the ops PyTorch's TorchScript exporter writes for it.
+  bool gelu(const Node &n);
+  // CastLike: a Cast to its second input's element type.
+  bool castLike(const Node &n);
+  // GatherND of rows (indices [..., 1]): a Gather.
+  bool gatherND(const Node &n);
+  // `n` imported as `as`, a node of another op standing for it; errors name `n`.
+  bool importAs(const Node &n, const Node &as);
 public:
   // A constant tensor's value, as OnnxConstants.cpp folds it.
   struct Folded {
@@ -148,6 +168,8 @@ public:
   };
 
 private:
+  // Gather of constant indices (`given`, or its second input's).
+  bool gatherOne(const Node &n, const Folded *given = nullptr);
   // OnnxConstants.cpp: nodes of constants alone, evaluated at import.
   bool foldsToTensor(const Node &n);
   bool foldTensor(const Node &n);

@@ -195,7 +195,8 @@ bool Importer::foldsToTensor(const Node &n) {
       "Concat",   "Slice", "Gather",    "Expand",  "Range",   "ConstantOfShape",
       "ScatterND", "Where", "Not",      "And",     "Or",      "Equal",   "Less",
       "Greater",  "LessOrEqual", "GreaterOrEqual", "Add", "Sub", "Mul", "Div", "Mod", "Pow",
-      "Neg",      "Sqrt",  "Reciprocal", "Abs",    "Floor",   "Ceil",    "Clip",  "CumSum", "Sin",  "Cos",     "Exp",     "Log"};
+      "Neg",      "Sqrt",  "Reciprocal", "Abs",    "Floor",   "Ceil",    "Clip",  "CumSum", "Sin",  "Cos",     "Exp",     "Log",
+      "Max",      "Min",   "Sign"};
   if (std::none_of(std::begin(ops), std::end(ops), [&](const char *op) { return n.opType == op; }))
     return false;
   bool any = false;
@@ -321,6 +322,24 @@ bool Importer::foldTensor(const Node &n) {
   const auto rank = static_cast<int64_t>(x.dims.size());
   Folded result;
   result.type = x.type;
+  // The inputs' shapes broadcast together (numpy's rules); nullopt after an
+  // error.
+  auto broadcastAll = [&]() -> std::optional<std::vector<int64_t>> {
+    std::vector<int64_t> dims = x.dims;
+    for (const Folded *t : in) {
+      auto joined = broadcastShapes(dims, t->dims);
+      if (!joined) {
+        fail("constants of shapes that do not broadcast");
+        return std::nullopt;
+      }
+      dims = *joined;
+    }
+    if (spanOf(dims) > kMaxFoldedTensor) {
+      fail("a constant of more than 2^24 elements");
+      return std::nullopt;
+    }
+    return dims;
+  };
   // The node's 'axis' (its only attribute) in x's rank; nullopt after an error.
   auto axisOf = [&]() -> std::optional<int64_t> {
     if (!knownAttributes(n, {"axis"}))
@@ -682,10 +701,32 @@ bool Importer::foldTensor(const Node &n) {
       for (int64_t e = 0; e < slice; ++e)
         result.values[(*at)[r] + e] =
             stored(input(2)->values[static_cast<int64_t>(r) * slice + e], x.type);
+  } else if (op == "Max" || op == "Min") {
+    // Variadic, numpy broadcasting (torch.export writes a one-input Max to
+    // broadcast index tensors).
+    if (!knownAttributes(n, {}))
+      return false;
+    if (in.size() > 16 || std::any_of(in.begin(), in.end(), [&](const Folded *t) {
+          return !t || t->type != x.type;
+        }))
+      return fail("expected 1 to 16 constants of one element type");
+    auto joined = broadcastAll();
+    if (!joined)
+      return false;
+    const std::vector<int64_t> dims = *joined;
+    result.dims = dims;
+    for (int64_t flat = 0; flat < countOf(dims); ++flat) {
+      double v = x.values[broadcastIndex(x, dims, flat)];
+      for (size_t i = 1; i < in.size(); ++i) {
+        const double w = in[i]->values[broadcastIndex(*in[i], dims, flat)];
+        v = op == "Max" ? std::max(v, w) : std::min(v, w);
+      }
+      result.values.push_back(v);
+    }
   } else {
     // Elementwise, numpy broadcasting.
     static const char *const unary[] = {"Not", "Neg", "Sqrt", "Reciprocal", "Abs", "Floor",
-                                        "Ceil", "Sin", "Cos", "Exp", "Log"};
+                                        "Ceil", "Sin", "Cos", "Exp", "Log", "Sign"};
     const bool isUnary =
         std::any_of(std::begin(unary), std::end(unary), [&](const char *u) { return op == u; });
     const size_t arity = op == "Where" ? 3 : isUnary ? 1 : 2;
@@ -699,15 +740,10 @@ bool Importer::foldTensor(const Node &n) {
     auto fmod = intAttr(n, "fmod", 0);
     if (!fmod)
       return false;
-    std::vector<int64_t> dims = x.dims;
-    for (const Folded *t : in) {
-      auto joined = broadcastShapes(dims, t->dims);
-      if (!joined)
-        return fail("constants of shapes that do not broadcast");
-      dims = *joined;
-    }
-    if (spanOf(dims) > kMaxFoldedTensor)
-      return fail("a constant of more than 2^24 elements");
+    auto joined = broadcastAll();
+    if (!joined)
+      return false;
+    const std::vector<int64_t> dims = *joined;
     const bool comparison = op == "Equal" || op == "Less" || op == "Greater" ||
                             op == "LessOrEqual" || op == "GreaterOrEqual" || op == "Not" ||
                             op == "And" || op == "Or";
@@ -750,6 +786,7 @@ bool Importer::foldTensor(const Node &n) {
             : op == "Sqrt"       ? std::sqrt(a)
             : op == "Reciprocal" ? 1 / a
             : op == "Abs"        ? std::fabs(a)
+            : op == "Sign"       ? double((a > 0) - (a < 0))
             : op == "Floor"      ? std::floor(a)
             : op == "Sin"        ? std::sin(a)
             : op == "Cos"        ? std::cos(a)

@@ -273,10 +273,12 @@ Value Importer::variable(const std::string &name, bool trained, nn::Initializer 
   }
   auto type = RankedTensorType::get(t.dims, b.getF32Type());
   // A frozen initializer (a float buffer PyTorch does not train, as Swin V2's
-  // relative coordinates table): its values, a constant.
-  if (trained && llvm::any_of(options.frozen, [&](const llvm::GlobPattern &pattern) {
-        return pattern.match(name);
-      })) {
+  // relative coordinates table: --freeze, or a buffer in torch.export's
+  // signature): its values, a constant.
+  if (trained && (model.torchBuffers.count(name) ||
+                  llvm::any_of(options.frozen, [&](const llvm::GlobPattern &pattern) {
+                    return pattern.match(name);
+                  }))) {
     if (t.float32Bytes.size() != static_cast<size_t>(type.getNumElements()) * 4) {
       fail("frozen initializer '" + onnx_model::shown(name) + "' has no float32 values");
       return nullptr;
@@ -311,6 +313,11 @@ std::optional<double> Importer::scalar(const std::string &name, int64_t maxRank)
   if (auto it = known.find(name); it != known.end())
     return it->second.size() == 1 && it->second[0] != kBatch
                ? std::optional<double>(static_cast<double>(it->second[0]))
+               : std::nullopt;
+  // A one-element tensor folded at import (a Cast of a constant).
+  if (auto it = tensors.find(name); it != tensors.end())
+    return it->second.values.size() == 1 && static_cast<int64_t>(it->second.dims.size()) <= maxRank
+               ? std::optional<double>(it->second.values.front())
                : std::nullopt;
   const Tensor *t = nullptr;
   if (auto it = initializers.find(name); it != initializers.end())
@@ -401,6 +408,12 @@ bool Importer::importNode(const Node &n) {
     return gatherOne(n);
   if (op == "Squeeze" || op == "Unsqueeze")
     return squeeze(n, op == "Unsqueeze");
+  if (op == "Gelu")
+    return gelu(n);
+  if (op == "CastLike")
+    return castLike(n);
+  if (op == "GatherND")
+    return gatherND(n);
   if (op == "Cast")
     return castActivation(n);
   if (op == "Pad")
@@ -411,6 +424,10 @@ bool Importer::importNode(const Node &n) {
     return slice(n);
   if (op == "Split")
     return split(n);
+  if (op == "SplitToSequence")
+    return splitToSequence(n);
+  if (op == "SequenceAt")
+    return sequenceAt(n);
   if (op == "Transpose")
     return transpose(n);
   if (op == "Reshape")
@@ -505,8 +522,34 @@ OwningOpRef<ModuleOp> Importer::run() {
   OwningOpRef<ModuleOp> owned = ModuleOp::create(fileLoc);
   module = *owned;
 
+  // A file with torch.export's signature: its float initializers that the
+  // program has as neither parameters nor buffers are constants the
+  // exporter computed (Swin's masks, a convolution's zero bias), read as
+  // Constant nodes are; the parameters it folded into such constants
+  // (batch norm into convolutions, transposed weights: torch.onnx.export's
+  // optimizer, for inference) cannot be trained.
+  std::vector<std::string> folded;
+  for (const std::string &name : model.torchParameters)
+    if (llvm::none_of(model.initializers, [&](const Tensor &t) { return t.name == name; }))
+      folded.push_back(name);
   for (const Tensor &t : model.initializers)
-    initializers[t.name] = &t;
+    if (model.hasTorchSignature && t.type == ElementType::Float &&
+        !model.torchParameters.count(t.name) && !model.torchBuffers.count(t.name))
+      constants[t.name] = &t;
+    else
+      initializers[t.name] = &t;
+  if (!folded.empty() && !options.forward) {
+    error = "the file lacks " + std::to_string(folded.size()) + " of the " +
+            std::to_string(model.torchParameters.size()) +
+            " parameters its torch.export signature names (";
+    for (size_t i = 0; i < folded.size() && i < 3; ++i)
+      error += (i ? ", '" : "'") + onnx_model::shown(folded[i]) + "'";
+    error += std::string(folded.size() > 3 ? ", ..." : "") +
+             "): torch.onnx.export's optimizer folded them into constants (batch norm into "
+             "convolutions, transposed weights), which graphc cannot train; export with "
+             "optimize=False to train the model, or import it with --forward for inference";
+    return nullptr;
+  }
   for (const Node &n : model.nodes)
     for (const std::string &input : n.inputs)
       firstReader.emplace(input, n.index);

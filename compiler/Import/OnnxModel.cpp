@@ -5,14 +5,22 @@
 #include "onnx/checker.h"
 #include "onnx/onnx_pb.h"
 
+#include <google/protobuf/unknown_field_set.h>
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <iterator>
+#include <map>
 #include <set>
+#include <utility>
 
 namespace graphc {
 namespace onnx_model {
@@ -228,6 +236,308 @@ std::string where(const onnx::NodeProto &node, int index) {
          (node.domain().empty() ? "" : shown(node.domain()) + ".") + shown(node.op_type()) + ")";
 }
 
+// Bytes per element of a type stored raw; 0 for strings and unknown types.
+int64_t elementBytes(int32_t type) {
+  switch (type) {
+  case onnx::TensorProto::BOOL:
+  case onnx::TensorProto::INT8:
+  case onnx::TensorProto::UINT8:
+    return 1;
+  case onnx::TensorProto::FLOAT16:
+  case onnx::TensorProto::BFLOAT16:
+  case onnx::TensorProto::INT16:
+  case onnx::TensorProto::UINT16:
+    return 2;
+  case onnx::TensorProto::FLOAT:
+  case onnx::TensorProto::INT32:
+  case onnx::TensorProto::UINT32:
+    return 4;
+  case onnx::TensorProto::DOUBLE:
+  case onnx::TensorProto::INT64:
+  case onnx::TensorProto::UINT64:
+    return 8;
+  default:
+    return 0;
+  }
+}
+
+// Initializers whose data an external file beside the model holds (ONNX's
+// external data: location, offset, length), read into the tensors. A
+// location is read only inside the model's directory: relative, without a
+// ".." component, and resolved (symlinks followed) to a regular file under
+// that directory. At most kMaxExternalBytes in all.
+class ExternalData {
+public:
+  explicit ExternalData(const std::string &modelPath) {
+    const size_t slash = modelPath.rfind('/');
+    directory = slash == std::string::npos ? "." : slash == 0 ? "/" : modelPath.substr(0, slash);
+  }
+  ~ExternalData() {
+    for (auto &[path, fd] : files)
+      ::close(fd);
+  }
+  ExternalData(const ExternalData &) = delete;
+  ExternalData &operator=(const ExternalData &) = delete;
+
+  std::string read(onnx::TensorProto &tensor) {
+    const std::string what = "tensor '" + shown(tensor.name()) + "'";
+    if (tensor.data_location() != onnx::TensorProto::EXTERNAL)
+      return what + " has external data entries but is not stored externally";
+    std::string location;
+    int64_t offset = 0, length = -1;
+    for (const onnx::StringStringEntryProto &entry : tensor.external_data()) {
+      const std::string &key = entry.key(), &value = entry.value();
+      if (key == "location") {
+        location = value;
+      } else if (key == "offset" || key == "length") {
+        int64_t number = 0;
+        bool ok = !value.empty() && value.size() <= 18;
+        for (char c : value)
+          ok = ok && c >= '0' && c <= '9';
+        if (ok)
+          number = std::stoll(value);
+        if (!ok)
+          return what + ": external data " + key + " '" + shown(value) +
+                 "' is not a byte count";
+        (key == "offset" ? offset : length) = number;
+      } else if (key != "checksum") {
+        return what + ": external data key '" + shown(key) + "' is not one graphc knows";
+      }
+    }
+    if (location.empty())
+      return what + ": external data without a location";
+    if (location.find('\0') != std::string::npos || location.front() == '/' ||
+        location == ".." || location.rfind("../", 0) == 0 ||
+        location.find("/../") != std::string::npos ||
+        (location.size() >= 3 && location.compare(location.size() - 3, 3, "/..") == 0))
+      return what + ": external data location '" + shown(location) +
+             "' is not a relative path inside the model's directory";
+    const int64_t bytesPerElement = elementBytes(tensor.data_type());
+    if (bytesPerElement == 0)
+      return what + ": external data of this element type is not supported";
+    int64_t expected = bytesPerElement;
+    for (int64_t d : tensor.dims()) {
+      if (d < 0)
+        return what + " has a negative dimension";
+      if (d != 0 && expected > kMaxExternalBytes / d)
+        return what + " is larger than graphc reads from external data (4 GiB in all)";
+      expected *= d;
+    }
+    if (length >= 0 && length != expected)
+      return what + ": external data length " + std::to_string(length) + " but its shape holds " +
+             std::to_string(expected) + " bytes";
+    if (expected > kMaxExternalBytes - total)
+      return what + ": the external data is larger than graphc reads (4 GiB in all)";
+    int fd = -1;
+    int64_t size = 0;
+    if (std::string error = open(location, fd, size); !error.empty())
+      return what + ": external data file '" + shown(location) + "': " + error;
+    if (offset > size || expected > size - offset)
+      return what + ": external data file '" + shown(location) + "' holds " +
+             std::to_string(size) + " bytes, not " + std::to_string(expected) + " from offset " +
+             std::to_string(offset);
+    std::string *raw = tensor.mutable_raw_data();
+    raw->resize(static_cast<size_t>(expected));
+    for (int64_t done = 0; done < expected;) {
+      ssize_t n = ::pread(fd, &(*raw)[static_cast<size_t>(done)],
+                          static_cast<size_t>(std::min<int64_t>(expected - done, int64_t(1) << 30)),
+                          static_cast<off_t>(offset + done));
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n <= 0)
+        return what + ": external data file '" + shown(location) + "': " +
+               (n < 0 ? std::strerror(errno) : "it shrank while being read");
+      done += n;
+    }
+    total += expected;
+    tensor.clear_external_data();
+    tensor.set_data_location(onnx::TensorProto::DEFAULT);
+    return "";
+  }
+
+private:
+  // `location`, resolved under the model's directory and opened once.
+  std::string open(const std::string &location, int &fd, int64_t &size) {
+    char *base = ::realpath(directory.c_str(), nullptr);
+    if (!base)
+      return std::string("the model's directory: ") + std::strerror(errno);
+    std::string root = base;
+    std::free(base);
+    char *resolved = ::realpath((directory + "/" + location).c_str(), nullptr);
+    if (!resolved)
+      return std::strerror(errno);
+    std::string path = resolved;
+    std::free(resolved);
+    if (path.size() <= root.size() || path.compare(0, root.size(), root) != 0 ||
+        (root != "/" && path[root.size()] != '/'))
+      return "it resolves outside the model's directory";
+    if (auto it = files.find(path); it != files.end()) {
+      fd = it->second;
+    } else {
+      fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+      if (fd < 0)
+        return std::strerror(errno);
+      files[path] = fd;
+    }
+    struct stat st;
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+      return "it is not a regular file";
+    size = st.st_size;
+    return "";
+  }
+
+  std::string directory;
+  std::map<std::string, int> files;
+  int64_t total = 0;
+};
+
+// torch.export's graph signature from the graph's metadata (field 16 of
+// GraphProto, IR version 10, which libonnx 1.12's protobuf keeps as an
+// unknown field): lines "NAME: PARAMETER target='layer1.0.conv1.weight'",
+// "NAME: BUFFER target='bn1.running_mean' persistent=True", ...
+void readTorchSignature(const onnx::GraphProto &graph, Model &model) {
+  const google::protobuf::UnknownFieldSet &unknown = graph.unknown_fields();
+  for (int f = 0; f < unknown.field_count(); ++f) {
+    const google::protobuf::UnknownField &field = unknown.field(f);
+    if (field.number() != 16 || field.type() != google::protobuf::UnknownField::TYPE_LENGTH_DELIMITED)
+      continue;
+    onnx::StringStringEntryProto entry;
+    if (!entry.ParseFromString(field.length_delimited()) ||
+        entry.key() != "pkg.torch.export.ExportedProgram.graph_signature")
+      continue;
+    model.hasTorchSignature = true;
+    const std::string &text = entry.value();
+    for (size_t start = 0; start < text.size();) {
+      size_t end = text.find('\n', start);
+      if (end == std::string::npos)
+        end = text.size();
+      const std::string line = text.substr(start, end - start);
+      start = end + 1;
+      for (const auto &[kind, names] :
+           {std::pair<const char *, std::set<std::string> *>{": PARAMETER target='",
+                                                             &model.torchParameters},
+            {": BUFFER target='", &model.torchBuffers}}) {
+        const size_t at = line.find(kind);
+        if (at == std::string::npos)
+          continue;
+        const size_t from = at + std::strlen(kind), to = line.find('\'', from);
+        if (to != std::string::npos)
+          names->insert(line.substr(from, to - from));
+      }
+    }
+  }
+}
+
+// An element type after BFLOAT16 (16), the last libonnx 1.12 knows: float8,
+// 4- and 2-bit integers, float4, float6 (IR versions 9 to 14), or later ones.
+std::string newerElementType(int32_t type) {
+  static const char *const names[] = {"FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2",
+                                      "FLOAT8E5M2FNUZ", "UINT4",        "INT4",
+                                      "FLOAT4E2M1",   "FLOAT8E8M0",     "UINT2",
+                                      "INT2",         "FLOAT6E2M3",     "FLOAT6E3M2"};
+  if (type <= onnx::TensorProto::BFLOAT16)
+    return "";
+  const size_t at = static_cast<size_t>(type) - 17;
+  return at < std::size(names) ? std::string(names[at]) : "number " + std::to_string(type);
+}
+
+// Element types libonnx 1.12 cannot check, refused by name wherever a tensor
+// or a value declares one (graphc computes in float32 and its own precisions).
+std::string checkElementTypes(const onnx::GraphProto &graph) {
+  auto refuse = [](const std::string &what, int32_t type) {
+    return what + " has element type " + newerElementType(type) + ", which graphc does not take";
+  };
+  for (const onnx::TensorProto &t : graph.initializer())
+    if (!newerElementType(t.data_type()).empty())
+      return refuse("initializer '" + shown(t.name()) + "'", t.data_type());
+  for (const auto *values : {&graph.input(), &graph.output(), &graph.value_info()})
+    for (const onnx::ValueInfoProto &v : *values)
+      if (v.type().has_tensor_type() && !newerElementType(v.type().tensor_type().elem_type()).empty())
+        return refuse("value '" + shown(v.name()) + "'", v.type().tensor_type().elem_type());
+  for (int i = 0; i < graph.node_size(); ++i)
+    for (const onnx::AttributeProto &a : graph.node(i).attribute()) {
+      if (a.has_t() && !newerElementType(a.t().data_type()).empty())
+        return refuse(where(graph.node(i), i) + ": attribute '" + shown(a.name()) + "'",
+                      a.t().data_type());
+      for (const onnx::TensorProto &t : a.tensors())
+        if (!newerElementType(t.data_type()).empty())
+          return refuse(where(graph.node(i), i) + ": attribute '" + shown(a.name()) + "'",
+                        t.data_type());
+      if ((a.name() == "to" || a.name() == "dtype") && a.type() == onnx::AttributeProto::INT &&
+          (a.i() < 0 || a.i() > INT32_MAX || !newerElementType(static_cast<int32_t>(a.i())).empty()))
+        return where(graph.node(i), i) + ": attribute '" + a.name() + "' names element type " +
+               (a.i() < 0 || a.i() > INT32_MAX ? std::to_string(a.i())
+                                               : newerElementType(static_cast<int32_t>(a.i()))) +
+               ", which graphc does not take";
+    }
+  return "";
+}
+
+// Ops opsets 18 to 22 added, or changed in signature or meaning, that graphc
+// does not import: refused by name before the checker, which (knowing opset
+// 17) would misread them. Gelu and the changed ops graphc imports are in
+// toCheckerForm.
+bool isNewerOpNotImported(const std::string &op) {
+  static const std::set<std::string> ops = {
+      // New in 18 to 22.
+      "AffineGrid", "BitwiseAnd", "BitwiseNot", "BitwiseOr", "BitwiseXor", "CenterCropPad",
+      "Col2Im", "DeformConv", "GroupNormalization", "ImageDecoder", "Mish", "RegexFullMatch",
+      "StringConcat", "StringSplit",
+      // Changed: axes as an input, new attributes, inputs or modes.
+      "ReduceL1", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMin", "ReduceProd",
+      "ReduceSumSquare", "LpPool", "GridSample", "DFT", "ScatterElements", "OptionalGetElement",
+      "OptionalHasElement", "QuantizeLinear", "DequantizeLinear", "QLinearMatMul", "IsInf",
+      "IsNaN"};
+  return ops.count(op) > 0;
+}
+
+// A node of an opset-18-to-22 model as its opset-17 form, for ONNX's checker
+// only: what those opsets added to the ops graphc imports dropped (the
+// importer reads and checks it from the node as written), Gelu as the
+// one-input Erf it is shaped like. "" or why the node is refused.
+std::string toCheckerForm(onnx::NodeProto &node) {
+  const std::string op = node.op_type();
+  auto has = [&](const char *name) {
+    for (const onnx::AttributeProto &a : node.attribute())
+      if (a.name() == name)
+        return true;
+    return false;
+  };
+  auto drop = [&](std::initializer_list<const char *> names) {
+    auto *attributes = node.mutable_attribute();
+    for (int i = attributes->size() - 1; i >= 0; --i)
+      for (const char *name : names)
+        if (attributes->Get(i).name() == name) {
+          attributes->DeleteSubrange(i, 1);
+          break;
+        }
+  };
+  if (op == "ReduceMean" || op == "ReduceL2") {  // 18: axes an input
+    if (has("axes"))
+      return "an 'axes' attribute, which opset 18 made ReduceMean's and ReduceL2's second input";
+    drop({"noop_with_empty_axes"});
+    while (node.input_size() > 1)
+      node.mutable_input()->RemoveLast();
+  } else if (op == "Pad") {  // 18: axes, a fourth input
+    while (node.input_size() > 3)
+      node.mutable_input()->RemoveLast();
+  } else if (op == "AveragePool") {  // 19: dilations
+    drop({"dilations"});
+  } else if (op == "Cast" || op == "CastLike") {  // 19: saturate (float8)
+    drop({"saturate"});
+  } else if (op == "Resize") {  // 18: antialias, axes, keep_aspect_ratio_policy
+    drop({"antialias", "axes", "keep_aspect_ratio_policy"});
+  } else if (op == "Split") {  // 18: num_outputs
+    drop({"num_outputs"});
+  } else if (op == "Gelu") {  // 20
+    node.set_op_type("Erf");
+    node.clear_attribute();
+  } else if (isNewerOpNotImported(op)) {
+    return "not supported by graphc import";
+  }
+  return "";
+}
+
 } // namespace
 
 const char *elementTypeName(ElementType type) {
@@ -282,6 +592,10 @@ std::string readModel(const std::string &path, Model &model) {
     return "opset " + std::to_string(model.opset) + " is not supported (graphc imports opsets " +
            std::to_string(kMinOpset) + " to " + std::to_string(kMaxOpset) +
            "; onnx.version_converter can convert a model)";
+  if (model.irVersion > kMaxIrVersion)
+    return "IR version " + std::to_string(model.irVersion) +
+           " is newer than graphc reads (IR versions to " + std::to_string(kMaxIrVersion) +
+           ", onnx 1.23's)";
   if (!proto.has_graph())
     return "the model has no graph";
   const onnx::GraphProto &graph = proto.graph();
@@ -292,12 +606,17 @@ std::string readModel(const std::string &path, Model &model) {
     return "model-local functions are not supported (export without them)";
   if (graph.sparse_initializer_size() > 0)
     return "sparse initializers are not supported";
-  // External data first: the checker would try to open the files.
-  for (const onnx::TensorProto &tensor : graph.initializer())
-    if (tensor.data_location() == onnx::TensorProto::EXTERNAL || tensor.external_data_size() > 0)
-      return "tensor '" + shown(tensor.name()) +
-             "' keeps its data in an external file, which graphc does not read; save the "
-             "model with its weights inside (onnx.save_model(..., save_as_external_data=False))";
+  if (std::string error = checkElementTypes(graph); !error.empty())
+    return error;
+  // External data first, read into the tensors: the checker would open
+  // the files itself, wherever they named.
+  {
+    ExternalData external(path);
+    for (onnx::TensorProto &tensor : *proto.mutable_graph()->mutable_initializer())
+      if (tensor.data_location() == onnx::TensorProto::EXTERNAL || tensor.external_data_size() > 0)
+        if (std::string error = external.read(tensor); !error.empty())
+          return error;
+  }
   for (int i = 0; i < graph.node_size(); ++i) {
     const onnx::NodeProto &node = graph.node(i);
     if (!node.domain().empty() && node.domain() != "ai.onnx")
@@ -319,12 +638,40 @@ std::string readModel(const std::string &path, Model &model) {
         return where(node, i) + ": attribute '" + attribute.name() +
                "' keeps its data in an external file, which graphc does not read";
   }
+  // libonnx 1.12's checker knows opset 17 and IR version 8: a later model is
+  // checked as its opset-17 form (toCheckerForm) at IR version 8, and its
+  // own nodes put back for the importer.
+  const bool later = model.opset > kCheckerOpset || model.irVersion > kCheckerIrVersion;
+  google::protobuf::RepeatedPtrField<onnx::NodeProto> written;
+  if (later) {
+    written = graph.node();
+    if (model.opset > kCheckerOpset)
+      for (int i = 0; i < graph.node_size(); ++i)
+        if (std::string why = toCheckerForm(*proto.mutable_graph()->mutable_node(i));
+            !why.empty())
+          return where(graph.node(i), i) + ": " +
+                 (why.rfind("not supported", 0) == 0
+                      ? "op " + shown(graph.node(i).op_type()) + " (opset " +
+                            std::to_string(model.opset) + ") is " + why
+                      : why);
+    for (onnx::OperatorSetIdProto &set : *proto.mutable_opset_import())
+      if (set.domain().empty() || set.domain() == "ai.onnx")
+        set.set_version(std::min(model.opset, kCheckerOpset));
+    proto.set_ir_version(std::min(model.irVersion, kCheckerIrVersion));
+  }
   try {
     onnx::checker::check_model(proto);
   } catch (const std::exception &e) {
-    return "the ONNX checker refuses the model: " + oneLine(e.what());
+    return "the ONNX checker refuses the model" +
+           std::string(later ? " (checked as opset " + std::to_string(std::min(model.opset, kCheckerOpset)) +
+                                   ", IR version " + std::to_string(std::min(model.irVersion, kCheckerIrVersion)) + ")"
+                             : "") +
+           ": " + oneLine(e.what());
   }
+  if (later)
+    proto.mutable_graph()->mutable_node()->Swap(&written);
 
+  readTorchSignature(graph, model);
   std::set<std::string> initialized;
   for (const onnx::TensorProto &proto : graph.initializer()) {
     Tensor &tensor = model.initializers.emplace_back();
@@ -378,6 +725,43 @@ std::string readModel(const std::string &path, Model &model) {
       default:
         attribute.kind = Attribute::Kind::Other;
         break;
+      }
+    }
+    // A Constant's value_float(s) and value_int(s) (opset 12) as the tensor
+    // its 'value' would be: float32 or int64, rank 0 or 1.
+    if (node.opType == "Constant" && node.domain.empty() && node.attributes.size() == 1) {
+      auto [name, attribute] = *node.attributes.begin();
+      const bool isFloat = name == "value_float" || name == "value_floats";
+      const bool isInt = name == "value_int" || name == "value_ints";
+      const bool scalar = name == "value_float" || name == "value_int";
+      const bool kindOk = scalar ? (isFloat ? attribute.kind == Attribute::Kind::Float
+                                            : attribute.kind == Attribute::Kind::Int)
+                                 : (isFloat ? attribute.kind == Attribute::Kind::Floats
+                                            : attribute.kind == Attribute::Kind::Ints);
+      if ((isFloat || isInt) && kindOk) {
+        Tensor value;
+        value.name = node.outputs.empty() ? "" : node.outputs[0];
+        value.type = isFloat ? ElementType::Float : ElementType::Int64;
+        if (scalar) {
+          value.values.push_back(isFloat ? static_cast<double>(static_cast<float>(attribute.f))
+                                         : static_cast<double>(attribute.i));
+        } else if (isFloat) {
+          for (double f : attribute.floats)
+            value.values.push_back(static_cast<double>(static_cast<float>(f)));
+        } else {
+          for (int64_t i : attribute.ints)
+            value.values.push_back(static_cast<double>(i));
+        }
+        if (!scalar)
+          value.dims.push_back(static_cast<int64_t>(value.values.size()));
+        if (static_cast<int64_t>(value.values.size()) > (isFloat ? kMaxFoldedElements
+                                                                 : kMaxFoldedIndices))
+          return where(proto, i) + ": its '" + name + "' has more values than graphc folds";
+        value.hasValues = true;
+        node.attributes.clear();
+        Attribute &tensor = node.attributes["value"];
+        tensor.kind = Attribute::Kind::Tensor;
+        tensor.tensor = std::move(value);
       }
     }
   }

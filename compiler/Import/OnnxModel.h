@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -23,10 +24,21 @@ namespace onnx_model {
 
 /// The largest model file read (ONNX's protobuf limit is 2 GiB).
 constexpr int64_t kMaxModelBytes = int64_t(1) << 30;
+/// The most bytes of initializers read from external data files, in all
+/// (torch.onnx.export's default keeps the weights in MODEL.onnx.data).
+constexpr int64_t kMaxExternalBytes = int64_t(4) << 30;
 /// Opsets of the default domain whose ops the importer knows.
 // Opsets 11 and 12 define the ops graphc takes as 13 does, or differ only in
 // attributes the importer refuses by name (Split's and Dropout's old ones).
-constexpr int64_t kMinOpset = 11, kMaxOpset = 17;  // libonnx 1.12 knows 17
+// Opsets 18 to 22 add inputs and attributes to some of them (and Gelu),
+// which the importer reads; ONNX's checker (libonnx 1.12, which knows opset
+// 17) checks such a model as its opset-17 form (readModel).
+constexpr int64_t kMinOpset = 11, kMaxOpset = 22;
+constexpr int64_t kCheckerOpset = 17;
+/// IR versions read: to 14 (onnx 1.23). Those after 8 (libonnx 1.12's) add
+/// element types, which graphc refuses by name, and fields it ignores
+/// (metadata, multi-device placement).
+constexpr int64_t kMaxIrVersion = 14, kCheckerIrVersion = 8;
 /// Initializers with at most this many elements keep their values (scalars
 /// and shapes the importer folds); larger ones keep only their shapes.
 constexpr int64_t kMaxFoldedElements = 4096;
@@ -85,6 +97,12 @@ struct Model {
   std::vector<Value> inputs, outputs;  // graph inputs that are initializers left out
   std::vector<Tensor> initializers;
   std::vector<Node> nodes;
+  /// torch.export's graph signature, where the file records one (the
+  /// graph's metadata "pkg.torch.export.ExportedProgram.graph_signature",
+  /// which torch.onnx.export(dynamo=True) writes): the state_dict names of
+  /// the exported program's parameters and buffers.
+  bool hasTorchSignature = false;
+  std::set<std::string> torchParameters, torchBuffers;
 };
 
 /// Reads, checks and copies `path`. Returns "" on success, else one line

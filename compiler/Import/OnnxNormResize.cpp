@@ -81,6 +81,31 @@ Value Importer::normalized(Value x, ArrayRef<int64_t> dims, double epsilon, Valu
   return y;
 }
 
+Value Importer::byGivenStatistics(const Node &n, Value x, double epsilon, int64_t channels) {
+  Value scale = channelVector(n.inputs[1], nn::Initializer::ones);
+  Value shift = scale ? channelVector(n.inputs[2], nn::Initializer::zeros) : Value();
+  Value mean = shift ? values[n.inputs[3]] : Value();
+  Value var = shift ? values[n.inputs[4]] : Value();
+  if (!var)
+    return nullptr;
+  for (Value v : {scale, shift, mean, var})
+    if (llvm::cast<RankedTensorType>(v.getType()).getShape() != ArrayRef<int64_t>{channels}) {
+      fail("scale, B, mean and var must be vectors of the " + std::to_string(channels) +
+           " channels");
+      return nullptr;
+    }
+  auto alongChannels = [&](Value v) -> Value {
+    return v ? tryCreate<nn::BroadcastOp>(v, x, b.getDenseI64ArrayAttr({1})) : Value();
+  };
+  Value eps = scalarLike(epsilon, var);
+  Value shifted = eps ? tryCreate<nn::AddOp>(var, eps) : Value();
+  Value inv = shifted ? tryCreate<nn::RsqrtOp>(shifted) : Value();
+  Value gain = inv ? tryCreate<nn::MulOp>(inv, scale) : Value();
+  Value centered = gain ? tryCreate<nn::SubOp>(x, alongChannels(mean)) : Value();
+  Value y = centered ? tryCreate<nn::MulOp>(centered, alongChannels(gain)) : Value();
+  return y ? tryCreate<nn::AddOp>(y, alongChannels(shift)) : Value();
+}
+
 bool Importer::batchNormOtherRank(const Node &n, Value x, double epsilon, double momentum) {
   auto type = llvm::cast<RankedTensorType>(x.getType());
   const int64_t rank = type.getRank();
@@ -93,8 +118,16 @@ bool Importer::batchNormOtherRank(const Node &n, Value x, double epsilon, double
     auto training = intAttr(n, "training_mode", 0);
     if (!training)
       return false;
-    if (*training == 0 && !(n.outputs.size() > 1 && !n.outputs[1].empty()))
-      return fail("in inference form, its mean and variance must be initializers");
+    if (*training == 0 && !(n.outputs.size() > 1 && !n.outputs[1].empty())) {
+      // Given statistics the graph computes (torch.export writes weight
+      // standardization's batch norm so: its mean and variance are
+      // ReduceMeans of the input): normalized by them as they are, the
+      // gradient flowing through them too.
+      if (!values.count(n.inputs[3]) || !values.count(n.inputs[4]))
+        return fail("in inference form, its mean and variance must be initializers or "
+                    "computed");
+      return define(n, byGivenStatistics(n, x, epsilon, channels));
+    }
     if (options.forward)
       return fail("training-mode batch norm in an inference model");
     Value scale = channelVector(n.inputs[1], nn::Initializer::ones);

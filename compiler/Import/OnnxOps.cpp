@@ -12,6 +12,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
+#include <set>
 
 namespace graphc {
 namespace onnx_import {
@@ -26,6 +28,17 @@ double complement(double x) {
 bool Importer::optionalBias(const Node &n, size_t index, Value &bias) {
   if (n.inputs.size() <= index || n.inputs[index].empty())
     return true;
+  // A bias the graph computes from constants (torch.export writes a
+  // convolution without one as a bias of zeros, Expand(0, Shape(weight))):
+  // none where it is zero, else a constant.
+  if (const Folded *folded = constantTensor(n.inputs[index]);
+      folded && folded->dims.size() == 1 &&
+      (folded->type == ElementType::Float || folded->type == ElementType::Double)) {
+    if (llvm::all_of(folded->values, [](double v) { return v == 0; }))
+      return true;
+    bias = constantValue(n.inputs[index]);
+    return static_cast<bool>(bias);
+  }
   bias = variable(n.inputs[index], true, nn::Initializer::zeros, 1);
   return static_cast<bool>(bias);
 }
@@ -142,8 +155,8 @@ bool Importer::batchNorm(const Node &n) {
 bool Importer::pool(const Node &n, bool max) {
   if (max ? !knownAttributes(n, {"auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads",
                                  "storage_order", "strides"})
-          : !knownAttributes(n, {"auto_pad", "ceil_mode", "count_include_pad", "kernel_shape",
-                                 "pads", "strides"}))
+          : !knownAttributes(n, {"auto_pad", "ceil_mode", "count_include_pad", "dilations",
+                                 "kernel_shape", "pads", "strides"}))
     return false;
   if (n.outputs.size() > 1 && !n.outputs[1].empty())
     if (std::optional<int> reader = readerOf(n.outputs[1]))
@@ -313,7 +326,7 @@ void Importer::findStochasticDepth() {
         readers[input].push_back(n.index);
   for (const onnx_model::Value &output : model.outputs)
     readers[output.name].push_back(-1);
-  std::map<std::string, int> producer;
+  std::map<std::string, int> &producer = producerOf;
   for (const Node &n : model.nodes)
     for (const std::string &output : n.outputs)
       producer.emplace(output, n.index);
@@ -328,26 +341,66 @@ void Importer::findStochasticDepth() {
                ? &reader
                : nullptr;
   };
+  // A Cast to float32 of `name` alone (torch.export casts the noise's shape
+  // tensor before the draw).
+  auto floatCastOf = [&](const Node *n) {
+    if (!n || n->opType != "Cast" || n->inputs.size() != 1 || n->outputs.size() != 1)
+      return false;
+    auto to = n->attributes.find("to");
+    return to != n->attributes.end() && to->second.kind == Attribute::Kind::Int &&
+           to->second.i == 1;
+  };
+  // The CastLikes that turn a chain's comparison into floats (torch.export's
+  // form of the Cast).
+  std::set<int> chainCastLikes;
   for (const Node &noise : model.nodes) {
     if (noise.opType != "RandomUniformLike" || noise.inputs.size() != 1 ||
         noise.outputs.size() != 1)
       continue;
-    const Node *less = onlyReader(noise.outputs[0], "Less");
+    // The Less reading the noise; CastLikes taking the noise's type (the
+    // rate cast to it, torch.export's form) may read it too.
+    const Node *less = nullptr;
+    if (auto r = readers.find(noise.outputs[0]); r != readers.end()) {
+      std::vector<int> others;
+      for (int reader : r->second)
+        if (reader < 0 || model.nodes[reader].opType != "CastLike" ||
+            model.nodes[reader].inputs.size() != 2 ||
+            model.nodes[reader].inputs[0] == noise.outputs[0])
+          others.push_back(reader);
+      if (others.size() == 1 && others.front() >= 0) {
+        const Node &reader = model.nodes[others.front()];
+        if (reader.opType == "Less" && !reader.inputs.empty() &&
+            reader.inputs[0] == noise.outputs[0] && reader.outputs.size() == 1)
+          less = &reader;
+      }
+    }
     const Node *cast = less ? onlyReader(less->outputs[0], "Cast") : nullptr;
+    // CastLike to the noise's own input, or to what that is a float cast of.
+    const Node *castLike = less && !cast ? onlyReader(less->outputs[0], "CastLike") : nullptr;
+    if (castLike) {
+      auto from = producer.find(noise.inputs[0]);
+      const Node *noiseCast = from == producer.end() ? nullptr : &model.nodes[from->second];
+      const bool floatTarget =
+          castLike->inputs.size() == 2 &&
+          (castLike->inputs[1] == noise.inputs[0] ||
+           (floatCastOf(noiseCast) && castLike->inputs[1] == noiseCast->inputs[0]));
+      cast = floatTarget ? castLike : nullptr;
+    }
     const Node *div = cast ? onlyReader(cast->outputs[0], "Div") : nullptr;
-    auto to = cast ? cast->attributes.find("to") : std::map<std::string, Attribute>::const_iterator();
     if (!div || less->inputs.size() != 2 || div->inputs.size() != 2 ||
-        to == cast->attributes.end() || to->second.kind != Attribute::Kind::Int ||
-        to->second.i != 1)  // float32
+        (!castLike && !floatCastOf(cast)))
       continue;
+    if (castLike)
+      chainCastLikes.insert(castLike->index);
+    drawnFloats.insert(noise.outputs[0]);
     importedWithChain.insert({noise.index, less->index, cast->index});
     stochasticDepthAt[div->index] = StochasticDepth{noise.index, less->index, -1};
   }
   // A noise shaped by ConstantOfShape of the batch (an export with an open
-  // batch) is imported with it when only noises read that tensor (one tensor
-  // may shape several chains' noises, as a graph simplifier merges them); a
-  // random tensor that is no stochastic depth is then refused at its own
-  // node.
+  // batch), or by Expand of a scalar to it (torch.export's torch.empty), is
+  // imported with it when only noises read that tensor (one tensor may shape
+  // several chains' noises, as a graph simplifier merges them); a random
+  // tensor that is no stochastic depth is then refused at its own node.
   auto isNoise = [&](int r) { return r >= 0 && model.nodes[r].opType == "RandomUniformLike"; };
   std::map<int, StochasticDepth *> chainOf;
   for (auto &[div, chain] : stochasticDepthAt)
@@ -358,11 +411,27 @@ void Importer::findStochasticDepth() {
     auto it = producer.find(noise.inputs[0]);
     if (it == producer.end())
       continue;
+    // Through a float cast read by noises alone.
+    const Node *noiseCast = nullptr;
+    if (floatCastOf(&model.nodes[it->second]) &&
+        llvm::all_of(readers[noise.inputs[0]], isNoise)) {
+      noiseCast = &model.nodes[it->second];
+      it = producer.find(noiseCast->inputs[0]);
+      if (it == producer.end())
+        continue;
+    }
     const Node &shaped = model.nodes[it->second];
-    if (shaped.opType != "ConstantOfShape" || shaped.inputs.size() != 1 ||
-        !llvm::all_of(readers[noise.inputs[0]], isNoise))
+    const bool shapes = (shaped.opType == "ConstantOfShape" && shaped.inputs.size() == 1) ||
+                        (shaped.opType == "Expand" && shaped.inputs.size() == 2);
+    // Its readers: noises, that cast, or chains' CastLikes (as their target).
+    auto ofChain = [&](int r) {
+      return isNoise(r) || (noiseCast && r == noiseCast->index) || chainCastLikes.count(r) > 0;
+    };
+    if (!shapes || shaped.outputs.size() != 1 || !llvm::all_of(readers[shaped.outputs[0]], ofChain))
       continue;
     importedWithChain.insert(shaped.index);
+    if (noiseCast)
+      importedWithChain.insert(noiseCast->index);
     if (auto chain = chainOf.find(noise.index); chain != chainOf.end())
       chain->second->shapeOf = shaped.index;
   }
@@ -412,6 +481,9 @@ bool Importer::stochasticDepth(const Node &n, const StochasticDepth &chain) {
   // The noise's shape: [N, 1, ..., 1], N the batch.
   std::vector<int64_t> dims;
   bool batchFirst = false;
+  // The activation the noise is shaped like, where it is one (a draw per
+  // element: torch.export's dropout, Expand of a scalar to its Shape).
+  Value shapedLike;
   const onnx_model::Value &images = model.inputs.front();
   const int64_t fileBatch = images.dims.empty() ? -1 : images.dims[0];
   // A dim that is the batch: left open, as the file traced it, or as fixed
@@ -424,7 +496,16 @@ bool Importer::stochasticDepth(const Node &n, const StochasticDepth &chain) {
   // (torchvision's mode "batch": [1, 1, ..., 1]).
   auto ambiguous = [&](int64_t d) { return d == 1; };
   if (chain.shapeOf >= 0) {
-    std::optional<std::vector<int64_t>> shape = knownInts(model.nodes[chain.shapeOf].inputs[0]);
+    // ConstantOfShape's shape, or Expand's (of a one-element constant).
+    const Node &shaped = model.nodes[chain.shapeOf];
+    const bool expand = shaped.opType == "Expand";
+    std::optional<std::vector<int64_t>> shape =
+        expand && !scalar(shaped.inputs[0]) ? std::nullopt : knownInts(shaped.inputs[expand ? 1 : 0]);
+    if (auto from = producerOf.find(shaped.inputs[1]); expand && from != producerOf.end()) {
+      const Node &m = model.nodes[from->second];
+      if (m.opType == "Shape" && m.inputs.size() == 1 && values.count(m.inputs[0]))
+        shapedLike = values[m.inputs[0]];
+    }
     if (shape) {
       dims = *shape;
       batchFirst = !dims.empty() && isBatch(dims[0]);
@@ -436,6 +517,7 @@ bool Importer::stochasticDepth(const Node &n, const StochasticDepth &chain) {
     dims = init->second->dims;
     batchFirst = !dims.empty() && isBatch(dims[0]);
   } else if (auto like = values.find(noise.inputs[0]); like != values.end()) {
+    shapedLike = like->second;
     auto type = llvm::cast<RankedTensorType>(like->second.getType());
     dims.assign(type.getShape().begin(), type.getShape().end());
     batchFirst = !dims.empty() && (ShapedType::isDynamic(dims[0]) ||
@@ -447,18 +529,30 @@ bool Importer::stochasticDepth(const Node &n, const StochasticDepth &chain) {
     return fail(what + ": its noise is [1, ..., 1] at a batch of 1, which cannot tell a draw "
                 "per sample from one for the whole batch: export with a batch of 2 or more, or "
                 "with a symbolic batch axis, and import with --batch other than 1");
-  if (!batchFirst || dims.size() > 8 ||
-      llvm::any_of(llvm::ArrayRef(dims).drop_front(), [](int64_t d) { return d != 1; }))
+  // A draw per element of an activation: dropout, as torch.export writes
+  // it (the mask is nn.dropout of ones shaped like the activation).
+  auto likeType = shapedLike ? llvm::cast<RankedTensorType>(shapedLike.getType()) : nullptr;
+  const bool perElement =
+      batchFirst && likeType && likeType.getRank() == static_cast<int64_t>(dims.size()) &&
+      likeType.getRank() > 1 &&
+      likeType.getDimSize(0) ==
+          llvm::cast<RankedTensorType>(body->getArgument(0).getType()).getDimSize(0) &&
+      llvm::all_of(llvm::seq<int64_t>(1, likeType.getRank()),
+                   [&](int64_t d) { return likeType.getDimSize(d) == dims[d]; }) &&
+      llvm::any_of(llvm::ArrayRef(dims).drop_front(), [](int64_t d) { return d != 1; });
+  if (!perElement && (!batchFirst || dims.size() > 8 ||
+                      llvm::any_of(llvm::ArrayRef(dims).drop_front(),
+                                   [](int64_t d) { return d != 1; })))
     return fail(what + ": its noise must be shaped [N, 1, ..., 1] with N the batch (one draw "
-                "per sample, torchvision's mode \"row\")");
-  // Ones of that shape, from the images' batch: [N, 1, 1, 1] sliced out of
-  // them, reshaped to the noise's rank.
-  Value ones = body->getArgument(0);
-  for (int64_t d = 1; d < 4 && ones; ++d)
+                "per sample, torchvision's mode \"row\"), or like an activation (dropout)");
+  // Ones of that shape: like the activation, or from the images' batch
+  // ([N, 1, 1, 1] sliced out of them, reshaped to the noise's rank).
+  Value ones = perElement ? shapedLike : body->getArgument(0);
+  for (int64_t d = 1; d < 4 && ones && !perElement; ++d)
     ones = sliceOf(ones, d, 0, 1);
   if (!ones)
     return false;
-  if (dims.size() != 4) {
+  if (!perElement && dims.size() != 4) {
     SmallVector<int64_t> shape(dims.size(), 1);
     shape[0] = llvm::cast<RankedTensorType>(ones.getType()).getDimSize(0);
     ones = reshaped(ones, shape);

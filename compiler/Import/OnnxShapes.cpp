@@ -417,6 +417,17 @@ Value Importer::everyNth(Value x, int64_t dim, int64_t step) {
                            : tryCreate<nn::ConcatOp>(ValueRange(parts), b.getI64IntegerAttr(dim));
 }
 
+std::optional<int64_t> Importer::fixedAxis(Value x, int64_t axis) {
+  auto type = llvm::cast<RankedTensorType>(x.getType());
+  auto dim = normalizedAxis(axis, type.getRank());
+  if (!dim || type.isDynamicDim(*dim)) {
+    fail("axis " + std::to_string(axis) + " is not a non-batch dim of rank " +
+         std::to_string(type.getRank()));
+    return std::nullopt;
+  }
+  return dim;
+}
+
 bool Importer::split(const Node &n) {
   if (!knownAttributes(n, {"axis", "num_outputs"}))
     return false;
@@ -426,13 +437,19 @@ bool Importer::split(const Node &n) {
   Value x = n.inputs.empty() ? Value() : activation(n.inputs[0]);
   if (!x)
     return n.inputs.empty() ? fail("expected an input") : false;
-  auto type = llvm::cast<RankedTensorType>(x.getType());
-  auto dim = normalizedAxis(*axis, type.getRank());
-  if (!dim || type.isDynamicDim(*dim))
-    return fail("axis " + std::to_string(*axis) + " is not a non-batch dim of rank " +
-                std::to_string(type.getRank()));
-  const int64_t extent = type.getDimSize(*dim);
+  auto dim = fixedAxis(x, *axis);
+  if (!dim)
+    return false;
+  const int64_t extent = llvm::cast<RankedTensorType>(x.getType()).getDimSize(*dim);
   const auto parts = static_cast<int64_t>(n.outputs.size());
+  if (n.attributes.count("num_outputs")) {  // opset 18
+    auto count = intAttr(n, "num_outputs", parts);
+    if (!count)
+      return false;
+    if (*count != parts)
+      return fail("num_outputs is " + std::to_string(*count) + " but it has " +
+                  std::to_string(parts) + " outputs");
+  }
   std::vector<int64_t> sizes;
   if (n.inputs.size() > 1 && !n.inputs[1].empty()) {
     auto given = knownInts(n.inputs[1]);
@@ -457,6 +474,92 @@ bool Importer::split(const Node &n) {
       return false;
   }
   return true;
+}
+
+bool Importer::splitToSequence(const Node &n) {
+  if (!knownAttributes(n, {"axis", "keepdims"}))
+    return false;
+  auto axis = intAttr(n, "axis", 0);
+  auto keepDims = intAttr(n, "keepdims", 1);
+  if (!axis || !keepDims)
+    return false;
+  if (n.inputs.empty() || n.inputs.size() > 2 || n.outputs.size() != 1)
+    return fail("expected an input, optional split sizes and one output");
+  Value x = activation(n.inputs[0]);
+  if (!x)
+    return false;
+  auto dim = fixedAxis(x, *axis);
+  if (!dim)
+    return false;
+  const int64_t extent = llvm::cast<RankedTensorType>(x.getType()).getDimSize(*dim);
+  // The parts' sizes: given, chunks of one given size (the last smaller),
+  // or every element alone (keepdims 0 then drops the dim).
+  std::vector<int64_t> sizes;
+  bool squeezed = false;
+  if (n.inputs.size() == 2 && !n.inputs[1].empty()) {
+    const Folded *given = constantTensor(n.inputs[1]);
+    if (!given || (given->type != ElementType::Int64 && given->type != ElementType::Int32) ||
+        given->dims.size() > 1)
+      return fail("its split must be an integer constant of rank 0 or 1");
+    if (given->dims.empty()) {
+      const auto chunk = static_cast<int64_t>(given->values.front());
+      if (chunk < 1 || (extent + chunk - 1) / chunk > 4096)
+        return fail("a chunk size of " + std::to_string(chunk) + " (at most 4096 parts of dim " +
+                    std::to_string(*dim) + ", of size " + std::to_string(extent) + ")");
+      for (int64_t left = extent; left > 0; left -= chunk)
+        sizes.push_back(std::min(chunk, left));
+    } else {
+      for (double v : given->values)
+        sizes.push_back(v < 1 || v > double(extent) ? extent + 1 : static_cast<int64_t>(v));
+    }
+  } else {
+    if (extent > 4096)
+      return fail("dim " + std::to_string(*dim) + " of size " + std::to_string(extent) +
+                  " split into single elements (at most 4096 parts)");
+    sizes.assign(static_cast<size_t>(extent), 1);
+    squeezed = *keepDims == 0;
+  }
+  int64_t total = 0;
+  for (int64_t size : sizes)
+    total += size;
+  if (total != extent || sizes.size() > 4096)
+    return fail("its split does not divide dim " + std::to_string(*dim) + " of size " +
+                std::to_string(extent) + " into at most 4096 parts");
+  std::vector<Value> parts;
+  int64_t start = 0;
+  for (int64_t size : sizes) {
+    Value part = sliceOf(x, *dim, start, start + size);
+    if (part && squeezed) {
+      auto shape = llvm::to_vector(llvm::cast<RankedTensorType>(part.getType()).getShape());
+      shape.erase(shape.begin() + *dim);
+      part = reshaped(part, shape);
+    }
+    if (!part)
+      return false;
+    parts.push_back(part);
+    start += size;
+  }
+  if (!sequences.emplace(n.outputs[0], std::move(parts)).second)
+    return fail("output '" + onnx_model::shown(n.outputs[0]) + "' is defined twice");
+  return true;
+}
+
+bool Importer::sequenceAt(const Node &n) {
+  if (!knownAttributes(n, {}))
+    return false;
+  if (n.inputs.size() != 2)
+    return fail("expected a sequence and a position");
+  auto it = sequences.find(n.inputs[0]);
+  if (it == sequences.end())
+    return fail("its sequence '" + onnx_model::shown(n.inputs[0]) +
+                "' is not one SplitToSequence made");
+  auto position = knownInts(n.inputs[1]);
+  const auto count = static_cast<int64_t>(it->second.size());
+  if (!position || position->size() != 1 || (*position)[0] < -count || (*position)[0] >= count)
+    return fail("its position must be a constant in [-" + std::to_string(count) + ", " +
+                std::to_string(count) + ")");
+  const int64_t at = (*position)[0] < 0 ? (*position)[0] + count : (*position)[0];
+  return define(n, it->second[static_cast<size_t>(at)]);
 }
 
 bool Importer::transpose(const Node &n) {

@@ -13,7 +13,10 @@
 
 #include "compiler/Import/Importer.h"
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
+#include <utility>
 
 namespace graphc {
 namespace onnx_import {
@@ -350,7 +353,7 @@ bool Importer::expand(const Node &n) {
                         : Value());
 }
 
-bool Importer::gatherOne(const Node &n) {
+bool Importer::gatherOne(const Node &n, const Folded *given) {
   if (!knownAttributes(n, {"axis"}))
     return false;
   auto axisAttr = intAttr(n, "axis", 0);
@@ -369,7 +372,7 @@ bool Importer::gatherOne(const Node &n) {
   // The indices: an integer constant of any rank (a Constant, an
   // initializer, or folded at import).
   std::vector<int64_t> indices, indexShape;
-  const Folded *t = constantTensor(n.inputs[1]);
+  const Folded *t = given ? given : constantTensor(n.inputs[1]);
   if (!t || (t->type != ElementType::Int64 && t->type != ElementType::Int32))
     return fail("its indices must be integer constants");
   indexShape = t->dims;
@@ -394,6 +397,13 @@ bool Importer::gatherOne(const Node &n) {
   SmallVector<int64_t> shape(type.getShape().take_front(*axis));
   shape.append(indexShape.begin(), indexShape.end());
   shape.append(type.getShape().begin() + *axis + 1, type.getShape().end());
+  // Every index in order (torch.export's as_strided to a contiguous layout:
+  // a Gather of arange from the flattened tensor): a reshape.
+  bool identity = static_cast<int64_t>(indices.size()) == extent;
+  for (size_t i = 0; identity && i < indices.size(); ++i)
+    identity = indices[i] == static_cast<int64_t>(i);
+  if (identity)
+    return define(n, reshaped(x, shape));
   if (indices.size() <= 64) {
     // x[..., i, ...] as slices, joined along `axis`.
     SmallVector<Value> parts;
@@ -441,18 +451,45 @@ bool Importer::pad(const Node &n) {
     return false;
   if (*mode != "constant")
     return fail("mode '" + onnx_model::shown(*mode) + "' (graphc pads with a constant)");
-  if (n.inputs.size() < 2 || n.inputs.size() > 3)
-    return fail("expected data, pads and an optional constant");
+  if (n.inputs.size() < 2 || n.inputs.size() > 4)
+    return fail("expected data, pads, an optional constant and optional axes");
   Value x = operand(n.inputs[0]);
   if (!x)
     return false;
   auto type = llvm::cast<RankedTensorType>(x.getType());
-  const Folded *pads = constantTensor(n.inputs[1]);
-  if (!pads || (pads->type != ElementType::Int64 && pads->type != ElementType::Int32) ||
-      static_cast<int64_t>(pads->values.size()) != 2 * type.getRank())
-    return fail("pads must be " + std::to_string(2 * type.getRank()) +
-                " integer constants (the data's rank is " + std::to_string(type.getRank()) +
+  const int64_t rank = type.getRank();
+  // The dims padded: every one, or (opset 18) those `axes` names, in order.
+  std::vector<int64_t> padded;
+  if (n.inputs.size() == 4 && !n.inputs[3].empty()) {
+    auto axes = knownInts(n.inputs[3]);
+    if (!axes)
+      return fail("its axes must be constants");
+    for (int64_t a : *axes) {
+      auto d = normalizedAxis(a, rank);
+      if (!d || llvm::is_contained(padded, *d))
+        return fail("axes must be distinct dims of the rank-" + std::to_string(rank) + " data");
+      padded.push_back(*d);
+    }
+  } else {
+    for (int64_t d = 0; d < rank; ++d)
+      padded.push_back(d);
+  }
+  const auto count = static_cast<int64_t>(padded.size());
+  const Folded *given = constantTensor(n.inputs[1]);
+  if (!given || (given->type != ElementType::Int64 && given->type != ElementType::Int32) ||
+      static_cast<int64_t>(given->values.size()) != 2 * count)
+    return fail("pads must be " + std::to_string(2 * count) + " integer constants (" +
+                (count == rank ? "the data's rank is " + std::to_string(rank)
+                               : std::to_string(count) + " axes") +
                 ")");
+  // [begin of each dim..., end of each dim...] over all dims.
+  Folded all;
+  all.values.assign(static_cast<size_t>(2 * rank), 0.0);
+  for (int64_t i = 0; i < count; ++i) {
+    all.values[padded[i]] = given->values[i];
+    all.values[padded[i] + rank] = given->values[i + count];
+  }
+  const Folded *pads = &all;
   // The pad value: a rank-0 tensor, constant or computed.
   Value fill;
   if (n.inputs.size() == 3 && !n.inputs[2].empty()) {
@@ -590,6 +627,114 @@ bool Importer::castActivation(const Node &n) {
     return n.inputs.size() == 1 ? false : fail("expected one input");
   // Activations are float32 already.
   return define(n, x);
+}
+
+bool Importer::castLike(const Node &n) {
+  if (!knownAttributes(n, {"saturate"}))
+    return false;
+  if (n.inputs.size() != 2 || n.inputs[1].empty())
+    return fail("expected an input and a target");
+  // The target's element type: an activation's is float32 (graphc computes
+  // in it), a constant's or initializer's its own, a graph input's as declared.
+  const std::string &target = n.inputs[1];
+  ElementType type = ElementType::Other;
+  if (values.count(target) || knownScalars.count(target) || drawnFloats.count(target))
+    type = ElementType::Float;
+  else if (auto it = initializers.find(target); it != initializers.end())
+    type = it->second->type;
+  else if (auto it = constants.find(target); it != constants.end())
+    type = it->second->type;
+  else if (const Folded *folded = constantTensor(target))
+    type = folded->type;
+  else
+    for (const onnx_model::Value &input : model.inputs)
+      if (input.name == target)
+        type = input.type;
+  static const std::pair<ElementType, int64_t> codes[] = {
+      {ElementType::Float, 1},  {ElementType::Int32, 6},    {ElementType::Int64, 7},
+      {ElementType::Bool, 9},   {ElementType::Float16, 10}, {ElementType::Double, 11},
+      {ElementType::BFloat16, 16}};
+  const auto *code = std::find_if(std::begin(codes), std::end(codes),
+                                  [&](const auto &c) { return c.first == type; });
+  if (code == std::end(codes))
+    return fail("the element type of its target '" + onnx_model::shown(target) +
+                "' is not one graphc knows at import");
+  // The Cast it stands for, imported in its place (folded when its input is
+  // a constant).
+  Node cast = n;
+  cast.opType = "Cast";
+  cast.inputs.resize(1);
+  Attribute &to = cast.attributes["to"];
+  to.kind = Attribute::Kind::Int;
+  to.i = code->second;
+  return importAs(n, cast);
+}
+
+bool Importer::importAs(const Node &n, const Node &as) {
+  const std::string shownAs = where(as);
+  const bool imported = importNode(as);
+  node = &n;  // not the copy, gone on return
+  if (!imported && error.rfind(shownAs, 0) == 0)
+    error = where(n) + error.substr(shownAs.size());
+  return imported;
+}
+
+bool Importer::gatherND(const Node &n) {
+  if (!knownAttributes(n, {"batch_dims"}))
+    return false;
+  auto batchDims = intAttr(n, "batch_dims", 0);
+  if (!batchDims)
+    return false;
+  if (n.inputs.size() != 2 || n.outputs.size() != 1)
+    return fail("expected data and indices");
+  // Indices [..., 1] pick rows of dim 0: a Gather of indices[..., 0].
+  const Folded *indices = constantTensor(n.inputs[1]);
+  if (*batchDims != 0 || !indices || indices->dims.empty() || indices->dims.back() != 1 ||
+      (indices->type != ElementType::Int64 && indices->type != ElementType::Int32))
+    return fail("graphc takes integer constant indices [..., 1] and batch_dims 0 (rows of "
+                "dim 0)");
+  Folded rows = *indices;
+  rows.dims.pop_back();
+  Node gather = n;
+  gather.attributes.clear();  // axis 0
+  return gatherOne(gather, &rows);
+}
+
+bool Importer::gelu(const Node &n) {
+  if (!knownAttributes(n, {"approximate"}))
+    return false;
+  auto approximate = stringAttr(n, "approximate", "none");
+  if (!approximate)
+    return false;
+  if (*approximate != "none" && *approximate != "tanh")
+    return fail("approximate '" + onnx_model::shown(*approximate) + "' (none or tanh)");
+  Value x = n.inputs.size() == 1 ? activation(n.inputs[0]) : Value();
+  if (!x)
+    return n.inputs.size() == 1 ? false : fail("expected one input");
+  auto constant = [&](double c) { return scalarLike(c, x); };
+  if (*approximate == "none") {
+    // x * (erf(x / sqrt(2)) + 1) * 0.5, op for op as the TorchScript
+    // exporter writes GELU before opset 20.
+    Value root2 = constant(M_SQRT2);
+    Value scaled = root2 ? tryCreate<nn::DivOp>(x, root2) : Value();
+    Value erf = scaled ? tryCreate<nn::ErfOp>(scaled) : Value();
+    Value one = erf ? constant(1.0) : Value();
+    Value sum = one ? tryCreate<nn::AddOp>(erf, one) : Value();
+    Value product = sum ? tryCreate<nn::MulOp>(x, sum) : Value();
+    Value half = product ? constant(0.5) : Value();
+    return define(n, half ? tryCreate<nn::MulOp>(product, half) : Value());
+  }
+  // 0.5 x (1 + tanh(u)), u = sqrt(2 / pi) (x + 0.044715 x^3), is
+  // x * sigmoid(2u) exactly, and 2u = x (a + b x^2).
+  const double a = 2.0 * std::sqrt(2.0 / M_PI), bCoefficient = a * 0.044715;
+  Value squared = tryCreate<nn::MulOp>(x, x);
+  Value bc = squared ? constant(bCoefficient) : Value();
+  Value cubic = bc ? tryCreate<nn::MulOp>(squared, bc) : Value();
+  Value ac = cubic ? constant(a) : Value();
+  Value inner = ac ? tryCreate<nn::AddOp>(cubic, ac) : Value();
+  Value twoU = inner ? tryCreate<nn::MulOp>(x, inner) : Value();
+  Value gate = twoU ? tryCreate<nn::SigmoidOp>(twoU) : Value();
+  return define(n, gate ? tryCreate<nn::MulOp>(x, gate) : Value());
 }
 
 } // namespace onnx_import

@@ -2,8 +2,8 @@
 # Builds the ONNX importer's fuzzer with clang (libFuzzer + ASan + UBSan: the
 # importer's sources instrumented, the nn dialect and MLIR as built) and runs
 # it for a bounded time, seeded with the models test/tools/onnx-import.test
-# stochastic-depth.test and timm-ops.test write (every op the importer takes, and the
-# refused ones). Every file in
+# stochastic-depth.test, timm-ops.test and onnx-opset20.test write (every op the
+# importer takes, and the refused ones). Every file in
 # compiler/Import/fuzz/regressions/ (inputs that once crashed it) is replayed
 # first.
 #
@@ -48,6 +48,9 @@ wait
 mkdir -p "$out/timm"
 "$python" "$src/test/tools/Inputs/timm_ops_check.py" make "$out/timm" > /dev/null
 cp "$out/timm/model.onnx" "$out/models/timm_ops.onnx"
+mkdir -p "$out/opset20"
+"$python" "$src/test/tools/Inputs/opset20_check.py" make "$out/opset20" --fault inline > /dev/null
+cp "$out/opset20/model.onnx" "$out/models/opset20.onnx"
 cp "$out"/models/*.onnx "$src/test/tools/Inputs/vit_tiny.onnx" "$out/corpus/"
 
 regressions=("$src"/compiler/Import/fuzz/regressions/*)

@@ -340,10 +340,11 @@ def main():
                          "broadcast": {"broadcast_add": 1}, "shapes": {"bad_shapes": 1}}.items():
         onnx.save(classifier(**faults), os.path.join(out, f"bad_{name}.onnx"))
     onnx.save(classifier(opset=10), os.path.join(out, "bad_opset.onnx"))
-    # Weights in a file beside the model.
+    # Weights in a file beside the model, which is missing.
     model = classifier()
     onnx.save_model(model, os.path.join(out, "bad_external.onnx"), save_as_external_data=True,
-                    all_tensors_to_one_file=True, location="weights.bin", size_threshold=0)
+                    all_tensors_to_one_file=True, location="missing.bin", size_threshold=0)
+    os.remove(os.path.join(out, "missing.bin"))
     # Control flow: an If whose branches are subgraphs.
     branch = helper.make_graph([helper.make_node("Identity", ["input"], ["y"])], "branch", [],
                                [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 16, 16])])

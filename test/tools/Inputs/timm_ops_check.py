@@ -43,10 +43,11 @@ timm's layers:
                                and DIR/report.json against NumPy
 """
 import json
-import struct
 import sys
 
 import numpy as np
+
+from numpy_reference import central_gradient, cross_entropy, load_safetensors
 
 N, CLASSES = 2, 4
 BIG = (1, 4, 33, 33)
@@ -191,22 +192,6 @@ def make(d, fault=None):
             .astype(np.float32))
 
 
-def load_safetensors(path):
-    with open(path, "rb") as f:
-        size = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(size))
-        data = f.read()
-    out = {}
-    for k, v in header.items():
-        if k == "__metadata__":
-            continue
-        if v["dtype"] != "F32":
-            continue  # graphc's step counter
-        lo, hi = v["data_offsets"]
-        out[k] = np.frombuffer(data[lo:hi], dtype=np.float32).reshape(v["shape"]).astype(np.float64)
-    return out
-
-
 def resize_matrix(n_in, n_out, scale, cubic):
     """ONNX Resize along one dim, half_pixel, edge-clamped neighbours."""
     a = np.zeros((n_out, n_in))
@@ -266,10 +251,7 @@ def forward(p, x, big, stats=None):
 
 
 def loss_of(p, x, y, big):
-    z = forward(p, x, big)
-    z = z - z.max(axis=1, keepdims=True)
-    logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
-    return -logp[np.arange(N), y].mean()
+    return cross_entropy(forward(p, x, big), y)
 
 
 def check(d):
@@ -283,17 +265,7 @@ def check(d):
     loss_error = abs(have - want) / abs(want)
     worst, where = 0.0, ""
     for name in PARAMS:
-        grad = np.zeros_like(p[name])
-        flat = p[name].reshape(-1)
-        for k in range(flat.size):
-            keep = flat[k]
-            h = 1e-6 * max(1.0, abs(keep))
-            flat[k] = keep + h
-            up = loss_of(p, x, y, big)
-            flat[k] = keep - h
-            down = loss_of(p, x, y, big)
-            flat[k] = keep
-            grad.reshape(-1)[k] = (up - down) / (2 * h)
+        grad = central_gradient(lambda q: loss_of(q, x, y, big), p, name)
         graphrun = init[name] - final[name]  # one SGD step at lr 1
         error = np.abs(graphrun - grad).max() / max(np.abs(grad).max(), 1e-12)
         if error > worst:
