@@ -157,6 +157,9 @@ private:
   bool castLike(const Node &n);
   // GatherND of rows (indices [..., 1]): a Gather.
   bool gatherND(const Node &n);
+  // Reshapes to [-1] of a value with the open batch (reshape), by name: a
+  // Gather of every element in order from one (unflatten) restores the batch.
+  std::map<std::string, Value> flattenedWithBatch;
   // `n` imported as `as`, a node of another op standing for it; errors name `n`.
   bool importAs(const Node &n, const Node &as);
 public:
@@ -170,6 +173,7 @@ public:
 private:
   // Gather of constant indices (`given`, or its second input's).
   bool gatherOne(const Node &n, const Folded *given = nullptr);
+  bool unflatten(const Node &n, Value x, const Folded *indices);
   // OnnxConstants.cpp: nodes of constants alone, evaluated at import.
   bool foldsToTensor(const Node &n);
   bool foldTensor(const Node &n);

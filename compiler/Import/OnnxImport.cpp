@@ -156,6 +156,11 @@ Value Importer::activation(const std::string &name) {
   auto it = values.find(name);
   if (it != values.end())
     return it->second;
+  if (flattenedWithBatch.count(name)) {
+    failBatch("'" + onnx_model::shown(name) +
+              "' is a reshape to [-1], which merges the batch with the other dims");
+    return nullptr;
+  }
   // A float initializer read as a tensor (ViT's class token and position
   // embedding, a bias added by Add, a weight MatMul reads) is trained.
   if (auto init = initializers.find(name);

@@ -666,9 +666,17 @@ bool Importer::reshape(const Node &n) {
     target[inferred] = perSample / product;
     product = perSample;
   }
-  if (product != perSample)
+  if (product != perSample) {
+    // Everything flattened, batch and all: torch.export's as_strided (a
+    // Gather of every element in order from it, gatherOne) may restore the
+    // batch; anything else reading it is the batch error (activation).
+    if (target.size() == 1 && (*shape)[0] == -1 && n.outputs.size() == 1) {
+      flattenedWithBatch[n.outputs[0]] = x;
+      return true;
+    }
     return failBatch("its shape holds " + std::to_string(product) + " elements per sample, the input " +
                 std::to_string(perSample));
+  }
   target[0] = -1;
   return define(n, tryCreate<nn::ReshapeOp>(x, b.getDenseI64ArrayAttr(target)));
 }

@@ -361,6 +361,8 @@ bool Importer::gatherOne(const Node &n, const Folded *given) {
     return false;
   if (n.inputs.size() != 2)
     return fail("expected data and indices");
+  if (auto flat = flattenedWithBatch.find(n.inputs[0]); flat != flattenedWithBatch.end())
+    return unflatten(n, flat->second, given ? given : constantTensor(n.inputs[1]));
   Value x = operand(n.inputs[0]);
   if (!x)
     return false;
@@ -677,6 +679,30 @@ bool Importer::importAs(const Node &n, const Node &as) {
   if (!imported && error.rfind(shownAs, 0) == 0)
     error = where(n) + error.substr(shownAs.size());
   return imported;
+}
+
+bool Importer::unflatten(const Node &n, Value x, const Folded *indices) {
+  // Every element of the batch the file was traced at, in order, into
+  // [batch, ...]: x reshaped, the batch kept open.
+  auto type = llvm::cast<RankedTensorType>(x.getType());
+  const int64_t traced = model.inputs.front().dims.front();
+  int64_t perSample = 1;
+  for (int64_t d : type.getShape().drop_front())
+    perSample *= d;
+  int64_t rest = 1;
+  bool identity = indices && !indices->dims.empty() && indices->dims.front() == traced &&
+                  traced > 0 && static_cast<int64_t>(indices->values.size()) == traced * perSample;
+  for (size_t d = 1; identity && d < indices->dims.size(); ++d)
+    rest *= indices->dims[d];
+  identity = identity && rest == perSample;
+  for (size_t i = 0; identity && i < indices->values.size(); ++i)
+    identity = indices->values[i] == static_cast<double>(i);
+  if (!identity)
+    return failBatch("it gathers from '" + onnx_model::shown(n.inputs[0]) +
+                     "', a reshape to [-1] that merges the batch with the other dims");
+  SmallVector<int64_t> shape(indices->dims.begin(), indices->dims.end());
+  shape[0] = ShapedType::kDynamic;
+  return define(n, reshaped(x, shape));
 }
 
 bool Importer::gatherND(const Node &n) {

@@ -53,7 +53,7 @@ ROWS = [3, 0, 6, 2, 2]
 # The ways `make --fault F` breaks the model (and "inline": the weights in
 # model.onnx, for the fuzzer's seed).
 FAULTS = ["folded", "opset23", "ir15", "groupnorm", "axes-attr", "float8", "escape", "symlink",
-          "short", "gelu-fast", "num-outputs"]
+          "short", "gelu-fast", "num-outputs", "flatten-read"]
 
 
 def varint(n):
@@ -130,7 +130,8 @@ def make(d, fault=None):
         helper.make_node("Constant", [], ["flat"], value_ints=[-1]),
         helper.make_node("Reshape", ["a", "flat"], ["af"]),
         const("ar", np.arange(N * 5, dtype=np.int64).reshape(N, 5)),
-        helper.make_node("Gather", ["af", "ar"], ["ag"], axis=0),
+        helper.make_node("Gather", ["af", "ar"], ["ag"], axis=0) if fault != "flatten-read"
+        else helper.make_node("Relu", ["af"], ["ag"]),
         helper.make_node("Gemm", ["ag", "fc_w", "fc_b"], ["z"], transB=1),
         helper.make_node("Add", ["z", "val_mask"], ["logits"]),
     ]
