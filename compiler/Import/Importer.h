@@ -98,9 +98,10 @@ private:
   // The node writing each name (the first, if several do).
   std::map<std::string, int> producerOf;
   bool stochasticDepth(const Node &n, const StochasticDepth &chain);
-  // Input `index` of `n`, if given, as a trained bias vector (zeros); false
-  // after an error.
-  bool optionalBias(const Node &n, size_t index, Value &bias);
+  // Input `index` of `n`, if given, as a trained bias vector (zeros), or a
+  // constant one of `outputs` values the graph computes (none if zero);
+  // false after an error.
+  bool optionalBias(const Node &n, size_t index, Value &bias, int64_t outputs);
   bool binary(const Node &n);
   bool clip(const Node &n);
   bool clipByInputs(const Node &n, Value x);

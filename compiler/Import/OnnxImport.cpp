@@ -533,9 +533,12 @@ OwningOpRef<ModuleOp> Importer::run() {
   // Constant nodes are; the parameters it folded into such constants
   // (batch norm into convolutions, transposed weights: torch.onnx.export's
   // optimizer, for inference) cannot be trained.
+  std::set<std::string> initializerNames;
+  for (const Tensor &t : model.initializers)
+    initializerNames.insert(t.name);
   std::vector<std::string> folded;
   for (const std::string &name : model.torchParameters)
-    if (llvm::none_of(model.initializers, [&](const Tensor &t) { return t.name == name; }))
+    if (!initializerNames.count(name))
       folded.push_back(name);
   for (const Tensor &t : model.initializers)
     if (model.hasTorchSignature && t.type == ElementType::Float &&
@@ -555,6 +558,20 @@ OwningOpRef<ModuleOp> Importer::run() {
              "optimize=False to train the model, or import it with --forward for inference";
     return nullptr;
   }
+  // A constant of the exporter's (so far, `constants` holds only those) as
+  // a product's or a convolution's weight is a parameter its optimizer
+  // transposed or folded, though it kept the parameter too (a tied weight).
+  for (const Node &n : model.nodes)
+    if (model.hasTorchSignature && !options.forward && n.inputs.size() > 1 &&
+        (n.opType == "Conv" || n.opType == "Gemm" || n.opType == "MatMul") &&
+        constants.count(n.inputs[1])) {
+      error = where(n) + ": its weight '" + onnx_model::shown(n.inputs[1]) +
+              "' is an initializer torch.export's signature does not name as a parameter "
+              "(torch.onnx.export's optimizer computes such from parameters, which graphc "
+              "cannot train): export with optimize=False to train the model, or import it "
+              "with --forward for inference";
+      return nullptr;
+    }
   for (const Node &n : model.nodes)
     for (const std::string &input : n.inputs)
       firstReader.emplace(input, n.index);

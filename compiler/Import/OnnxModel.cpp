@@ -29,12 +29,18 @@ namespace onnx_model {
 // outside printable ASCII as \xNN.
 std::string shown(const std::string &name) {
   static const char hex[] = "0123456789abcdef";
+  // A name past kShownBytes (a hostile file's) shown by its start and length.
+  constexpr size_t kShownBytes = 256;
   std::string out;
-  for (unsigned char c : name)
+  for (size_t i = 0; i < name.size() && i < kShownBytes; ++i) {
+    const auto c = static_cast<unsigned char>(name[i]);
     if (c >= 0x20 && c < 0x7f && c != '\\')
       out += static_cast<char>(c);
     else
       out += std::string("\\x") + hex[c >> 4] + hex[c & 15];
+  }
+  if (name.size() > kShownBytes)
+    out += "... (" + std::to_string(name.size()) + " bytes)";
   return out;
 }
 
@@ -182,7 +188,10 @@ void copyValues(const onnx::TensorProto &proto, Tensor &tensor) {
     v.clear();
 }
 
-std::string copyTensor(const onnx::TensorProto &proto, Tensor &tensor) {
+// `raw`, where given, is `proto`'s raw_data to move a float32 tensor's bytes
+// from (an initializer's: the weights are not held twice).
+std::string copyTensor(const onnx::TensorProto &proto, Tensor &tensor,
+                       std::string *raw = nullptr) {
   tensor.name = proto.name();
   tensor.type = elementTypeOf(proto.data_type());
   for (int64_t d : proto.dims()) {
@@ -204,7 +213,10 @@ std::string copyTensor(const onnx::TensorProto &proto, Tensor &tensor) {
       count *= uint64_t(d);
     }
     if (fits && proto.has_raw_data() && proto.raw_data().size() == count * 4) {
-      tensor.float32Bytes = proto.raw_data();
+      if (raw)
+        tensor.float32Bytes.swap(*raw);
+      else
+        tensor.float32Bytes = proto.raw_data();
     } else if (fits && !proto.has_raw_data() && uint64_t(proto.float_data_size()) == count) {
       tensor.float32Bytes.resize(count * 4);
       for (uint64_t i = 0; i < count; ++i) {
@@ -268,7 +280,7 @@ int64_t elementBytes(int32_t type) {
 // that directory. At most kMaxExternalBytes in all.
 class ExternalData {
 public:
-  explicit ExternalData(const std::string &modelPath) {
+  explicit ExternalData(const std::string &modelPath) : modelPath(modelPath) {
     const size_t slash = modelPath.rfind('/');
     directory = slash == std::string::npos ? "." : slash == 0 ? "/" : modelPath.substr(0, slash);
   }
@@ -330,12 +342,25 @@ public:
       return what + ": the external data is larger than graphc reads (4 GiB in all)";
     int fd = -1;
     int64_t size = 0;
-    if (std::string error = open(location, fd, size); !error.empty())
+    std::map<int64_t, int64_t> *regions = nullptr;
+    if (std::string error = open(location, fd, size, regions); !error.empty())
       return what + ": external data file '" + shown(location) + "': " + error;
     if (offset > size || expected > size - offset)
       return what + ": external data file '" + shown(location) + "' holds " +
              std::to_string(size) + " bytes, not " + std::to_string(expected) + " from offset " +
              std::to_string(offset);
+    // Each byte read once: tensors whose regions overlap would make a small
+    // file as large as the tensors named in it.
+    if (expected > 0) {
+      auto next = regions->lower_bound(offset);
+      const bool overlaps =
+          (next != regions->end() && next->first < offset + expected) ||
+          (next != regions->begin() && std::prev(next)->second > offset);
+      if (overlaps)
+        return what + ": its external data overlaps another tensor's in '" + shown(location) +
+               "'";
+      (*regions)[offset] = offset + expected;
+    }
     std::string *raw = tensor.mutable_raw_data();
     raw->resize(static_cast<size_t>(expected));
     for (int64_t done = 0; done < expected;) {
@@ -356,8 +381,10 @@ public:
   }
 
 private:
-  // `location`, resolved under the model's directory and opened once.
-  std::string open(const std::string &location, int &fd, int64_t &size) {
+  // `location`, resolved under the model's directory (not the model itself)
+  // and opened once; the regions read from it so far.
+  std::string open(const std::string &location, int &fd, int64_t &size,
+                   std::map<int64_t, int64_t> *&regions) {
     char *base = ::realpath(directory.c_str(), nullptr);
     if (!base)
       return std::string("the model's directory: ") + std::strerror(errno);
@@ -371,6 +398,13 @@ private:
     if (path.size() <= root.size() || path.compare(0, root.size(), root) != 0 ||
         (root != "/" && path[root.size()] != '/'))
       return "it resolves outside the model's directory";
+    if (char *model = ::realpath(modelPath.c_str(), nullptr)) {
+      const bool itself = path == model;
+      std::free(model);
+      if (itself)
+        return "it is the model file itself";
+    }
+    regions = &readRegions[path];
     if (auto it = files.find(path); it != files.end()) {
       fd = it->second;
     } else {
@@ -386,8 +420,10 @@ private:
     return "";
   }
 
-  std::string directory;
+  std::string modelPath, directory;
   std::map<std::string, int> files;
+  // By resolved path: [start, end) of each region read, by start.
+  std::map<std::string, std::map<int64_t, int64_t>> readRegions;
   int64_t total = 0;
 };
 
@@ -495,7 +531,7 @@ bool isNewerOpNotImported(const std::string &op) {
 // only: what those opsets added to the ops graphc imports dropped (the
 // importer reads and checks it from the node as written), Gelu as the
 // one-input Erf it is shaped like. "" or why the node is refused.
-std::string toCheckerForm(onnx::NodeProto &node) {
+std::string toCheckerForm(onnx::NodeProto &node, int64_t opset) {
   const std::string op = node.op_type();
   auto has = [&](const char *name) {
     for (const onnx::AttributeProto &a : node.attribute())
@@ -503,39 +539,49 @@ std::string toCheckerForm(onnx::NodeProto &node) {
         return true;
     return false;
   };
-  auto drop = [&](std::initializer_list<const char *> names) {
-    auto *attributes = node.mutable_attribute();
-    for (int i = attributes->size() - 1; i >= 0; --i)
-      for (const char *name : names)
-        if (attributes->Get(i).name() == name) {
-          attributes->DeleteSubrange(i, 1);
+  // The attributes those opsets added, dropped after checking their kinds
+  // (the checker no longer sees them).
+  std::string wrongKind;
+  auto drop = [&](std::initializer_list<std::pair<const char *, onnx::AttributeProto::AttributeType>>
+                      attributes) {
+    auto *all = node.mutable_attribute();
+    for (int i = all->size() - 1; i >= 0; --i)
+      for (const auto &[name, kind] : attributes)
+        if (all->Get(i).name() == name) {
+          if (all->Get(i).type() != kind)
+            wrongKind = "attribute '" + std::string(name) + "' is of the wrong kind";
+          all->DeleteSubrange(i, 1);
           break;
         }
   };
+  using A = onnx::AttributeProto;
   if (op == "ReduceMean" || op == "ReduceL2") {  // 18: axes an input
     if (has("axes"))
       return "an 'axes' attribute, which opset 18 made ReduceMean's and ReduceL2's second input";
-    drop({"noop_with_empty_axes"});
+    drop({{"noop_with_empty_axes", A::INT}});
     while (node.input_size() > 1)
       node.mutable_input()->RemoveLast();
   } else if (op == "Pad") {  // 18: axes, a fourth input
     while (node.input_size() > 3)
       node.mutable_input()->RemoveLast();
-  } else if (op == "AveragePool") {  // 19: dilations
-    drop({"dilations"});
-  } else if (op == "Cast" || op == "CastLike") {  // 19: saturate (float8)
-    drop({"saturate"});
+  } else if (op == "AveragePool" && opset >= 19) {  // 19: dilations
+    drop({{"dilations", A::INTS}});
+  } else if ((op == "Cast" || op == "CastLike") && opset >= 19) {  // 19: saturate (float8)
+    drop({{"saturate", A::INT}});
   } else if (op == "Resize") {  // 18: antialias, axes, keep_aspect_ratio_policy
-    drop({"antialias", "axes", "keep_aspect_ratio_policy"});
+    drop({{"antialias", A::INT}, {"axes", A::INTS}, {"keep_aspect_ratio_policy", A::STRING}});
   } else if (op == "Split") {  // 18: num_outputs
-    drop({"num_outputs"});
-  } else if (op == "Gelu") {  // 20
+    drop({{"num_outputs", A::INT}});
+  } else if (op == "Gelu" && opset >= 20) {
+    for (const onnx::AttributeProto &a : node.attribute())
+      if (a.name() == "approximate" && a.type() != A::STRING)
+        return "attribute 'approximate' is of the wrong kind";
     node.set_op_type("Erf");
     node.clear_attribute();
   } else if (isNewerOpNotImported(op)) {
     return "not supported by graphc import";
   }
-  return "";
+  return wrongKind;
 }
 
 } // namespace
@@ -599,6 +645,7 @@ std::string readModel(const std::string &path, Model &model) {
   if (!proto.has_graph())
     return "the model has no graph";
   const onnx::GraphProto &graph = proto.graph();
+  onnx::GraphProto &mutableGraph = *proto.mutable_graph();
   // What graphc does not take, refused before ONNX's checker sees it (the
   // checker itself can crash on a malformed sparse tensor, and function
   // bodies would escape the checks below).
@@ -608,15 +655,6 @@ std::string readModel(const std::string &path, Model &model) {
     return "sparse initializers are not supported";
   if (std::string error = checkElementTypes(graph); !error.empty())
     return error;
-  // External data first, read into the tensors: the checker would open
-  // the files itself, wherever they named.
-  {
-    ExternalData external(path);
-    for (onnx::TensorProto &tensor : *proto.mutable_graph()->mutable_initializer())
-      if (tensor.data_location() == onnx::TensorProto::EXTERNAL || tensor.external_data_size() > 0)
-        if (std::string error = external.read(tensor); !error.empty())
-          return error;
-  }
   for (int i = 0; i < graph.node_size(); ++i) {
     const onnx::NodeProto &node = graph.node(i);
     if (!node.domain().empty() && node.domain() != "ai.onnx")
@@ -638,6 +676,15 @@ std::string readModel(const std::string &path, Model &model) {
         return where(node, i) + ": attribute '" + attribute.name() +
                "' keeps its data in an external file, which graphc does not read";
   }
+  // External data, read into the tensors before the checker, which would
+  // open the files itself, wherever they named.
+  {
+    ExternalData external(path);
+    for (onnx::TensorProto &tensor : *mutableGraph.mutable_initializer())
+      if (tensor.data_location() == onnx::TensorProto::EXTERNAL || tensor.external_data_size() > 0)
+        if (std::string error = external.read(tensor); !error.empty())
+          return error;
+  }
   // libonnx 1.12's checker knows opset 17 and IR version 8: a later model is
   // checked as its opset-17 form (toCheckerForm) at IR version 8, and its
   // own nodes put back for the importer.
@@ -647,7 +694,7 @@ std::string readModel(const std::string &path, Model &model) {
     written = graph.node();
     if (model.opset > kCheckerOpset)
       for (int i = 0; i < graph.node_size(); ++i)
-        if (std::string why = toCheckerForm(*proto.mutable_graph()->mutable_node(i));
+        if (std::string why = toCheckerForm(*proto.mutable_graph()->mutable_node(i), model.opset);
             !why.empty())
           return where(graph.node(i), i) + ": " +
                  (why.rfind("not supported", 0) == 0
@@ -672,10 +719,20 @@ std::string readModel(const std::string &path, Model &model) {
     proto.mutable_graph()->mutable_node()->Swap(&written);
 
   readTorchSignature(graph, model);
+  // A signature naming no parameter is not one graphc can go by (every
+  // weight would be a constant): the file is read without it.
+  if (model.torchParameters.empty()) {
+    model.hasTorchSignature = false;
+    model.torchBuffers.clear();
+  }
+  for (const std::string &name : model.torchParameters)
+    if (model.torchBuffers.count(name))
+      return "torch.export's graph signature names '" + shown(name) +
+             "' both a parameter and a buffer";
   std::set<std::string> initialized;
-  for (const onnx::TensorProto &proto : graph.initializer()) {
+  for (onnx::TensorProto &proto : *mutableGraph.mutable_initializer()) {
     Tensor &tensor = model.initializers.emplace_back();
-    if (std::string error = copyTensor(proto, tensor); !error.empty())
+    if (std::string error = copyTensor(proto, tensor, proto.mutable_raw_data()); !error.empty())
       return error;
     if (!initialized.insert(tensor.name).second)
       return "initializer '" + shown(tensor.name) + "' is defined twice";

@@ -25,7 +25,7 @@ double complement(double x) {
   return std::strtod(text, nullptr);
 }
 
-bool Importer::optionalBias(const Node &n, size_t index, Value &bias) {
+bool Importer::optionalBias(const Node &n, size_t index, Value &bias, int64_t outputs) {
   if (n.inputs.size() <= index || n.inputs[index].empty())
     return true;
   // A bias the graph computes from constants (torch.export writes a
@@ -34,6 +34,9 @@ bool Importer::optionalBias(const Node &n, size_t index, Value &bias) {
   if (const Folded *folded = constantTensor(n.inputs[index]);
       folded && folded->dims.size() == 1 &&
       (folded->type == ElementType::Float || folded->type == ElementType::Double)) {
+    if (static_cast<int64_t>(folded->values.size()) != outputs)
+      return fail("its bias has " + std::to_string(folded->values.size()) + " values for " +
+                  std::to_string(outputs) + " outputs");
     if (llvm::all_of(folded->values, [](double v) { return v == 0; }))
       return true;
     bias = constantValue(n.inputs[index]);
@@ -65,7 +68,7 @@ bool Importer::conv(const Node &n) {
   if (!w)
     return false;
   Value bias;
-  if (!optionalBias(n, 2, bias))
+  if (!optionalBias(n, 2, bias, llvm::cast<RankedTensorType>(w.getType()).getDimSize(0)))
     return false;
   auto strides = intsAttr(n, "strides", {1, 1});
   auto dilations = intsAttr(n, "dilations", {1, 1});
@@ -249,7 +252,7 @@ bool Importer::gemm(const Node &n) {
     if (!w)
       return false;
     Value bias;
-    if (!optionalBias(n, 2, bias))
+    if (!optionalBias(n, 2, bias, llvm::cast<RankedTensorType>(w.getType()).getDimSize(0)))
       return false;
     return define(n, tryCreate<nn::LinearOp>(x, w, bias));
   }

@@ -442,22 +442,30 @@ bool Importer::split(const Node &n) {
     return false;
   const int64_t extent = llvm::cast<RankedTensorType>(x.getType()).getDimSize(*dim);
   const auto parts = static_cast<int64_t>(n.outputs.size());
-  if (n.attributes.count("num_outputs")) {  // opset 18
+  const bool byCount = n.attributes.count("num_outputs") > 0;  // opset 18
+  const bool bySizes = n.inputs.size() > 1 && !n.inputs[1].empty();
+  if (byCount) {
     auto count = intAttr(n, "num_outputs", parts);
     if (!count)
       return false;
     if (*count != parts)
       return fail("num_outputs is " + std::to_string(*count) + " but it has " +
                   std::to_string(parts) + " outputs");
+    if (bySizes)
+      return fail("it has both split sizes and num_outputs (ONNX takes one)");
   }
   std::vector<int64_t> sizes;
-  if (n.inputs.size() > 1 && !n.inputs[1].empty()) {
+  if (bySizes) {
     auto given = knownInts(n.inputs[1]);
     if (!given)
       return fail("its split sizes must be constants");
     sizes = *given;
   } else {
-    // Equal parts, the last smaller when they do not divide (opset 18).
+    // Equal parts; by num_outputs (opset 18) the last smaller when they do
+    // not divide.
+    if (parts < 1 || (!byCount && extent % parts != 0))
+      return fail("its " + std::to_string(parts) + " outputs do not split dim " +
+                  std::to_string(*dim) + " of size " + std::to_string(extent) + " equally");
     const int64_t part = (extent + parts - 1) / parts;
     for (int64_t i = 0, left = extent; i < parts; ++i, left -= part)
       sizes.push_back(std::min(part, left));

@@ -494,7 +494,7 @@ bool Importer::pad(const Node &n) {
   const Folded *pads = &all;
   // The pad value: a rank-0 tensor, constant or computed.
   Value fill;
-  if (n.inputs.size() == 3 && !n.inputs[2].empty()) {
+  if (n.inputs.size() >= 3 && !n.inputs[2].empty()) {
     if (auto c = scalar(n.inputs[2]))
       fill = tryCreate<nn::ConstantOp>(llvm::cast<ElementsAttr>(DenseElementsAttr::get(
           RankedTensorType::get({}, type.getElementType()),

@@ -13,7 +13,8 @@ signature is appended to the file as a second graph message, which
 protobuf merges into the first). Images [2, 3, 8, 8], 4 classes:
 - a convolution whose bias is torch.export's zeros, Expand(CastLike(a
   Constant's value_float 0, the images), Shape(weight, start 0, end 1));
-- Pad with axes (opset 18: the last dim at its start, dim 2 at its end);
+- Pad with axes (opset 18: the last dim at its start, dim 2 at its end)
+  and a pad value;
 - Gelu (opset 20), exact, then its tanh approximation;
 - AveragePool with dilations (opset 19: all 1);
 - Split by num_outputs (opset 18: 5 channels as 2, 2 and 1), the parts
@@ -49,11 +50,13 @@ PARAMS = {"W": ((5, 3, 3, 3), 0.4), "table": ((7,), 0.5), "fc_w": ((CLASSES, 5),
           "fc_b": ((CLASSES,), 0.1)}
 BUFFER = np.array([1.0, 0.5, 2.0, -1.0, 1.5])
 MASK = np.array([0.0, -0.25, 0.5, 0.125])
+PAD = 0.25
 ROWS = [3, 0, 6, 2, 2]
 # The ways `make --fault F` breaks the model (and "inline": the weights in
 # model.onnx, for the fuzzer's seed).
-FAULTS = ["folded", "opset23", "ir15", "groupnorm", "axes-attr", "float8", "escape", "symlink",
-          "short", "gelu-fast", "num-outputs", "flatten-read"]
+FAULTS = ["folded", "tied", "conflict", "opset23", "ir15", "groupnorm", "axes-attr", "float8",
+          "escape", "symlink", "self", "overlap", "short", "gelu-fast", "gelu-opset18",
+          "num-outputs", "split-both", "flatten-read"]
 
 
 def varint(n):
@@ -92,13 +95,15 @@ def make(d, fault=None):
                          kernel_shape=[3, 3]),
         helper.make_node("Constant", [], ["pad_axes"], value_ints=[-1, 2]),
         helper.make_node("Constant", [], ["pad_pads"], value_ints=[1, 0, 0, 2]),
-        helper.make_node("Pad", ["c", "pad_pads", "", "pad_axes"], ["p"]),
+        helper.make_node("Constant", [], ["pad_value"], value_float=PAD),
+        helper.make_node("Pad", ["c", "pad_pads", "pad_value", "pad_axes"], ["p"]),
         helper.make_node("Gelu", ["p"], ["g1"]),
         helper.make_node("Gelu", ["g1"], ["g2"],
                          approximate="fast" if fault == "gelu-fast" else "tanh"),
         helper.make_node("AveragePool", ["g2"], ["ap"], kernel_shape=[2, 2], strides=[2, 2],
                          dilations=[1, 1]),
-        helper.make_node("Split", ["ap"], ["s0", "s1", "s2"], axis=1,
+        helper.make_node("Split", ["ap"] + (["split_sizes"] if fault == "split-both" else []),
+                         ["s0", "s1", "s2"], axis=1,
                          num_outputs=2 if fault == "num-outputs" else 3),
         helper.make_node("Concat", ["s2", "s0", "s1"], ["t"], axis=1),
     ] + ([helper.make_node("ReduceMean", ["t"], ["r"], axes=[2, 3], keepdims=0)]
@@ -135,6 +140,16 @@ def make(d, fault=None):
         helper.make_node("Gemm", ["ag", "fc_w", "fc_b"], ["z"], transB=1),
         helper.make_node("Add", ["z", "val_mask"], ["logits"]),
     ]
+    if fault == "split-both":
+        nodes.insert(0, const("split_sizes", i64(2, 2, 1)))
+    if fault == "tied":
+        # The classifier's weight as an initializer the signature does not
+        # name (what the optimizer's folded transpose of a tied weight is).
+        inits.append(numpy_helper.from_array(
+            numpy_helper.to_array(inits[2]).copy(), "val_fcw"))
+        for node in nodes:
+            if node.op_type == "Gemm":
+                node.input[1] = "val_fcw"
     if fault == "groupnorm":
         inits += [numpy_helper.from_array(np.ones(5, np.float32), "gn_s"),
                   numpy_helper.from_array(np.zeros(5, np.float32), "gn_b")]
@@ -144,7 +159,7 @@ def make(d, fault=None):
         nodes, "opset20",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [N, 3, 8, 8])],
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [N, CLASSES])], inits)
-    opset = 23 if fault == "opset23" else 20
+    opset = 23 if fault == "opset23" else 18 if fault == "gelu-opset18" else 20
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 15 if fault == "ir15" else 10
     path = os.path.join(d, "model.onnx")
@@ -169,6 +184,15 @@ def make(d, fault=None):
                 if entry.key == "location":
                     entry.value = "../outside.data" if fault == "escape" else "link.data"
         onnx.save(model, path)
+    if fault in ("overlap", "self"):
+        # fc_b's bytes where fc_w's are, or in the model file itself.
+        model = onnx.load(path, load_external_data=False)
+        where = {t.name: {e.key: e for e in t.external_data} for t in model.graph.initializer}
+        if fault == "overlap":
+            where["fc_b"]["offset"].value = where["fc_w"]["offset"].value
+        else:
+            where["fc_b"]["location"].value = "model.onnx"
+        onnx.save(model, path)
     if fault == "short":
         with open(os.path.join(d, "model.onnx.data"), "r+b") as f:
             f.truncate(os.path.getsize(os.path.join(d, "model.onnx.data")) - 8)
@@ -178,6 +202,7 @@ def make(d, fault=None):
         f"p_{name}: PARAMETER target='{name}'\n" for name in PARAMS) + \
         "b_buf_scale: BUFFER target='buf_scale' persistent=True\n" + \
         ("p_gone_weight: PARAMETER target='gone.weight'\n" if fault == "folded" else "") + \
+        ("b_W: BUFFER target='W' persistent=True\n" if fault == "conflict" else "") + \
         "x: USER_INPUT\n\n# outputs\nlogits: USER_OUTPUT\n"
     entry = onnx.StringStringEntryProto(
         key="pkg.torch.export.ExportedProgram.graph_signature", value=signature)
@@ -199,7 +224,7 @@ def forward(p, x):
     for i in range(8):
         for j in range(8):
             c[:, :, i, j] = np.einsum("ncij,ocij->no", xpp[:, :, i:i + 3, j:j + 3], p["W"])
-    pd = np.pad(c, ((0, 0), (0, 0), (0, 2), (1, 0)))                 # [N, 5, 10, 9]
+    pd = np.pad(c, ((0, 0), (0, 0), (0, 2), (1, 0)), constant_values=PAD)  # [N, 5, 10, 9]
     g1 = 0.5 * pd * (1 + erf(pd / math.sqrt(2)))
     g2 = 0.5 * g1 * (1 + np.tanh(math.sqrt(2 / math.pi) * (g1 + 0.044715 * g1 ** 3)))
     ap = g2[:, :, :10, :8].reshape(N, 5, 5, 2, 4, 2).mean(axis=(3, 5))  # [N, 5, 5, 4]
