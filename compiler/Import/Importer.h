@@ -184,6 +184,8 @@ private:
                                                      const Folded &indices,
                                                      const Folded &updates, int64_t &slice);
   bool scatterInto(const Node &n);
+  // ScatterND of an activation's updates that replace all of x, in order.
+  bool scatterWhole(const Node &n, Value x, const Folded &indices, Value updates);
   // `name`'s value if it is a constant: a Constant node, an integer or
   // boolean initializer, a folded tensor, vector (without the batch) or
   // float scalar; null otherwise.

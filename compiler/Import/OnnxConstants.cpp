@@ -272,6 +272,8 @@ bool Importer::scatterInto(const Node &n) {
     return false;
   const Folded *indices = constantTensor(n.inputs[1]);
   const Folded *updates = constantTensor(n.inputs[2]);
+  if (indices && !updates && values.count(n.inputs[2]))
+    return scatterWhole(n, x, *indices, values[n.inputs[2]]);
   if (!indices || !updates || isInteger(updates->type))
     return fail("its indices and updates must be constants (float updates)");
   auto type = llvm::cast<RankedTensorType>(x.getType());
@@ -301,6 +303,29 @@ bool Importer::scatterInto(const Node &n) {
   Value replaced = half ? tryCreate<nn::CmpOp>(nn::CmpPredicate::lt, mask, half) : Value();
   Value p = replaced ? constant(placed) : Value();
   return define(n, p ? tryCreate<nn::SelectOp>(replaced, p, x) : Value());
+}
+
+bool Importer::scatterWhole(const Node &n, Value x, const Folded &indices, Value updates) {
+  // torch.export's slice_scatter of a whole dim (GhostNet's): every element
+  // of x replaced by the updates' in order, which are then the result.
+  auto type = llvm::cast<RankedTensorType>(x.getType());
+  auto updatesType = llvm::cast<RankedTensorType>(updates.getType());
+  if (!type.hasStaticShape() || !updatesType.hasStaticShape())
+    return failBatch("the data's shape must be fixed");
+  Folded shape;
+  shape.dims.assign(updatesType.getShape().begin(), updatesType.getShape().end());
+  std::vector<int64_t> dims(type.getShape().begin(), type.getShape().end());
+  int64_t slice = 0;
+  std::optional<std::vector<int64_t>> at = scatterOffsets(dims, indices, shape, slice);
+  if (!at)
+    return false;
+  bool whole = static_cast<int64_t>(at->size()) * slice == type.getNumElements();
+  for (size_t r = 0; whole && r < at->size(); ++r)
+    whole = (*at)[r] == static_cast<int64_t>(r) * slice;
+  if (!whole)
+    return fail("its updates are an activation, which graphc takes only when they replace "
+                "every element in order (constant updates anywhere)");
+  return define(n, reshaped(updates, type.getShape()));
 }
 
 bool Importer::foldTensor(const Node &n) {

@@ -504,7 +504,8 @@ bool Importer::stochasticDepth(const Node &n, const StochasticDepth &chain) {
     const bool expand = shaped.opType == "Expand";
     std::optional<std::vector<int64_t>> shape =
         expand && !scalar(shaped.inputs[0]) ? std::nullopt : knownInts(shaped.inputs[expand ? 1 : 0]);
-    if (auto from = producerOf.find(shaped.inputs[1]); expand && from != producerOf.end()) {
+    if (auto from = expand ? producerOf.find(shaped.inputs[1]) : producerOf.end();
+        from != producerOf.end()) {
       const Node &m = model.nodes[from->second];
       if (m.opType == "Shape" && m.inputs.size() == 1 && values.count(m.inputs[0]))
         shapedLike = values[m.inputs[0]];

@@ -52,8 +52,9 @@ BUFFER = np.array([1.0, 0.5, 2.0, -1.0, 1.5])
 MASK = np.array([0.0, -0.25, 0.5, 0.125])
 PAD = 0.25
 ROWS = [3, 0, 6, 2, 2]
-# The ways `make --fault F` breaks the model (and "inline": the weights in
-# model.onnx, for the fuzzer's seed).
+# The ways `make --fault F` breaks the model (and two variants that import:
+# "inline", the weights in model.onnx, for the fuzzer's seed; "scatter", a
+# ScatterND of the whole batch dim by an activation, at a fixed batch).
 FAULTS = ["folded", "tied", "conflict", "opset23", "ir15", "groupnorm", "axes-attr", "float8",
           "escape", "symlink", "self", "overlap", "short", "gelu-fast", "gelu-opset18",
           "num-outputs", "split-both", "flatten-read"]
@@ -130,7 +131,14 @@ def make(d, fault=None):
         const("gidx0", i64(*ROWS).reshape(5, 1)),
         helper.make_node("Max", ["gidx0"], ["gidx"]),
         helper.make_node("GatherND", ["table", "gidx"], ["gb"], batch_dims=0),
-        helper.make_node("Add", ["rd", "gb"], ["a"]),
+        helper.make_node("Add", ["rd", "gb"], ["a" if fault != "scatter" else "a0"]),
+    ] + ([] if fault != "scatter" else [
+        # torch.export's slice_scatter of the whole batch dim (GhostNet's):
+        # every row replaced by an activation's, here twice the rows.
+        const("rows_all", i64(0, 1).reshape(N, 1)),
+        helper.make_node("Constant", [], ["two"], value_float=2.0),
+        helper.make_node("Mul", ["a0", "two"], ["a2"]),
+        helper.make_node("ScatterND", ["a0", "rows_all", "a2"], ["a"])]) + [
         # as_strided: flattened, then every element in order.
         helper.make_node("Constant", [], ["flat"], value_ints=[-1]),
         helper.make_node("Reshape", ["a", "flat"], ["af"]),
@@ -210,6 +218,8 @@ def make(d, fault=None):
     metadata = b"\x82\x01" + varint(len(entry_bytes)) + entry_bytes
     with open(path, "ab") as f:
         f.write(b"\x3a" + varint(len(metadata)) + metadata)
+    with open(f"{d}/variant.json", "w") as f:
+        json.dump({"scale": 2.0 if fault == "scatter" else 1.0}, f)
     rng = np.random.default_rng(12)
     np.save(f"{d}/images.npy", rng.standard_normal((N, 3, 8, 8)).astype(np.float32))
     np.save(f"{d}/labels.npy", np.array([1, 3], dtype=np.int32))
@@ -218,7 +228,7 @@ def make(d, fault=None):
 erf = np.vectorize(math.erf)
 
 
-def forward(p, x):
+def forward(p, x, scale=1.0):
     xpp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
     c = np.zeros((N, 5, 8, 8))
     for i in range(8):
@@ -229,12 +239,12 @@ def forward(p, x):
     g2 = 0.5 * g1 * (1 + np.tanh(math.sqrt(2 / math.pi) * (g1 + 0.044715 * g1 ** 3)))
     ap = g2[:, :, :10, :8].reshape(N, 5, 5, 2, 4, 2).mean(axis=(3, 5))  # [N, 5, 5, 4]
     t = ap[:, [4, 0, 1, 2, 3]]
-    r = t.mean(axis=(2, 3)) * BUFFER + p["table"][ROWS]
+    r = (t.mean(axis=(2, 3)) * BUFFER + p["table"][ROWS]) * scale
     return r @ p["fc_w"].T + p["fc_b"] + MASK
 
 
-def loss_of(p, x, y):
-    return cross_entropy(forward(p, x), y)
+def loss_of(p, x, y, scale=1.0):
+    return cross_entropy(forward(p, x, scale), y)
 
 
 def check(d):
@@ -242,12 +252,13 @@ def check(d):
     x = np.load(f"{d}/images.npy").astype(np.float64)
     y = np.load(f"{d}/labels.npy").astype(np.int64)
     p = {k: init[k] for k in PARAMS}
-    want = loss_of(p, x, y)
+    scale = json.load(open(f"{d}/variant.json"))["scale"]
+    want = loss_of(p, x, y, scale)
     have = json.load(open(f"{d}/report.json"))["final_loss"]
     loss_error = abs(have - want) / abs(want)
     worst, where = 0.0, ""
     for name in PARAMS:
-        grad = central_gradient(lambda q: loss_of(q, x, y), p, name)
+        grad = central_gradient(lambda q: loss_of(q, x, y, scale), p, name)
         graphrun = init[name] - final[name]  # one SGD step at lr 1
         error = np.abs(graphrun - grad).max() / max(np.abs(grad).max(), 1e-12)
         if error > worst:
