@@ -558,20 +558,51 @@ OwningOpRef<ModuleOp> Importer::run() {
              "optimize=False to train the model, or import it with --forward for inference";
     return nullptr;
   }
-  // A constant of the exporter's (so far, `constants` holds only those) as
-  // a product's or a convolution's weight is a parameter its optimizer
-  // transposed or folded, though it kept the parameter too (a tied weight).
-  for (const Node &n : model.nodes)
-    if (model.hasTorchSignature && !options.forward && n.inputs.size() > 1 &&
-        (n.opType == "Conv" || n.opType == "Gemm" || n.opType == "MatMul") &&
-        constants.count(n.inputs[1])) {
-      error = where(n) + ": its weight '" + onnx_model::shown(n.inputs[1]) +
-              "' is an initializer torch.export's signature does not name as a parameter "
-              "(torch.onnx.export's optimizer computes such from parameters, which graphc "
-              "cannot train): export with optimize=False to train the model, or import it "
-              "with --forward for inference";
+  // A constant of the exporter's (so far, `constants` holds only those) of
+  // a parameter's shape or its transpose's, read by a product or a
+  // convolution (through copies, transposes and reshapes), is a parameter
+  // its optimizer transposed or folded, though it kept the parameter too (a
+  // tied weight).
+  if (model.hasTorchSignature && !options.forward) {
+    std::set<std::vector<int64_t>> parameterShapes;
+    for (const Tensor &t : model.initializers)
+      if (model.torchParameters.count(t.name)) {
+        parameterShapes.insert(t.dims);
+        parameterShapes.insert(std::vector<int64_t>(t.dims.rbegin(), t.dims.rend()));
+      }
+    std::map<std::string, const Node *> producer;
+    for (const Node &n : model.nodes)
+      for (const std::string &output : n.outputs)
+        producer.emplace(output, &n);
+    auto foldedWeight = [&](std::string name) -> const Tensor * {
+      static const char *const through[] = {"Identity", "Transpose", "Reshape", "Squeeze",
+                                            "Unsqueeze", "Cast",      "CastLike", "Flatten"};
+      for (int hops = 0; hops < 16; ++hops) {
+        if (auto c = constants.find(name); c != constants.end())
+          return parameterShapes.count(c->second->dims) ? c->second : nullptr;
+        auto p = producer.find(name);
+        if (p == producer.end() || p->second->inputs.empty() ||
+            std::none_of(std::begin(through), std::end(through),
+                         [&](const char *op) { return p->second->opType == op; }))
+          return nullptr;
+        name = p->second->inputs[0];
+      }
       return nullptr;
+    };
+    for (const Node &n : model.nodes) {
+      if (n.opType != "Conv" && n.opType != "Gemm" && n.opType != "MatMul")
+        continue;
+      for (size_t i = n.opType == "Conv" ? 1 : 0; i < 2 && i < n.inputs.size(); ++i)
+        if (const Tensor *t = foldedWeight(n.inputs[i])) {
+          error = where(n) + ": its operand '" + onnx_model::shown(t->name) +
+                  "' is an initializer of a parameter's shape that torch.export's signature "
+                  "does not name as a parameter (torch.onnx.export's optimizer computes such "
+                  "from parameters, which graphc cannot train): export with optimize=False "
+                  "to train the model, or import it with --forward for inference";
+          return nullptr;
+        }
     }
+  }
   for (const Node &n : model.nodes)
     for (const std::string &input : n.inputs)
       firstReader.emplace(input, n.index);

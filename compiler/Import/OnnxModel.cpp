@@ -381,8 +381,8 @@ public:
   }
 
 private:
-  // `location`, resolved under the model's directory (not the model itself)
-  // and opened once; the regions read from it so far.
+  // `location`, resolved under the model's directory (not the model itself,
+  // by any name) and opened once; the regions read from that file so far.
   std::string open(const std::string &location, int &fd, int64_t &size,
                    std::map<int64_t, int64_t> *&regions) {
     char *base = ::realpath(directory.c_str(), nullptr);
@@ -398,13 +398,6 @@ private:
     if (path.size() <= root.size() || path.compare(0, root.size(), root) != 0 ||
         (root != "/" && path[root.size()] != '/'))
       return "it resolves outside the model's directory";
-    if (char *model = ::realpath(modelPath.c_str(), nullptr)) {
-      const bool itself = path == model;
-      std::free(model);
-      if (itself)
-        return "it is the model file itself";
-    }
-    regions = &readRegions[path];
     if (auto it = files.find(path); it != files.end()) {
       fd = it->second;
     } else {
@@ -413,17 +406,23 @@ private:
         return std::strerror(errno);
       files[path] = fd;
     }
-    struct stat st;
+    struct stat st, modelSt;
     if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
       return "it is not a regular file";
+    // The file itself, not its name: a hard link is the same file.
+    if (::stat(modelPath.c_str(), &modelSt) == 0 && st.st_dev == modelSt.st_dev &&
+        st.st_ino == modelSt.st_ino)
+      return "it is the model file itself";
+    regions = &readRegions[{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)}];
     size = st.st_size;
     return "";
   }
 
   std::string modelPath, directory;
   std::map<std::string, int> files;
-  // By resolved path: [start, end) of each region read, by start.
-  std::map<std::string, std::map<int64_t, int64_t>> readRegions;
+  // By file (device and inode: every name of it): [start, end) of each
+  // region read, by start.
+  std::map<std::pair<uint64_t, uint64_t>, std::map<int64_t, int64_t>> readRegions;
   int64_t total = 0;
 };
 
@@ -545,11 +544,14 @@ std::string toCheckerForm(onnx::NodeProto &node, int64_t opset) {
   auto drop = [&](std::initializer_list<std::pair<const char *, onnx::AttributeProto::AttributeType>>
                       attributes) {
     auto *all = node.mutable_attribute();
+    std::set<std::string> seen;
     for (int i = all->size() - 1; i >= 0; --i)
       for (const auto &[name, kind] : attributes)
         if (all->Get(i).name() == name) {
           if (all->Get(i).type() != kind)
             wrongKind = "attribute '" + std::string(name) + "' is of the wrong kind";
+          if (!seen.insert(name).second)
+            wrongKind = "attribute '" + std::string(name) + "' appears twice";
           all->DeleteSubrange(i, 1);
           break;
         }
@@ -573,9 +575,10 @@ std::string toCheckerForm(onnx::NodeProto &node, int64_t opset) {
   } else if (op == "Split") {  // 18: num_outputs
     drop({{"num_outputs", A::INT}});
   } else if (op == "Gelu" && opset >= 20) {
+    int approximate = 0;
     for (const onnx::AttributeProto &a : node.attribute())
-      if (a.name() == "approximate" && a.type() != A::STRING)
-        return "attribute 'approximate' is of the wrong kind";
+      if (a.name() == "approximate" && (a.type() != A::STRING || ++approximate > 1))
+        return "attribute 'approximate' is of the wrong kind or appears twice";
     node.set_op_type("Erf");
     node.clear_attribute();
   } else if (isNewerOpNotImported(op)) {
@@ -719,12 +722,10 @@ std::string readModel(const std::string &path, Model &model) {
     proto.mutable_graph()->mutable_node()->Swap(&written);
 
   readTorchSignature(graph, model);
-  // A signature naming no parameter is not one graphc can go by (every
-  // weight would be a constant): the file is read without it.
-  if (model.torchParameters.empty()) {
-    model.hasTorchSignature = false;
-    model.torchBuffers.clear();
-  }
+  // A signature naming no parameter is not one graphc can go by for the
+  // rest (every weight would be a constant): only its buffers are kept.
+  if (model.torchParameters.empty())
+    model.hasTorchSignature = false;  // its buffers are still constants
   for (const std::string &name : model.torchParameters)
     if (model.torchBuffers.count(name))
       return "torch.export's graph signature names '" + shown(name) +
@@ -732,7 +733,10 @@ std::string readModel(const std::string &path, Model &model) {
   std::set<std::string> initialized;
   for (onnx::TensorProto &proto : *mutableGraph.mutable_initializer()) {
     Tensor &tensor = model.initializers.emplace_back();
-    if (std::string error = copyTensor(proto, tensor, proto.mutable_raw_data()); !error.empty())
+    // (mutable_raw_data would mark raw data present in a tensor of typed lists.)
+    if (std::string error =
+            copyTensor(proto, tensor, proto.has_raw_data() ? proto.mutable_raw_data() : nullptr);
+        !error.empty())
       return error;
     if (!initialized.insert(tensor.name).second)
       return "initializer '" + shown(tensor.name) + "' is defined twice";

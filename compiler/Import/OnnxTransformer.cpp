@@ -361,8 +361,15 @@ bool Importer::gatherOne(const Node &n, const Folded *given) {
     return false;
   if (n.inputs.size() != 2)
     return fail("expected data and indices");
-  if (auto flat = flattenedWithBatch.find(n.inputs[0]); flat != flattenedWithBatch.end())
-    return unflatten(n, flat->second, given ? given : constantTensor(n.inputs[1]));
+  if (auto flat = flattenedWithBatch.find(n.inputs[0]); flat != flattenedWithBatch.end()) {
+    // A Gather from a vector (the flattened tensor) along its one axis.
+    const Folded *indices = given ? given : constantTensor(n.inputs[1]);
+    if ((*axisAttr != 0 && *axisAttr != -1) || !indices ||
+        (indices->type != ElementType::Int64 && indices->type != ElementType::Int32))
+      return fail("a Gather from the reshape to [-1] '" + onnx_model::shown(n.inputs[0]) +
+                  "' takes integer constant indices along axis 0");
+    return unflatten(n, flat->second, indices);
+  }
   Value x = operand(n.inputs[0]);
   if (!x)
     return false;

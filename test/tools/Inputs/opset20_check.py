@@ -52,9 +52,10 @@ BUFFER = np.array([1.0, 0.5, 2.0, -1.0, 1.5])
 MASK = np.array([0.0, -0.25, 0.5, 0.125])
 PAD = 0.25
 ROWS = [3, 0, 6, 2, 2]
-# The ways `make --fault F` breaks the model (and two variants that import:
-# "inline", the weights in model.onnx, for the fuzzer's seed; "scatter", a
-# ScatterND of the whole batch dim by an activation, at a fixed batch).
+# The ways `make --fault F` breaks the model (and variants that import:
+# "inline", the weights in model.onnx, for the fuzzer's seed; "typed", the
+# same with their values as typed lists (float_data, int64_data); "scatter",
+# a ScatterND of the whole batch dim by an activation, at a fixed batch).
 FAULTS = ["folded", "tied", "conflict", "opset23", "ir15", "groupnorm", "axes-attr", "float8",
           "escape", "symlink", "self", "overlap", "short", "gelu-fast", "gelu-opset18",
           "num-outputs", "split-both", "flatten-read"]
@@ -151,13 +152,23 @@ def make(d, fault=None):
     if fault == "split-both":
         nodes.insert(0, const("split_sizes", i64(2, 2, 1)))
     if fault == "tied":
-        # The classifier's weight as an initializer the signature does not
-        # name (what the optimizer's folded transpose of a tied weight is).
+        # The classifier's weight transposed into an initializer the
+        # signature does not name (what the optimizer folds a tied weight's
+        # transpose into), read through a Transpose back by a MatMul.
         inits.append(numpy_helper.from_array(
-            numpy_helper.to_array(inits[2]).copy(), "val_fcw"))
-        for node in nodes:
-            if node.op_type == "Gemm":
-                node.input[1] = "val_fcw"
+            numpy_helper.to_array(inits[2]).T.copy(), "val_fcw"))
+        at = next(i for i, node in enumerate(nodes) if node.op_type == "Gemm")
+        nodes[at:at + 1] = [helper.make_node("Transpose", ["val_fcw"], ["fcw_t"], perm=[1, 0]),
+                            helper.make_node("Transpose", ["fcw_t"], ["fcw"], perm=[1, 0]),
+                            helper.make_node("MatMul", ["ag", "fcw"], ["zm"]),
+                            helper.make_node("Add", ["zm", "fc_b"], ["z"])]
+    if fault == "typed":
+        # Values as typed lists (float_data, int64_data), not raw bytes.
+        inits = [helper.make_tensor(t.name, t.data_type, t.dims,
+                                    numpy_helper.to_array(t).ravel().tolist())
+                 for t in inits]
+        inits.append(helper.make_tensor("gidx0", TensorProto.INT64, [5, 1], ROWS))
+        nodes = [node for node in nodes if node.output[0] != "gidx0"]
     if fault == "groupnorm":
         inits += [numpy_helper.from_array(np.ones(5, np.float32), "gn_s"),
                   numpy_helper.from_array(np.zeros(5, np.float32), "gn_b")]
@@ -174,7 +185,7 @@ def make(d, fault=None):
     for stale in ("model.onnx.data", "link.data"):
         if os.path.lexists(os.path.join(d, stale)):
             os.remove(os.path.join(d, stale))
-    if fault == "inline":  # the weights inside (a fuzzer's seed: one file)
+    if fault in ("inline", "typed"):  # the weights inside (a fuzzer's seed: one file)
         onnx.save(model, path)
     else:
         onnx.save_model(model, path, save_as_external_data=True, all_tensors_to_one_file=True,
