@@ -174,9 +174,16 @@ bool Importer::foldInts(const Node &n) {
     const auto count = static_cast<int64_t>(result.size());
     if (op == "Reshape" ? target.size() != 1 || (target[0] != -1 && target[0] != count)
                         : target.size() != 1 || target[0] < 1 ||
-                              (target[0] != 1 && target[0] != count && count != 1))
-      return fail(std::string("a shape vector is ") +
-                  (op == "Reshape" ? "reshaped" : "expanded") + " to a shape other than a vector");
+                              (target[0] != 1 && target[0] != count && count != 1)) {
+      const std::string what = std::string("a shape vector is ") +
+                               (op == "Reshape" ? "reshaped" : "expanded") +
+                               " to a shape other than a vector";
+      // Index arithmetic on the batch (torch.export's as_strided, exported
+      // with a symbolic batch) folds once the batch is a number.
+      if (llvm::is_contained(result, kBatch) || llvm::is_contained(target, kBatch))
+        return failBatch(what + ", from the batch size");
+      return fail(what);
+    }
     if (op == "Expand" && count == 1 && target[0] > 1) {
       if (target[0] > 8)
         return fail("a shape vector of more than 8 entries");

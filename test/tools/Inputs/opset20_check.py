@@ -58,7 +58,7 @@ ROWS = [3, 0, 6, 2, 2]
 # a ScatterND of the whole batch dim by an activation, at a fixed batch).
 FAULTS = ["folded", "tied", "conflict", "opset23", "ir15", "groupnorm", "axes-attr", "float8",
           "escape", "symlink", "self", "overlap", "short", "gelu-fast", "gelu-opset18",
-          "num-outputs", "split-both", "flatten-read"]
+          "num-outputs", "split-both", "flatten-read", "batch-index"]
 
 
 def varint(n):
@@ -149,6 +149,18 @@ def make(d, fault=None):
         helper.make_node("Gemm", ["ag", "fc_w", "fc_b"], ["z"], transB=1),
         helper.make_node("Add", ["z", "val_mask"], ["logits"]),
     ]
+    if fault == "batch-index":
+        # torch.export's index arithmetic from a symbolic batch: the batch as
+        # a scalar (Squeeze of a Shape slice) reshaped to rank 0, read on the
+        # logits' path.
+        at = next(i for i, node in enumerate(nodes) if node.op_type == "Gemm")
+        nodes[at].input[0] = "ag_n"
+        nodes[at:at] = [helper.make_node("Shape", ["x"], ["sb"], start=0, end=1),
+                        helper.make_node("Squeeze", ["sb"], ["nb"]),
+                        const("scalar_shape", np.zeros(0, np.int64)),
+                        helper.make_node("Reshape", ["nb", "scalar_shape"], ["nb0"]),
+                        helper.make_node("Cast", ["nb0"], ["nbf"], to=TensorProto.FLOAT),
+                        helper.make_node("Mul", ["ag", "nbf"], ["ag_n"])]
     if fault == "split-both":
         nodes.insert(0, const("split_sizes", i64(2, 2, 1)))
     if fault == "tied":
