@@ -576,9 +576,13 @@ OwningOpRef<ModuleOp> Importer::run() {
         producer.emplace(output, &n);
     auto foldedWeight = [&](std::string name) -> const Tensor * {
       static const char *const through[] = {"Identity", "Transpose", "Reshape", "Squeeze",
-                                            "Unsqueeze", "Cast",      "CastLike", "Flatten"};
+                                            "Unsqueeze", "Cast",      "CastLike", "Flatten",
+                                            "Expand"};
       for (int hops = 0; hops < 16; ++hops) {
-        if (auto c = constants.find(name); c != constants.end())
+        // (A constant torch.export lifted from the module, a fixed matrix,
+        // is the model's own.)
+        if (auto c = constants.find(name);
+            c != constants.end() && !model.torchConstants.count(name))
           return parameterShapes.count(c->second->dims) ? c->second : nullptr;
         auto p = producer.find(name);
         if (p == producer.end() || p->second->inputs.empty() ||
@@ -589,6 +593,30 @@ OwningOpRef<ModuleOp> Importer::run() {
       }
       return nullptr;
     };
+    // A parameter no node reads, beside a constant of its shape (an
+    // initializer or a Constant node's), was replaced by that folded copy.
+    std::set<std::string> read;
+    for (const Node &n : model.nodes)
+      read.insert(n.inputs.begin(), n.inputs.end());
+    std::set<std::vector<int64_t>> constantShapes;
+    for (const auto &[name, t] : constants)
+      if (!model.torchConstants.count(name))
+        constantShapes.insert(t->dims);
+    for (const Node &n : model.nodes)
+      if (n.opType == "Constant")
+        for (const auto &[name, a] : n.attributes)
+          if (a.kind == Attribute::Kind::Tensor && a.tensor.type == ElementType::Float)
+            constantShapes.insert(a.tensor.dims);
+    for (const Tensor &t : model.initializers)
+      if (model.torchParameters.count(t.name) && !read.count(t.name) &&
+          (constantShapes.count(t.dims) ||
+           constantShapes.count(std::vector<int64_t>(t.dims.rbegin(), t.dims.rend())))) {
+        error = "parameter '" + onnx_model::shown(t.name) +
+                "' is read by no node, and a constant of its shape is: a copy "
+                "torch.onnx.export's optimizer folded, which graphc cannot train; export with "
+                "optimize=False to train the model, or import it with --forward for inference";
+        return nullptr;
+      }
     for (const Node &n : model.nodes) {
       if (n.opType != "Conv" && n.opType != "Gemm" && n.opType != "MatMul")
         continue;
@@ -713,6 +741,15 @@ OwningOpRef<ModuleOp> Importer::run() {
       error = "--freeze '" + text + "' matches no trained initializer the logits need";
       return nullptr;
     }
+  // Training needs something to train (a signature naming only buffers, or
+  // --freeze of everything, leaves nothing).
+  if (llvm::none_of(variables, [](const std::pair<const std::string, std::pair<Value, bool>> &entry) {
+        return entry.second.second && entry.second.first.getDefiningOp<nn::LoadOp>();
+      })) {
+    error = "the model has no parameter to train: every initializer the logits need is a "
+            "constant or a statistic";
+    return nullptr;
+  }
   // Every op was verified as it was made; the module's symbols now too.
   if (failed(verify(module))) {
     if (error.empty())

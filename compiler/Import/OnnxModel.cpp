@@ -451,7 +451,8 @@ void readTorchSignature(const onnx::GraphProto &graph, Model &model) {
       for (const auto &[kind, names] :
            {std::pair<const char *, std::set<std::string> *>{": PARAMETER target='",
                                                              &model.torchParameters},
-            {": BUFFER target='", &model.torchBuffers}}) {
+            {": BUFFER target='", &model.torchBuffers},
+            {": CONSTANT_TENSOR target='", &model.torchConstants}}) {
         const size_t at = line.find(kind);
         if (at == std::string::npos)
           continue;
@@ -722,10 +723,11 @@ std::string readModel(const std::string &path, Model &model) {
     proto.mutable_graph()->mutable_node()->Swap(&written);
 
   readTorchSignature(graph, model);
-  // A signature naming no parameter is not one graphc can go by for the
-  // rest (every weight would be a constant): only its buffers are kept.
-  if (model.torchParameters.empty())
-    model.hasTorchSignature = false;  // its buffers are still constants
+  // A signature naming neither a parameter nor a buffer is not one graphc
+  // can go by (every weight would be a constant): the file is read without
+  // it. (One naming only buffers leaves nothing to train: importNet says so.)
+  if (model.torchParameters.empty() && model.torchBuffers.empty())
+    model.hasTorchSignature = false;
   for (const std::string &name : model.torchParameters)
     if (model.torchBuffers.count(name))
       return "torch.export's graph signature names '" + shown(name) +

@@ -100,9 +100,9 @@ struct Model {
   /// torch.export's graph signature, where the file records one (the
   /// graph's metadata "pkg.torch.export.ExportedProgram.graph_signature",
   /// which torch.onnx.export(dynamo=True) writes): the state_dict names of
-  /// the exported program's parameters and buffers.
+  /// the exported program's parameters, buffers and lifted constant tensors.
   bool hasTorchSignature = false;
-  std::set<std::string> torchParameters, torchBuffers;
+  std::set<std::string> torchParameters, torchBuffers, torchConstants;
 };
 
 /// Reads, checks and copies `path`. Returns "" on success, else one line

@@ -56,7 +56,7 @@ ROWS = [3, 0, 6, 2, 2]
 # "inline", the weights in model.onnx, for the fuzzer's seed; "typed", the
 # same with their values as typed lists (float_data, int64_data); "scatter",
 # a ScatterND of the whole batch dim by an activation, at a fixed batch).
-FAULTS = ["folded", "tied", "conflict", "opset23", "ir15", "groupnorm", "axes-attr", "float8",
+FAULTS = ["folded", "tied", "tied-unread", "conflict", "opset23", "ir15", "groupnorm", "axes-attr", "float8",
           "escape", "symlink", "self", "overlap", "short", "gelu-fast", "gelu-opset18",
           "num-outputs", "split-both", "flatten-read", "batch-index"]
 
@@ -163,17 +163,23 @@ def make(d, fault=None):
                         helper.make_node("Mul", ["ag", "nbf"], ["ag_n"])]
     if fault == "split-both":
         nodes.insert(0, const("split_sizes", i64(2, 2, 1)))
-    if fault == "tied":
-        # The classifier's weight transposed into an initializer the
-        # signature does not name (what the optimizer folds a tied weight's
-        # transpose into), read through a Transpose back by a MatMul.
-        inits.append(numpy_helper.from_array(
-            numpy_helper.to_array(inits[2]).T.copy(), "val_fcw"))
+    if fault in ("tied", "tied-unread"):
+        # The classifier's weight transposed into a constant the signature
+        # does not name (what the optimizer folds a tied weight's transpose
+        # into), read through Transposes by a MatMul: an initializer while
+        # another node still reads the parameter (tied), or a Constant node
+        # while none does.
+        folded = numpy_helper.to_array(inits[2]).T.copy()
         at = next(i for i, node in enumerate(nodes) if node.op_type == "Gemm")
         nodes[at:at + 1] = [helper.make_node("Transpose", ["val_fcw"], ["fcw_t"], perm=[1, 0]),
                             helper.make_node("Transpose", ["fcw_t"], ["fcw"], perm=[1, 0]),
                             helper.make_node("MatMul", ["ag", "fcw"], ["zm"]),
                             helper.make_node("Add", ["zm", "fc_b"], ["z"])]
+        if fault == "tied":
+            inits.append(numpy_helper.from_array(folded, "val_fcw"))
+            nodes.append(helper.make_node("Identity", ["fc_w"], ["fc_w_elsewhere"]))
+        else:
+            nodes.insert(at, const("val_fcw", folded))
     if fault == "typed":
         # Values as typed lists (float_data, int64_data), not raw bytes.
         inits = [helper.make_tensor(t.name, t.data_type, t.dims,
