@@ -44,3 +44,17 @@ def central_gradient(loss, p, name):
         flat[k] = keep
         grad.reshape(-1)[k] = (up - down) / (2 * h)
     return grad
+
+
+def worst_step_error(loss, init, final, names):
+    """One SGD step at lr 1 (init - final is the gradient graphrun took)
+    against loss's central differences at init: the worst error relative to
+    each gradient's largest element, and the tensor it is in."""
+    p = {k: init[k].copy() for k in names}
+    worst, where = 0.0, ""
+    for name in names:
+        grad = central_gradient(loss, p, name)
+        error = np.abs((init[name] - final[name]) - grad).max() / max(np.abs(grad).max(), 1e-12)
+        if error > worst:
+            worst, where = error, name
+    return worst, where

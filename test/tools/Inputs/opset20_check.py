@@ -43,7 +43,7 @@ import sys
 
 import numpy as np
 
-from numpy_reference import central_gradient, cross_entropy, load_safetensors
+from numpy_reference import cross_entropy, load_safetensors, worst_step_error
 
 N, CLASSES = 2, 4
 PARAMS = {"W": ((5, 3, 3, 3), 0.4), "table": ((7,), 0.5), "fc_w": ((CLASSES, 5), 0.5),
@@ -285,13 +285,7 @@ def check(d):
     want = loss_of(p, x, y, scale)
     have = json.load(open(f"{d}/report.json"))["final_loss"]
     loss_error = abs(have - want) / abs(want)
-    worst, where = 0.0, ""
-    for name in PARAMS:
-        grad = central_gradient(lambda q: loss_of(q, x, y, scale), p, name)
-        graphrun = init[name] - final[name]  # one SGD step at lr 1
-        error = np.abs(graphrun - grad).max() / max(np.abs(grad).max(), 1e-12)
-        if error > worst:
-            worst, where = error, name
+    worst, where = worst_step_error(lambda q: loss_of(q, x, y, scale), init, final, PARAMS)
     constants = sorted(set(init) - set(PARAMS))
     print(f"opset20_check: loss {have:.6f} (float64 {want:.6f}), "
           f"loss {'ok' if loss_error < 1e-5 else 'WRONG'}, "

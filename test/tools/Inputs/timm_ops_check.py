@@ -47,7 +47,7 @@ import sys
 
 import numpy as np
 
-from numpy_reference import central_gradient, cross_entropy, load_safetensors
+from numpy_reference import cross_entropy, load_safetensors, worst_step_error
 
 N, CLASSES = 2, 4
 BIG = (1, 4, 33, 33)
@@ -263,13 +263,7 @@ def check(d):
     want = loss_of(p, x, y, big)
     have = json.load(open(f"{d}/report.json"))["final_loss"]
     loss_error = abs(have - want) / abs(want)
-    worst, where = 0.0, ""
-    for name in PARAMS:
-        grad = central_gradient(lambda q: loss_of(q, x, y, big), p, name)
-        graphrun = init[name] - final[name]  # one SGD step at lr 1
-        error = np.abs(graphrun - grad).max() / max(np.abs(grad).max(), 1e-12)
-        if error > worst:
-            worst, where = error, name
+    worst, where = worst_step_error(lambda q: loss_of(q, x, y, big), init, final, PARAMS)
     stats = {}
     forward(p, x, big, stats)
     stat_error = max(
