@@ -95,7 +95,7 @@ private:
   void findStochasticDepth();
   // The chains' noises (float32, not imported): a CastLike may take their type.
   std::set<std::string> drawnFloats;
-  // The node writing each name (the first, if several do).
+  // The node writing each name (the first, if several do), by index.
   std::map<std::string, int> producerOf;
   bool stochasticDepth(const Node &n, const StochasticDepth &chain);
   // Input `index` of `n`, if given, as a trained bias vector (zeros), or a

@@ -533,6 +533,9 @@ OwningOpRef<ModuleOp> Importer::run() {
   // Constant nodes are; the parameters it folded into such constants
   // (batch norm into convolutions, transposed weights: torch.onnx.export's
   // optimizer, for inference) cannot be trained.
+  for (const Node &n : model.nodes)
+    for (const std::string &output : n.outputs)
+      producerOf.emplace(output, n.index);
   std::set<std::string> initializerNames;
   for (const Tensor &t : model.initializers)
     initializerNames.insert(t.name);
@@ -570,10 +573,6 @@ OwningOpRef<ModuleOp> Importer::run() {
         parameterShapes.insert(t.dims);
         parameterShapes.insert(std::vector<int64_t>(t.dims.rbegin(), t.dims.rend()));
       }
-    std::map<std::string, const Node *> producer;
-    for (const Node &n : model.nodes)
-      for (const std::string &output : n.outputs)
-        producer.emplace(output, &n);
     auto foldedWeight = [&](std::string name) -> const Tensor * {
       static const char *const through[] = {"Identity", "Transpose", "Reshape", "Squeeze",
                                             "Unsqueeze", "Cast",      "CastLike", "Flatten",
@@ -584,12 +583,14 @@ OwningOpRef<ModuleOp> Importer::run() {
         if (auto c = constants.find(name);
             c != constants.end() && !model.torchConstants.count(name))
           return parameterShapes.count(c->second->dims) ? c->second : nullptr;
-        auto p = producer.find(name);
-        if (p == producer.end() || p->second->inputs.empty() ||
-            std::none_of(std::begin(through), std::end(through),
-                         [&](const char *op) { return p->second->opType == op; }))
+        auto p = producerOf.find(name);
+        if (p == producerOf.end())
           return nullptr;
-        name = p->second->inputs[0];
+        const Node &m = model.nodes[p->second];
+        if (m.inputs.empty() || std::none_of(std::begin(through), std::end(through),
+                                             [&](const char *op) { return m.opType == op; }))
+          return nullptr;
+        name = m.inputs[0];
       }
       return nullptr;
     };
@@ -663,15 +664,11 @@ OwningOpRef<ModuleOp> Importer::run() {
   // Only the nodes the logits need: an auxiliary classifier's are left out.
   std::vector<bool> needed(model.nodes.size(), false);
   {
-    std::map<std::string, size_t> producer;
-    for (size_t i = 0; i < model.nodes.size(); ++i)
-      for (const std::string &output : model.nodes[i].outputs)
-        producer.emplace(output, i);
     std::vector<std::string> pending{logitsOutput->name};
     while (!pending.empty()) {
-      auto it = producer.find(pending.back());
+      auto it = producerOf.find(pending.back());
       pending.pop_back();
-      if (it == producer.end() || needed[it->second])
+      if (it == producerOf.end() || needed[it->second])
         continue;
       needed[it->second] = true;
       for (const std::string &input : model.nodes[it->second].inputs)

@@ -285,8 +285,8 @@ public:
     directory = slash == std::string::npos ? "." : slash == 0 ? "/" : modelPath.substr(0, slash);
   }
   ~ExternalData() {
-    for (auto &[path, fd] : files)
-      ::close(fd);
+    for (auto &[path, file] : files)
+      ::close(file.fd);
   }
   ExternalData(const ExternalData &) = delete;
   ExternalData &operator=(const ExternalData &) = delete;
@@ -340,11 +340,12 @@ public:
              std::to_string(expected) + " bytes";
     if (expected > kMaxExternalBytes - total)
       return what + ": the external data is larger than graphc reads (4 GiB in all)";
-    int fd = -1;
-    int64_t size = 0;
-    std::map<int64_t, int64_t> *regions = nullptr;
-    if (std::string error = open(location, fd, size, regions); !error.empty())
+    const File *file = nullptr;
+    if (std::string error = open(location, file); !error.empty())
       return what + ": external data file '" + shown(location) + "': " + error;
+    const int fd = file->fd;
+    const int64_t size = file->size;
+    std::map<int64_t, int64_t> *regions = file->regions;
     if (offset > size || expected > size - offset)
       return what + ": external data file '" + shown(location) + "' holds " +
              std::to_string(size) + " bytes, not " + std::to_string(expected) + " from offset " +
@@ -381,15 +382,27 @@ public:
   }
 
 private:
+  // An external data file, opened once: its size, and the regions read
+  // from it so far ([start, end), by start; shared by every name of it).
+  struct File {
+    int fd = -1;
+    int64_t size = 0;
+    std::map<int64_t, int64_t> *regions = nullptr;
+  };
+
   // `location`, resolved under the model's directory (not the model itself,
-  // by any name) and opened once; the regions read from that file so far.
-  std::string open(const std::string &location, int &fd, int64_t &size,
-                   std::map<int64_t, int64_t> *&regions) {
-    char *base = ::realpath(directory.c_str(), nullptr);
-    if (!base)
-      return std::string("the model's directory: ") + std::strerror(errno);
-    std::string root = base;
-    std::free(base);
+  // by any name).
+  std::string open(const std::string &location, const File *&file) {
+    if (root.empty()) {  // the directory and the model, looked up once
+      char *base = ::realpath(directory.c_str(), nullptr);
+      if (!base)
+        return std::string("the model's directory: ") + std::strerror(errno);
+      root = base;
+      std::free(base);
+      struct stat st;
+      if (::stat(modelPath.c_str(), &st) == 0)
+        model = {static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)};
+    }
     char *resolved = ::realpath((directory + "/" + location).c_str(), nullptr);
     if (!resolved)
       return std::strerror(errno);
@@ -399,29 +412,29 @@ private:
         (root != "/" && path[root.size()] != '/'))
       return "it resolves outside the model's directory";
     if (auto it = files.find(path); it != files.end()) {
-      fd = it->second;
-    } else {
-      fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-      if (fd < 0)
-        return std::strerror(errno);
-      files[path] = fd;
+      file = &it->second;
+      return "";
     }
-    struct stat st, modelSt;
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
-      return "it is not a regular file";
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0)
+      return std::strerror(errno);
+    struct stat st;
+    const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+    const std::pair<uint64_t, uint64_t> id = {static_cast<uint64_t>(st.st_dev),
+                                              static_cast<uint64_t>(st.st_ino)};
     // The file itself, not its name: a hard link is the same file.
-    if (::stat(modelPath.c_str(), &modelSt) == 0 && st.st_dev == modelSt.st_dev &&
-        st.st_ino == modelSt.st_ino)
-      return "it is the model file itself";
-    regions = &readRegions[{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)}];
-    size = st.st_size;
+    if (!regular || id == model) {
+      ::close(fd);
+      return regular ? "it is the model file itself" : "it is not a regular file";
+    }
+    file = &(files[path] = File{fd, st.st_size, &readRegions[id]});
     return "";
   }
 
   std::string modelPath, directory;
-  std::map<std::string, int> files;
-  // By file (device and inode: every name of it): [start, end) of each
-  // region read, by start.
+  std::string root;                      // the directory, resolved
+  std::pair<uint64_t, uint64_t> model;   // the model file's device and inode
+  std::map<std::string, File> files;     // by resolved path
   std::map<std::pair<uint64_t, uint64_t>, std::map<int64_t, int64_t>> readRegions;
   int64_t total = 0;
 };

@@ -329,10 +329,7 @@ void Importer::findStochasticDepth() {
         readers[input].push_back(n.index);
   for (const onnx_model::Value &output : model.outputs)
     readers[output.name].push_back(-1);
-  std::map<std::string, int> &producer = producerOf;
-  for (const Node &n : model.nodes)
-    for (const std::string &output : n.outputs)
-      producer.emplace(output, n.index);
+  const std::map<std::string, int> &producer = producerOf;
   // The node that alone reads `name` as its first input, if it is an `op`.
   auto onlyReader = [&](const std::string &name, const char *op) -> const Node * {
     auto it = readers.find(name);
